@@ -1,0 +1,22 @@
+# Decides whether the CUDA parts build. GLM_ENABLE_CUDA=AUTO builds them when nvcc is found;
+# the CPU build never needs CUDA. Sets GLM_HAVE_CUDA.
+set(GLM_HAVE_CUDA OFF)
+if(NOT GLM_ENABLE_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT CMAKE_CUDA_ARCHITECTURES)
+      # H100/H200 (sm_90a), Blackwell (sm_100), GB10 (sm_121).
+      set(CMAKE_CUDA_ARCHITECTURES 90a 100 121)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(GLM_HAVE_CUDA ON)
+  elseif(GLM_ENABLE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "GLM_ENABLE_CUDA=ON but no nvcc was found")
+  endif()
+endif()
+message(STATUS "glmctl: CUDA parts ${GLM_HAVE_CUDA}")

@@ -1,0 +1,81 @@
+// GlmMoeDsaForCausalLM configuration (HF config.json, model_type "glm_moe_dsa").
+// Field meanings: ../shared/specs/glm5-architecture.md §2. This target (glm_model_config) depends
+// on common only, so the planner in the controller can read model sizes without the engine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace glm::engine {
+
+enum class IndexerType { kFull, kShared };  // shared = reuse the previous full layer's top-k
+enum class MlpType { kDense, kSparse };
+
+// FP8 block quantization declared by the checkpoint (quantization_config), if any.
+struct QuantizationConfig {
+  std::string quant_method;        // "fp8"
+  std::string fmt = "e4m3";
+  int block_rows = 128;            // weight_block_size[0]
+  int block_cols = 128;            // weight_block_size[1]
+  std::vector<std::string> modules_to_not_convert;
+};
+
+struct ModelConfig {
+  std::string model_type = "glm_moe_dsa";
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;       // dense SwiGLU width
+  int64_t moe_intermediate_size = 0;   // per routed expert width
+  int num_hidden_layers = 0;           // MTP layers are extra, indices num_hidden_layers..
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  int index_n_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+  std::vector<IndexerType> indexer_types;  // size num_hidden_layers
+  std::vector<MlpType> mlp_layer_types;    // size num_hidden_layers
+  int first_k_dense_replace = 0;
+  double rope_theta = 10000.0;
+  std::string rope_type = "default";
+  int64_t max_position_embeddings = 0;
+  int n_routed_experts = 0;
+  int num_experts_per_tok = 0;
+  int n_shared_experts = 0;
+  double routed_scaling_factor = 1.0;
+  int n_group = 1;
+  int topk_group = 1;
+  bool norm_topk_prob = true;
+  int num_nextn_predict_layers = 0;   // MTP layers present in the checkpoint
+  double rms_norm_eps = 1e-5;
+  // HF builds q_a_layernorm / kv_a_layernorm without passing rms_norm_eps (spec §3.1).
+  double latent_norm_eps = 1e-6;
+  double indexer_norm_eps = 1e-6;     // indexer k_norm LayerNorm
+  bool tie_word_embeddings = false;
+  std::vector<int64_t> eos_token_ids;
+  std::optional<QuantizationConfig> quantization;
+  std::string torch_dtype;             // "bfloat16", "float32", ...
+
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  bool IsMoeLayer(int layer_idx) const;        // MTP layers (>= num_hidden_layers) are MoE
+  bool HasIndexer(int layer_idx) const;        // full indexer; MTP layers always full
+  int num_mtp_layers() const { return num_nextn_predict_layers; }
+};
+
+// Parses config.json text. `source` (a path) prefixes every error message. Rejects other
+// architectures and inconsistent fields with a message naming the field and the fix.
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source);
+
+// Reads `<model_dir>/config.json`.
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
+
+}  // namespace glm::engine

@@ -1,0 +1,65 @@
+// The contract between the scheduler (engine/sched) and the model (engine/model): one forward
+// step over a batch of sequence slices whose KV lives in a paged cache.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/config/model_config.h"
+
+namespace glm::engine {
+
+// Geometry of the paged KV cache. The block manager hands out block ids in [0, num_blocks); the
+// model owns the storage. One block holds `block_size` consecutive token positions of one
+// sequence, for every layer of this shard (MLA latent c_kv + roped k_pe, and indexer keys on
+// layers with a full indexer).
+struct KvCacheGeometry {
+  int block_size = 16;
+  int num_blocks = 0;
+};
+
+// New tokens of one sequence for this step.
+struct SequenceSlice {
+  int64_t seq_id = 0;
+  std::vector<int32_t> token_ids;    // [num_new_tokens] tokens to run now
+  int32_t start_pos = 0;             // position of token_ids[0]; positions < start_pos are cached
+  std::vector<int32_t> block_table;  // physical blocks covering positions [0, start_pos + n)
+  bool all_logits = false;           // logits for every new token (else only the last one)
+  bool want_hidden = false;          // return final post-norm hidden rows (MTP drafting)
+};
+
+struct ForwardBatch {
+  std::vector<SequenceSlice> seqs;
+};
+
+struct SequenceOutput {
+  std::vector<float> logits;  // [num_rows, vocab_size]; num_rows = n if all_logits else 1
+  std::vector<float> hidden;  // [num_rows, hidden_size] when want_hidden, else empty
+};
+
+struct ForwardResult {
+  std::vector<SequenceOutput> seqs;  // same order as ForwardBatch::seqs
+};
+
+// Runs the decoder over a batch. Not thread-safe: one step at a time (the scheduler's thread).
+// Writes the KV of the new tokens into the blocks named by each block_table; reads cached
+// positions from them. Errors are setup-level problems (bad block ids, sizes); the engine fails
+// fast on them.
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const KvCacheGeometry& kv_geometry() const = 0;
+  virtual absl::Status Forward(const ForwardBatch& batch, ForwardResult* result) = 0;
+
+  // MTP draft step (layer num_hidden_layers): for each slice, token_ids are the tokens t+1 whose
+  // embeddings pair with `hidden` rows (the main model's post-norm hidden state at t), one row per
+  // token; the MTP layer keeps its own KV in the same blocks. Returns draft logits per row (or the
+  // last row only) in result. Unimplemented when the checkpoint has no MTP layer.
+  virtual absl::Status ForwardMtp(const ForwardBatch& batch,
+                                  const std::vector<std::vector<float>>& hidden,
+                                  ForwardResult* result) = 0;
+};
+
+}  // namespace glm::engine
