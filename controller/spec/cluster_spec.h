@@ -1,0 +1,179 @@
+// cluster.yaml → ClusterSpec: the operator's description of one serving cluster.
+//
+// Schema (every key is optional unless marked *; unknown keys are errors). Sizes are integers
+// (bytes) or strings with a unit: "96GiB", "512 MiB", "1.5TB" (KB/MB/GB/TB = 1000^n,
+// KiB/MiB/GiB/TiB = 1024^n). Relative file paths are relative to the YAML file's directory.
+//
+//   name*: spark-4x                       # cluster name
+//   local: false                          # true: agents run on this machine (loopback addresses)
+//                                         #   and `glmctl up` starts/stops them itself
+//   controller:
+//     listen: 0.0.0.0:47100               # gRPC address glmctl and agents use
+//     gateway: 0.0.0.0:8000               # OpenAI-compatible HTTP gateway
+//     tls: {ca*: ca.pem, cert*: c.pem, key*: c.key}   # mTLS between controller and agents
+//     api_key_file: keys.txt              # gateway API keys, one per line
+//   model*:
+//     path*: /models/GLM-5.2-FP8          # HF checkpoint dir (config.json, *.safetensors)
+//     served_name: glm-5.2                # name clients ask for (default: last path element)
+//     max_model_len*: 200000
+//     kv_cache_dtype: fp8                 # fp8 (656 B/token-layer) | bf16 (1152)
+//     kv_cache_bytes: 40GiB               # per node; at most one of kv_cache_bytes and
+//     kv_cache_memory_fraction: 0.9       #   kv_cache_memory_fraction (default fraction 0.9)
+//     activation_reserve_bytes: 4GiB      # per node; default computed by the planner
+//     max_num_seqs: 8
+//     mtp_draft_tokens: 0                 # 0 disables MTP speculative decoding
+//   parallel:
+//     tensor: 4
+//     pipeline: 1
+//     replicas: 1                         # nodes = tensor * pipeline * replicas
+//     layer_partition: [11, 10, ...]      # layers per PP stage (length = pipeline)
+//   nccl:
+//     library: /opt/nccl/lib/libnccl.so.2
+//     expected_version: "2.30.4"
+//     env: {NCCL_IB_HCA: "rocep1s0f1"}
+//   fabric:
+//     mtu: 9000                           # 576..9216
+//     subnet: 192.168.100.0/24            # every node's fabric_ip must be inside
+//   node_defaults:                        # defaults for the per-node keys below (not name,
+//     hca: rocep1s0f1                     #   agent, fabric_ip)
+//   nodes*:
+//     - name*: spark-1
+//       agent*: 10.0.0.11:47101           # host:port of glm-agent
+//       fabric_ip: 192.168.100.11
+//       hca: rocep1s0f1
+//       port: 1                           # HCA port
+//       gid_index: auto                   # integer 0..255 or auto
+//       netdev: enp1s0f1np1
+//       memory_budget_bytes: 110GiB       # memory the engine may use on this node
+//   page_cache:
+//     policy: off                         # off | periodic | adaptive
+//     interval_s: 30
+//     min_available_bytes: 8GiB
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace glm::controller {
+
+// 1-based position in the YAML file; 0 when unknown.
+struct SourceLocation {
+  int line = 0;
+  int column = 0;
+};
+
+struct TlsFiles {
+  std::string ca;    // as written (relative to the YAML's directory unless absolute)
+  std::string cert;
+  std::string key;
+};
+
+struct ControllerSpec {
+  std::string listen = "0.0.0.0:47100";
+  std::string gateway = "0.0.0.0:8000";
+  std::optional<TlsFiles> tls;
+  std::string api_key_file;  // empty: no API keys required
+};
+
+enum class KvCacheDtype { kFp8, kBf16 };
+std::string_view KvCacheDtypeName(KvCacheDtype dtype);
+
+struct ModelSpec {
+  std::string path;          // as written
+  std::string served_name;
+  int64_t max_model_len = 0;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kFp8;
+  std::optional<int64_t> kv_cache_bytes;              // per node
+  std::optional<double> kv_cache_memory_fraction;     // of the node's memory budget
+  std::optional<int64_t> activation_reserve_bytes;    // per node
+  int max_num_seqs = 8;
+  int mtp_draft_tokens = 0;
+  SourceLocation location;                // of the `model` mapping
+  SourceLocation max_model_len_location;
+};
+
+struct ParallelSpec {
+  int tensor = 1;
+  int pipeline = 1;
+  int replicas = 1;
+  std::vector<int> layer_partition;       // empty: the planner proposes one
+  SourceLocation layer_partition_location;
+};
+
+struct NcclSpec {
+  std::string library;                    // empty: the NCCL the agent finds
+  std::string expected_version;           // "2.30.4"; empty: any
+  std::map<std::string, std::string> env;
+};
+
+struct FabricSpec {
+  std::optional<int> mtu;
+  std::string subnet;                     // "192.168.100.0/24"; empty: not checked
+  uint32_t subnet_base = 0;               // host byte order, masked
+  int subnet_prefix = 0;
+};
+
+struct NodeSpec {
+  std::string name;
+  std::string agent;                      // "host:port"
+  std::string agent_host;
+  int agent_port = 0;
+  std::string fabric_ip;                  // empty when not given
+  std::string hca;
+  int port = 1;                           // HCA port
+  std::optional<int> gid_index;           // nullopt: auto
+  std::string netdev;
+  std::optional<int64_t> memory_budget_bytes;
+  SourceLocation location;                // of this node's mapping
+};
+
+enum class PageCachePolicy { kOff, kPeriodic, kAdaptive };
+std::string_view PageCachePolicyName(PageCachePolicy policy);
+
+struct PageCacheSpec {
+  PageCachePolicy policy = PageCachePolicy::kOff;
+  double interval_s = 30.0;
+  std::optional<int64_t> min_available_bytes;
+};
+
+struct ClusterSpec {
+  std::string source;                     // file name used in messages
+  std::string base_dir;                   // directory relative paths resolve against
+  std::string name;
+  bool local = false;
+  ControllerSpec controller;
+  ModelSpec model;
+  ParallelSpec parallel;
+  NcclSpec nccl;
+  FabricSpec fabric;
+  std::vector<NodeSpec> nodes;
+  PageCacheSpec page_cache;
+  SourceLocation nodes_location;
+
+  // "cluster.yaml:12:5" (or just the source when `loc` is unknown), for messages.
+  std::string Where(const SourceLocation& loc) const;
+  // `path` resolved against base_dir unless absolute.
+  std::string ResolvePath(const std::string& path) const;
+  int world_size() const { return parallel.tensor * parallel.pipeline * parallel.replicas; }
+};
+
+// Parses YAML text. `source_name` (usually the path) prefixes every message; relative paths in
+// the spec resolve against `base_dir` (default: the directory part of source_name). Returns
+// InvalidArgument listing every problem found, one per line, each as
+// "<source>:<line>:<column>: field `nodes[2].gid_index`: <what>; expected <fix>".
+absl::StatusOr<ClusterSpec> ParseClusterSpec(std::string_view text, std::string_view source_name,
+                                             std::optional<std::string> base_dir = std::nullopt);
+
+// Reads and parses a cluster.yaml file.
+absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path);
+
+// Parses "96GiB", "512 MiB", "1.5TB", "1000" into bytes.
+absl::StatusOr<int64_t> ParseByteSize(std::string_view text);
+
+}  // namespace glm::controller
