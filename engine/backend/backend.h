@@ -1,0 +1,179 @@
+// The ops the model's layers need, on memory the backend owns. The same model code runs on every
+// backend (cpu now, cuda next): layers never touch raw device APIs.
+//
+// Contract (all backends):
+// - Memory: Allocate() returns backend memory (host memory on cpu, device memory on cuda). Views
+//   below (MatView, HeadsView, int pointers) point into such memory. Allocation happens at setup
+//   or when a workspace grows; a forward step on a device backend only carves views out of memory
+//   reserved beforehand, so a decode step can be captured as a CUDA graph (no allocation, no
+//   host-side shape-dependent work beyond filling the int tables passed to the ops).
+// - Ops are enqueued in order on the backend's stream and may run asynchronously; CopyToHost and
+//   Synchronize() wait. The cpu backend runs each op to completion, multi-threaded inside.
+// - Every op takes its shapes from the views; preconditions (matching shapes, strides) are checked
+//   by the caller at setup, not per op (hot path). All arithmetic is fp32 with fp32 accumulation.
+// - A Backend is used from one thread at a time (the engine's step thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace glm::engine {
+
+// Backend memory; freed when destroyed.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t bytes() const = 0;
+  float* f32() { return static_cast<float*>(data()); }
+  int32_t* i32() { return static_cast<int32_t*>(data()); }
+};
+
+// A row-major fp32 matrix view [rows, cols] with row stride `ld` (elements, >= cols).
+struct MatView {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+
+  MatView Rows(int64_t first, int64_t n) const { return {data + first * ld, n, cols, ld}; }
+  MatView Cols(int64_t first, int64_t n) const { return {data + first, rows, n, ld}; }
+  float* Row(int64_t r) const { return data + r * ld; }
+};
+
+// A per-head view [rows, heads, dim]: element (r, h, d) at data[r * row_stride + h * head_stride
+// + d]. head_stride == 0 broadcasts one head to all (MLA's shared k_pe / latent key).
+struct HeadsView {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t heads = 0;
+  int64_t dim = 0;
+  int64_t row_stride = 0;
+  int64_t head_stride = 0;
+
+  float* At(int64_t r, int64_t h) const { return data + r * row_stride + h * head_stride; }
+  // Dims [first, first + n) of every head.
+  HeadsView Dims(int64_t first, int64_t n) const {
+    return {data + first, rows, heads, n, row_stride, head_stride};
+  }
+  MatView Head(int64_t h) const { return {data + h * head_stride, rows, dim, row_stride}; }
+  HeadsView Rows(int64_t first, int64_t n) const {
+    return {data + first * row_stride, n, heads, dim, row_stride, head_stride};
+  }
+};
+
+// Which keys each query row may see. Key rows live in a key tensor (the paged cache, or a
+// per-sequence gathered buffer); logical position p of the query's sequence is key row
+// slots[row_offset[t] + p]. Query row t sees logical positions [0, row_num_keys[t]) (causal).
+// All arrays are backend memory.
+struct KeyTable {
+  const int32_t* slots = nullptr;         // [sum over sequences of their key counts]
+  const int32_t* row_offset = nullptr;    // [num_rows]
+  const int32_t* row_num_keys = nullptr;  // [num_rows]
+  int32_t max_num_keys = 0;               // max over rows (sizes scratch)
+};
+
+// DSA lightning indexer scoring + causal top-k (spec §3.3 steps 5-7):
+//   I[t, s] = sum_h w[t, h] * weight_scale * relu(q[t, h] . k[s] * score_scale),  s < num_keys(t)
+//   out[t, :] = logical positions of the min(top_k, num_keys(t)) largest I[t, .], then -1.
+// Ties go to the lower position. When num_keys(t) <= top_k every position is selected and no
+// score is computed.
+struct IndexerTopKArgs {
+  HeadsView q;        // [num_rows, index_n_heads, index_head_dim] (roped)
+  MatView weights;    // [num_rows, index_n_heads] (weights_proj output)
+  MatView keys;       // [num_key_rows, index_head_dim] (the indexer key cache)
+  KeyTable table;
+  float weight_scale = 1.0f;  // index_n_heads^-0.5
+  float score_scale = 1.0f;   // index_head_dim^-0.5
+  int32_t top_k = 0;
+  int32_t* out = nullptr;     // [num_rows, top_k] logical positions, -1 padded
+};
+
+// Sparse multi-head attention with split query/key parts (MLA, spec §3.2), per query row t and
+// head h over the selected logical positions p (indices[t, i] != -1, or all p < num_keys(t) when
+// indices is null), key row r = slot(t, p):
+//   s_p = (q_a[t,h] . k_a[r,h] + q_b[t,h] . k_b[r,h]) * scale;  P = softmax_p(s);
+//   out[t,h] = sum_p P_p v[r,h].
+// Expanded form: q_a = q_nope, k_a = k_nope (per head), q_b = q_pe, k_b = k_pe (broadcast),
+// v = per-head v. Absorbed form: q_a = q_nope W_UK, k_a = v = c_kv (broadcast), k_b = k_pe.
+struct AttentionArgs {
+  HeadsView q_a;   // [num_rows, num_heads, da]
+  HeadsView q_b;   // [num_rows, num_heads, db]
+  HeadsView k_a;   // [num_key_rows, num_heads or broadcast, da]
+  HeadsView k_b;   // [num_key_rows, num_heads or broadcast, db]
+  HeadsView v;     // [num_key_rows, num_heads or broadcast, dv]
+  KeyTable table;
+  const int32_t* indices = nullptr;  // [num_rows, index_width] logical positions, -1 padded
+  int32_t index_width = 0;
+  float scale = 1.0f;
+  HeadsView out;   // [num_rows, num_heads, dv]
+};
+
+// Routed experts of one MoE layer. Expert e's weights: gate[e], up[e] [moe_inter, hidden],
+// down[e] [hidden, moe_inter]; arrays of num_experts views (backend memory behind the views).
+struct ExpertWeights {
+  const MatView* gate = nullptr;
+  const MatView* up = nullptr;
+  const MatView* down = nullptr;
+  int32_t num_experts = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int num_threads() const = 0;
+
+  // Memory. Allocate zero-fills.
+  virtual std::unique_ptr<Buffer> Allocate(size_t bytes) = 0;
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Synchronize() = 0;
+
+  // y[M, N] = x[M, K] . w[N, K]^T (+ y when accumulate). w is a Linear weight [out, in].
+  virtual void Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) = 0;
+  // Per head h: y[:, h, :] = x[:, h, :] . w[h]^T, w[h] = weights + h * weight_head_stride
+  // viewed as [out_dim, in_dim] with row stride w_ld (MLA absorption: W_UK^T, W_UV).
+  virtual void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
+                             int64_t w_ld, const HeadsView& y) = 0;
+  // y = w * x * rsqrt(mean(x^2) + eps), per row. y may alias x.
+  virtual void RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) = 0;
+  // y = (x - mean) * rsqrt(var + eps) * w + b, per row (biased variance). y may alias x.
+  virtual void LayerNorm(const MatView& x, const float* w, const float* b, float eps,
+                         const MatView& y) = 0;
+  // Interleaved (GPT-J) RoPE in place on dims [0, 2 * num_freqs) of every head: pair (2i, 2i+1)
+  // rotates by positions[row] * inv_freq[i]. inv_freq: [num_freqs].
+  virtual void RopeInterleaved(const HeadsView& x, const int32_t* positions,
+                               const float* inv_freq, int num_freqs) = 0;
+  // out = silu(gate) * up, elementwise. out may alias gate.
+  virtual void SiluMul(const MatView& gate, const MatView& up, const MatView& out) = 0;
+  // y = value.
+  virtual void Fill(const MatView& y, float value) = 0;
+  // y += x.
+  virtual void Add(const MatView& x, const MatView& y) = 0;
+  // y = x.
+  virtual void Copy(const MatView& x, const MatView& y) = 0;
+  // out[i] = src[rows[i]] for i < out.rows (embedding lookup, KV gather, row selection).
+  virtual void GatherRows(const MatView& src, const int32_t* rows, const MatView& out) = 0;
+  // dst[rows[i]] = src[i] for i < src.rows (paged KV write).
+  virtual void ScatterRows(const MatView& src, const int32_t* rows, const MatView& dst) = 0;
+
+  virtual void IndexerTopK(const IndexerTopKArgs& args) = 0;
+  virtual void Attention(const AttentionArgs& args) = 0;
+
+  // MoE router (spec §3.4): s = sigmoid(logits); choose top_k of s + bias (ties: lower expert);
+  // weight = s[chosen] (no bias), divided by (sum + 1e-20) when renormalize, times scale.
+  // logits [num_rows, num_experts]; ids/weights [num_rows, top_k].
+  virtual void MoeRoute(const MatView& logits, const float* bias, int top_k, bool renormalize,
+                        float scale, int32_t* ids, float* weights) = 0;
+  // out[t] += sum_j weights[t, j] * down[e](silu(gate[e] x[t]) * up[e] x[t]), e = ids[t, j].
+  virtual void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                          const ExpertWeights& experts, const MatView& out) = 0;
+};
+
+// The reference CPU backend (engine/backend/cpu). num_threads 0 = hardware concurrency.
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads);
+
+}  // namespace glm::engine

@@ -1,0 +1,419 @@
+#include "engine/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <utility>
+#include <vector>
+
+// The 8-wide vector helpers below are inlined into the target_clones kernels; their ABI never
+// crosses a call boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace glm::engine {
+namespace {
+
+class HostBuffer : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
+    size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    data_ = std::aligned_alloc(64, rounded);
+    if (data_ == nullptr) throw std::bad_alloc();
+    std::memset(data_, 0, rounded);
+  }
+  ~HostBuffer() override { std::free(data_); }
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// 8-wide fp32 vectors through GCC vector extensions: native ymm in the AVX2 clone, two xmm
+// halves in the baseline x86-64 clone.
+typedef float v8f __attribute__((vector_size(32)));
+
+inline v8f Load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline float HorizontalSum(v8f v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// out[i * 2 + j] = x[i] . w[j] over k < K for 4 x rows and 2 w rows (callers pad missing rows by
+// repeating a valid pointer and drop those results).
+__attribute__((target_clones("arch=haswell", "default")))
+void DotTile4x2(const float* x0, const float* x1, const float* x2, const float* x3,
+                const float* w0, const float* w1, int64_t K, float* out) {
+  v8f a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {}, a30 = {}, a31 = {};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    v8f b0 = Load8(w0 + k), b1 = Load8(w1 + k);
+    v8f x = Load8(x0 + k);
+    a00 += x * b0;
+    a01 += x * b1;
+    x = Load8(x1 + k);
+    a10 += x * b0;
+    a11 += x * b1;
+    x = Load8(x2 + k);
+    a20 += x * b0;
+    a21 += x * b1;
+    x = Load8(x3 + k);
+    a30 += x * b0;
+    a31 += x * b1;
+  }
+  float r[8] = {HorizontalSum(a00), HorizontalSum(a01), HorizontalSum(a10), HorizontalSum(a11),
+                HorizontalSum(a20), HorizontalSum(a21), HorizontalSum(a30), HorizontalSum(a31)};
+  for (; k < K; ++k) {
+    r[0] += x0[k] * w0[k];
+    r[1] += x0[k] * w1[k];
+    r[2] += x1[k] * w0[k];
+    r[3] += x1[k] * w1[k];
+    r[4] += x2[k] * w0[k];
+    r[5] += x2[k] * w1[k];
+    r[6] += x3[k] * w0[k];
+    r[7] += x3[k] * w1[k];
+  }
+  std::memcpy(out, r, sizeof(r));
+}
+
+__attribute__((target_clones("arch=haswell", "default")))
+float Dot(const float* a, const float* b, int64_t n) {
+  v8f acc0 = {}, acc1 = {};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    acc0 += Load8(a + k) * Load8(b + k);
+    acc1 += Load8(a + k + 8) * Load8(b + k + 8);
+  }
+  for (; k + 8 <= n; k += 8) acc0 += Load8(a + k) * Load8(b + k);
+  float s = HorizontalSum(acc0 + acc1);
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+// y += a * x over n elements.
+__attribute__((target_clones("arch=haswell", "default")))
+void Axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// Single-threaded y[M, N] (+)= x[M, K] . w[N, K]^T on output rows [m0, m1) x cols [n0, n1).
+void LinearBlock(const MatView& x, const MatView& w, const MatView& y, bool accumulate,
+                 int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const int64_t K = x.cols;
+  float r[8];
+  for (int64_t m = m0; m < m1; m += 4) {
+    const int64_t mr = std::min<int64_t>(4, m1 - m);
+    const float* xp[4];
+    for (int i = 0; i < 4; ++i) xp[i] = x.Row(m + std::min<int64_t>(i, mr - 1));
+    for (int64_t n = n0; n < n1; n += 2) {
+      const int64_t nr = std::min<int64_t>(2, n1 - n);
+      const float* w0 = w.Row(n);
+      const float* w1 = w.Row(n + nr - 1);
+      DotTile4x2(xp[0], xp[1], xp[2], xp[3], w0, w1, K, r);
+      for (int64_t i = 0; i < mr; ++i) {
+        float* yr = y.Row(m + i);
+        for (int64_t j = 0; j < nr; ++j) {
+          if (accumulate) {
+            yr[n + j] += r[i * 2 + j];
+          } else {
+            yr[n + j] = r[i * 2 + j];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Strict order "a before b": larger score first, then lower index.
+struct ScoreIndexGreater {
+  const float* score;
+  bool operator()(int32_t a, int32_t b) const {
+    if (score[a] != score[b]) return score[a] > score[b];
+    return a < b;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(int num_threads) {
+  return std::make_unique<CpuBackend>(num_threads);
+}
+
+CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
+
+std::unique_ptr<Buffer> CpuBackend::Allocate(size_t bytes) {
+  return std::make_unique<HostBuffer>(bytes);
+}
+
+void CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) {
+  const int64_t M = x.rows, N = w.rows;
+  if (M == 0 || N == 0) return;
+  // Tiles of 16 x rows by 32 w rows; ~2 * 16 * 32 * K flops each.
+  constexpr int64_t kTileM = 16, kTileN = 32;
+  const int64_t tiles_m = (M + kTileM - 1) / kTileM;
+  const int64_t tiles_n = (N + kTileN - 1) / kTileN;
+  const int64_t min_tiles = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, x.cols * kTileN));
+  pool_.ParallelFor(tiles_m * tiles_n, min_tiles, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t tn = t % tiles_n, tm = t / tiles_n;
+      LinearBlock(x, w, y, accumulate, tm * kTileM, std::min(M, (tm + 1) * kTileM), tn * kTileN,
+                  std::min(N, (tn + 1) * kTileN));
+    }
+  });
+}
+
+void CpuBackend::LinearPerHead(const HeadsView& x, const float* weights,
+                               int64_t weight_head_stride, int64_t w_ld, const HeadsView& y) {
+  for (int64_t h = 0; h < x.heads; ++h) {
+    MatView w{const_cast<float*>(weights) + h * weight_head_stride, y.dim, x.dim, w_ld};
+    Linear(x.Head(h), w, y.Head(h), /*accumulate=*/false);
+  }
+}
+
+void CpuBackend::RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) {
+  pool_.ParallelFor(x.rows, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x.Row(r);
+      float* yr = y.Row(r);
+      float sum = 0.0f;
+      for (int64_t i = 0; i < x.cols; ++i) sum += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(sum / static_cast<float>(x.cols) + eps);
+      for (int64_t i = 0; i < x.cols; ++i) yr[i] = w[i] * (xr[i] * inv);
+    }
+  });
+}
+
+void CpuBackend::LayerNorm(const MatView& x, const float* w, const float* b, float eps,
+                           const MatView& y) {
+  pool_.ParallelFor(x.rows, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x.Row(r);
+      float* yr = y.Row(r);
+      const float n = static_cast<float>(x.cols);
+      float mean = 0.0f;
+      for (int64_t i = 0; i < x.cols; ++i) mean += xr[i];
+      mean /= n;
+      float var = 0.0f;
+      for (int64_t i = 0; i < x.cols; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+      var /= n;
+      const float inv = 1.0f / std::sqrt(var + eps);
+      for (int64_t i = 0; i < x.cols; ++i) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+    }
+  });
+}
+
+void CpuBackend::RopeInterleaved(const HeadsView& x, const int32_t* positions,
+                                 const float* inv_freq, int num_freqs) {
+  pool_.ParallelFor(x.rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> cos_v(num_freqs), sin_v(num_freqs);
+    for (int64_t r = begin; r < end; ++r) {
+      // fp32 angle as the reference computes it (inv_freq * position in float32).
+      for (int i = 0; i < num_freqs; ++i) {
+        const float angle = static_cast<float>(positions[r]) * inv_freq[i];
+        cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
+      for (int64_t h = 0; h < x.heads; ++h) {
+        float* p = x.At(r, h);
+        for (int i = 0; i < num_freqs; ++i) {
+          const float a = p[2 * i], b = p[2 * i + 1];
+          p[2 * i] = a * cos_v[i] - b * sin_v[i];
+          p[2 * i + 1] = b * cos_v[i] + a * sin_v[i];
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::SiluMul(const MatView& gate, const MatView& up, const MatView& out) {
+  pool_.ParallelFor(gate.rows, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* g = gate.Row(r);
+      const float* u = up.Row(r);
+      float* o = out.Row(r);
+      for (int64_t i = 0; i < gate.cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  });
+}
+
+void CpuBackend::Fill(const MatView& y, float value) {
+  for (int64_t r = 0; r < y.rows; ++r) std::fill(y.Row(r), y.Row(r) + y.cols, value);
+}
+
+void CpuBackend::Add(const MatView& x, const MatView& y) {
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const float* xr = x.Row(r);
+    float* yr = y.Row(r);
+    for (int64_t i = 0; i < x.cols; ++i) yr[i] += xr[i];
+  }
+}
+
+void CpuBackend::Copy(const MatView& x, const MatView& y) {
+  for (int64_t r = 0; r < x.rows; ++r) std::memcpy(y.Row(r), x.Row(r), x.cols * sizeof(float));
+}
+
+void CpuBackend::GatherRows(const MatView& src, const int32_t* rows, const MatView& out) {
+  for (int64_t r = 0; r < out.rows; ++r) {
+    std::memcpy(out.Row(r), src.Row(rows[r]), out.cols * sizeof(float));
+  }
+}
+
+void CpuBackend::ScatterRows(const MatView& src, const int32_t* rows, const MatView& dst) {
+  for (int64_t r = 0; r < src.rows; ++r) {
+    std::memcpy(dst.Row(rows[r]), src.Row(r), src.cols * sizeof(float));
+  }
+}
+
+void CpuBackend::IndexerTopK(const IndexerTopKArgs& a) {
+  const int64_t num_rows = a.q.rows;
+  pool_.ParallelFor(num_rows, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> score;
+    std::vector<int32_t> order;
+    for (int64_t t = begin; t < end; ++t) {
+      int32_t* out = a.out + t * a.top_k;
+      const int32_t num_keys = a.table.row_num_keys[t];
+      if (num_keys <= a.top_k) {
+        for (int32_t i = 0; i < a.top_k; ++i) out[i] = i < num_keys ? i : -1;
+        continue;
+      }
+      const int32_t* slots = a.table.slots + a.table.row_offset[t];
+      score.assign(num_keys, 0.0f);
+      const float* w = a.weights.Row(t);
+      for (int32_t s = 0; s < num_keys; ++s) {
+        const float* k = a.keys.Row(slots[s]);
+        float acc = 0.0f;
+        for (int64_t h = 0; h < a.q.heads; ++h) {
+          const float d = Dot(a.q.At(t, h), k, a.q.dim) * a.score_scale;
+          acc += std::max(d, 0.0f) * (w[h] * a.weight_scale);
+        }
+        score[s] = acc;
+      }
+      order.resize(num_keys);
+      for (int32_t s = 0; s < num_keys; ++s) order[s] = s;
+      std::nth_element(order.begin(), order.begin() + a.top_k, order.end(),
+                       ScoreIndexGreater{score.data()});
+      std::sort(order.begin(), order.begin() + a.top_k);
+      std::copy(order.begin(), order.begin() + a.top_k, out);
+    }
+  });
+}
+
+void CpuBackend::Attention(const AttentionArgs& a) {
+  const int64_t num_rows = a.q_a.rows, num_heads = a.q_a.heads;
+  pool_.ParallelFor(num_rows * num_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> pos;
+    std::vector<float> p;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t t = task / num_heads, h = task % num_heads;
+      const int32_t num_keys = a.table.row_num_keys[t];
+      const int32_t* slots = a.table.slots + a.table.row_offset[t];
+      pos.clear();
+      if (a.indices != nullptr) {
+        const int32_t* idx = a.indices + t * a.index_width;
+        for (int32_t i = 0; i < a.index_width; ++i) {
+          if (idx[i] >= 0 && idx[i] < num_keys) pos.push_back(idx[i]);
+        }
+      } else {
+        for (int32_t i = 0; i < num_keys; ++i) pos.push_back(i);
+      }
+      float* out = a.out.At(t, h);
+      std::fill(out, out + a.out.dim, 0.0f);
+      if (pos.empty()) continue;
+      const float* qa = a.q_a.At(t, h);
+      const float* qb = a.q_b.At(t, h);
+      p.resize(pos.size());
+      float max_s = -std::numeric_limits<float>::infinity();
+      for (size_t i = 0; i < pos.size(); ++i) {
+        const int64_t r = slots[pos[i]];
+        const float s = (Dot(qa, a.k_a.At(r, h), a.q_a.dim) + Dot(qb, a.k_b.At(r, h), a.q_b.dim)) *
+                        a.scale;
+        p[i] = s;
+        max_s = std::max(max_s, s);
+      }
+      float sum = 0.0f;
+      for (float& v : p) {
+        v = std::exp(v - max_s);
+        sum += v;
+      }
+      const float inv = 1.0f / sum;
+      for (size_t i = 0; i < pos.size(); ++i) {
+        Axpy(p[i] * inv, a.v.At(slots[pos[i]], h), out, a.out.dim);
+      }
+    }
+  });
+}
+
+void CpuBackend::MoeRoute(const MatView& logits, const float* bias, int top_k, bool renormalize,
+                          float scale, int32_t* ids, float* weights) {
+  const int64_t num_experts = logits.cols;
+  std::vector<float> s(num_experts), choice(num_experts);
+  std::vector<int32_t> order(num_experts);
+  for (int64_t t = 0; t < logits.rows; ++t) {
+    const float* l = logits.Row(t);
+    for (int64_t e = 0; e < num_experts; ++e) {
+      s[e] = 1.0f / (1.0f + std::exp(-l[e]));
+      choice[e] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
+      order[e] = static_cast<int32_t>(e);
+    }
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      ScoreIndexGreater{choice.data()});
+    float sum = 0.0f;
+    for (int j = 0; j < top_k; ++j) sum += s[order[j]];
+    const float denom = renormalize ? sum + 1e-20f : 1.0f;
+    for (int j = 0; j < top_k; ++j) {
+      ids[t * top_k + j] = order[j];
+      weights[t * top_k + j] = s[order[j]] / denom * scale;
+    }
+  }
+}
+
+void CpuBackend::MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                            const ExpertWeights& experts, const MatView& out) {
+  const int64_t hidden = x.cols;
+  // Tokens (and their routing weight) per expert.
+  std::vector<std::vector<std::pair<int32_t, float>>> assigned(experts.num_experts);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    for (int j = 0; j < top_k; ++j) {
+      assigned[ids[t * top_k + j]].push_back({static_cast<int32_t>(t), weights[t * top_k + j]});
+    }
+  }
+  for (int32_t e = 0; e < experts.num_experts; ++e) {
+    const auto& tokens = assigned[e];
+    if (tokens.empty()) continue;
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t inter = experts.gate[e].rows;
+    moe_x_.resize(n * hidden);
+    moe_gate_.resize(n * inter);
+    moe_up_.resize(n * inter);
+    moe_y_.resize(n * hidden);
+    MatView xs{moe_x_.data(), n, hidden, hidden};
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(xs.Row(i), x.Row(tokens[i].first), hidden * sizeof(float));
+    }
+    MatView g{moe_gate_.data(), n, inter, inter}, u{moe_up_.data(), n, inter, inter};
+    MatView y{moe_y_.data(), n, hidden, hidden};
+    Linear(xs, experts.gate[e], g, false);
+    Linear(xs, experts.up[e], u, false);
+    SiluMul(g, u, g);
+    Linear(g, experts.down[e], y, false);
+    for (int64_t i = 0; i < n; ++i) Axpy(tokens[i].second, y.Row(i), out.Row(tokens[i].first), hidden);
+  }
+}
+
+}  // namespace glm::engine

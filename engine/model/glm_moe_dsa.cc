@@ -1,0 +1,381 @@
+#include "engine/model/glm_moe_dsa.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "engine/backend/backend.h"
+#include "engine/model/kv_storage.h"
+#include "engine/model/layers.h"
+#include "engine/model/weight_source.h"
+#ifdef GLM_HAVE_WEIGHTS
+#include "engine/weights/tensor_filter.h"
+#include "engine/weights/weight_store.h"
+#endif
+
+namespace glm::engine {
+namespace {
+
+// The MTP layer (spec §3.5): x = eh_proj(cat(enorm(embed(t+1)), hnorm(h_t))); decoder layer;
+// logits = lm_head(shared_head.norm(x)).
+struct MtpLayer {
+  RmsNormLayer enorm, hnorm, head_norm;
+  DeviceMatrix eh_proj;  // [H, 2H]
+  std::unique_ptr<DecoderLayer> layer;
+};
+
+// Host-side plan of one step: the int tables the ops read, before upload.
+struct StepPlan {
+  std::vector<int32_t> tokens, positions, new_slots, key_slots, row_offset, row_num_keys;
+  std::vector<int32_t> out_rows;      // rows whose logits are returned
+  std::vector<int64_t> out_begin;     // per sequence: first index into out_rows
+  std::vector<SeqRows> seqs;
+  int32_t max_num_keys = 0;
+};
+
+class GlmMoeDsaModel : public Model {
+ public:
+  GlmMoeDsaModel(const ModelConfig& config, const ModelLoadOptions& options, Backend* backend)
+      : config_(config), options_(options), backend_(backend), ws_(backend) {}
+
+  const ModelConfig& config() const override { return config_; }
+  const KvCacheGeometry& kv_geometry() const override { return kv_->geometry(); }
+
+  absl::Status Load(WeightSource& source);
+  absl::Status Forward(const ForwardBatch& batch, ForwardResult* result) override;
+  absl::Status ForwardMtp(const ForwardBatch& batch, const std::vector<std::vector<float>>& hidden,
+                          ForwardResult* result) override;
+
+  std::unique_ptr<Backend> owned_backend;
+
+ private:
+  absl::StatusOr<StepPlan> Plan(const ForwardBatch& batch) const;
+  // Uploads the plan's tables into the workspace and fills ctx.
+  void Begin(const StepPlan& plan, StepContext* ctx, int32_t** tokens);
+  // Final norm + lm_head on the selected rows of x; copies logits (and hidden) to result.
+  void Finish(StepContext& ctx, const StepPlan& plan, const ForwardBatch& batch, const MatView& x,
+              const RmsNormLayer& norm, const MatView* hidden_rows, ForwardResult* result);
+  bool full_model() const {
+    return first_layer_ == 0 && last_layer_ == config_.num_hidden_layers - 1;
+  }
+
+  ModelConfig config_;
+  ModelLoadOptions options_;
+  Backend* backend_;
+  Workspace ws_;
+  int first_layer_ = 0, last_layer_ = -1;
+  DeviceMatrix embed_, lm_head_, inv_freq_;
+  RmsNormLayer final_norm_;
+  std::vector<DecoderLayer> layers_;
+  std::unique_ptr<MtpLayer> mtp_;
+  std::unique_ptr<PagedKvStorage> kv_;
+};
+
+absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
+  const ModelConfig& c = config_;
+  const int L = c.num_hidden_layers;
+  first_layer_ = options_.first_layer;
+  last_layer_ = options_.last_layer < 0 ? L - 1 : options_.last_layer;
+  if (first_layer_ < 0 || last_layer_ >= L || first_layer_ > last_layer_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer range [", first_layer_, ", ", last_layer_, "] is outside the model's ", L,
+        " decoder layers; set first_layer/last_layer within [0, ", L - 1, "]"));
+  }
+  if (c.qk_rope_head_dim % 2 != 0 || c.index_head_dim < c.qk_rope_head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "qk_rope_head_dim=", c.qk_rope_head_dim, " must be even and <= index_head_dim=",
+        c.index_head_dim));
+  }
+  if (c.rope_type != "default") {
+    return absl::UnimplementedError(absl::StrCat("rope_type `", c.rope_type,
+                                                 "` is not supported; only `default` RoPE"));
+  }
+  WeightLoader w(source, backend_);
+  GLM_ASSIGN_OR_RETURN(embed_, w.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  for (int l = first_layer_; l <= last_layer_; ++l) {
+    GLM_ASSIGN_OR_RETURN(DecoderLayer layer, DecoderLayer::Load(w, c, l));
+    layers_.push_back(std::move(layer));
+  }
+  GLM_ASSIGN_OR_RETURN(final_norm_.weight, w.Vector("model.norm.weight", c.hidden_size));
+  final_norm_.eps = static_cast<float>(c.rms_norm_eps);
+  const std::string head_name = c.tie_word_embeddings && !w.Has("lm_head.weight")
+                                    ? "model.embed_tokens.weight"
+                                    : "lm_head.weight";
+  GLM_ASSIGN_OR_RETURN(lm_head_, w.Matrix(head_name, c.vocab_size, c.hidden_size));
+  std::vector<int> kv_layers;
+  for (int l = first_layer_; l <= last_layer_; ++l) kv_layers.push_back(l);
+  const std::string mtp_prefix = absl::StrCat("model.layers.", L);
+  if (options_.load_mtp && c.num_nextn_predict_layers > 0 && last_layer_ == L - 1 &&
+      w.Has(mtp_prefix + ".eh_proj.weight")) {
+    auto mtp = std::make_unique<MtpLayer>();
+    GLM_ASSIGN_OR_RETURN(mtp->enorm.weight, w.Vector(mtp_prefix + ".enorm.weight", c.hidden_size));
+    GLM_ASSIGN_OR_RETURN(mtp->hnorm.weight, w.Vector(mtp_prefix + ".hnorm.weight", c.hidden_size));
+    GLM_ASSIGN_OR_RETURN(mtp->head_norm.weight,
+                         w.Vector(mtp_prefix + ".shared_head.norm.weight", c.hidden_size));
+    mtp->enorm.eps = mtp->hnorm.eps = mtp->head_norm.eps = static_cast<float>(c.rms_norm_eps);
+    GLM_ASSIGN_OR_RETURN(mtp->eh_proj,
+                         w.Matrix(mtp_prefix + ".eh_proj.weight", c.hidden_size, 2 * c.hidden_size));
+    GLM_ASSIGN_OR_RETURN(DecoderLayer layer, DecoderLayer::Load(w, c, L));
+    mtp->layer = std::make_unique<DecoderLayer>(std::move(layer));
+    mtp_ = std::move(mtp);
+    kv_layers.push_back(L);
+  }
+  // inv_freq[i] = theta^(-2i / rope_dim), computed in fp32 as the reference does.
+  const int num_freqs = static_cast<int>(c.qk_rope_head_dim / 2);
+  std::vector<float> inv_freq(num_freqs);
+  for (int i = 0; i < num_freqs; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.qk_rope_head_dim);
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
+  }
+  inv_freq_ = w.Upload(inv_freq, 1, num_freqs);
+  GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, options_.kv, kv_layers));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepPlan> GlmMoeDsaModel::Plan(const ForwardBatch& batch) const {
+  StepPlan p;
+  const int bs = kv_->geometry().block_size, num_blocks = kv_->geometry().num_blocks;
+  int64_t row = 0;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const SequenceSlice& s = batch.seqs[i];
+    const int64_t n = static_cast<int64_t>(s.token_ids.size());
+    const int64_t total = s.start_pos + n;
+    if (n == 0 || s.start_pos < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s.seq_id, ": slice has ", n, " tokens at start_pos ", s.start_pos,
+          "; a slice needs at least one token and start_pos >= 0"));
+    }
+    if (static_cast<int64_t>(s.block_table.size()) * bs < total) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s.seq_id, ": block_table has ", s.block_table.size(), " blocks of ", bs,
+          " tokens but positions [0, ", total, ") are needed; allocate blocks before the step"));
+    }
+    for (int32_t b : s.block_table) {
+      if (b < 0 || b >= num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": block id ", b,
+                                                       " is outside [0, ", num_blocks, ")"));
+      }
+    }
+    SeqRows sr;
+    sr.row_begin = row;
+    sr.num_rows = n;
+    sr.start_pos = s.start_pos;
+    sr.key_offset = static_cast<int64_t>(p.key_slots.size());
+    sr.expanded = options_.expanded_prefill && n > 1;
+    for (int64_t pos = 0; pos < total; ++pos) {
+      p.key_slots.push_back(s.block_table[pos / bs] * bs + static_cast<int32_t>(pos % bs));
+    }
+    p.out_begin.push_back(static_cast<int64_t>(p.out_rows.size()));
+    for (int64_t j = 0; j < n; ++j) {
+      const int32_t tok = s.token_ids[j];
+      if (tok < 0 || tok >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": token id ", tok,
+                                                       " is outside the vocabulary [0, ",
+                                                       config_.vocab_size, ")"));
+      }
+      const int64_t pos = s.start_pos + j;
+      p.tokens.push_back(tok);
+      p.positions.push_back(static_cast<int32_t>(pos));
+      p.new_slots.push_back(p.key_slots[sr.key_offset + pos]);
+      p.row_offset.push_back(static_cast<int32_t>(sr.key_offset));
+      p.row_num_keys.push_back(static_cast<int32_t>(pos + 1));
+      if (s.all_logits || j == n - 1) p.out_rows.push_back(static_cast<int32_t>(row + j));
+    }
+    p.max_num_keys = std::max<int32_t>(p.max_num_keys, static_cast<int32_t>(total));
+    p.seqs.push_back(sr);
+    row += n;
+  }
+  if (row == 0) return absl::InvalidArgumentError("empty batch: no sequence slices");
+  return p;
+}
+
+void GlmMoeDsaModel::Begin(const StepPlan& p, StepContext* ctx, int32_t** tokens) {
+  ws_.Reset();
+  auto upload = [&](const std::vector<int32_t>& v) {
+    int32_t* d = ws_.Ints(std::max<int64_t>(1, static_cast<int64_t>(v.size())));
+    backend_->CopyToDevice(d, v.data(), v.size() * sizeof(int32_t));
+    return d;
+  };
+  const int64_t T = static_cast<int64_t>(p.tokens.size());
+  ctx->backend = backend_;
+  ctx->ws = &ws_;
+  ctx->config = &config_;
+  ctx->num_rows = T;
+  *tokens = upload(p.tokens);
+  ctx->positions = upload(p.positions);
+  ctx->new_slots = upload(p.new_slots);
+  ctx->table.slots = upload(p.key_slots);
+  ctx->table.row_offset = upload(p.row_offset);
+  ctx->table.row_num_keys = upload(p.row_num_keys);
+  ctx->table.max_num_keys = p.max_num_keys;
+  std::vector<int32_t> identity(p.max_num_keys);
+  for (int32_t i = 0; i < p.max_num_keys; ++i) identity[i] = i;
+  ctx->identity = upload(identity);
+  ctx->zeros = upload(std::vector<int32_t>(T, 0));
+  ctx->inv_freq = inv_freq_.data();
+  ctx->seqs = p.seqs;
+  ctx->all_absorbed = std::none_of(p.seqs.begin(), p.seqs.end(),
+                                   [](const SeqRows& s) { return s.expanded; });
+  ctx->topk = ws_.Ints(T * config_.index_topk);  // [T, index_topk]
+  ctx->topk_valid = false;
+}
+
+void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBatch& batch,
+                            const MatView& x, const RmsNormLayer& norm, const MatView* hidden_rows,
+                            ForwardResult* result) {
+  const int64_t R = static_cast<int64_t>(p.out_rows.size()), H = config_.hidden_size,
+                V = config_.vocab_size;
+  int32_t* rows = ws_.Ints(R);
+  backend_->CopyToDevice(rows, p.out_rows.data(), R * sizeof(int32_t));
+  MatView sel = ctx.ws->Mat(R, H);  // [R, H]
+  backend_->GatherRows(x, rows, sel);
+  MatView hidden_sel = sel;
+  if (hidden_rows != nullptr) {  // hidden to return differs from the normed rows (MTP)
+    hidden_sel = ctx.ws->Mat(R, H);
+    backend_->GatherRows(*hidden_rows, rows, hidden_sel);
+  }
+  norm.Forward(ctx, sel, sel);
+  if (hidden_rows == nullptr) hidden_sel = sel;
+  MatView logits = ctx.ws->Mat(R, V);  // [R, vocab_size]
+  backend_->Linear(sel, lm_head_.view, logits, false);
+  result->seqs.resize(batch.seqs.size());
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const int64_t begin = p.out_begin[i];
+    const int64_t end = i + 1 < batch.seqs.size() ? p.out_begin[i + 1] : R;
+    SequenceOutput& out = result->seqs[i];
+    out.logits.resize((end - begin) * V);
+    backend_->CopyToHost(out.logits.data(), logits.Row(begin), (end - begin) * V * sizeof(float));
+    out.hidden.clear();
+    if (batch.seqs[i].want_hidden) {
+      out.hidden.resize((end - begin) * H);
+      backend_->CopyToHost(out.hidden.data(), hidden_sel.Row(begin),
+                           (end - begin) * H * sizeof(float));
+    }
+  }
+  backend_->Synchronize();
+}
+
+absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* result) {
+  if (!full_model()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "this model holds layers [", first_layer_, ", ", last_layer_,
+        "]; Forward needs the whole model until pipeline stages exchange activations (issue 3)"));
+  }
+  GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
+  StepContext ctx;
+  int32_t* tokens = nullptr;
+  Begin(plan, &ctx, &tokens);
+  MatView h = ws_.Mat(ctx.num_rows, config_.hidden_size);  // [T, H] residual stream
+  backend_->GatherRows(embed_.view, tokens, h);
+  for (const DecoderLayer& layer : layers_) layer.Forward(ctx, h, kv_->layer(layer.layer_idx));
+  Finish(ctx, plan, batch, h, final_norm_, nullptr, result);
+  return absl::OkStatus();
+}
+
+absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,
+                                        const std::vector<std::vector<float>>& hidden,
+                                        ForwardResult* result) {
+  if (mtp_ == nullptr) {
+    return absl::UnimplementedError(
+        "this model has no MTP layer (num_nextn_predict_layers is 0, the checkpoint lacks "
+        "model.layers.<num_hidden_layers>.eh_proj, or load_mtp was false)");
+  }
+  GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
+  const int64_t H = config_.hidden_size;
+  if (hidden.size() != batch.seqs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ForwardMtp: ", hidden.size(),
+                                                   " hidden blocks for ", batch.seqs.size(),
+                                                   " sequences; pass one per sequence"));
+  }
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const size_t want = batch.seqs[i].token_ids.size() * H;
+    if (hidden[i].size() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ForwardMtp: sequence ", batch.seqs[i].seq_id, " has ", hidden[i].size(),
+          " hidden values; expected num_tokens * hidden_size = ", want));
+    }
+  }
+  StepContext ctx;
+  int32_t* tokens = nullptr;
+  Begin(plan, &ctx, &tokens);
+  const int64_t T = ctx.num_rows;
+  MatView h_in = ws_.Mat(T, H);  // [T, H] main model's post-norm hidden at t
+  for (const SeqRows& s : plan.seqs) {
+    const auto& src = hidden[&s - plan.seqs.data()];
+    backend_->CopyToDevice(h_in.Row(s.row_begin), src.data(), src.size() * sizeof(float));
+  }
+  MatView e = ws_.Mat(T, H);  // [T, H] embedding of token t+1
+  backend_->GatherRows(embed_.view, tokens, e);
+  MatView cat = ws_.Mat(T, 2 * H);  // [T, 2H] = enorm(e) | hnorm(h)
+  mtp_->enorm.Forward(ctx, e, cat.Cols(0, H));
+  mtp_->hnorm.Forward(ctx, h_in, cat.Cols(H, H));
+  MatView x = ws_.Mat(T, H);  // [T, H]
+  backend_->Linear(cat, mtp_->eh_proj.view, x, false);
+  mtp_->layer->Forward(ctx, x, kv_->layer(config_.num_hidden_layers));
+  // want_hidden returns the MTP layer output before shared_head.norm (the next draft step's h).
+  Finish(ctx, plan, batch, x, mtp_->head_norm, &x, result);
+  return absl::OkStatus();
+}
+
+#ifdef GLM_HAVE_WEIGHTS
+class StoreWeights : public WeightSource {
+ public:
+  explicit StoreWeights(std::unique_ptr<WeightStore> store) : store_(std::move(store)) {}
+  bool Has(const std::string& name) const override { return store_->Contains(name); }
+  absl::StatusOr<std::vector<float>> ReadFloat(const std::string& name,
+                                               std::vector<int64_t>* shape) override {
+    GLM_ASSIGN_OR_RETURN(TensorView view, store_->Get(name));
+    if (shape != nullptr) *shape = view.shape;
+    return store_->ReadFloat(name);
+  }
+
+ private:
+  std::unique_ptr<WeightStore> store_;
+};
+#endif
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> CreateGlmMoeDsa(const ModelConfig& config,
+                                                      WeightSource& weights, Backend* backend,
+                                                      const ModelLoadOptions& options) {
+  auto model = std::make_unique<GlmMoeDsaModel>(config, options, backend);
+  GLM_RETURN_IF_ERROR(model->Load(weights));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& options) {
+#ifdef GLM_HAVE_WEIGHTS
+  GLM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
+  WeightStoreOptions store_options;
+  if (config.quantization.has_value()) {
+    store_options.block = {config.quantization->block_rows, config.quantization->block_cols};
+  }
+  LayerSelection sel;
+  sel.first_layer = options.first_layer;
+  sel.last_layer = options.last_layer < 0 ? config.num_hidden_layers - 1 : options.last_layer;
+  sel.embedding = true;
+  sel.head = true;
+  sel.num_hidden_layers = config.num_hidden_layers;
+  sel.mtp = options.load_mtp;
+  store_options.filter = LayerRangeFilter(sel);
+  store_options.verify_total_size = false;
+  auto store = WeightStore::Open(options.model_dir, std::move(store_options));
+  if (!store.ok()) return Annotate(store.status(), options.model_dir);
+  StoreWeights weights(std::move(store).value());
+  auto backend = CreateCpuBackend(options.num_threads);
+  auto model = std::make_unique<GlmMoeDsaModel>(config, options, backend.get());
+  if (absl::Status s = model->Load(weights); !s.ok()) return Annotate(s, options.model_dir);
+  model->owned_backend = std::move(backend);
+  return std::unique_ptr<Model>(std::move(model));
+#else
+  return absl::UnimplementedError(absl::StrCat(
+      "LoadGlmMoeDsa(", options.model_dir, "): built without engine/weights (glm_weights)"));
+#endif
+}
+
+}  // namespace glm::engine

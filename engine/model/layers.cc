@@ -1,0 +1,372 @@
+#include "engine/model/layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+
+namespace glm::engine {
+
+void* Workspace::Take(size_t bytes) {
+  bytes = (bytes + 63) / 64 * 64;
+  while (chunk_ < chunks_.size() && offset_ + bytes > chunks_[chunk_]->bytes()) {
+    ++chunk_;
+    offset_ = 0;
+  }
+  if (chunk_ == chunks_.size()) {
+    constexpr size_t kMinChunk = 8u << 20;
+    chunks_.push_back(backend_->Allocate(std::max(bytes, kMinChunk)));
+    offset_ = 0;
+  }
+  void* p = static_cast<char*>(chunks_[chunk_]->data()) + offset_;
+  offset_ += bytes;
+  return p;
+}
+
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> WeightLoader::Host(const std::string& name, int64_t rows,
+                                                      int64_t cols) {
+  std::vector<int64_t> shape;
+  GLM_ASSIGN_OR_RETURN(std::vector<float> data, source_.ReadFloat(name, &shape));
+  const bool is_vector = rows == 1;
+  const bool ok = is_vector ? (shape.size() == 1 && shape[0] == cols)
+                            : (shape.size() == 2 && shape[0] == rows && shape[1] == cols);
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " has shape ", ShapeString(shape), "; config.json implies ",
+        is_vector ? ShapeString({cols}) : ShapeString({rows, cols}),
+        ". Check that config.json belongs to this checkpoint"));
+  }
+  return data;
+}
+
+DeviceMatrix WeightLoader::Upload(const std::vector<float>& data, int64_t rows, int64_t cols) {
+  DeviceMatrix m;
+  m.buffer = backend_->Allocate(data.size() * sizeof(float));
+  backend_->CopyToDevice(m.buffer->data(), data.data(), data.size() * sizeof(float));
+  m.view = {m.buffer->f32(), rows, cols, cols};
+  return m;
+}
+
+absl::StatusOr<DeviceMatrix> WeightLoader::Matrix(const std::string& name, int64_t rows,
+                                                  int64_t cols) {
+  GLM_ASSIGN_OR_RETURN(std::vector<float> data, Host(name, rows, cols));
+  return Upload(data, rows, cols);
+}
+
+absl::StatusOr<DeviceMatrix> WeightLoader::Vector(const std::string& name, int64_t size) {
+  GLM_ASSIGN_OR_RETURN(std::vector<float> data, Host(name, 1, size));
+  return Upload(data, 1, size);
+}
+
+// ---- DenseMlp ---------------------------------------------------------------------------------
+
+absl::StatusOr<DenseMlp> DenseMlp::Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
+                                        int64_t inter) {
+  DenseMlp m;
+  GLM_ASSIGN_OR_RETURN(m.gate, w.Matrix(prefix + ".gate_proj.weight", inter, hidden));
+  GLM_ASSIGN_OR_RETURN(m.up, w.Matrix(prefix + ".up_proj.weight", inter, hidden));
+  GLM_ASSIGN_OR_RETURN(m.down, w.Matrix(prefix + ".down_proj.weight", hidden, inter));
+  return m;
+}
+
+void DenseMlp::Forward(StepContext& ctx, const MatView& x, const MatView& out) const {
+  const int64_t inter = gate.view.rows;
+  MatView g = ctx.ws->Mat(x.rows, inter);  // [T, inter]
+  MatView u = ctx.ws->Mat(x.rows, inter);  // [T, inter]
+  ctx.backend->Linear(x, gate.view, g, false);
+  ctx.backend->Linear(x, up.view, u, false);
+  ctx.backend->SiluMul(g, u, g);
+  ctx.backend->Linear(g, down.view, out, false);  // [T, H]
+}
+
+// ---- Moe --------------------------------------------------------------------------------------
+
+absl::StatusOr<Moe> Moe::Load(WeightLoader& w, const ModelConfig& c, const std::string& prefix) {
+  Moe m;
+  const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size;
+  GLM_ASSIGN_OR_RETURN(m.router, w.Matrix(prefix + ".gate.weight", c.n_routed_experts, hidden));
+  const std::string bias_name = prefix + ".gate.e_score_correction_bias";
+  if (w.Has(bias_name)) {
+    GLM_ASSIGN_OR_RETURN(m.bias, w.Vector(bias_name, c.n_routed_experts));
+  } else {
+    m.bias = w.Upload(std::vector<float>(c.n_routed_experts, 0.0f), 1, c.n_routed_experts);
+  }
+  for (int e = 0; e < c.n_routed_experts; ++e) {
+    GLM_ASSIGN_OR_RETURN(DenseMlp expert,
+                         DenseMlp::Load(w, absl::StrCat(prefix, ".experts.", e), hidden, inter));
+    m.experts.push_back(std::move(expert));
+  }
+  for (const DenseMlp& e : m.experts) {
+    m.gate_views.push_back(e.gate.view);
+    m.up_views.push_back(e.up.view);
+    m.down_views.push_back(e.down.view);
+  }
+  GLM_ASSIGN_OR_RETURN(m.shared, DenseMlp::Load(w, prefix + ".shared_experts", hidden,
+                                                inter * std::max(1, c.n_shared_experts)));
+  m.top_k = c.num_experts_per_tok;
+  m.renormalize = c.norm_topk_prob;
+  m.scale = static_cast<float>(c.routed_scaling_factor);
+  return m;
+}
+
+void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const {
+  const int64_t T = x.rows, num_experts = router.view.rows;
+  MatView logits = ctx.ws->Mat(T, num_experts);  // [T, n_routed_experts], fp32 router
+  ctx.backend->Linear(x, router.view, logits, false);
+  int32_t* ids = ctx.ws->Ints(T * top_k);        // [T, top_k]
+  float* weights = ctx.ws->Floats(T * top_k);    // [T, top_k]
+  ctx.backend->MoeRoute(logits, bias.data(), top_k, renormalize, scale, ids, weights);
+  ctx.backend->Fill(out, 0.0f);
+  ExpertWeights ew{gate_views.data(), up_views.data(), down_views.data(),
+                   static_cast<int32_t>(experts.size())};
+  ctx.backend->MoeExperts(x, ids, weights, top_k, ew, out);
+  MatView shared_out = ctx.ws->Mat(T, x.cols);  // [T, H]
+  shared.Forward(ctx, x, shared_out);
+  ctx.backend->Add(shared_out, out);
+}
+
+// ---- Indexer ----------------------------------------------------------------------------------
+
+absl::StatusOr<Indexer> Indexer::Load(WeightLoader& w, const ModelConfig& c,
+                                      const std::string& prefix) {
+  Indexer ix;
+  GLM_ASSIGN_OR_RETURN(ix.wq_b, w.Matrix(prefix + ".wq_b.weight", c.index_n_heads * c.index_head_dim,
+                                         c.q_lora_rank));
+  GLM_ASSIGN_OR_RETURN(ix.wk, w.Matrix(prefix + ".wk.weight", c.index_head_dim, c.hidden_size));
+  GLM_ASSIGN_OR_RETURN(ix.k_norm_w, w.Vector(prefix + ".k_norm.weight", c.index_head_dim));
+  GLM_ASSIGN_OR_RETURN(ix.k_norm_b, w.Vector(prefix + ".k_norm.bias", c.index_head_dim));
+  GLM_ASSIGN_OR_RETURN(ix.weights_proj,
+                       w.Matrix(prefix + ".weights_proj.weight", c.index_n_heads, c.hidden_size));
+  return ix;
+}
+
+void Indexer::Forward(StepContext& ctx, const MatView& a, const MatView& cq,
+                      const LayerKv& kv) const {
+  const ModelConfig& c = *ctx.config;
+  const int64_t T = ctx.num_rows, n_heads = c.index_n_heads, head_dim = c.index_head_dim;
+  const int num_freqs = static_cast<int>(c.qk_rope_head_dim / 2);
+  MatView q = ctx.ws->Mat(T, n_heads * head_dim);  // [T, n_heads * head_dim]
+  ctx.backend->Linear(cq, wq_b.view, q, false);
+  HeadsView qh{q.data, T, n_heads, head_dim, n_heads * head_dim, head_dim};
+  // Dims [0, qk_rope_head_dim) of each head are roped, the rest pass through.
+  ctx.backend->RopeInterleaved(qh, ctx.positions, ctx.inv_freq, num_freqs);
+  MatView k = ctx.ws->Mat(T, head_dim);  // [T, head_dim]
+  ctx.backend->Linear(a, wk.view, k, false);
+  ctx.backend->LayerNorm(k, k_norm_w.data(), k_norm_b.data(),
+                         static_cast<float>(c.indexer_norm_eps), k);
+  ctx.backend->RopeInterleaved(HeadsView{k.data, T, 1, head_dim, head_dim, 0}, ctx.positions,
+                               ctx.inv_freq, num_freqs);
+  ctx.backend->ScatterRows(k, ctx.new_slots, kv.index_keys);
+  MatView w = ctx.ws->Mat(T, n_heads);  // [T, n_heads]
+  ctx.backend->Linear(a, weights_proj.view, w, false);
+  IndexerTopKArgs args;
+  args.q = qh;
+  args.weights = w;
+  args.keys = kv.index_keys;
+  args.table = ctx.table;
+  args.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n_heads)));
+  args.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  args.top_k = static_cast<int32_t>(c.index_topk);
+  args.out = ctx.topk;
+  ctx.backend->IndexerTopK(args);
+  ctx.topk_valid = true;
+}
+
+// ---- MlaAttention -----------------------------------------------------------------------------
+
+absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConfig& c,
+                                                const std::string& prefix, bool has_indexer) {
+  MlaAttention m;
+  const int64_t H = c.hidden_size, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
+                rope = c.qk_rope_head_dim, vd = c.v_head_dim, kvr = c.kv_lora_rank;
+  GLM_ASSIGN_OR_RETURN(m.q_a, w.Matrix(prefix + ".q_a_proj.weight", c.q_lora_rank, H));
+  GLM_ASSIGN_OR_RETURN(m.q_a_norm, w.Vector(prefix + ".q_a_layernorm.weight", c.q_lora_rank));
+  GLM_ASSIGN_OR_RETURN(m.q_b, w.Matrix(prefix + ".q_b_proj.weight", nh * (nope + rope),
+                                       c.q_lora_rank));
+  GLM_ASSIGN_OR_RETURN(m.kv_a, w.Matrix(prefix + ".kv_a_proj_with_mqa.weight", kvr + rope, H));
+  GLM_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector(prefix + ".kv_a_layernorm.weight", kvr));
+  GLM_ASSIGN_OR_RETURN(std::vector<float> kv_b,
+                       w.Host(prefix + ".kv_b_proj.weight", nh * (nope + vd), kvr));
+  // W_UK^T per head: w_uk_t[h][c][d] = kv_b[h * (nope + vd) + d][c], d < nope.
+  std::vector<float> uk_t(nh * kvr * nope);
+  for (int64_t h = 0; h < nh; ++h) {
+    for (int64_t d = 0; d < nope; ++d) {
+      const float* row = kv_b.data() + (h * (nope + vd) + d) * kvr;
+      for (int64_t ci = 0; ci < kvr; ++ci) uk_t[(h * kvr + ci) * nope + d] = row[ci];
+    }
+  }
+  m.w_uk_t = w.Upload(uk_t, nh * kvr, nope);
+  m.kv_b = w.Upload(kv_b, nh * (nope + vd), kvr);
+  GLM_ASSIGN_OR_RETURN(m.o_proj, w.Matrix(prefix + ".o_proj.weight", H, nh * vd));
+  if (has_indexer) {
+    GLM_ASSIGN_OR_RETURN(Indexer ix, Indexer::Load(w, c, prefix + ".indexer"));
+    m.indexer = std::make_unique<Indexer>(std::move(ix));
+  }
+  return m;
+}
+
+void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv,
+                           const MatView& out) const {
+  const ModelConfig& c = *ctx.config;
+  const int64_t T = ctx.num_rows, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
+                rope = c.qk_rope_head_dim, kvr = c.kv_lora_rank, qk = nope + rope;
+  const int num_freqs = static_cast<int>(rope / 2);
+  Backend* b = ctx.backend;
+  const float latent_eps = static_cast<float>(c.latent_norm_eps);
+
+  MatView cq = ctx.ws->Mat(T, c.q_lora_rank);  // [T, q_lora_rank]
+  b->Linear(a, q_a.view, cq, false);
+  b->RmsNorm(cq, q_a_norm.data(), latent_eps, cq);
+  MatView q = ctx.ws->Mat(T, nh * qk);  // [T, nh, nope + rope]
+  b->Linear(cq, q_b.view, q, false);
+  HeadsView qh{q.data, T, nh, qk, nh * qk, qk};
+  b->RopeInterleaved(qh.Dims(nope, rope), ctx.positions, ctx.inv_freq, num_freqs);
+
+  MatView lat = ctx.ws->Mat(T, kvr + rope);  // [T, kv_lora_rank + rope]: c_kv | k_pe
+  b->Linear(a, kv_a.view, lat, false);
+  b->RmsNorm(lat.Cols(0, kvr), kv_a_norm.data(), latent_eps, lat.Cols(0, kvr));
+  b->RopeInterleaved(HeadsView{lat.data + kvr, T, 1, rope, kvr + rope, 0}, ctx.positions,
+                     ctx.inv_freq, num_freqs);
+  b->ScatterRows(lat, ctx.new_slots, kv.latent);
+
+  if (indexer != nullptr) {
+    indexer->Forward(ctx, a, cq, kv);
+  } else if (!ctx.topk_valid) {
+    // A "shared" layer with no full layer before it in this shard: HF runs the indexer then,
+    // but this layer has no indexer weights. Config validation rejects such layouts.
+    const int64_t k = c.index_topk;
+    std::vector<int32_t> all(T * k);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < k; ++i) all[t * k + i] = static_cast<int32_t>(i);
+    }
+    b->CopyToDevice(ctx.topk, all.data(), all.size() * sizeof(int32_t));
+  }
+
+  MatView o = ctx.ws->Mat(T, nh * c.v_head_dim);  // [T, nh * v_head_dim]
+  if (ctx.all_absorbed) {
+    Absorbed(ctx, qh, 0, T, kv, o);
+  } else {
+    for (const SeqRows& s : ctx.seqs) {
+      if (s.expanded) {
+        Expanded(ctx, qh, s, kv, o);
+      } else {
+        Absorbed(ctx, qh, s.row_begin, s.num_rows, kv, o);
+      }
+    }
+  }
+  b->Linear(o, o_proj.view, out, false);
+}
+
+void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin,
+                            int64_t num_rows, const LayerKv& kv, const MatView& o) const {
+  const ModelConfig& c = *ctx.config;
+  const int64_t nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
+                kvr = c.kv_lora_rank, vd = c.v_head_dim;
+  Backend* b = ctx.backend;
+  HeadsView qr = q.Rows(row_begin, num_rows);
+  // q_lat = q_nope . W_UK: [n, nh, kv_lora_rank]
+  MatView q_lat = ctx.ws->Mat(num_rows, nh * kvr);
+  HeadsView q_lat_h{q_lat.data, num_rows, nh, kvr, nh * kvr, kvr};
+  b->LinearPerHead(qr.Dims(0, nope), w_uk_t.data(), kvr * nope, nope, q_lat_h);
+  MatView o_lat = ctx.ws->Mat(num_rows, nh * kvr);  // [n, nh, kv_lora_rank]
+  HeadsView o_lat_h{o_lat.data, num_rows, nh, kvr, nh * kvr, kvr};
+  const int64_t slots = kv.latent.rows, ld = kv.latent.ld;
+  AttentionArgs args;
+  args.q_a = q_lat_h;
+  args.q_b = qr.Dims(nope, rope);
+  args.k_a = HeadsView{kv.latent.data, slots, nh, kvr, ld, 0};
+  args.k_b = HeadsView{kv.latent.data + kvr, slots, nh, rope, ld, 0};
+  args.v = args.k_a;
+  args.table = ctx.table;
+  args.table.row_offset += row_begin;
+  args.table.row_num_keys += row_begin;
+  args.indices = ctx.topk + row_begin * c.index_topk;
+  args.index_width = static_cast<int32_t>(c.index_topk);
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(nope + rope)));
+  args.out = o_lat_h;
+  b->Attention(args);
+  // o = o_lat . W_UV^T per head; W_UV[h] = kv_b rows h * (nope + vd) + nope .. + vd.
+  HeadsView oh{o.data + row_begin * o.ld, num_rows, nh, vd, o.ld, vd};
+  b->LinearPerHead(o_lat_h, kv_b.data() + nope * kvr, (nope + vd) * kvr, kvr, oh);
+}
+
+void MlaAttention::Expanded(StepContext& ctx, const HeadsView& q, const SeqRows& s,
+                            const LayerKv& kv, const MatView& o) const {
+  const ModelConfig& c = *ctx.config;
+  const int64_t nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
+                kvr = c.kv_lora_rank, vd = c.v_head_dim;
+  Backend* b = ctx.backend;
+  const int64_t num_keys = s.start_pos + s.num_rows;
+  MatView lat = ctx.ws->Mat(num_keys, kvr + rope);  // [S, kvr + rope] this sequence's cache
+  b->GatherRows(kv.latent, ctx.table.slots + s.key_offset, lat);
+  MatView kvx = ctx.ws->Mat(num_keys, nh * (nope + vd));  // [S, nh, nope + vd]
+  b->Linear(lat.Cols(0, kvr), kv_b.view, kvx, false);
+  AttentionArgs args;
+  args.q_a = q.Rows(s.row_begin, s.num_rows).Dims(0, nope);
+  args.q_b = q.Rows(s.row_begin, s.num_rows).Dims(nope, rope);
+  args.k_a = HeadsView{kvx.data, num_keys, nh, nope, kvx.ld, nope + vd};
+  args.k_b = HeadsView{lat.data + kvr, num_keys, nh, rope, lat.ld, 0};
+  args.v = HeadsView{kvx.data + nope, num_keys, nh, vd, kvx.ld, nope + vd};
+  args.table.slots = ctx.identity;
+  args.table.row_offset = ctx.zeros;
+  args.table.row_num_keys = ctx.table.row_num_keys + s.row_begin;
+  args.table.max_num_keys = static_cast<int32_t>(num_keys);
+  args.indices = ctx.topk + s.row_begin * c.index_topk;
+  args.index_width = static_cast<int32_t>(c.index_topk);
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(nope + rope)));
+  args.out = HeadsView{o.data + s.row_begin * o.ld, s.num_rows, nh, vd, o.ld, vd};
+  b->Attention(args);
+}
+
+// ---- DecoderLayer -----------------------------------------------------------------------------
+
+absl::StatusOr<DecoderLayer> DecoderLayer::Load(WeightLoader& w, const ModelConfig& c,
+                                                int layer_idx) {
+  DecoderLayer d;
+  d.layer_idx = layer_idx;
+  const std::string p = absl::StrCat("model.layers.", layer_idx);
+  GLM_ASSIGN_OR_RETURN(d.input_norm.weight, w.Vector(p + ".input_layernorm.weight", c.hidden_size));
+  GLM_ASSIGN_OR_RETURN(d.post_norm.weight,
+                       w.Vector(p + ".post_attention_layernorm.weight", c.hidden_size));
+  d.input_norm.eps = d.post_norm.eps = static_cast<float>(c.rms_norm_eps);
+  GLM_ASSIGN_OR_RETURN(d.attn, MlaAttention::Load(w, c, p + ".self_attn", c.HasIndexer(layer_idx)));
+  if (c.IsMoeLayer(layer_idx)) {
+    GLM_ASSIGN_OR_RETURN(Moe moe, Moe::Load(w, c, p + ".mlp"));
+    d.moe = std::make_unique<Moe>(std::move(moe));
+  } else {
+    GLM_ASSIGN_OR_RETURN(DenseMlp mlp,
+                         DenseMlp::Load(w, p + ".mlp", c.hidden_size, c.intermediate_size));
+    d.mlp = std::make_unique<DenseMlp>(std::move(mlp));
+  }
+  return d;
+}
+
+void DecoderLayer::Forward(StepContext& ctx, const MatView& h, const LayerKv& kv) const {
+  const int64_t T = h.rows, H = h.cols;
+  MatView x = ctx.ws->Mat(T, H);    // [T, H] normed input
+  MatView out = ctx.ws->Mat(T, H);  // [T, H] sublayer output
+  input_norm.Forward(ctx, h, x);
+  attn.Forward(ctx, x, kv, out);
+  ctx.backend->Add(out, h);
+  post_norm.Forward(ctx, h, x);
+  if (moe != nullptr) {
+    moe->Forward(ctx, x, out);
+  } else {
+    mlp->Forward(ctx, x, out);
+  }
+  ctx.backend->Add(out, h);
+}
+
+}  // namespace glm::engine

@@ -1,0 +1,171 @@
+// The layers of GlmMoeDsaForCausalLM (spec §3), written against the Backend ops only. Each layer
+// owns its weights (backend memory) and runs on the rows of one forward step (StepContext).
+// Shapes: T = rows of the step (new tokens of all sequences), H = hidden_size.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/config/model_config.h"
+#include "engine/model/weight_source.h"
+
+namespace glm::engine {
+
+// Scratch memory for one forward step, carved from backend buffers that persist across steps:
+// after the first step of a given size no allocation happens. Reset() at the start of a step.
+class Workspace {
+ public:
+  explicit Workspace(Backend* backend) : backend_(backend) {}
+  void Reset() {
+    chunk_ = 0;
+    offset_ = 0;
+  }
+  MatView Mat(int64_t rows, int64_t cols) {
+    return {static_cast<float*>(Take(rows * cols * sizeof(float))), rows, cols, cols};
+  }
+  int32_t* Ints(int64_t n) { return static_cast<int32_t*>(Take(n * sizeof(int32_t))); }
+  float* Floats(int64_t n) { return static_cast<float*>(Take(n * sizeof(float))); }
+
+ private:
+  void* Take(size_t bytes);
+
+  Backend* backend_;
+  std::vector<std::unique_ptr<Buffer>> chunks_;
+  size_t chunk_ = 0;
+  size_t offset_ = 0;
+};
+
+// A parameter in backend memory.
+struct DeviceMatrix {
+  std::unique_ptr<Buffer> buffer;
+  MatView view;  // [rows, cols]
+  const float* data() const { return view.data; }
+};
+
+// Reads parameters from a WeightSource, checks their shapes, and copies them to the backend.
+class WeightLoader {
+ public:
+  WeightLoader(WeightSource& source, Backend* backend) : source_(source), backend_(backend) {}
+  // A tensor of shape [rows, cols] (a Linear weight [out, in]).
+  absl::StatusOr<DeviceMatrix> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A 1-D tensor of `size` elements, viewed as [1, size].
+  absl::StatusOr<DeviceMatrix> Vector(const std::string& name, int64_t size);
+  // Host copy of a tensor (load-time transforms such as MLA absorption).
+  absl::StatusOr<std::vector<float>> Host(const std::string& name, int64_t rows, int64_t cols);
+  DeviceMatrix Upload(const std::vector<float>& data, int64_t rows, int64_t cols);
+  bool Has(const std::string& name) const { return source_.Has(name); }
+
+ private:
+  WeightSource& source_;
+  Backend* backend_;
+};
+
+// Per-step row bookkeeping shared by all layers (device arrays unless said otherwise).
+struct SeqRows {  // host
+  int64_t row_begin = 0;   // first row of this sequence in the step
+  int64_t num_rows = 0;    // new tokens
+  int64_t start_pos = 0;   // positions < start_pos are cached
+  int64_t key_offset = 0;  // offset of its key slots in KeyTable::slots
+  bool expanded = false;   // expanded (kv_b_proj) attention form for this sequence
+};
+
+struct StepContext {
+  Backend* backend = nullptr;
+  Workspace* ws = nullptr;
+  const ModelConfig* config = nullptr;
+  int64_t num_rows = 0;                 // T
+  const int32_t* positions = nullptr;   // [T]
+  const int32_t* new_slots = nullptr;   // [T] cache rows the new tokens are written to
+  KeyTable table;                       // cache rows of every visible position, per row
+  const int32_t* identity = nullptr;    // [max keys] 0, 1, 2, ... (expanded-form key table)
+  const int32_t* zeros = nullptr;       // [T]
+  const float* inv_freq = nullptr;      // [qk_rope_head_dim / 2]
+  std::vector<SeqRows> seqs;            // host
+  bool all_absorbed = true;             // no sequence uses the expanded form
+  int32_t* topk = nullptr;              // [T, index_topk] current top-k (IndexShare carries it)
+  bool topk_valid = false;              // a full indexer ran earlier in this step
+};
+
+// One layer's paged KV: latent rows [num_slots, kv_lora_rank + qk_rope_head_dim] (c_kv normed,
+// k_pe roped, interleaved pair order) and, on full-indexer layers, indexer keys
+// [num_slots, index_head_dim]. num_slots = num_blocks * block_size; slot = block * bs + offset.
+struct LayerKv {
+  MatView latent;
+  MatView index_keys;  // rows == 0 when the layer has no indexer
+};
+
+struct RmsNormLayer {
+  DeviceMatrix weight;
+  float eps = 1e-5f;
+  void Forward(StepContext& ctx, const MatView& x, const MatView& y) const {
+    ctx.backend->RmsNorm(x, weight.data(), eps, y);
+  }
+};
+
+// SwiGLU: down(silu(gate x) * up x).
+struct DenseMlp {
+  DeviceMatrix gate, up, down;
+  static absl::StatusOr<DenseMlp> Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
+                                       int64_t inter);
+  void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
+};
+
+// Sigmoid-routed MoE with a shared expert (spec §3.4).
+struct Moe {
+  DeviceMatrix router;  // [n_routed_experts, H]
+  DeviceMatrix bias;    // [1, n_routed_experts] e_score_correction_bias
+  std::vector<DenseMlp> experts;
+  std::vector<MatView> gate_views, up_views, down_views;
+  DenseMlp shared;
+  int top_k = 1;
+  bool renormalize = true;
+  float scale = 1.0f;
+  static absl::StatusOr<Moe> Load(WeightLoader& w, const ModelConfig& c, const std::string& prefix);
+  void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
+};
+
+// DSA lightning indexer (spec §3.3). Writes its keys to the layer's cache and ctx.topk.
+struct Indexer {
+  DeviceMatrix wq_b;          // [n_heads * head_dim, q_lora_rank]
+  DeviceMatrix wk;            // [head_dim, H]
+  DeviceMatrix k_norm_w, k_norm_b;
+  DeviceMatrix weights_proj;  // [n_heads, H]
+  static absl::StatusOr<Indexer> Load(WeightLoader& w, const ModelConfig& c,
+                                      const std::string& prefix);
+  // a: [T, H] attention input; cq: [T, q_lora_rank] normed query latent.
+  void Forward(StepContext& ctx, const MatView& a, const MatView& cq, const LayerKv& kv) const;
+};
+
+// Multi-head latent attention with DSA sparsity (spec §3.2).
+struct MlaAttention {
+  DeviceMatrix q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o_proj;
+  DeviceMatrix w_uk_t;  // [num_heads, kv_lora_rank, qk_nope_head_dim] (absorbed query)
+  std::unique_ptr<Indexer> indexer;  // null on IndexShare "shared" layers
+  static absl::StatusOr<MlaAttention> Load(WeightLoader& w, const ModelConfig& c,
+                                           const std::string& prefix, bool has_indexer);
+  // a: [T, H] normed input; out: [T, H].
+  void Forward(StepContext& ctx, const MatView& a, const LayerKv& kv, const MatView& out) const;
+
+ private:
+  void Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin, int64_t num_rows,
+                const LayerKv& kv, const MatView& o) const;
+  void Expanded(StepContext& ctx, const HeadsView& q, const SeqRows& seq, const LayerKv& kv,
+                const MatView& o) const;
+};
+
+struct DecoderLayer {
+  int layer_idx = 0;
+  RmsNormLayer input_norm, post_norm;
+  MlaAttention attn;
+  std::unique_ptr<DenseMlp> mlp;  // dense layers
+  std::unique_ptr<Moe> moe;       // sparse layers
+  static absl::StatusOr<DecoderLayer> Load(WeightLoader& w, const ModelConfig& c, int layer_idx);
+  // h: [T, H] residual stream, updated in place.
+  void Forward(StepContext& ctx, const MatView& h, const LayerKv& kv) const;
+};
+
+}  // namespace glm::engine
