@@ -29,7 +29,8 @@ BlockHash BlockManager::HashBlock(BlockHash parent, absl::Span<const int32_t> to
   return h;
 }
 
-int BlockManager::CachedPrefixLength(absl::Span<const int32_t> token_ids, int max_tokens) const {
+int BlockManager::CachedPrefixLength(absl::Span<const int32_t> token_ids, int max_tokens,
+                                     bool match_next_token) const {
   if (!enable_prefix_caching_) return 0;
   const int64_t limit = std::min<int64_t>(max_tokens, static_cast<int64_t>(token_ids.size()));
   BlockHash parent = kRootHash;
@@ -44,6 +45,11 @@ int BlockManager::CachedPrefixLength(absl::Span<const int32_t> token_ids, int ma
         !std::equal(b.token_ids.begin(), b.token_ids.end(), block_tokens.begin())) {
       break;  // hash collision: treat as a miss
     }
+    if (match_next_token &&
+        (start + block_size_ >= static_cast<int64_t>(token_ids.size()) ||
+         b.next_token != token_ids[start + block_size_])) {
+      break;
+    }
     num_tokens += block_size_;
     parent = h;
   }
@@ -51,10 +57,10 @@ int BlockManager::CachedPrefixLength(absl::Span<const int32_t> token_ids, int ma
 }
 
 int BlockManager::StartSequence(int64_t seq_id, absl::Span<const int32_t> token_ids,
-                                int max_cached_tokens, int max_cached_blocks) {
+                                int max_cached_tokens, bool match_next_token) {
   Sequence& seq = seqs_[seq_id];
-  int num_hit = CachedPrefixLength(token_ids, max_cached_tokens) / block_size_;
-  if (max_cached_blocks >= 0) num_hit = std::min(num_hit, max_cached_blocks);
+  const int num_hit =
+      CachedPrefixLength(token_ids, max_cached_tokens, match_next_token) / block_size_;
   BlockHash parent = kRootHash;
   for (int i = 0; i < num_hit; ++i) {
     const BlockHash h = HashBlock(parent, token_ids.subspan(i * block_size_, block_size_));
@@ -103,6 +109,8 @@ void BlockManager::MarkComputed(int64_t seq_id, absl::Span<const int32_t> token_
     b.hash = h;
     b.parent_hash = parent;
     b.token_ids.assign(block_tokens.begin(), block_tokens.end());
+    const size_t next = (i + 1) * block_size_;
+    b.next_token = next < token_ids.size() ? token_ids[next] : -1;
     hash_to_block_[h] = seq.blocks[i];
   }
 }
@@ -128,6 +136,7 @@ BlockId BlockManager::AllocateBlock() {
     hash_to_block_.erase(b.hash);
     b.cached = false;
     b.token_ids.clear();
+    b.next_token = -1;
     ++num_evictions_;
   }
   b.ref_count = 1;
@@ -230,7 +239,7 @@ absl::Status BlockManager::CheckIntegrity() const {
           HashBlock(b.parent_hash, b.token_ids) != b.hash) {
         return absl::InternalError(absl::StrCat("cached block ", id, " hash does not recompute"));
       }
-    } else if (!b.token_ids.empty()) {
+    } else if (!b.token_ids.empty() || b.next_token != -1) {
       return absl::InternalError(absl::StrCat("uncached block ", id, " keeps tokens"));
     }
   }

@@ -13,6 +13,11 @@
 // uncached free block is left. Only full blocks are ever cached or shared; a sequence never writes
 // into a block it shares, because it writes positions >= its cached prefix only.
 //
+// MTP: the draft layer's KV entry at position p is computed from (h_p, t_{p+1}), so the entry at a
+// block's last position depends on the token after the block. Each cached block records that
+// token (the one its writer had); lookups with `match_next_token` use a block only if the
+// caller's token after it is the same, which keeps the reused MTP KV exact.
+//
 // Not thread-safe: owned and driven by the scheduler's thread.
 #pragma once
 
@@ -51,15 +56,17 @@ class BlockManager {
   }
 
   // Number of leading tokens of `token_ids` found in the prefix cache as a chain of full blocks,
-  // counting only blocks that lie entirely within the first `max_tokens` tokens. Pure query.
-  int CachedPrefixLength(absl::Span<const int32_t> token_ids, int max_tokens) const;
+  // counting only blocks that lie entirely within the first `max_tokens` tokens; with
+  // `match_next_token`, also only blocks whose recorded next token equals the caller's token
+  // after the block (which must exist). Pure query.
+  int CachedPrefixLength(absl::Span<const int32_t> token_ids, int max_tokens,
+                         bool match_next_token = false) const;
 
-  // Starts the block table of a new sequence `seq_id` (must not exist): takes the longest chain
-  // of cached full blocks within the first `max_cached_tokens` tokens (and at most
-  // `max_cached_blocks` of them when >= 0), bumping their reference counts. Returns the number of
+  // Starts the block table of a new sequence `seq_id` (must not exist): takes the chain of cached
+  // full blocks CachedPrefixLength finds, bumping their reference counts. Returns the number of
   // cached tokens (a multiple of block_size). Never allocates fresh blocks, so it cannot fail.
   int StartSequence(int64_t seq_id, absl::Span<const int32_t> token_ids, int max_cached_tokens,
-                    int max_cached_blocks = -1);
+                    bool match_next_token = false);
 
   // Grows the table of `seq_id` to cover positions [0, num_tokens). Returns false and changes
   // nothing when there are not enough free blocks. Never shrinks.
@@ -70,7 +77,8 @@ class BlockManager {
 
   // Declares positions [0, num_computed) of `seq_id` computed and final, with `token_ids` the
   // sequence's tokens (at least num_computed of them). Newly full blocks are registered in the
-  // prefix cache (unless an equal block is already registered).
+  // prefix cache (unless an equal block is already registered), each with the token after it
+  // (-1 when token_ids ends at the block).
   void MarkComputed(int64_t seq_id, absl::Span<const int32_t> token_ids, int64_t num_computed);
 
   // Releases every block of `seq_id` and forgets the sequence. Blocks whose count drops to zero
@@ -101,6 +109,7 @@ class BlockManager {
     BlockHash hash = 0;             // valid when cached
     BlockHash parent_hash = 0;      // valid when cached
     std::vector<int32_t> token_ids; // [block_size] when cached
+    int32_t next_token = -1;        // when cached: token after the block in its writer, or -1
     bool in_free_list = false;
     std::list<BlockId>::iterator free_it;
   };

@@ -47,8 +47,12 @@ TEST(BlockManagerTest, PrefixHitSharesFullBlocksOnly) {
   // must be computed to produce logits).
   std::vector<int32_t> c = {1, 2, 3, 4, 5, 6, 7, 8};
   EXPECT_EQ(bm.CachedPrefixLength(c, 7), 4);
-  // max_cached_blocks caps it too.
-  EXPECT_EQ(bm.StartSequence(3, c, 8, /*max_cached_blocks=*/1), 4);
+  // match_next_token: block 1 of `a` was followed by 9; c has no token after block 1, and
+  // {.., 8, 42} has another one, so only block 0 (followed by 5 in both) is reused.
+  EXPECT_EQ(bm.CachedPrefixLength(c, 8, /*match_next_token=*/true), 4);
+  EXPECT_EQ(bm.CachedPrefixLength(b, 9, /*match_next_token=*/true), 4);
+  EXPECT_EQ(bm.CachedPrefixLength(a, 10, /*match_next_token=*/true), 8);
+  EXPECT_EQ(bm.StartSequence(3, c, 8, /*match_next_token=*/true), 4);
   // Different first block: no hit even though block 2 tokens match.
   std::vector<int32_t> d = {0, 2, 3, 4, 5, 6, 7, 8, 9};
   EXPECT_EQ(bm.CachedPrefixLength(d, 9), 0);

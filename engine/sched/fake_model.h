@@ -1,0 +1,221 @@
+// Test-only deterministic Model whose outputs depend on everything a cache or scheduling bug could
+// get wrong. It keeps a paged "KV cache" of its own (the token at each position, read back only
+// through the block table), and the logits at position p are a hash of the whole prefix as read
+// from that cache, plus p. A wrong block table, a shared block written twice, a stale or missing
+// position, or a preempted sequence not recomputed all change the logits and hence the tokens.
+//
+// MTP: the draft layer keeps its own per-position value in the same blocks and, for rows fed by
+// the main model, checks that every earlier position's MTP entry equals what (h_q, t_{q+1}) gives
+// (mtp_kv_mismatches()). Its draft is the main model's greedy next-next token, deliberately wrong
+// for ~`mtp_miss_percent`% of contexts, so acceptance rates are measurable.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/model/forward_batch.h"
+
+namespace glm::engine {
+
+class FakeModel : public Model {
+ public:
+  struct Options {
+    int vocab_size = 97;
+    int block_size = 4;
+    int num_blocks = 64;
+    bool has_mtp = true;
+    int mtp_miss_percent = 30;
+    std::vector<int64_t> eos_token_ids;
+    int64_t max_position_embeddings = 4096;
+  };
+  static constexpr int kHiddenSize = 8;
+
+  explicit FakeModel(const Options& o) : opt_(o) {
+    config_.vocab_size = o.vocab_size;
+    config_.hidden_size = kHiddenSize;
+    config_.num_hidden_layers = 1;
+    config_.num_nextn_predict_layers = o.has_mtp ? 1 : 0;
+    config_.eos_token_ids = o.eos_token_ids;
+    config_.max_position_embeddings = o.max_position_embeddings;
+    geometry_.block_size = o.block_size;
+    geometry_.num_blocks = o.num_blocks;
+    const size_t slots = static_cast<size_t>(o.block_size) * o.num_blocks;
+    main_kv_.assign(slots, -1);
+    mtp_kv_.assign(slots, 0);
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  const KvCacheGeometry& kv_geometry() const override { return geometry_; }
+
+  absl::Status Forward(const ForwardBatch& batch, ForwardResult* result) override {
+    ++num_forward_calls_;
+    result->seqs.clear();
+    int64_t batch_tokens = 0;
+    for (const SequenceSlice& s : batch.seqs) batch_tokens += static_cast<int64_t>(s.token_ids.size());
+    max_batch_tokens_ = std::max(max_batch_tokens_, batch_tokens);
+    for (const SequenceSlice& s : batch.seqs) {
+      const int n = static_cast<int>(s.token_ids.size());
+      if (n == 0) return absl::InvalidArgumentError("empty slice");
+      if (absl::Status st = CheckTable(s, n); !st.ok()) return st;
+      num_tokens_computed_ += n;
+      for (int i = 0; i < n; ++i) main_kv_[Slot(s, s.start_pos + i)] = s.token_ids[i];
+      SequenceOutput out;
+      uint64_t state = kSeed;
+      for (int32_t q = 0; q < s.start_pos + n; ++q) {
+        const int64_t tok = main_kv_[Slot(s, q)];
+        if (tok < 0) ++unwritten_reads_;
+        state = Next(state, tok, q);
+        const int row = q - s.start_pos;
+        if (row >= 0 && (s.all_logits || row == n - 1)) {
+          AppendLogits(state, &out.logits);
+          if (s.want_hidden) AppendHidden(state, 0.0f, &out.hidden);
+        }
+      }
+      result->seqs.push_back(std::move(out));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ForwardMtp(const ForwardBatch& batch, const std::vector<std::vector<float>>& hidden,
+                          ForwardResult* result) override {
+    if (!opt_.has_mtp) return absl::UnimplementedError("fake model has no MTP layer");
+    ++num_mtp_calls_;
+    result->seqs.clear();
+    for (size_t k = 0; k < batch.seqs.size(); ++k) {
+      const SequenceSlice& s = batch.seqs[k];
+      const int n = static_cast<int>(s.token_ids.size());
+      if (absl::Status st = CheckTable(s, n); !st.ok()) return st;
+      if (hidden[k].size() != static_cast<size_t>(n) * kHiddenSize) {
+        return absl::InvalidArgumentError(absl::StrCat("MTP hidden rows ", hidden[k].size(),
+                                                       " for ", n, " tokens"));
+      }
+      SequenceOutput out;
+      for (int i = 0; i < n; ++i) {
+        const int32_t p = s.start_pos + i;
+        float flag = 0;
+        const uint64_t h = DecodeHidden(&hidden[k][i * kHiddenSize], &flag);
+        if (flag == 0.0f) {
+          // Main-model row: earlier MTP entries must equal (main state q, main token q+1).
+          uint64_t state = kSeed;
+          for (int32_t q = 0; q < p; ++q) {
+            state = Next(state, main_kv_[Slot(s, q)], q);
+            if (mtp_kv_[Slot(s, q)] != MtpEntry(state, main_kv_[Slot(s, q + 1)])) {
+              ++mtp_kv_mismatches_;
+            }
+          }
+        }
+        const int32_t tok = s.token_ids[i];
+        mtp_kv_[Slot(s, p)] = MtpEntry(h, tok);
+        const uint64_t next = Next(h, tok, p + 1);  // state at p + 1
+        if (s.all_logits || i == n - 1) {
+          std::vector<float> main_logits;
+          AppendLogits(next, &main_logits);
+          int32_t guess = 0;
+          for (int v = 1; v < opt_.vocab_size; ++v) {
+            if (main_logits[v] > main_logits[guess]) guess = v;
+          }
+          if (static_cast<int>(Mix(next ^ 0x55) % 100) < opt_.mtp_miss_percent) {
+            guess = (guess + 1) % opt_.vocab_size;
+          }
+          for (int v = 0; v < opt_.vocab_size; ++v) out.logits.push_back(v == guess ? 1.0f : 0.0f);
+          if (s.want_hidden) AppendHidden(next, 1.0f, &out.hidden);
+        }
+      }
+      result->seqs.push_back(std::move(out));
+    }
+    return absl::OkStatus();
+  }
+
+  // Reference: greedy continuation of `prompt` computed directly (no cache), for tests.
+  std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int n) const {
+    std::vector<int32_t> toks = prompt, out;
+    for (int i = 0; i < n; ++i) {
+      uint64_t state = kSeed;
+      for (size_t q = 0; q < toks.size(); ++q) state = Next(state, toks[q], static_cast<int>(q));
+      std::vector<float> l;
+      AppendLogits(state, &l);
+      int32_t best = 0;
+      for (int v = 1; v < opt_.vocab_size; ++v) if (l[v] > l[best]) best = v;
+      out.push_back(best);
+      toks.push_back(best);
+    }
+    return out;
+  }
+
+  int64_t num_forward_calls() const { return num_forward_calls_; }
+  int64_t num_mtp_calls() const { return num_mtp_calls_; }
+  int64_t num_tokens_computed() const { return num_tokens_computed_; }
+  int64_t max_batch_tokens() const { return max_batch_tokens_; }
+  int64_t unwritten_reads() const { return unwritten_reads_; }
+  int64_t mtp_kv_mismatches() const { return mtp_kv_mismatches_; }
+
+ private:
+  static constexpr uint64_t kSeed = 0x1234567887654321ULL;
+  static uint64_t Mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+  }
+  static uint64_t Next(uint64_t state, int64_t token, int32_t pos) {
+    return Mix(state ^ Mix(static_cast<uint64_t>(token) * 1000003ULL + static_cast<uint64_t>(pos)));
+  }
+  static int64_t MtpEntry(uint64_t state, int64_t next_token) {
+    return static_cast<int64_t>(Mix(state + 77) ^ static_cast<uint64_t>(next_token));
+  }
+  void AppendLogits(uint64_t state, std::vector<float>* out) const {
+    for (int v = 0; v < opt_.vocab_size; ++v) {
+      out->push_back(static_cast<float>(Mix(state + v) % 10007) / 1000.0f - 5.0f);
+    }
+  }
+  static void AppendHidden(uint64_t state, float flag, std::vector<float>* out) {
+    for (int i = 0; i < 4; ++i) out->push_back(static_cast<float>((state >> (16 * i)) & 0xffff));
+    out->push_back(flag);
+    for (int i = 5; i < kHiddenSize; ++i) out->push_back(0.0f);
+  }
+  static uint64_t DecodeHidden(const float* h, float* flag) {
+    uint64_t state = 0;
+    for (int i = 0; i < 4; ++i) state |= static_cast<uint64_t>(h[i]) << (16 * i);
+    *flag = h[4];
+    return state;
+  }
+  size_t Slot(const SequenceSlice& s, int32_t pos) const {
+    return static_cast<size_t>(s.block_table[pos / opt_.block_size]) * opt_.block_size +
+           pos % opt_.block_size;
+  }
+  absl::Status CheckTable(const SequenceSlice& s, int n) const {
+    const int64_t need = (static_cast<int64_t>(s.start_pos) + n + opt_.block_size - 1) /
+                         opt_.block_size;
+    if (static_cast<int64_t>(s.block_table.size()) < need) {
+      return absl::InvalidArgumentError(absl::StrCat("seq ", s.seq_id, " block table has ",
+                                                     s.block_table.size(), " blocks, needs ", need));
+    }
+    for (int32_t b : s.block_table) {
+      if (b < 0 || b >= opt_.num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat("block id ", b, " out of range"));
+      }
+    }
+    if (s.start_pos + n > config_.max_position_embeddings) {
+      return absl::InvalidArgumentError("position beyond max_position_embeddings");
+    }
+    return absl::OkStatus();
+  }
+
+  Options opt_;
+  ModelConfig config_;
+  KvCacheGeometry geometry_;
+  std::vector<int64_t> main_kv_;  // [num_blocks * block_size] token at each slot, -1 = unwritten
+  std::vector<int64_t> mtp_kv_;   // [num_blocks * block_size] MTP entry at each slot
+  int64_t num_forward_calls_ = 0;
+  int64_t num_mtp_calls_ = 0;
+  int64_t num_tokens_computed_ = 0;
+  int64_t max_batch_tokens_ = 0;
+  int64_t unwritten_reads_ = 0;
+  int64_t mtp_kv_mismatches_ = 0;
+};
+
+}  // namespace glm::engine

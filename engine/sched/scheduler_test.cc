@@ -1,0 +1,414 @@
+#include "engine/sched/scheduler.h"
+
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "engine/sched/fake_model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace glm::engine {
+namespace {
+
+struct Output {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+  int num_finished_events = 0;
+  absl::Status error;
+  std::vector<float> prompt_logits;
+};
+
+// Drives a Scheduler over a FakeModel, collecting events and checking block-manager integrity
+// after every step.
+class Harness {
+ public:
+  Harness(FakeModel::Options mo, SchedulerOptions so) : model_(mo) {
+    sched_ = std::make_unique<Scheduler>(&model_, so, [this](int64_t id, TokenEvent ev) {
+      Output& o = out_[id];
+      EXPECT_EQ(o.num_finished_events, 0) << "event after finish for " << id;
+      if (ev.token_id >= 0) o.tokens.push_back(ev.token_id);
+      if (!ev.prompt_logits.empty()) o.prompt_logits = std::move(ev.prompt_logits);
+      if (ev.finished) {
+        ++o.num_finished_events;
+        o.reason = ev.finish_reason;
+        o.error = ev.error;
+      }
+    });
+  }
+  void Add(int64_t id, Request r, uint64_t seed = 1) {
+    ASSERT_TRUE(sched_->Validate(r).ok()) << sched_->Validate(r);
+    ASSERT_TRUE(sched_->Add(id, std::move(r), seed).ok());
+  }
+  void StepOnce() {
+    ASSERT_TRUE(sched_->Step().ok());
+    ASSERT_TRUE(sched_->block_manager().CheckIntegrity().ok())
+        << sched_->block_manager().CheckIntegrity();
+  }
+  void RunToCompletion() {
+    for (int i = 0; i < 100000 && sched_->HasWork(); ++i) {
+      StepOnce();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    ASSERT_FALSE(sched_->HasWork());
+    EXPECT_EQ(sched_->block_manager().NumFreeBlocks(), sched_->block_manager().num_blocks());
+    EXPECT_EQ(model_.unwritten_reads(), 0);
+    EXPECT_EQ(model_.mtp_kv_mismatches(), 0);
+  }
+  FakeModel& model() { return model_; }
+  Scheduler& sched() { return *sched_; }
+  std::map<int64_t, Output>& out() { return out_; }
+
+ private:
+  FakeModel model_;
+  std::unique_ptr<Scheduler> sched_;
+  std::map<int64_t, Output> out_;
+};
+
+std::vector<int32_t> Prompt(int len, int salt, int vocab = 97) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < len; ++i) p.push_back((i * 31 + salt * 17 + i * i) % vocab);
+  return p;
+}
+
+Request MakeRequest(std::vector<int32_t> prompt, int max_tokens, float temperature = 0.0f,
+                    std::optional<uint64_t> seed = std::nullopt) {
+  Request r;
+  r.prompt_ids = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  return r;
+}
+
+// The output of `r` run alone on a roomy cache, no chunking limits, no MTP.
+Output RunAlone(const Request& r) {
+  FakeModel::Options mo;
+  mo.num_blocks = 512;
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 4096;
+  Harness h(mo, so);
+  h.Add(0, r);
+  h.RunToCompletion();
+  return h.out()[0];
+}
+
+TEST(SchedulerTest, SingleGreedyRequestMatchesReference) {
+  Harness h({}, {});
+  const auto prompt = Prompt(11, 1);
+  h.Add(7, MakeRequest(prompt, 20));
+  h.RunToCompletion();
+  EXPECT_EQ(h.out()[7].tokens, h.model().Greedy(prompt, 20));
+  EXPECT_EQ(h.out()[7].reason, FinishReason::kLength);
+  EXPECT_EQ(h.out()[7].num_finished_events, 1);
+}
+
+std::vector<Request> MixedRequests() {
+  std::vector<Request> rs;
+  rs.push_back(MakeRequest(Prompt(3, 1), 25));
+  rs.push_back(MakeRequest(Prompt(17, 2), 9));
+  rs.push_back(MakeRequest(Prompt(30, 3), 14, 0.8f, 1234));
+  rs.push_back(MakeRequest(Prompt(8, 4), 30));
+  rs.push_back(MakeRequest(Prompt(1, 5), 5, 1.2f, 99));
+  rs.push_back(MakeRequest(Prompt(22, 6), 18));
+  rs.back().sampling.top_k = 5;
+  rs.back().sampling.temperature = 1.0f;
+  rs.back().sampling.seed = 7;
+  return rs;
+}
+
+void ExpectSameAsAlone(Harness& h, const std::vector<Request>& rs) {
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const Output alone = RunAlone(rs[i]);
+    EXPECT_EQ(h.out()[i].tokens, alone.tokens) << "request " << i;
+    EXPECT_EQ(h.out()[i].reason, alone.reason) << "request " << i;
+    EXPECT_EQ(h.out()[i].num_finished_events, 1) << "request " << i;
+  }
+}
+
+TEST(SchedulerTest, ConcurrentChunkedPrefillMatchesRunningAlone) {
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 7;  // forces prompts to be split across steps
+  so.max_num_seqs = 3;
+  Harness h({}, so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  h.RunToCompletion();
+  ExpectSameAsAlone(h, rs);
+  EXPECT_LE(h.model().max_batch_tokens(), 7);
+  EXPECT_EQ(h.out()[0].tokens, h.model().Greedy(rs[0].prompt_ids, 25));
+}
+
+TEST(SchedulerTest, PreemptionByRecomputeKeepsOutputs) {
+  FakeModel::Options mo;
+  mo.num_blocks = 24;  // 96 positions for six requests of up to 48 tokens
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 16;
+  so.enable_prefix_caching = false;
+  Harness h(mo, so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  h.RunToCompletion();
+  EXPECT_GT(h.sched().Stats().num_preemptions, 0);
+  ExpectSameAsAlone(h, rs);
+}
+
+TEST(SchedulerTest, PreemptionWithPrefixCachingKeepsOutputs) {
+  FakeModel::Options mo;
+  mo.num_blocks = 24;
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 16;
+  Harness h(mo, so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  h.RunToCompletion();
+  EXPECT_GT(h.sched().Stats().num_preemptions, 0);
+  ExpectSameAsAlone(h, rs);
+}
+
+TEST(SchedulerTest, AbortEmitsOneFinalEventAndFreesBlocks) {
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 8;
+  Harness h({}, so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  for (int i = 0; i < 5; ++i) h.StepOnce();
+  EXPECT_TRUE(h.sched().Abort(3));  // running or waiting, either way
+  EXPECT_TRUE(h.sched().Abort(5));
+  EXPECT_FALSE(h.sched().Abort(5));
+  EXPECT_FALSE(h.sched().Abort(42));
+  ASSERT_TRUE(h.sched().block_manager().CheckIntegrity().ok());
+  h.RunToCompletion();
+  EXPECT_EQ(h.out()[3].reason, FinishReason::kAborted);
+  EXPECT_EQ(h.out()[5].reason, FinishReason::kAborted);
+  EXPECT_EQ(h.out()[3].num_finished_events, 1);
+  for (int i : {0, 1, 2, 4}) {
+    EXPECT_EQ(h.out()[i].tokens, RunAlone(rs[i]).tokens) << i;
+  }
+}
+
+TEST(SchedulerTest, PrefixCacheHitsSkipComputeAndKeepOutputs) {
+  SchedulerOptions so;
+  Harness h({}, so);
+  auto shared = Prompt(21, 9);
+  auto a = shared;
+  a.push_back(3);
+  auto b = shared;
+  b.push_back(50);
+  b.push_back(51);
+  h.Add(1, MakeRequest(a, 6));
+  h.RunToCompletion();
+  const int64_t computed_before = h.model().num_tokens_computed();
+  h.Add(2, MakeRequest(b, 6));
+  h.Add(3, MakeRequest(a, 6));  // the whole prompt but its last token is cached
+  h.RunToCompletion();
+  const auto stats = h.sched().Stats();
+  EXPECT_EQ(stats.num_cached_prompt_tokens, 20 + 20);  // 5 full blocks of 4 each time
+  // b computes 3 prompt tokens + 5 decode tokens; a computes 2 + 5.
+  EXPECT_EQ(h.model().num_tokens_computed() - computed_before, (3 + 5) + (2 + 5));
+  EXPECT_EQ(h.out()[2].tokens, RunAlone(MakeRequest(b, 6)).tokens);
+  EXPECT_EQ(h.out()[3].tokens, h.out()[1].tokens);
+}
+
+TEST(SchedulerTest, StopTokensMinTokensAndEos) {
+  FakeModel::Options mo;
+  const auto prompt = Prompt(5, 2);
+  FakeModel ref(mo);
+  const auto greedy = ref.Greedy(prompt, 10);
+  {
+    Harness h(mo, {});
+    Request r = MakeRequest(prompt, 10);
+    r.sampling.stop_token_ids = {greedy[3]};
+    h.Add(0, r);
+    h.RunToCompletion();
+    // Stops at the first occurrence of the stop token, which is emitted.
+    size_t first = std::find(greedy.begin(), greedy.end(), greedy[3]) - greedy.begin();
+    EXPECT_EQ(h.out()[0].tokens, std::vector<int32_t>(greedy.begin(), greedy.begin() + first + 1));
+    EXPECT_EQ(h.out()[0].reason, FinishReason::kStop);
+  }
+  {
+    mo.eos_token_ids = {greedy[0]};
+    Harness h(mo, {});
+    h.Add(0, MakeRequest(prompt, 10));
+    Request r = MakeRequest(prompt, 10);
+    r.sampling.min_tokens = 2;  // EOS masked for the first two tokens
+    h.Add(1, r);
+    r.sampling.min_tokens = 0;
+    r.sampling.ignore_eos = true;
+    h.Add(2, r);
+    h.RunToCompletion();
+    EXPECT_EQ(h.out()[0].tokens, std::vector<int32_t>{greedy[0]});
+    EXPECT_EQ(h.out()[0].reason, FinishReason::kStop);
+    ASSERT_GE(h.out()[1].tokens.size(), 2u);
+    EXPECT_NE(h.out()[1].tokens[0], greedy[0]);
+    EXPECT_EQ(h.out()[2].tokens, greedy);
+    EXPECT_EQ(h.out()[2].reason, FinishReason::kLength);
+  }
+}
+
+TEST(SchedulerTest, PromptLogitsCoverEveryPosition) {
+  FakeModel::Options mo;
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 5;
+  Harness h(mo, so);
+  const auto prompt = Prompt(13, 4);
+  h.Add(0, MakeRequest(prompt, 3));  // populates the prefix cache
+  h.RunToCompletion();
+  Request r = MakeRequest(prompt, 3);
+  r.return_prompt_logits = true;
+  h.Add(1, r);
+  h.RunToCompletion();
+  const auto& logits = h.out()[1].prompt_logits;
+  ASSERT_EQ(logits.size(), prompt.size() * 97);
+  // Row p's argmax is the greedy continuation of prompt[0..p].
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + p + 1);
+    int best = 0;
+    for (int v = 1; v < 97; ++v) if (logits[p * 97 + v] > logits[p * 97 + best]) best = v;
+    EXPECT_EQ(best, h.model().Greedy(prefix, 1)[0]) << p;
+  }
+  EXPECT_EQ(h.out()[1].tokens, h.out()[0].tokens);
+}
+
+TEST(SchedulerTest, ValidateRejectsWhatCanNeverRun) {
+  FakeModel::Options mo;
+  mo.num_blocks = 4;
+  mo.max_position_embeddings = 64;
+  SchedulerOptions so;
+  so.enable_chunked_prefill = false;
+  so.max_num_batched_tokens = 8;
+  Harness h(mo, so);
+  EXPECT_EQ(h.sched().Validate(MakeRequest({}, 1)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.sched().Validate(MakeRequest({97}, 1)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.sched().Validate(MakeRequest(Prompt(9, 1), 1)).code(),
+            absl::StatusCode::kInvalidArgument);  // over the budget without chunking
+  EXPECT_EQ(h.sched().Validate(MakeRequest(Prompt(8, 1), 20)).code(),
+            absl::StatusCode::kResourceExhausted);  // 28 tokens > 16 cache positions
+  EXPECT_TRUE(h.sched().Validate(MakeRequest(Prompt(8, 1), 8)).ok());
+}
+
+// MTP: outputs identical to no-MTP for greedy and seeded sampling, KV of the draft layer exact.
+class MtpTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(MtpTest, SpeculativeOutputEqualsPlainDecoding) {
+  const int k = GetParam();
+  SchedulerOptions so;
+  so.num_draft_tokens = k;
+  so.max_num_batched_tokens = 9;
+  so.max_num_seqs = 4;
+  FakeModel::Options mo;
+  mo.num_blocks = 18;  // tight: preemption happens with drafts in flight
+  Harness h(mo, so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  h.RunToCompletion();
+  ExpectSameAsAlone(h, rs);
+  const auto st = h.sched().Stats();
+  EXPECT_GT(st.num_draft_tokens, 0);
+  // Half the requests sample (drafts are greedy guesses), so acceptance is well below 1.
+  EXPECT_GT(st.draft_acceptance_rate(), 0.1) << st.draft_acceptance_rate();
+  EXPECT_LT(st.draft_acceptance_rate(), 0.95) << st.draft_acceptance_rate();
+  EXPECT_GT(h.model().num_mtp_calls(), 0);
+  EXPECT_GT(st.num_preemptions, 0);
+  std::printf("k=%d acceptance=%.3f drafts=%lld accepted=%lld preemptions=%lld steps=%lld\n", k,
+              st.draft_acceptance_rate(), static_cast<long long>(st.num_draft_tokens),
+              static_cast<long long>(st.num_accepted_draft_tokens),
+              static_cast<long long>(st.num_preemptions), static_cast<long long>(st.num_steps));
+}
+
+TEST_P(MtpTest, GreedyAcceptanceMatchesDrafterQuality) {
+  // The fake's draft is right for 70% of contexts; with k drafts the expected fraction of drafts
+  // accepted is (p + p^2 + ... + p^k) / k, p = 0.7.
+  const int k = GetParam();
+  SchedulerOptions so;
+  so.num_draft_tokens = k;
+  Harness h({}, so);
+  for (int i = 0; i < 8; ++i) h.Add(i, MakeRequest(Prompt(5 + i, i), 60));
+  h.RunToCompletion();
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(h.out()[i].tokens, h.model().Greedy(Prompt(5 + i, i), 60));
+  double want = 0, pk = 1;
+  for (int j = 1; j <= k; ++j) want += (pk *= 0.7);
+  want /= k;
+  const double got = h.sched().Stats().draft_acceptance_rate();
+  std::printf("greedy k=%d acceptance=%.3f expected~%.3f\n", k, got, want);
+  EXPECT_NEAR(got, want, 0.08);
+}
+
+TEST_P(MtpTest, PerfectDrafterIsAlwaysAcceptedForGreedy) {
+  SchedulerOptions so;
+  so.num_draft_tokens = GetParam();
+  FakeModel::Options mo;
+  mo.mtp_miss_percent = 0;
+  Harness h(mo, so);
+  const auto prompt = Prompt(9, 3);
+  h.Add(0, MakeRequest(prompt, 31));
+  h.RunToCompletion();
+  EXPECT_EQ(h.out()[0].tokens, h.model().Greedy(prompt, 31));
+  EXPECT_DOUBLE_EQ(h.sched().Stats().draft_acceptance_rate(), 1.0);
+  // 1 prefill step, then k+1 tokens per step.
+  EXPECT_EQ(h.sched().Stats().num_steps, 1 + (30 + GetParam()) / (GetParam() + 1));
+}
+
+TEST_P(MtpTest, PrefixCacheHitsKeepDraftKvExact) {
+  SchedulerOptions so;
+  so.num_draft_tokens = GetParam();
+  Harness h({}, so);
+  auto shared = Prompt(26, 5);
+  auto a = shared;
+  a.push_back(1);
+  auto b = shared;
+  b.push_back(2);
+  h.Add(0, MakeRequest(a, 12));
+  h.RunToCompletion();
+  h.Add(1, MakeRequest(b, 12));
+  h.Add(2, MakeRequest(a, 12));
+  h.RunToCompletion();  // checks mtp_kv_mismatches == 0
+  EXPECT_GT(h.sched().Stats().num_cached_prompt_tokens, 0);
+  EXPECT_EQ(h.out()[1].tokens, h.model().Greedy(b, 12));
+  EXPECT_EQ(h.out()[2].tokens, h.out()[0].tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(DraftTokens, MtpTest, ::testing::Values(1, 2, 3, 5));
+
+// Random arrivals and aborts under a tight cache and budget; every finished request must equal
+// its solo run.
+TEST(SchedulerTest, RandomizedLoadMatchesSoloRuns) {
+  for (int k : {0, 2}) {
+    std::mt19937 rng(100 + k);
+    SchedulerOptions so;
+    so.max_num_batched_tokens = 12;
+    so.max_num_seqs = 5;
+    so.num_draft_tokens = k;
+    FakeModel::Options mo;
+    mo.num_blocks = 30;
+    Harness h(mo, so);
+    std::map<int64_t, Request> reqs;
+    std::set<int64_t> aborted;
+    int64_t next = 0;
+    for (int step = 0; step < 400; ++step) {
+      if (rng() % 3 == 0 && next < 40) {
+        // Prompts share prefixes often (two families).
+        auto p = Prompt(1 + rng() % 20, rng() % 2);
+        p.resize(1 + rng() % p.size());
+        Request r = MakeRequest(p, 1 + rng() % 25, rng() % 2 ? 0.0f : 0.9f, rng());
+        reqs[next] = r;
+        h.Add(next++, r);
+      }
+      if (rng() % 25 == 0 && next > 0) {
+        const int64_t id = rng() % next;
+        if (h.sched().Abort(id)) aborted.insert(id);
+      }
+      if (h.sched().HasWork()) h.StepOnce();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    h.RunToCompletion();
+    for (auto& [id, r] : reqs) {
+      if (aborted.count(id)) continue;
+      EXPECT_EQ(h.out()[id].tokens, RunAlone(r).tokens) << "k=" << k << " id=" << id;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace glm::engine
