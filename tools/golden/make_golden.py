@@ -870,6 +870,17 @@ def build_and_verify(spec, seed, d, prompt, vocab, extra_json):
     return meta, model, info, problems
 
 
+def eps_note(hf):
+    """Notes text naming the eps values the instantiated HF modules use."""
+    e = {k.split(" ")[0]: v for k, v in hf.get("norm_eps", {}).items()}
+    def g(k):
+        return e.get(k)
+    return (f" HF {versions()['transformers_version']} norm eps: q_a_layernorm {g('model.layers.N.self_attn.q_a_layernorm')}, "
+            f"kv_a_layernorm {g('model.layers.N.self_attn.kv_a_layernorm')}, indexer k_norm (LayerNorm) "
+            f"{g('model.layers.N.self_attn.indexer.k_norm')}, input/post_attention/final RMSNorm "
+            f"{g('model.layers.N.input_layernorm')} (= rms_norm_eps); see hf.norm_eps and tests/golden/HF_NOTES.md.")
+
+
 def run_fixture(name, spec, out_root, vocab=None, prompt=None, extra_prompts=None, eos_ids=None,
                 extra_json=None, extra_ref=None, copy_files=None):
     d = os.path.join(out_root, name)
@@ -941,6 +952,7 @@ def run_fixture(name, spec, out_root, vocab=None, prompt=None, extra_prompts=Non
                    "model(input_ids=prompt, use_cache=False)",
         "hf": hf_introspection(model),
     }
+    ref["notes"] += eps_note(ref["hf"])
     ref.update(versions())
     if "generate_error" in ev:
         ref["generate_error"] = ev["generate_error"]
