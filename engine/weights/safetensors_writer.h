@@ -1,0 +1,59 @@
+// Writes safetensors files (tests, the tiny-checkpoint maker, conversion tools).
+//
+// Output matches the reference implementation's layout: header JSON with names sorted, padded
+// with spaces to a multiple of 8 bytes; tensor data contiguous, in name order, no gaps.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/weights/dequantize.h"
+#include "engine/weights/dtype.h"
+
+namespace glm::engine {
+
+// Not thread-safe. Holds all tensor bytes in memory until WriteFile.
+class SafetensorsWriter {
+ public:
+  // Adds a tensor from raw little-endian bytes; `bytes` must be numel * DTypeSize(dtype) long.
+  // kInvalidArgument for a duplicate or reserved name, a negative dim or a size mismatch.
+  absl::Status Add(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                   std::span<const std::byte> bytes);
+  // Adds fp32 values converted to `dtype` (F32, F16, BF16 round to nearest even; F8_E4M3
+  // rounds to nearest even and saturates at ±448, without a scale).
+  absl::Status AddFloat(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                        std::span<const float> values);
+  // Block-quantizes a 2-D fp32 matrix [rows, cols]: per block scale = amax / 448 (1 for an
+  // all-zero block), stored as `name` (F8_E4M3, must end in ".weight") and
+  // "<name>_scale_inv" (F32 [ceil(rows / block.rows), ceil(cols / block.cols)]).
+  absl::Status AddFp8BlockQuantized(const std::string& name, const std::vector<int64_t>& shape,
+                                    std::span<const float> values, BlockSize block = {});
+  void SetMetadata(const std::string& key, const std::string& value);
+
+  // The complete file contents.
+  std::vector<std::byte> Serialize() const;
+  // Writes Serialize() to `path` (through a temporary file renamed into place).
+  absl::Status WriteFile(const std::string& path) const;
+
+ private:
+  struct Tensor {
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<std::byte> bytes;
+  };
+  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes a model.safetensors.index.json; total_size goes to metadata when given.
+absl::Status WriteSafetensorsIndex(const std::string& path,
+                                   const std::map<std::string, std::string>& weight_map,
+                                   std::optional<uint64_t> total_size);
+
+}  // namespace glm::engine

@@ -1,0 +1,103 @@
+// WeightStore: the tensors of an HF checkpoint directory, memory-mapped, looked up by name.
+//
+// Layouts: `<dir>/model.safetensors.index.json` + shards (preferred when present), a single
+// `<dir>/model.safetensors`, or a path to one .safetensors file. Only headers are read at Open;
+// tensor bytes are paged in when used. With a filter, only the shards holding selected tensors
+// are opened (a pipeline stage may have only its own shards staged).
+//
+// Thread-safety: immutable after Open; every const method may be called concurrently.
+// Lifetime: TensorViews and their data pointers stay valid while the store lives.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/weights/dequantize.h"
+#include "engine/weights/safetensors.h"
+#include "engine/weights/tensor_filter.h"
+#include "engine/weights/tensor_view.h"
+
+namespace glm::engine {
+
+struct WeightStoreOptions {
+  // Tensors to make available (empty = all). A block scale "<x>.weight_scale_inv" is selected
+  // whenever its weight "<x>.weight" is.
+  TensorFilter filter;
+  // FP8 block size: pass ModelConfig::quantization->{block_rows, block_cols}.
+  BlockSize block;
+  // Without a filter, compare the index's metadata.total_size (if present) with the sum of
+  // tensor bytes (the HF convention) or of shard file sizes; a mismatch fails Open.
+  bool verify_total_size = true;
+  // Threads opening shards (header parsing); 0 = min(8, hardware threads).
+  int open_threads = 0;
+};
+
+class WeightStore {
+ public:
+  // Errors: kNotFound (directory without a checkpoint, shard missing, tensor missing from its
+  // shard), kDataLoss (corrupt header or index), kUnimplemented (unsupported dtype). Messages
+  // name the file and tensor and say how to fix it.
+  static absl::StatusOr<std::unique_ptr<WeightStore>> Open(const std::string& path,
+                                                          WeightStoreOptions options = {});
+
+  ~WeightStore();
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
+
+  bool Contains(std::string_view name) const;
+  // Raw bytes (any dtype). kNotFound when the tensor is absent or filtered out.
+  absl::StatusOr<TensorView> Get(std::string_view name) const;
+  // The block scale of "<x>.weight" ("<x>.weight_scale_inv"), or nullopt.
+  std::optional<TensorView> ScaleFor(std::string_view weight_name) const;
+  // The file holding `name` ("" when absent), for messages.
+  std::string FileOf(std::string_view name) const;
+
+  // Selected tensor names, sorted.
+  std::vector<std::string> TensorNames() const;
+  size_t num_tensors() const { return tensors_.size(); }
+  // Sum of the selected tensors' bytes.
+  uint64_t total_tensor_bytes() const;
+  // Paths of the opened files.
+  std::vector<std::string> files() const;
+  const WeightStoreOptions& options() const { return options_; }
+
+  // The tensor as fp32 in its shape, row-major. F32, F16, BF16, F8_E4M3; an F8_E4M3 weight with
+  // a "<x>.weight_scale_inv" is dequantized with options().block. Integer tensors: kUnimplemented.
+  absl::StatusOr<std::vector<float>> ReadFloat(std::string_view name) const;
+  // Same, after checking the shape is `expected_shape` (kInvalidArgument naming both shapes).
+  absl::StatusOr<std::vector<float>> ReadFloat(std::string_view name,
+                                               const std::vector<int64_t>& expected_shape) const;
+  // TP slicing. Rows [row_begin, row_end) along dim 0 (any rank; the result is
+  // [row_end - row_begin, <remaining dims>]) and columns [col_begin, col_end) of a 2-D tensor
+  // (result [rows, col_end - col_begin]), as fp32, dequantized like ReadFloat.
+  absl::StatusOr<std::vector<float>> ReadRowSlice(std::string_view name, int64_t row_begin,
+                                                  int64_t row_end) const;
+  absl::StatusOr<std::vector<float>> ReadColSlice(std::string_view name, int64_t col_begin,
+                                                  int64_t col_end) const;
+
+ private:
+  struct Location {
+    const SafetensorsFile* file = nullptr;
+    const SafetensorsEntry* entry = nullptr;
+  };
+
+  WeightStore() = default;
+  absl::Status OpenSingle(const std::string& path);
+  absl::Status OpenSharded(const std::string& dir, const std::string& index_path);
+  bool Selected(std::string_view name) const;
+  const Location* Locate(std::string_view name) const;
+  absl::StatusOr<std::vector<float>> ReadRegion(std::string_view name, bool by_rows,
+                                                int64_t begin, int64_t end) const;
+
+  WeightStoreOptions options_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Location, std::less<>> tensors_;
+};
+
+}  // namespace glm::engine
