@@ -1,0 +1,97 @@
+#include "agent/stage/nccl_stage.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "agent/stage/file_hash.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace glm::stage {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class NcclStageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(testing::TempDir()) / ("nccl_stage_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST(FileHashTest, KnownVectorAndStreaming) {
+  fs::path p = fs::path(testing::TempDir()) / "hash_vec";
+  std::ofstream(p) << "";
+  // XXH3-128 of the empty input (xxhash test vectors).
+  EXPECT_EQ(HashFile(p.string())->xxh3_128, "99aa06d3014798d86001c324468d497f");
+  Xxh3Hasher a, b;
+  a.Update("hello world", 11);
+  b.Update("hello ", 6);
+  b.Update("world", 5);
+  EXPECT_EQ(a.HexDigest(), b.HexDigest());
+  EXPECT_FALSE(HashFile((fs::path(testing::TempDir()) / "nope").string()).ok());
+}
+
+TEST_F(NcclStageTest, CopiesWhenMissingThenSkipsWhenSame) {
+  NcclStageOptions o;
+  o.source_path = GLM_FAKE_NCCL_23004;
+  o.dest_path = (dir_ / "nccl/libnccl.so.2").string();
+  o.expected_version = "2.30.4";
+  auto r = StageAndLoadNccl(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->copied);
+  EXPECT_EQ(r->library->version(), "2.30.4");
+  EXPECT_EQ(HashFile(o.dest_path)->xxh3_128, HashFile(o.source_path)->xxh3_128);
+  EXPECT_FALSE(fs::exists(o.dest_path + ".partial"));
+
+  auto again = StageAndLoadNccl(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->copied);
+}
+
+TEST_F(NcclStageTest, ReplacesDifferentBuildWithSameVersion) {
+  // Same version string, different bytes (vllm#42354: a different build fixed a wedge).
+  NcclStageOptions o;
+  o.dest_path = (dir_ / "libnccl.so.2").string();
+  fs::copy_file(GLM_FAKE_NCCL_NO_ALLREDUCE, o.dest_path);
+  o.source_path = GLM_FAKE_NCCL_23004;
+  o.expected_version = "2.30.4";
+  auto r = StageAndLoadNccl(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->copied);
+}
+
+TEST_F(NcclStageTest, HashMismatchFromFetchIsRejected) {
+  NcclStageOptions o;
+  o.dest_path = (dir_ / "libnccl.so.2").string();
+  o.expected_hash = HashFile(GLM_FAKE_NCCL_23004)->xxh3_128;
+  o.fetch = [](const std::string& partial) {
+    std::error_code ec;
+    fs::copy_file(GLM_FAKE_NCCL_22707, partial, ec);
+    return absl::OkStatus();
+  };
+  auto r = StageAndLoadNccl(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("differs from the source's " + o.expected_hash));
+  EXPECT_FALSE(fs::exists(o.dest_path));
+  EXPECT_FALSE(fs::exists(o.dest_path + ".partial"));
+}
+
+TEST_F(NcclStageTest, WrongVersionAfterStagingNamesBoth) {
+  NcclStageOptions o;
+  o.dest_path = (dir_ / "libnccl.so.2").string();
+  o.source_path = GLM_FAKE_NCCL_22707;
+  o.expected_version = "2.30.4";
+  auto r = StageAndLoadNccl(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("is version 2.27.7 (code 22707), expected 2.30.4"));
+}
+
+}  // namespace
+}  // namespace glm::stage
