@@ -1,0 +1,73 @@
+// glm.v1.Agent served by glm-agent: identity, preflight, status stream; shard RPCs delegate to
+// ShardHost; staging and generation answer UNIMPLEMENTED until their milestones land.
+// There is deliberately no RPC that runs an arbitrary command on the node.
+// Thread-safe (gRPC calls handlers from its thread pool).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "agent/service/host_facts.h"
+#include "agent/service/status_publisher.h"
+#include "agent/shard/shard_host.h"
+#include "common/clock.h"
+#include "glm/v1/agent.grpc.pb.h"
+
+namespace glm::agent {
+
+struct AgentServiceOptions {
+  std::string node;                       // --node
+  std::string version;                    // build version
+  std::chrono::milliseconds heartbeat{1000};  // default WatchStatus heartbeat interval
+  HostProbePaths probe_paths;
+  // Extra preflight checks (RDMA, GID, MTU, memlock, NCCL from agent/preflight), appended after
+  // the host checks. Null: host checks only.
+  std::function<std::vector<glm::v1::Check>(const glm::v1::PreflightRequest&)> extra_checks;
+};
+
+class AgentService final : public glm::v1::Agent::Service {
+ public:
+  AgentService(AgentServiceOptions options, Clock* clock);
+
+  // Ends open WatchStatus streams (call before grpc::Server::Shutdown).
+  void Shutdown() { publisher_.Shutdown(); }
+  StatusPublisher& publisher() { return publisher_; }
+  const std::string& instance_id() const { return instance_id_; }
+
+  grpc::Status Info(grpc::ServerContext* ctx, const glm::v1::InfoRequest* req,
+                    glm::v1::InfoResponse* resp) override;
+  grpc::Status Preflight(grpc::ServerContext* ctx, const glm::v1::PreflightRequest* req,
+                         glm::v1::PreflightResponse* resp) override;
+  grpc::Status StageNccl(grpc::ServerContext* ctx, const glm::v1::StageNcclRequest* req,
+                         grpc::ServerWriter<glm::v1::Progress>* writer) override;
+  grpc::Status StageWeights(grpc::ServerContext* ctx, const glm::v1::StageWeightsRequest* req,
+                            grpc::ServerWriter<glm::v1::Progress>* writer) override;
+  grpc::Status LoadShard(grpc::ServerContext* ctx, const glm::v1::LoadShardRequest* req,
+                         grpc::ServerWriter<glm::v1::Progress>* writer) override;
+  grpc::Status StartShard(grpc::ServerContext* ctx, const glm::v1::StartShardRequest* req,
+                          grpc::ServerWriter<glm::v1::Progress>* writer) override;
+  grpc::Status DrainShard(grpc::ServerContext* ctx, const glm::v1::DrainShardRequest* req,
+                          grpc::ServerWriter<glm::v1::Progress>* writer) override;
+  grpc::Status StopShard(grpc::ServerContext* ctx, const glm::v1::StopShardRequest* req,
+                         grpc::ServerWriter<glm::v1::Progress>* writer) override;
+  grpc::Status WatchStatus(grpc::ServerContext* ctx, const glm::v1::WatchStatusRequest* req,
+                           grpc::ServerWriter<glm::v1::AgentStatus>* writer) override;
+  grpc::Status Generate(grpc::ServerContext* ctx, const glm::v1::GenerateRequest* req,
+                        grpc::ServerWriter<glm::v1::TokenEvent>* writer) override;
+
+ private:
+  const AgentServiceOptions options_;
+  Clock* const clock_;
+  const std::string instance_id_;
+  const Clock::TimePoint start_;
+  const int64_t start_unix_ms_;
+  StatusPublisher publisher_;
+  ShardHost shard_;
+};
+
+// A random 16-hex-digit id.
+std::string NewInstanceId();
+
+}  // namespace glm::agent

@@ -1,0 +1,116 @@
+// The agent service over a real in-process gRPC server on 127.0.0.1, port 0.
+#include "agent/service/agent_service.h"
+
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace glm::agent {
+namespace {
+
+class AgentServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AgentServiceOptions options;
+    options.node = "n1";
+    options.version = "9.9.9";
+    options.heartbeat = std::chrono::milliseconds(50);
+    service_ = std::make_unique<AgentService>(options, Clock::Real());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port_, 0);
+    stub_ = glm::v1::Agent::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                                        grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    service_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  static void Bound(grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+
+  int port_ = 0;
+  std::unique_ptr<AgentService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<glm::v1::Agent::Stub> stub_;
+};
+
+TEST_F(AgentServiceTest, InfoNamesNodeVersionAndInstance) {
+  grpc::ClientContext ctx;
+  Bound(&ctx);
+  glm::v1::InfoResponse resp;
+  ASSERT_TRUE(stub_->Info(&ctx, {}, &resp).ok());
+  EXPECT_EQ(resp.node(), "n1");
+  EXPECT_EQ(resp.version(), "9.9.9");
+  EXPECT_EQ(resp.instance_id(), service_->instance_id());
+  EXPECT_GT(resp.start_time_unix_ms(), 0);
+  EXPECT_GT(resp.host().cpu_count(), 0);
+}
+
+TEST_F(AgentServiceTest, PreflightReturnsHostChecksAndExtras) {
+  grpc::ClientContext ctx;
+  Bound(&ctx);
+  glm::v1::PreflightResponse resp;
+  ASSERT_TRUE(stub_->Preflight(&ctx, {}, &resp).ok());
+  EXPECT_EQ(resp.node(), "n1");
+  ASSERT_GE(resp.checks_size(), 5);
+  EXPECT_EQ(resp.checks(0).id(), "host.cpu.count");
+}
+
+TEST_F(AgentServiceTest, ImpossibleRequirementFailsPreflight) {
+  grpc::ClientContext ctx;
+  Bound(&ctx);
+  glm::v1::PreflightRequest req;
+  req.set_required_memory_bytes(int64_t{1} << 62);
+  glm::v1::PreflightResponse resp;
+  ASSERT_TRUE(stub_->Preflight(&ctx, req, &resp).ok());
+  EXPECT_FALSE(resp.ok());
+}
+
+TEST_F(AgentServiceTest, WatchStatusSendsVersionedStatusAndHeartbeats) {
+  grpc::ClientContext ctx;
+  Bound(&ctx);
+  glm::v1::WatchStatusRequest req;
+  req.set_heartbeat_ms(50);
+  auto reader = stub_->WatchStatus(&ctx, req);
+  glm::v1::AgentStatus first, second, third;
+  ASSERT_TRUE(reader->Read(&first));
+  EXPECT_EQ(first.node(), "n1");
+  EXPECT_FALSE(first.heartbeat());
+  ASSERT_TRUE(reader->Read(&second));  // a heartbeat, 50 ms later
+  EXPECT_TRUE(second.heartbeat());
+  EXPECT_EQ(second.version(), first.version());
+  service_->publisher().Update([](glm::v1::AgentStatus& s) { s.set_last_error("boom"); });
+  do {
+    ASSERT_TRUE(reader->Read(&third));
+  } while (third.heartbeat());
+  EXPECT_GT(third.version(), first.version());
+  EXPECT_EQ(third.last_error(), "boom");
+  ctx.TryCancel();
+}
+
+TEST_F(AgentServiceTest, UnbuiltOperationsAreUnimplementedNotFakeSuccess) {
+  {
+    grpc::ClientContext ctx;
+    Bound(&ctx);
+    auto reader = stub_->StageWeights(&ctx, {});
+    glm::v1::Progress p;
+    EXPECT_FALSE(reader->Read(&p));
+    auto status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_NE(status.error_message().find("n1"), std::string::npos);
+  }
+  {
+    grpc::ClientContext ctx;
+    Bound(&ctx);
+    auto reader = stub_->LoadShard(&ctx, {});
+    glm::v1::Progress p;
+    EXPECT_FALSE(reader->Read(&p));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  }
+}
+
+}  // namespace
+}  // namespace glm::agent
