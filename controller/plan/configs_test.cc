@@ -1,0 +1,77 @@
+// Every cluster YAML in configs/ must parse, and plan as its header comment says.
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "controller/plan/plan.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace glm::controller {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string SourceDir() {
+  const char* dir = std::getenv("GLM_SOURCE_DIR");
+  if (dir != nullptr && *dir != '\0') return dir;
+  return GLM_TEST_SOURCE_DIR;
+}
+
+// Examples the planner must refuse (GLM-5.2-FP8 is 189 GB per node at TP4; a Spark has 128 GB).
+// Every other example must plan and fit.
+const std::map<std::string, std::string>& ExpectedRefusals() {
+  static const auto* refusals = new std::map<std::string, std::string>{
+      {"spark-4x-tp4-200k.yaml", "node spark-1 (pp stage 0, layers 0-77) needs "},
+      {"spark-8x-2xtp4.yaml", "node spark-5 (pp stage 0, layers 0-77) needs "},
+  };
+  return *refusals;
+}
+
+TEST(Configs, EveryExampleParsesAndPlans) {
+  namespace fs = std::filesystem;
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(SourceDir()) / "configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string file = entry.path().filename().string();
+    SCOPED_TRACE(file);
+    ++checked;
+    auto spec = LoadClusterSpec(entry.path().string());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto plan = PlanFromFiles(entry.path().string());
+    auto refusal = ExpectedRefusals().find(file);
+    if (refusal != ExpectedRefusals().end()) {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_THAT(plan.status().message(), HasSubstr(refusal->second));
+      continue;
+    }
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(plan->fits) << PlanToText(*plan);
+    EXPECT_GE(plan->max_context_tokens, spec->model.max_model_len);
+  }
+  EXPECT_GE(checked, 4);
+}
+
+TEST(Configs, Pp8OneMillion) {
+  auto plan = PlanFromFiles(SourceDir() + "/configs/spark-8x-pp8-1m.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->layer_partition, (std::vector<int>{11, 10, 10, 10, 10, 10, 10, 7}));
+  EXPECT_EQ(plan->stages[7].first_layer, 71);
+  EXPECT_EQ(plan->max_context_tokens, 1048576);
+  EXPECT_TRUE(plan->fits);
+}
+
+TEST(Configs, LocalDemoIsLoopbackTp4) {
+  auto spec = LoadClusterSpec(SourceDir() + "/configs/local-demo.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->local);
+  ASSERT_EQ(spec->nodes.size(), 4u);
+  EXPECT_EQ(spec->nodes[3].agent, "127.0.0.1:47104");
+  auto plan = PlanFromFiles(SourceDir() + "/configs/local-demo.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->tensor, 4);
+}
+
+}  // namespace
+}  // namespace glm::controller
