@@ -2,9 +2,12 @@
 //   tokenizer_compare --tokenizer tokenizer.json --reference ref.json [--max-report N]
 // ref.json: a JSON array (or an object holding one under "items", "lines" or "cases"), or JSON
 // lines, of {"text": str, "ids": [int], "decoded": str (optional),
-// "add_special_tokens": bool (optional, default false)}.
-// For every item: Encode(text) must equal ids; Decode(ids) must equal decoded when given; the
-// stream decoder fed ids one by one must reproduce Decode(ids). Prints each mismatch (up to
+// "add_special_tokens": bool (optional, default false), "decoded_skip_special": str (optional),
+// "tokens": [str] (optional)}.
+// For every item: Encode(text) must equal ids; Decode(ids) must equal decoded (and
+// Decode(ids, skip_special_tokens=true) decoded_skip_special) when given; IdToToken(ids[i])
+// must equal tokens[i] when given; the stream decoder fed ids one by one must reproduce
+// Decode(ids). Prints each mismatch (up to
 // --max-report) and a summary; exits 0 only when everything matches and there was >= 1 item.
 #include <cstdio>
 #include <cstdlib>
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   size_t checked = 0, id_mismatches = 0, decode_mismatches = 0, stream_mismatches = 0;
+  size_t token_mismatches = 0;
   size_t num_ids = 0;
   int reported = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -145,6 +149,34 @@ int main(int argc, char** argv) {
                     Show(item["decoded"].get<std::string>()).c_str(), Show(decoded).c_str());
       }
     }
+    if (item.contains("decoded_skip_special") && item["decoded_skip_special"].is_string()) {
+      const std::string skipped = (*tok)->Decode(expected, /*skip_special_tokens=*/true);
+      if (skipped != item["decoded_skip_special"].get<std::string>()) {
+        ++decode_mismatches;
+        if (reported++ < max_report) {
+          std::printf("item %zu decode(skip_special_tokens) differs:\n  reference %s\n  ours"
+                      "      %s\n",
+                      i, Show(item["decoded_skip_special"].get<std::string>()).c_str(),
+                      Show(skipped).c_str());
+        }
+      }
+    }
+    if (item.contains("tokens") && item["tokens"].is_array() &&
+        item["tokens"].size() == expected.size()) {
+      for (size_t k = 0; k < expected.size(); ++k) {
+        const auto token = (*tok)->IdToToken(expected[k]);
+        if (!item["tokens"][k].is_string() || !token ||
+            *token != item["tokens"][k].get<std::string>()) {
+          ++token_mismatches;
+          if (reported++ < max_report) {
+            std::printf("item %zu IdToToken(%d) differs: reference %s, ours %s\n", i,
+                        expected[k], item["tokens"][k].dump().c_str(),
+                        token ? Show(*token).c_str() : "(none)");
+          }
+          break;
+        }
+      }
+    }
     glm::tokenizer::StreamDecoder stream(**tok);
     std::string streamed;
     for (int32_t id : expected) streamed += stream.Step(id);
@@ -158,12 +190,12 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%s vs %s: %zu items, %zu reference ids; id mismatches %zu, decode mismatches "
-              "%zu, stream mismatches %zu\n",
+              "%zu, token-string mismatches %zu, stream mismatches %zu\n",
               tokenizer_path.c_str(), reference_path.c_str(), checked, num_ids, id_mismatches,
-              decode_mismatches, stream_mismatches);
+              decode_mismatches, token_mismatches, stream_mismatches);
   if (checked == 0) {
     std::printf("FAIL: no items to compare\n");
     return 1;
   }
-  return id_mismatches + decode_mismatches + stream_mismatches == 0 ? 0 : 1;
+  return id_mismatches + decode_mismatches + token_mismatches + stream_mismatches == 0 ? 0 : 1;
 }

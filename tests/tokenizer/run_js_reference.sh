@@ -17,10 +17,15 @@ cp "$here/package.json" "$here/package-lock.json" "$here/encode.mjs" "$work/"
 (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
 status=0
 compared=0
-for fixture in "$here"/fixtures/*.json; do
+# The fixtures here, plus the Python-trained golden tokenizer once it is committed.
+fixtures=("$here"/fixtures/*.json)
+if [ -f "$here/../golden/tokenizer/tokenizer.json" ]; then
+  fixtures+=("$here/../golden/tokenizer/tokenizer.json")
+fi
+for fixture in "${fixtures[@]}"; do
   for corpus in "$here/corpus.jsonl" "$here/../golden/tokenizer/corpus.txt"; do
     [ -f "$corpus" ] || continue
-    out="$work/$(basename "$fixture" .json).$(basename "$corpus").js.json"
+    out="$work/$(basename "$(dirname "$fixture")")-$(basename "$fixture" .json).$(basename "$corpus").js.json"
     node "$work/encode.mjs" "$fixture" "$corpus" >"$out"
     if ! "$compare" --tokenizer "$fixture" --reference "$out"; then status=1; fi
     compared=$((compared + 1))
