@@ -1,0 +1,239 @@
+#include "agent/stage/weight_stager.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "agent/stage/file_hash.h"
+#include "agent/stage/stage_protocol.h"
+#include "common/logging.h"
+
+namespace glm::stage {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ProgressTracker {
+ public:
+  ProgressTracker(const StageOptions& o, uint64_t total)
+      : o_(o), clock_(o.clock ? o.clock : Clock::Real()), start_(clock_->Now()) {
+    p_.bytes_total = total;
+  }
+  void AddDone(uint64_t n) { p_.bytes_done += n; }
+  void AddFetched(const std::string& file, uint64_t n) {
+    p_.file = file;
+    p_.bytes_done += n;
+    p_.bytes_fetched += n;
+    Emit();
+  }
+  void Emit() {
+    double seconds = std::chrono::duration<double>(clock_->Now() - start_).count();
+    if (seconds > 0 && p_.bytes_fetched > 0) {
+      p_.rate_bytes_per_s = static_cast<double>(p_.bytes_fetched) / seconds;
+      p_.eta_s = static_cast<double>(p_.bytes_total - std::min(p_.bytes_total, p_.bytes_done)) /
+                 p_.rate_bytes_per_s;
+    }
+    if (o_.on_progress) o_.on_progress(p_);
+  }
+  // A discarded copy: its bytes are no longer done.
+  void Undo(uint64_t n) { p_.bytes_done -= std::min(p_.bytes_done, n); }
+
+ private:
+  const StageOptions& o_;
+  Clock* clock_;
+  Clock::TimePoint start_;
+  StageProgress p_;
+};
+
+uint64_t FileSizeOr0(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// Fetches [offset, size) of `file` from `peer`, appending to the open `out` fd at `*offset`.
+// Advances *offset per chunk written, so a broken transfer keeps what arrived.
+absl::Status FetchFrom(const StageOptions& o, const PeerAddress& peer, const ManifestFile& file,
+                       int out, uint64_t* offset, ProgressTracker* progress) {
+  absl::StatusOr<int> conn = ConnectTcp(peer.host, peer.port, o.io_timeout_ms);
+  if (!conn.ok()) return conn.status();
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{*conn};
+  if (absl::Status s = SendRequest(*conn, StageRequest{file.path, *offset, 0}); !s.ok()) return s;
+  absl::StatusOr<StageResponseHeader> h = ReadResponseHeader(*conn, o.io_timeout_ms);
+  if (!h.ok()) return h.status();
+  if (h->status == StageStatus::kNotFound) return absl::NotFoundError("does not have the file");
+  if (h->status != StageStatus::kOk) {
+    return absl::FailedPreconditionError(absl::StrCat("refused the request (status ",
+                                                      static_cast<uint32_t>(h->status), ")"));
+  }
+  if (h->file_size != file.size) {
+    return absl::DataLossError(absl::StrCat("holds a ", h->file_size, "-byte copy, manifest says ",
+                                            file.size));
+  }
+  std::vector<char> buf(std::min<uint64_t>(o.chunk_bytes, 1 << 20));
+  uint64_t left = h->count;
+  uint64_t chunk_start = *offset;
+  while (left > 0) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+    if (absl::Status s = ReadAll(*conn, buf.data(), want, o.io_timeout_ms); !s.ok()) {
+      // What arrived of this piece is lost; whole earlier pieces are on disk.
+      return absl::UnavailableError(absl::StrCat("transfer broke off at byte ", *offset, ": ",
+                                                 s.message()));
+    }
+    ssize_t n = pwrite(out, buf.data(), want, static_cast<off_t>(*offset));
+    if (n != static_cast<ssize_t>(want)) {
+      return absl::InternalError(absl::StrCat("write: ", std::strerror(errno)));
+    }
+    *offset += want;
+    left -= want;
+    if (*offset - chunk_start >= o.chunk_bytes || left == 0) {
+      // Write the range back and drop it from the page cache: staging must not fill memory.
+      sync_file_range(out, static_cast<off_t>(chunk_start), static_cast<off_t>(*offset - chunk_start),
+                      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+      posix_fadvise(out, static_cast<off_t>(chunk_start), static_cast<off_t>(*offset - chunk_start),
+                    POSIX_FADV_DONTNEED);
+      progress->AddFetched(file.path, *offset - chunk_start);
+      chunk_start = *offset;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t file_index,
+                      StageReport* report, ProgressTracker* progress) {
+  const std::string final_path = absl::StrCat(o.dest_dir, "/", file.path);
+  const std::string partial_path = final_path + ".partial";
+  std::error_code ec;
+  fs::create_directories(fs::path(final_path).parent_path(), ec);
+
+  // 1. A copy in place: keep it when it verifies; a shorter one may be a prefix to resume.
+  if (fs::exists(final_path, ec)) {
+    uint64_t size = FileSizeOr0(final_path);
+    if (size == file.size) {
+      absl::StatusOr<FileHash> h = HashFile(final_path);
+      if (h.ok() && h->xxh3_128 == file.xxh3_128) {
+        report->already_present.push_back(file.path);
+        progress->AddDone(file.size);
+        return absl::OkStatus();
+      }
+      GLM_LOG_WARN("stage: {} fails verification (xxh3_128 {} != {}); refetching", final_path,
+                   h.ok() ? h->xxh3_128 : "unreadable", file.xxh3_128);
+      report->discarded.push_back(file.path);
+      fs::remove(final_path, ec);
+    } else if (size < file.size && !fs::exists(partial_path, ec)) {
+      fs::rename(final_path, partial_path, ec);  // truncated: resume after its bytes
+    } else {
+      report->discarded.push_back(file.path);
+      fs::remove(final_path, ec);
+    }
+  }
+
+  int out = open(partial_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (out < 0) {
+    return absl::InternalError(absl::StrCat("open ", partial_path, ": ", std::strerror(errno)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  } closer{out};
+  uint64_t offset = FileSizeOr0(partial_path);
+  if (offset > file.size) {
+    offset = 0;
+    if (ftruncate(out, 0) != 0) return absl::InternalError(absl::StrCat("truncate ", partial_path));
+  }
+  if (offset > 0) {
+    report->bytes_resumed += offset;
+    progress->AddDone(offset);
+  }
+
+  std::vector<std::string> errors;
+  if (o.peers.empty()) errors.push_back("no peers configured");
+  const size_t n = o.peers.size();
+  for (size_t attempt = 0; n > 0 && attempt < n * static_cast<size_t>(o.rounds); ++attempt) {
+    // Start at a different peer per file so a fan-out spreads over the holders.
+    const PeerAddress& peer = o.peers[(file_index + attempt) % n];
+    if (offset < file.size) {
+      uint64_t before = offset;
+      absl::Status s = FetchFrom(o, peer, file, out, &offset, progress);
+      report->bytes_fetched += offset - before;
+      if (!s.ok()) {
+        if (!absl::IsNotFound(s)) ++report->peer_failures;
+        errors.push_back(absl::StrCat(peer.name, ": ", s.message()));
+        continue;
+      }
+    }
+    if (fdatasync(out) != 0) return absl::InternalError(absl::StrCat("fdatasync ", partial_path));
+    absl::StatusOr<FileHash> h = HashFile(partial_path);
+    if (h.ok() && h->size == file.size && h->xxh3_128 == file.xxh3_128) {
+      posix_fadvise(out, 0, 0, POSIX_FADV_DONTNEED);
+      fs::rename(partial_path, final_path, ec);
+      if (ec) return absl::InternalError(absl::StrCat("rename ", partial_path, ": ", ec.message()));
+      int dir = open(fs::path(final_path).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dir >= 0) {
+        fsync(dir);
+        close(dir);
+      }
+      report->fetched.push_back(file.path);
+      progress->Emit();
+      return absl::OkStatus();
+    }
+    // Bad bytes (a corrupt copy at the peer, or a bad resumed prefix): start over elsewhere.
+    ++report->peer_failures;
+    errors.push_back(absl::StrCat(peer.name, ": data failed verification (xxh3_128 ",
+                                  h.ok() ? h->xxh3_128 : "unreadable", " != ", file.xxh3_128, ")"));
+    progress->Undo(offset);
+    offset = 0;
+    if (ftruncate(out, 0) != 0) return absl::InternalError(absl::StrCat("truncate ", partial_path));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "could not stage ", file.path, " (", file.size, " bytes) into ", o.dest_dir, ": ",
+      absl::StrJoin(errors, "; "), "; fix: check that the peers run and hold a verified copy "
+      "(re-run staging resumes from ", partial_path, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<StageReport> StageFiles(const StageOptions& o) {
+  std::vector<const ManifestFile*> plan;
+  for (const std::string& path : o.files) {
+    const ManifestFile* f = o.manifest.Find(path);
+    if (f == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("plan file '", path, "' is not in the manifest"));
+    }
+    plan.push_back(f);
+  }
+  std::error_code ec;
+  fs::create_directories(o.dest_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("create ", o.dest_dir, ": ", ec.message()));
+
+  StageReport report;
+  ProgressTracker progress(o, o.manifest.TotalBytes(o.files));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (absl::Status s = StageOne(o, *plan[i], i, &report, &progress); !s.ok()) return s;
+  }
+  if (o.prune) {
+    std::set<std::string> keep(o.files.begin(), o.files.end());
+    for (const ManifestFile& f : o.manifest.files) {
+      if (keep.count(f.path) != 0) continue;
+      std::string path = absl::StrCat(o.dest_dir, "/", f.path);
+      if (fs::remove(path, ec)) report.removed.push_back(f.path);
+      fs::remove(path + ".partial", ec);
+    }
+  }
+  return report;
+}
+
+}  // namespace glm::stage
