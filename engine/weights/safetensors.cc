@@ -25,6 +25,36 @@ using nlohmann::json;
 constexpr std::string_view kCorruptFix =
     "the file is corrupt or truncated: re-download/restage it";
 
+// Cuts `text` to about 80 bytes without splitting a UTF-8 sequence.
+std::string Shorten(std::string text) {
+  if (text.size() <= 80) return text;
+  size_t cut = 77;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
+}
+
+// A JSON value as short text for messages. Not recursive: headers come from outside and may be
+// nested millions deep.
+std::string Excerpt(const json& value) {
+  auto scalar = [](const json& item) -> std::string {
+    if (item.is_object()) return item.empty() ? "{}" : "{...}";
+    if (item.is_array()) return item.empty() ? "[]" : "[...]";
+    return Shorten(item.dump(-1, ' ', false, json::error_handler_t::replace));
+  };
+  if (!value.is_array()) return scalar(value);
+  std::string text = "[";
+  size_t shown = 0;
+  for (const json& item : value) {
+    if (shown == 8) {
+      text += ", ...";
+      break;
+    }
+    if (shown++ > 0) text += ", ";
+    text += scalar(item);
+  }
+  return Shorten(text + "]");
+}
+
 absl::Status Corrupt(std::string_view file, std::string_view problem) {
   return absl::DataLossError(absl::StrCat(ToAbsl(file), ": ", ToAbsl(problem), "; ",
                                           ToAbsl(kCorruptFix)));
@@ -32,15 +62,9 @@ absl::Status Corrupt(std::string_view file, std::string_view problem) {
 
 absl::Status CorruptTensor(std::string_view file, std::string_view tensor,
                            std::string_view problem) {
-  return absl::DataLossError(absl::StrCat(ToAbsl(file), ": tensor '", ToAbsl(tensor), "': ",
+  return absl::DataLossError(absl::StrCat(ToAbsl(file), ": tensor '",
+                                          Shorten(std::string(tensor)), "': ",
                                           ToAbsl(problem), "; ", ToAbsl(kCorruptFix)));
-}
-
-// A JSON value as short text for messages (long values are cut).
-std::string Excerpt(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
 }
 
 absl::StatusOr<SafetensorsEntry> ParseEntry(std::string_view file, const std::string& name,
@@ -64,7 +88,7 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(std::string_view file, const std::st
   std::optional<DType> dtype = ParseDType(dtype_name);
   if (!dtype) {
     return absl::UnimplementedError(absl::StrCat(
-        ToAbsl(file), ": tensor '", name, "': dtype \"", dtype_name.substr(0, 40),
+        ToAbsl(file), ": tensor '", Shorten(name), "': dtype \"", dtype_name.substr(0, 40),
         "\" is not supported (supported: ", ToAbsl(SupportedDTypeList()),
         "); convert the checkpoint to one of these (e.g. BF16 or FP8 E4M3 with block scales)"));
   }
@@ -123,7 +147,7 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(std::string_view file, const std::st
                          absl::StrCat("data_offsets [", entry.begin, ", ", entry.end, "] hold ",
                                       entry.end - entry.begin, " bytes but ",
                                       ToAbsl(DTypeName(entry.dtype)), " shape ",
-                                      ShapeToString(entry.shape), " needs ", expected_bytes,
+                                      Excerpt(*shape_it), " needs ", expected_bytes,
                                       " bytes (size mismatch)"));
   }
   return entry;
@@ -222,8 +246,8 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::by
     const SafetensorsEntry& cur = *by_offset[i];
     if (cur.begin < prev.end) {
       return Corrupt(file_label,
-                     absl::StrCat("tensors '", prev.name, "' [", prev.begin, ", ", prev.end,
-                                  ") and '", cur.name, "' [", cur.begin, ", ", cur.end,
+                     absl::StrCat("tensors '", Shorten(prev.name), "' [", prev.begin, ", ",
+                                  prev.end, ") and '", Shorten(cur.name), "' [", cur.begin, ", ", cur.end,
                                   ") overlap in the data section"));
     }
   }

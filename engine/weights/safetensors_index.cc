@@ -78,6 +78,9 @@ absl::StatusOr<SafetensorsIndex> ParseSafetensorsIndex(std::string_view json_tex
     }
     index.weight_map.emplace(name, file_name);
   }
+  if (index.weight_map.empty()) {
+    return BadIndex(label, "\"weight_map\" is empty: the index lists no tensors");
+  }
   return index;
 }
 

@@ -208,6 +208,26 @@ TEST(SafetensorsHeaderTest, AllowsPaddingAndEmptyTensorsSharingOffsets) {
   EXPECT_TRUE(header.ok()) << header.status();
 }
 
+TEST(SafetensorsHeaderTest, DeeplyNestedJsonIsRejectedWithoutRecursing) {
+  const size_t depth = 2000000;
+  auto header = Parse(std::string(depth, '[') + std::string(depth, ']'), 0);
+  ASSERT_FALSE(header.ok());
+  EXPECT_THAT(std::string(header.status().message()), HasSubstr("must be a JSON object, got [[...]]"));
+  auto nested = Parse("{\"__metadata__\": {\"k\": " + std::string(depth, '[') +
+                          std::string(depth, ']') + "}}",
+                      0);
+  ASSERT_FALSE(nested.ok());
+  EXPECT_THAT(std::string(nested.status().message()), HasSubstr("must be a string, got [[...]]"));
+}
+
+TEST(SafetensorsHeaderTest, LongNamesAreShortenedInMessages) {
+  const std::string name(100000, 'x');
+  auto header = Parse("{\"" + name + "\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8);
+  ASSERT_FALSE(header.ok());
+  EXPECT_LT(header.status().message().size(), 400u);
+  EXPECT_THAT(std::string(header.status().message()), HasSubstr("xxx..."));
+}
+
 TEST(SafetensorsFileTest, OpenMissingFileIsNotFound) {
   auto file = SafetensorsFile::Open(TempPath("does-not-exist.safetensors"));
   ASSERT_FALSE(file.ok());

@@ -196,9 +196,17 @@ absl::StatusOr<TensorView> WeightStore::Get(std::string_view name) const {
 std::optional<TensorView> WeightStore::ScaleFor(std::string_view weight_name) const {
   if (!EndsWith(weight_name, kWeightSuffix)) return std::nullopt;
   const std::string scale_name = absl::StrCat(ToAbsl(weight_name), "_scale_inv");
-  const Location* location = Locate(scale_name);
-  if (location == nullptr) return std::nullopt;
-  return location->file->View(*location->entry);
+  if (const Location* location = Locate(scale_name)) {
+    return location->file->View(*location->entry);
+  }
+  // An index that forgets a scale must not turn into silently unscaled weights: look in the
+  // weight's own shard too.
+  if (const Location* weight = Locate(weight_name)) {
+    if (const SafetensorsEntry* entry = weight->file->Find(scale_name)) {
+      return weight->file->View(*entry);
+    }
+  }
+  return std::nullopt;
 }
 
 std::string WeightStore::FileOf(std::string_view name) const {
@@ -229,6 +237,18 @@ absl::StatusOr<std::vector<float>> WeightStore::ReadRegion(std::string_view name
                                                            int64_t begin, int64_t end) const {
   GLM_ASSIGN_OR_RETURN(TensorView tensor, Get(name));
   std::optional<TensorView> scale = ScaleFor(name);
+  if (tensor.dtype == DType::kF8E4M3 && !scale && EndsWith(name, kWeightSuffix)) {
+    // Per-tensor FP8 scales (compressed-tensors "<x>.weight_scale") are another format; decoding
+    // the codes without them would give wrong weights.
+    const Location* location = Locate(name);
+    const std::string per_tensor = absl::StrCat(ToAbsl(name), "_scale");
+    if (Contains(per_tensor) || location->file->Find(per_tensor) != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          FileOf(name), ": tensor '", ToAbsl(name), "' has a per-tensor scale '", per_tensor,
+          "'; only 128x128 block-scaled FP8 (weight_scale_inv) is supported: use the "
+          "block-quantized FP8 or the BF16 checkpoint"));
+    }
+  }
   const MatrixExtent extent = AsMatrix(tensor.shape);
   if (!by_rows && tensor.shape.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -215,6 +215,44 @@ TEST(WeightStoreTest, CorruptShardNamesFileAndTensor) {
                     HasSubstr("re-download/restage")));
 }
 
+TEST(WeightStoreTest, EmptyWeightMapIsRejected) {
+  ShardedCheckpoint ckpt("empty_index");
+  std::ofstream(ckpt.dir + "/model.safetensors.index.json") << R"({"weight_map": {}})";
+  auto store = WeightStore::Open(ckpt.dir);
+  ASSERT_FALSE(store.ok());
+  EXPECT_THAT(std::string(store.status().message()), HasSubstr("\"weight_map\" is empty"));
+}
+
+TEST(WeightStoreTest, ScaleMissingFromIndexIsFoundInTheShard) {
+  ShardedCheckpoint ckpt("scale_not_indexed");
+  ckpt.weight_map.erase("model.layers.1.mlp.down_proj.weight_scale_inv");
+  ckpt.WriteIndex(std::nullopt);
+  auto store = WeightStore::Open(ckpt.dir, Fp8Options());
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_FALSE((*store)->Contains("model.layers.1.mlp.down_proj.weight_scale_inv"));
+  EXPECT_TRUE((*store)->ScaleFor("model.layers.1.mlp.down_proj.weight").has_value());
+  auto down = (*store)->ReadFloat("model.layers.1.mlp.down_proj.weight");
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_NEAR((*down)[0], -3.0f, 0.2f);  // scaled, not the raw code value
+}
+
+TEST(WeightStoreTest, PerTensorFp8ScaleIsRejected) {
+  const std::string dir = FreshDir("per_tensor_scale");
+  SafetensorsWriter writer;
+  ASSERT_TRUE(writer.AddFloat("q.weight", DType::kF8E4M3, {2, 2}, std::vector<float>(4, 1.0f)).ok());
+  ASSERT_TRUE(writer.AddFloat("q.weight_scale", DType::kF32, {}, std::vector<float>{0.5f}).ok());
+  ASSERT_TRUE(writer.AddFloat("r.weight", DType::kF8E4M3, {2, 2}, std::vector<float>(4, 2.0f)).ok());
+  ASSERT_TRUE(writer.WriteFile(dir + "/model.safetensors").ok());
+  auto store = WeightStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto values = (*store)->ReadFloat("q.weight");
+  ASSERT_FALSE(values.ok());
+  EXPECT_EQ(values.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(values.status().message()), HasSubstr("per-tensor scale"));
+  // Plain FP8 without any scale decodes the codes.
+  EXPECT_EQ((*store)->ReadFloat("r.weight").value(), std::vector<float>(4, 2.0f));
+}
+
 TEST(WeightStoreTest, FilterOpensOnlyNeededShards) {
   ShardedCheckpoint ckpt("filtered");
   ckpt.WriteIndex(ckpt.tensor_bytes + 12345);  // not checked with a filter
