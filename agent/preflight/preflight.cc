@@ -467,6 +467,14 @@ PreflightReport RunNodePreflight(const PreflightOptions& options) {
   report.checks.push_back(CheckMemFree(options.roots, options.min_mem_available_bytes));
   report.checks.push_back(
       CheckDiskFree(options.disk_path.empty() ? "/" : options.disk_path, options.min_disk_free_bytes));
+  for (const PreflightOptions::MtuPeer& peer : options.mtu_peers) {
+    PathMtuOptions probe;
+    probe.host = peer.fabric_ip;
+    probe.port = peer.port;
+    probe.target_mtu = node.fabric_mtu > 0 ? node.fabric_mtu : 1500;
+    probe.timeout = options.mtu_probe_timeout;
+    report.checks.push_back(PathMtuCheck(peer.name, ProbePathMtu(probe)));
+  }
   return report;
 }
 

@@ -1,6 +1,7 @@
 // RunNodePreflight: every local check of a node, in a fixed order, each with a stable id:
 //   rdma.hca, rdma.uverbs, rdma.port_state, rdma.link_layer, mtu.netdev, mtu.port, gid.index,
-//   memlock, cap_ipc_lock, gpu.present, nccl.version, mem.free, disk.free.
+//   memlock, cap_ipc_lock, gpu.present, nccl.version, mem.free, disk.free, and mtu.path per peer
+//   when PreflightOptions::mtu_peers is set.
 // Reads the kernel through SystemRoots (fixture trees in tests), libibverbs when available.
 // Never throws; a check that cannot read its input fails (or warns) saying what it could not read.
 #pragma once
@@ -14,6 +15,7 @@
 #include "agent/preflight/check.h"
 #include "agent/preflight/gpu.h"
 #include "agent/preflight/node_config.h"
+#include "agent/preflight/path_mtu.h"
 #include "agent/preflight/sysfs.h"
 #include "agent/preflight/verbs.h"
 
@@ -33,6 +35,14 @@ struct PreflightOptions {
   std::string disk_path;               // where weights go; empty = "/".
   uint64_t min_disk_free_bytes = 0;    // from the plan; 0 = report only.
   std::string nccl_library_override;   // non-empty: load this instead of node.nccl_library.
+  // Peers' UDP echo responders (fabric IP + port); one "mtu.path" check each, at fabric.mtu.
+  struct MtuPeer {
+    std::string name;
+    std::string fabric_ip;
+    uint16_t port = 0;
+  };
+  std::vector<MtuPeer> mtu_peers;
+  std::chrono::milliseconds mtu_probe_timeout{200};
 };
 
 PreflightReport RunNodePreflight(const PreflightOptions& options);

@@ -168,6 +168,26 @@ TEST(PreflightTest, GpuNcclMemDiskFailures) {
   EXPECT_EQ(Get(RunNodePreflight(o), "gpu.present").status, CheckStatus::kWarn);
 }
 
+TEST(PreflightTest, PathMtuPerPeer) {
+  auto wide = UdpEchoResponder::Start("127.0.0.1", 0);
+  auto narrow = UdpEchoResponder::Start("127.0.0.1", 0, 1500 - 28);
+  ASSERT_TRUE(wide.ok() && narrow.ok());
+  PreflightOptions o = Options("healthy");
+  o.mtu_peers = {{"spark2", "127.0.0.1", (*wide)->port()}, {"spark3", "127.0.0.1", (*narrow)->port()}};
+  o.mtu_probe_timeout = std::chrono::milliseconds(100);
+  PreflightReport report = RunNodePreflight(o);
+  std::vector<const CheckResult*> paths;
+  for (const CheckResult& c : report.checks) {
+    if (c.id == "mtu.path") paths.push_back(&c);
+  }
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(paths[0]->status, CheckStatus::kPass);
+  EXPECT_THAT(paths[0]->message, HasSubstr("spark2 carries 9000-byte packets"));
+  EXPECT_EQ(paths[1]->status, CheckStatus::kFail);
+  EXPECT_THAT(paths[1]->message, HasSubstr("spark3 carries at most 1500-byte packets"));
+  EXPECT_FALSE(report.ok());
+}
+
 TEST(PreflightTest, GpuFromDriverProcFilesWarnsWithoutComputeCapability) {
   PreflightOptions o = Options("healthy");
   o.gpu_probe = nullptr;  // ProbeGpus on the fixture proc tree: driver files only.
