@@ -163,11 +163,13 @@ class Backend {
   virtual void IndexerTopK(const IndexerTopKArgs& args) = 0;
   virtual void Attention(const AttentionArgs& args) = 0;
 
-  // MoE router (spec §3.4): s = sigmoid(logits); choose top_k of s + bias (ties: lower expert);
-  // weight = s[chosen] (no bias), divided by (sum + 1e-20) when renormalize, times scale.
-  // logits [num_rows, num_experts]; ids/weights [num_rows, top_k].
-  virtual void MoeRoute(const MatView& logits, const float* bias, int top_k, bool renormalize,
-                        float scale, int32_t* ids, float* weights) = 0;
+  // MoE router (spec §3.4): s = sigmoid(logits); c = s + bias; with n_group > 1 only experts of
+  // the topk_group groups with the largest sum of their top-2 c compete; choose top_k of c
+  // (ties: lower expert); weight = s[chosen] (no bias), divided by (sum + 1e-20) when
+  // renormalize, times scale. logits [num_rows, num_experts]; ids/weights [num_rows, top_k].
+  virtual void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group,
+                        int top_k, bool renormalize, float scale, int32_t* ids,
+                        float* weights) = 0;
   // out[t] += sum_j weights[t, j] * down[e](silu(gate[e] x[t]) * up[e] x[t]), e = ids[t, j].
   virtual void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                           const ExpertWeights& experts, const MatView& out) = 0;

@@ -96,6 +96,13 @@ void DenseMlp::Forward(StepContext& ctx, const MatView& x, const MatView& out) c
 absl::StatusOr<Moe> Moe::Load(WeightLoader& w, const ModelConfig& c, const std::string& prefix) {
   Moe m;
   const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size;
+  if (c.n_group < 1 || c.n_routed_experts % c.n_group != 0 || c.topk_group < 1 ||
+      c.topk_group > c.n_group || c.num_experts_per_tok > c.n_routed_experts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ": n_routed_experts=", c.n_routed_experts, " n_group=", c.n_group,
+        " topk_group=", c.topk_group, " num_experts_per_tok=", c.num_experts_per_tok,
+        " are inconsistent; experts must split evenly into groups and top-k fit in them"));
+  }
   GLM_ASSIGN_OR_RETURN(m.router, w.Matrix(prefix + ".gate.weight", c.n_routed_experts, hidden));
   const std::string bias_name = prefix + ".gate.e_score_correction_bias";
   if (w.Has(bias_name)) {
@@ -116,6 +123,8 @@ absl::StatusOr<Moe> Moe::Load(WeightLoader& w, const ModelConfig& c, const std::
   GLM_ASSIGN_OR_RETURN(m.shared, DenseMlp::Load(w, prefix + ".shared_experts", hidden,
                                                 inter * std::max(1, c.n_shared_experts)));
   m.top_k = c.num_experts_per_tok;
+  m.n_group = c.n_group;
+  m.topk_group = c.topk_group;
   m.renormalize = c.norm_topk_prob;
   m.scale = static_cast<float>(c.routed_scaling_factor);
   return m;
@@ -127,7 +136,8 @@ void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const 
   ctx.backend->Linear(x, router.view, logits, false);
   int32_t* ids = ctx.ws->Ints(T * top_k);        // [T, top_k]
   float* weights = ctx.ws->Floats(T * top_k);    // [T, top_k]
-  ctx.backend->MoeRoute(logits, bias.data(), top_k, renormalize, scale, ids, weights);
+  ctx.backend->MoeRoute(logits, bias.data(), n_group, topk_group, top_k, renormalize, scale, ids,
+                        weights);
   ctx.backend->Fill(out, 0.0f);
   ExpertWeights ew{gate_views.data(), up_views.data(), down_views.data(),
                    static_cast<int32_t>(experts.size())};

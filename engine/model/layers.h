@@ -122,6 +122,7 @@ struct Moe {
   std::vector<MatView> gate_views, up_views, down_views;
   DenseMlp shared;
   int top_k = 1;
+  int n_group = 1, topk_group = 1;
   bool renormalize = true;
   float scale = 1.0f;
   static absl::StatusOr<Moe> Load(WeightLoader& w, const ModelConfig& c, const std::string& prefix);

@@ -104,30 +104,62 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// out[j] = x . w[j] for 4 w rows (single-row path: decode, remainders).
+__attribute__((target_clones("arch=haswell", "default")))
+void DotTile1x4(const float* x, const float* w0, const float* w1, const float* w2,
+                const float* w3, int64_t K, float* out) {
+  v8f a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    const v8f xv = Load8(x + k);
+    a0 += xv * Load8(w0 + k);
+    a1 += xv * Load8(w1 + k);
+    a2 += xv * Load8(w2 + k);
+    a3 += xv * Load8(w3 + k);
+  }
+  float r[4] = {HorizontalSum(a0), HorizontalSum(a1), HorizontalSum(a2), HorizontalSum(a3)};
+  for (; k < K; ++k) {
+    r[0] += x[k] * w0[k];
+    r[1] += x[k] * w1[k];
+    r[2] += x[k] * w2[k];
+    r[3] += x[k] * w3[k];
+  }
+  std::memcpy(out, r, sizeof(r));
+}
+
+inline void Store(float* y, float v, bool accumulate) {
+  if (accumulate) {
+    *y += v;
+  } else {
+    *y = v;
+  }
+}
+
 // Single-threaded y[M, N] (+)= x[M, K] . w[N, K]^T on output rows [m0, m1) x cols [n0, n1).
+// Groups of 4 x rows use the 4x2 tile; leftover rows the 1x4 tile. Missing rows of a tile are
+// padded by repeating a valid row and their results dropped.
 void LinearBlock(const MatView& x, const MatView& w, const MatView& y, bool accumulate,
                  int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const int64_t K = x.cols;
   float r[8];
-  for (int64_t m = m0; m < m1; m += 4) {
-    const int64_t mr = std::min<int64_t>(4, m1 - m);
-    const float* xp[4];
-    for (int i = 0; i < 4; ++i) xp[i] = x.Row(m + std::min<int64_t>(i, mr - 1));
+  int64_t m = m0;
+  for (; m + 4 <= m1; m += 4) {
     for (int64_t n = n0; n < n1; n += 2) {
       const int64_t nr = std::min<int64_t>(2, n1 - n);
-      const float* w0 = w.Row(n);
-      const float* w1 = w.Row(n + nr - 1);
-      DotTile4x2(xp[0], xp[1], xp[2], xp[3], w0, w1, K, r);
-      for (int64_t i = 0; i < mr; ++i) {
-        float* yr = y.Row(m + i);
-        for (int64_t j = 0; j < nr; ++j) {
-          if (accumulate) {
-            yr[n + j] += r[i * 2 + j];
-          } else {
-            yr[n + j] = r[i * 2 + j];
-          }
-        }
+      DotTile4x2(x.Row(m), x.Row(m + 1), x.Row(m + 2), x.Row(m + 3), w.Row(n),
+                 w.Row(n + nr - 1), K, r);
+      for (int64_t i = 0; i < 4; ++i) {
+        for (int64_t j = 0; j < nr; ++j) Store(y.Row(m + i) + n + j, r[i * 2 + j], accumulate);
       }
+    }
+  }
+  for (; m < m1; ++m) {
+    for (int64_t n = n0; n < n1; n += 4) {
+      const int64_t nr = std::min<int64_t>(4, n1 - n);
+      const float* wr[4];
+      for (int j = 0; j < 4; ++j) wr[j] = w.Row(n + std::min<int64_t>(j, nr - 1));
+      DotTile1x4(x.Row(m), wr[0], wr[1], wr[2], wr[3], K, r);
+      for (int64_t j = 0; j < nr; ++j) Store(y.Row(m) + n + j, r[j], accumulate);
     }
   }
 }
@@ -359,17 +391,42 @@ void CpuBackend::Attention(const AttentionArgs& a) {
   });
 }
 
-void CpuBackend::MoeRoute(const MatView& logits, const float* bias, int top_k, bool renormalize,
-                          float scale, int32_t* ids, float* weights) {
+void CpuBackend::MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group,
+                          int top_k, bool renormalize, float scale, int32_t* ids,
+                          float* weights) {
   const int64_t num_experts = logits.cols;
-  std::vector<float> s(num_experts), choice(num_experts);
-  std::vector<int32_t> order(num_experts);
+  n_group = std::max(1, n_group);
+  const int64_t group_size = num_experts / n_group;
+  std::vector<float> s(num_experts), choice(num_experts), group_score(n_group);
+  std::vector<int32_t> order(num_experts), groups(n_group);
   for (int64_t t = 0; t < logits.rows; ++t) {
     const float* l = logits.Row(t);
     for (int64_t e = 0; e < num_experts; ++e) {
       s[e] = 1.0f / (1.0f + std::exp(-l[e]));
       choice[e] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
       order[e] = static_cast<int32_t>(e);
+    }
+    if (n_group > 1 && topk_group < n_group) {
+      for (int g = 0; g < n_group; ++g) {
+        float top1 = -std::numeric_limits<float>::infinity(), top2 = top1;
+        for (int64_t e = g * group_size; e < (g + 1) * group_size; ++e) {
+          if (choice[e] > top1) {
+            top2 = top1;
+            top1 = choice[e];
+          } else if (choice[e] > top2) {
+            top2 = choice[e];
+          }
+        }
+        group_score[g] = group_size > 1 ? top1 + top2 : top1;
+        groups[g] = g;
+      }
+      std::partial_sort(groups.begin(), groups.begin() + topk_group, groups.end(),
+                        ScoreIndexGreater{group_score.data()});
+      std::vector<bool> keep(n_group, false);
+      for (int g = 0; g < topk_group; ++g) keep[groups[g]] = true;
+      for (int64_t e = 0; e < num_experts; ++e) {
+        if (!keep[e / group_size]) choice[e] = -std::numeric_limits<float>::infinity();
+      }
     }
     std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
                       ScoreIndexGreater{choice.data()});

@@ -39,8 +39,8 @@ class CpuBackend : public Backend {
   void ScatterRows(const MatView& src, const int32_t* rows, const MatView& dst) override;
   void IndexerTopK(const IndexerTopKArgs& args) override;
   void Attention(const AttentionArgs& args) override;
-  void MoeRoute(const MatView& logits, const float* bias, int top_k, bool renormalize, float scale,
-                int32_t* ids, float* weights) override;
+  void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group, int top_k,
+                bool renormalize, float scale, int32_t* ids, float* weights) override;
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                   const ExpertWeights& experts, const MatView& out) override;
 
