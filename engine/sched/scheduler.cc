@@ -127,6 +127,13 @@ void Scheduler::FailAll(const absl::Status& error) {
   }
 }
 
+void Scheduler::AbortAll() {
+  std::vector<int64_t> ids;
+  for (auto& [id, seq] : seqs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (int64_t id : ids) Abort(id);
+}
+
 void Scheduler::Finish(Sequence* seq, FinishReason /*reason*/) {
   blocks_->FreeSequence(seq->id);
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());

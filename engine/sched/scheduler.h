@@ -82,6 +82,8 @@ class Scheduler {
   bool Abort(int64_t request_id);
   // Fails every request with `error` (one kError event each) and forgets them.
   void FailAll(const absl::Status& error);
+  // Aborts every request (one kAborted event each).
+  void AbortAll();
 
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
   // Runs one step. A non-OK status is a model failure: the caller should FailAll and stop.

@@ -1,0 +1,286 @@
+#include "engine/engine.h"
+
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_util.h"
+#include "engine/config/model_config.h"
+#if GLM_ENGINE_HAVE_MODEL
+#include "engine/model/glm_moe_dsa.h"
+#endif
+
+namespace glm::engine {
+
+// ---- TokenStream ------------------------------------------------------------------------------
+
+void TokenStream::Push(TokenEvent event) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    events_.push_back(std::move(event));
+  }
+  cv_.notify_all();
+}
+
+bool TokenStream::Next(TokenEvent* event) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (done_) return false;
+  cv_.wait(l, [&] { return !events_.empty(); });
+  *event = std::move(events_.front());
+  events_.pop_front();
+  if (event->finished) done_ = true;
+  return true;
+}
+
+bool TokenStream::TryNext(TokenEvent* event) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (done_ || events_.empty()) return false;
+  *event = std::move(events_.front());
+  events_.pop_front();
+  if (event->finished) done_ = true;
+  return true;
+}
+
+std::vector<int32_t> TokenStream::CollectTokens(TokenEvent* final_event) {
+  std::vector<int32_t> tokens;
+  TokenEvent ev;
+  while (Next(&ev)) {
+    if (ev.token_id >= 0) tokens.push_back(ev.token_id);
+    if (ev.finished) {
+      if (final_event != nullptr) *final_event = std::move(ev);
+      break;
+    }
+  }
+  return tokens;
+}
+
+// ---- Engine -----------------------------------------------------------------------------------
+
+int64_t KvBytesPerBlock(const ModelConfig& c, int block_size, bool with_mtp) {
+  const int num_layers = c.num_hidden_layers + (with_mtp ? c.num_mtp_layers() : 0);
+  int64_t per_token = 0;
+  for (int l = 0; l < num_layers; ++l) {
+    per_token += c.kv_lora_rank + c.qk_rope_head_dim;
+    if (c.HasIndexer(l)) per_token += c.index_head_dim;
+  }
+  return per_token * static_cast<int64_t>(sizeof(float)) * block_size;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+#if GLM_ENGINE_HAVE_MODEL
+  GLM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
+  const bool mtp = options.mtp_draft_tokens > 0;
+  if (mtp && config.num_mtp_layers() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MTP speculative decoding (mtp_draft_tokens=", options.mtp_draft_tokens,
+        ") needs an MTP layer but ", options.model_dir,
+        "/config.json has num_nextn_predict_layers=0: drop --mtp or use a checkpoint with one"));
+  }
+  if (options.kv_block_size < 1) {
+    return absl::InvalidArgumentError("kv_block_size must be >= 1");
+  }
+  int64_t num_blocks = options.kv_num_blocks;
+  if (num_blocks <= 0) {
+    const int64_t per_block = KvBytesPerBlock(config, options.kv_block_size, mtp);
+    num_blocks = per_block > 0 ? options.kv_cache_bytes / per_block : 0;
+    if (num_blocks < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kv_cache_bytes=", options.kv_cache_bytes, " holds no KV block of ", per_block,
+          " bytes for this model: raise the KV budget"));
+    }
+  }
+  ModelLoadOptions load;
+  load.model_dir = options.model_dir;
+  load.kv.block_size = options.kv_block_size;
+  load.kv.num_blocks = static_cast<int>(std::min<int64_t>(num_blocks, 1 << 30));
+  load.num_threads = options.num_threads;
+  load.load_mtp = mtp;
+  GLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadGlmMoeDsa(load));
+  return CreateWithModel(std::move(model), options);
+#else
+  (void)options;
+  return absl::UnimplementedError(
+      "this build has no model library (glm_model); only Engine::CreateWithModel works");
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithModel(std::unique_ptr<Model> model,
+                                                                 const EngineOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("CreateWithModel: model is null");
+  if (options.max_num_seqs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_seqs=", options.max_num_seqs, " must be >= 1"));
+  }
+  if (options.max_num_batched_tokens < 1 + std::max(options.mtp_draft_tokens, 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_num_batched_tokens=", options.max_num_batched_tokens,
+        " must be >= 1 + mtp_draft_tokens (", options.mtp_draft_tokens, ")"));
+  }
+  if (options.mtp_draft_tokens > 0 && model->config().num_mtp_layers() == 0) {
+    return absl::InvalidArgumentError(
+        "mtp_draft_tokens > 0 but the model has no MTP layer (num_nextn_predict_layers=0)");
+  }
+  if (model->kv_geometry().num_blocks < 1 || model->kv_geometry().block_size < 1) {
+    return absl::InvalidArgumentError("the model's KV geometry has no blocks");
+  }
+  return std::unique_ptr<Engine>(new Engine(std::move(model), options));
+}
+
+Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
+    : options_(options), model_(std::move(model)) {
+  SchedulerOptions so;
+  so.max_num_seqs = options_.max_num_seqs;
+  so.max_num_batched_tokens = options_.max_num_batched_tokens;
+  so.enable_chunked_prefill = options_.enable_chunked_prefill;
+  so.enable_prefix_caching = options_.enable_prefix_caching;
+  so.num_draft_tokens = std::max(options_.mtp_draft_tokens, 0);
+  so.max_model_len = options_.max_model_len;
+  scheduler_ = std::make_unique<Scheduler>(
+      model_.get(), so, [this](int64_t id, TokenEvent ev) { Deliver(id, std::move(ev)); });
+  seed_state_ = options_.seed != 0 ? options_.seed : std::random_device{}();
+  stats_.kv_num_blocks = model_->kv_geometry().num_blocks;
+  stats_.kv_num_free_blocks = stats_.kv_num_blocks;
+  GLM_LOG_INFO("engine started kv_blocks={} block_size={} max_num_seqs={} budget={} mtp={}",
+               model_->kv_geometry().num_blocks, model_->kv_geometry().block_size,
+               options_.max_num_seqs, options_.max_num_batched_tokens, options_.mtp_draft_tokens);
+  loop_ = std::thread([this] { Loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  loop_.join();
+}
+
+absl::StatusOr<RequestHandle> Engine::Submit(Request request) {
+  if (absl::Status s = scheduler_->Validate(request); !s.ok()) return s;
+  RequestHandle handle;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!failure_.ok()) return failure_;
+    if (draining_ || stop_) {
+      return absl::UnavailableError("engine is draining: not admitting new requests");
+    }
+    if (in_flight_ >= options_.max_queued_requests) {
+      return absl::UnavailableError(absl::StrCat("engine has ", in_flight_,
+                                                 " requests in flight (max_queued_requests): retry later"));
+    }
+    handle.id = next_id_++;
+    handle.stream = std::make_shared<TokenStream>(handle.id);
+    streams_[handle.id] = handle.stream;
+    // SplitMix-style per-request default seed; a request's own seed wins in the scheduler.
+    seed_state_ += 0x9e3779b97f4a7c15ULL;
+    pending_.push_back(Pending{handle.id, std::move(request), seed_state_});
+    ++in_flight_;
+    ++stats_.num_requests_submitted;
+  }
+  work_cv_.notify_all();
+  return handle;
+}
+
+void Engine::Abort(int64_t request_id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    aborts_.push_back(request_id);
+  }
+  work_cv_.notify_all();
+}
+
+absl::Status Engine::Drain() {
+  std::unique_lock<std::mutex> l(mu_);
+  draining_ = true;
+  idle_cv_.wait(l, [&] { return in_flight_ == 0; });
+  return failure_;
+}
+
+EngineStats Engine::Stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  EngineStats s = stats_;
+  s.num_waiting += static_cast<int>(pending_.size());
+  s.failed = !failure_.ok();
+  return s;
+}
+
+void Engine::Deliver(int64_t request_id, TokenEvent event) {
+  std::shared_ptr<TokenStream> stream;
+  const bool finished = event.finished;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = streams_.find(request_id);
+    if (it == streams_.end()) return;
+    stream = it->second;
+    if (finished) {
+      streams_.erase(it);
+      --in_flight_;
+      ++stats_.num_requests_finished;
+    }
+  }
+  stream->Push(std::move(event));
+  if (finished) idle_cv_.notify_all();
+}
+
+void Engine::Loop() {
+  while (true) {
+    std::deque<Pending> pending;
+    std::vector<int64_t> aborts;
+    bool stop = false;
+    absl::Status failure;
+    const bool busy = scheduler_->HasWork();
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      work_cv_.wait(l, [&] { return stop_ || busy || !pending_.empty() || !aborts_.empty(); });
+      stop = stop_;
+      failure = failure_;
+      pending.swap(pending_);
+      aborts.swap(aborts_);
+    }
+    for (Pending& p : pending) {
+      absl::Status s = failure;
+      if (s.ok() && !stop) s = scheduler_->Add(p.id, std::move(p.request), p.seed);
+      if (!s.ok() || stop) {
+        TokenEvent ev;
+        ev.finished = true;
+        ev.finish_reason = s.ok() ? FinishReason::kAborted : FinishReason::kError;
+        ev.error = s;
+        Deliver(p.id, std::move(ev));
+      }
+    }
+    for (int64_t id : aborts) scheduler_->Abort(id);
+    if (stop) {
+      scheduler_->AbortAll();
+      return;
+    }
+    if (scheduler_->HasWork()) {
+      if (absl::Status s = scheduler_->Step(); !s.ok()) {
+        GLM_LOG_ERROR("engine step failed, failing all requests: {}", s.ToString());
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          failure_ = s;
+        }
+        scheduler_->FailAll(s);
+      }
+    }
+    const SchedulerStats ss = scheduler_->Stats();
+    std::lock_guard<std::mutex> l(mu_);
+    stats_.num_running = ss.num_running;
+    stats_.num_waiting = ss.num_waiting;
+    stats_.kv_num_blocks = ss.kv.num_blocks;
+    stats_.kv_num_free_blocks = ss.kv.num_free_blocks;
+    stats_.kv_num_cached_blocks = ss.kv.num_cached_blocks;
+    stats_.num_steps = ss.num_steps;
+    stats_.num_preemptions = ss.num_preemptions;
+    stats_.num_prompt_tokens = ss.num_prompt_tokens;
+    stats_.num_cached_prompt_tokens = ss.num_cached_prompt_tokens;
+    stats_.num_computed_tokens = ss.num_computed_tokens;
+    stats_.num_generated_tokens = ss.num_generated_tokens;
+    stats_.num_draft_tokens = ss.num_draft_tokens;
+    stats_.num_accepted_draft_tokens = ss.num_accepted_draft_tokens;
+    stats_.draft_acceptance_rate = ss.draft_acceptance_rate();
+  }
+}
+
+}  // namespace glm::engine

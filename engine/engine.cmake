@@ -1,0 +1,32 @@
+# Included by engine/CMakeLists.txt when engine.cc exists: the engine API (glm_engine), the
+# glm-run tool, and their tests.
+add_library(glm_engine ${CMAKE_CURRENT_LIST_DIR}/engine.cc)
+target_include_directories(glm_engine PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(glm_engine PUBLIC glm_sched glm_model_config glm_common absl::status
+  absl::statusor PRIVATE absl::strings)
+if(TARGET glm_model)
+  target_link_libraries(glm_engine PRIVATE glm_model)
+  target_compile_definitions(glm_engine PRIVATE GLM_ENGINE_HAVE_MODEL=1)
+endif()
+glm_set_warnings(glm_engine)
+
+glm_add_test(NAME engine_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_test.cc LIBS glm_engine)
+
+add_executable(glm-run ${CMAKE_CURRENT_LIST_DIR}/glm_run.cc)
+target_link_libraries(glm-run PRIVATE glm_engine glm_common CLI11::CLI11 absl::strings)
+if(TARGET glm_tokenizer)
+  target_link_libraries(glm-run PRIVATE glm_tokenizer)
+  target_compile_definitions(glm-run PRIVATE GLM_RUN_HAVE_TOKENIZER=1)
+endif()
+glm_set_warnings(glm-run)
+
+# Integration against the transformers golden fixtures (tests/golden/tiny-*), through the Engine
+# and through the glm-run binary.
+if(TARGET glm_model)
+  glm_add_test(NAME engine_golden_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_golden_test.cc
+    LIBS glm_engine nlohmann_json::nlohmann_json LABELS golden)
+  target_compile_definitions(engine_golden_test PRIVATE
+    GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden"
+    GLM_RUN_BINARY="$<TARGET_FILE:glm-run>")
+  add_dependencies(engine_golden_test glm-run)
+endif()

@@ -1,0 +1,161 @@
+// The engine API: the one header the agent (and glm-run) includes. Token ids in, token ids out;
+// no gRPC, agent or controller types.
+//
+// Threading contract:
+//  - Engine owns one step-loop thread that runs the scheduler and the model; nothing else touches
+//    them. Submit, Abort, Drain and Stats are thread-safe and may be called from any thread.
+//  - Submit returns a RequestHandle whose TokenStream is a thread-safe queue filled by the step
+//    loop. One consumer pops it (Next blocks; TryNext does not). Every stream ends with exactly
+//    one event with finished = true (finish_reason stop / length / aborted / error).
+//  - Destroying the Engine aborts everything in flight (each stream gets its final event) and
+//    joins the loop. Streams stay valid after the engine is gone (they are shared_ptr-owned).
+//  - A model failure (Forward/ForwardMtp error) fails every in-flight request with that error and
+//    puts the engine in a failed state: later Submits return the error (fail fast, the agent
+//    restarts the shard).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/model/forward_batch.h"
+#include "engine/sample/sampling_params.h"
+#include "engine/sched/request.h"
+#include "engine/sched/scheduler.h"
+
+namespace glm::engine {
+
+struct EngineOptions {
+  std::string model_dir;  // HF layout: config.json, *.safetensors
+  // KV cache: kv_num_blocks > 0 gives the block count directly; otherwise kv_cache_bytes is
+  // divided by the per-block size of this model (CPU backend, fp32 latent + indexer keys).
+  int kv_block_size = 16;
+  int kv_num_blocks = 0;
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 512;
+  bool enable_chunked_prefill = true;
+  bool enable_prefix_caching = true;
+  int max_model_len = 0;          // 0 = the model's max_position_embeddings
+  int num_threads = 0;            // CPU backend threads; 0 = hardware concurrency
+  int mtp_draft_tokens = 0;       // k > 0: MTP speculative decoding with k drafts per step
+  int max_queued_requests = 4096; // admission control: Submit fails with kUnavailable beyond it
+  uint64_t seed = 0;              // seeds requests without SamplingParams::seed (0 = random)
+};
+
+// Bytes one KV block takes on the CPU backend for `config` (all layers + MTP layers when
+// `with_mtp`): per token-layer (kv_lora_rank + qk_rope_head_dim) fp32, plus index_head_dim fp32
+// on layers with an indexer.
+int64_t KvBytesPerBlock(const ModelConfig& config, int block_size, bool with_mtp);
+
+struct EngineStats {
+  int64_t num_requests_submitted = 0;
+  int64_t num_requests_finished = 0;
+  int num_running = 0;
+  int num_waiting = 0;  // inside the scheduler plus not yet picked up
+  int kv_num_blocks = 0;
+  int kv_num_free_blocks = 0;
+  int kv_num_cached_blocks = 0;
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;  // prefix-cache hits
+  int64_t num_computed_tokens = 0;
+  int64_t num_generated_tokens = 0;
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_draft_tokens = 0;
+  double draft_acceptance_rate = 0.0;  // accepted / drafted; 0 without MTP
+  bool failed = false;
+};
+
+// A request's event queue. Thread-safe; one consumer.
+class TokenStream {
+ public:
+  explicit TokenStream(int64_t request_id) : request_id_(request_id) {}
+  int64_t request_id() const { return request_id_; }
+
+  // Blocks until the next event; returns false once the finished event has been popped.
+  bool Next(TokenEvent* event);
+  // Non-blocking: false when no event is queued (or the stream is over).
+  bool TryNext(TokenEvent* event);
+  // Convenience: pops everything up to the finished event and returns the token ids.
+  std::vector<int32_t> CollectTokens(TokenEvent* final_event = nullptr);
+
+  // Producer side (the engine).
+  void Push(TokenEvent event);
+
+ private:
+  const int64_t request_id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<TokenEvent> events_;
+  bool done_ = false;  // the finished event has been popped
+};
+
+struct RequestHandle {
+  int64_t id = 0;
+  std::shared_ptr<TokenStream> stream;
+};
+
+class Engine {
+ public:
+  // Loads the model from options.model_dir (CPU backend) and starts the step loop.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  // Runs `model` (tests inject fakes). The KV geometry is the model's; options.kv_* are ignored.
+  static absl::StatusOr<std::unique_ptr<Engine>> CreateWithModel(std::unique_ptr<Model> model,
+                                                                 const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request. Errors: kInvalidArgument (bad prompt/params, message says
+  // which), kResourceExhausted (can never fit the KV cache), kUnavailable (draining, or more
+  // than max_queued_requests in flight), or the model failure that stopped the engine.
+  absl::StatusOr<RequestHandle> Submit(Request request);
+  // Aborts a request wherever it is; its stream ends with kAborted. Unknown ids are ignored.
+  void Abort(int64_t request_id);
+  // Stops admitting (Submit returns kUnavailable from now on) and blocks until every request in
+  // flight has finished. Returns the engine's failure status if the model failed.
+  absl::Status Drain();
+  EngineStats Stats() const;
+  const ModelConfig& model_config() const { return model_->config(); }
+
+ private:
+  Engine(std::unique_ptr<Model> model, const EngineOptions& options);
+  void Loop();
+  void Deliver(int64_t request_id, TokenEvent event);
+
+  const EngineOptions options_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Scheduler> scheduler_;  // step-loop thread only (Validate: any thread)
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;   // loop waits for submissions/aborts/stop
+  std::condition_variable idle_cv_;   // Drain waits for in_flight_ == 0
+  struct Pending {
+    int64_t id;
+    Request request;
+    uint64_t seed;
+  };
+  std::deque<Pending> pending_;
+  std::vector<int64_t> aborts_;
+  std::unordered_map<int64_t, std::shared_ptr<TokenStream>> streams_;
+  int64_t next_id_ = 1;
+  int64_t in_flight_ = 0;
+  bool draining_ = false;
+  bool stop_ = false;
+  absl::Status failure_;
+  uint64_t seed_state_ = 0;
+  EngineStats stats_;
+  std::thread loop_;
+};
+
+}  // namespace glm::engine

@@ -1,0 +1,296 @@
+// The Engine (scheduler + real model) against the transformers golden fixtures in tests/golden:
+// several concurrent requests with chunked prefill, prefix-cache hits, MTP, prompt logits, and
+// the glm-run binary. Each fixture's reference.json holds prompt_ids, greedy_ids (32 tokens),
+// extra_cases (more prompts with their greedy ids) and logits.f32 [num_prompt, vocab].
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace glm::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> greedy;
+};
+
+struct Fixture {
+  std::string name;
+  std::string dir;
+  Case main;
+  std::vector<Case> extra;
+};
+
+std::vector<Fixture> LoadFixtures() {
+  std::vector<Fixture> out;
+  for (const auto& entry : fs::directory_iterator(GLM_GOLDEN_DIR)) {
+    const fs::path ref = entry.path() / "reference.json";
+    if (!entry.is_directory() || !fs::exists(ref) || !fs::exists(entry.path() / "config.json")) {
+      continue;
+    }
+    std::ifstream f(ref);
+    nlohmann::json j = nlohmann::json::parse(f);
+    if (!j.contains("prompt_ids") || !j.contains("greedy_ids")) continue;
+    Fixture fx;
+    fx.name = entry.path().filename().string();
+    fx.dir = entry.path().string();
+    fx.main = {j["prompt_ids"].get<std::vector<int32_t>>(), j["greedy_ids"].get<std::vector<int32_t>>()};
+    if (j.contains("extra_cases")) {
+      for (const auto& c : j["extra_cases"]) {
+        fx.extra.push_back({c["prompt_ids"].get<std::vector<int32_t>>(),
+                            c["greedy_ids"].get<std::vector<int32_t>>()});
+      }
+    }
+    out.push_back(std::move(fx));
+  }
+  std::sort(out.begin(), out.end(), [](const Fixture& a, const Fixture& b) { return a.name < b.name; });
+  return out;
+}
+
+std::vector<float> ReadF32(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), {});
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// max |a - b| / max |b|
+double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    max_ref = std::max(max_ref, std::abs(static_cast<double>(b[i])));
+  }
+  return max_diff / std::max(max_ref, 1e-30);
+}
+
+Request GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens) {
+  Request r;
+  r.prompt_ids = prompt;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+EngineOptions SmallChunks(const std::string& dir, int mtp = 0) {
+  EngineOptions eo;
+  eo.model_dir = dir;
+  eo.kv_block_size = 4;
+  eo.kv_num_blocks = 256;
+  eo.max_num_batched_tokens = 7;  // prompts of 12+ tokens are split across steps
+  eo.max_num_seqs = 4;
+  eo.num_threads = 2;
+  eo.mtp_draft_tokens = mtp;
+  return eo;
+}
+
+class GoldenEngineTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    for (auto& fx : LoadFixtures()) {
+      if (fx.name == GetParam()) fixture_ = std::move(fx);
+    }
+    ASSERT_FALSE(fixture_.name.empty()) << "fixture " << GetParam() << " not found";
+  }
+  Fixture fixture_;
+};
+
+TEST_P(GoldenEngineTest, ConcurrentChunkedGreedyMatchesReference) {
+  auto engine = Engine::Create(SmallChunks(fixture_.dir));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const Case& m = fixture_.main;
+  // Truncated variants of the prompt: no reference of their own, so each must equal the same
+  // prompt run alone on an engine without chunking or prefix caching.
+  std::vector<std::vector<int32_t>> truncated = {
+      std::vector<int32_t>(m.prompt.begin(), m.prompt.begin() + m.prompt.size() / 2),
+      std::vector<int32_t>(m.prompt.begin(), m.prompt.end() - 1)};
+  std::vector<RequestHandle> hs;
+  std::vector<std::vector<int32_t>> want;
+  auto submit = [&](const std::vector<int32_t>& p, const std::vector<int32_t>& w, int n) {
+    auto h = (*engine)->Submit(GreedyRequest(p, n));
+    ASSERT_TRUE(h.ok()) << h.status();
+    hs.push_back(*h);
+    want.push_back(w);
+  };
+  submit(m.prompt, m.greedy, static_cast<int>(m.greedy.size()));
+  for (const Case& c : fixture_.extra) submit(c.prompt, c.greedy, static_cast<int>(c.greedy.size()));
+  for (const auto& p : truncated) submit(p, {}, 24);
+  std::vector<std::vector<int32_t>> got;
+  for (auto& h : hs) got.push_back(h.stream->CollectTokens());
+  ASSERT_GE(m.greedy.size(), 24u);
+  for (size_t i = 0; i < hs.size(); ++i) {
+    if (!want[i].empty()) {
+      EXPECT_EQ(got[i], want[i]) << fixture_.name << " request " << i;
+    }
+  }
+  // The truncated variants, alone.
+  EngineOptions alone = SmallChunks(fixture_.dir);
+  alone.max_num_batched_tokens = 4096;
+  alone.enable_prefix_caching = false;
+  auto solo = Engine::Create(alone);
+  ASSERT_TRUE(solo.ok()) << solo.status();
+  for (size_t t = 0; t < truncated.size(); ++t) {
+    auto h = (*solo)->Submit(GreedyRequest(truncated[t], 24));
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(got[hs.size() - truncated.size() + t], h->stream->CollectTokens())
+        << fixture_.name << " truncated " << t;
+  }
+
+  // Prefix-cache hits: the same prompt again reuses its full blocks and gives the same tokens.
+  const int64_t cached_before = (*engine)->Stats().num_cached_prompt_tokens;
+  auto again = (*engine)->Submit(GreedyRequest(m.prompt, static_cast<int>(m.greedy.size())));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->stream->CollectTokens(), m.greedy) << fixture_.name << " prefix-cache hit";
+  EXPECT_GE((*engine)->Stats().num_cached_prompt_tokens - cached_before,
+            static_cast<int64_t>((m.prompt.size() - 1) / 4 * 4));
+  ASSERT_TRUE((*engine)->Drain().ok());
+}
+
+TEST_P(GoldenEngineTest, PromptLogitsMatchReference) {
+  auto engine = Engine::Create(SmallChunks(fixture_.dir));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Request r = GreedyRequest(fixture_.main.prompt, 1);
+  r.return_prompt_logits = true;
+  auto h = (*engine)->Submit(r);
+  ASSERT_TRUE(h.ok());
+  TokenEvent ev;
+  ASSERT_TRUE(h->stream->Next(&ev));
+  const auto ref = ReadF32(fixture_.dir + "/logits.f32");
+  ASSERT_EQ(ev.prompt_logits.size(), ref.size());
+  const double rel = RelDiff(ev.prompt_logits, ref);
+  std::printf("%s prompt logits rel diff %.3g\n", fixture_.name.c_str(), rel);
+  EXPECT_LT(rel, 1e-4) << fixture_.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenEngineTest, ::testing::ValuesIn([] {
+                           std::vector<std::string> names;
+                           for (auto& fx : LoadFixtures()) names.push_back(fx.name);
+                           return names;
+                         }()),
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+Fixture FindMtpFixture() {
+  for (auto& fx : LoadFixtures()) {
+    std::ifstream f(fx.dir + "/config.json");
+    nlohmann::json j = nlohmann::json::parse(f);
+    if (j.value("num_nextn_predict_layers", 0) > 0) return fx;
+  }
+  return {};
+}
+
+TEST(GoldenMtpTest, SpeculativeGreedyEqualsPlainGreedy) {
+  Fixture fx = FindMtpFixture();
+  if (fx.name.empty()) GTEST_SKIP() << "no fixture with an MTP layer";
+  for (int k : {1, 2, 3}) {
+    auto engine = Engine::Create(SmallChunks(fx.dir, k));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<RequestHandle> hs;
+    std::vector<std::vector<int32_t>> want;
+    for (const Case* c = &fx.main; c; c = nullptr) {
+      hs.push_back(*(*engine)->Submit(GreedyRequest(c->prompt, static_cast<int>(c->greedy.size()))));
+      want.push_back(c->greedy);
+    }
+    for (const Case& c : fx.extra) {
+      hs.push_back(*(*engine)->Submit(GreedyRequest(c.prompt, static_cast<int>(c.greedy.size()))));
+      want.push_back(c.greedy);
+    }
+    for (size_t i = 0; i < hs.size(); ++i) {
+      EXPECT_EQ(hs[i].stream->CollectTokens(), want[i]) << fx.name << " k=" << k << " req " << i;
+    }
+    // Prefix-cache hit with MTP on.
+    auto again = (*engine)->Submit(GreedyRequest(fx.main.prompt, 32));
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->stream->CollectTokens(), fx.main.greedy);
+    ASSERT_TRUE((*engine)->Drain().ok());
+    const EngineStats st = (*engine)->Stats();
+    std::printf("%s mtp k=%d drafts=%lld accepted=%lld acceptance_rate=%.3f steps=%lld\n",
+                fx.name.c_str(), k, static_cast<long long>(st.num_draft_tokens),
+                static_cast<long long>(st.num_accepted_draft_tokens), st.draft_acceptance_rate,
+                static_cast<long long>(st.num_steps));
+    EXPECT_GT(st.num_draft_tokens, 0);
+  }
+}
+
+// Runs glm-run and returns its stdout; *rc gets the exit status.
+std::string RunCommand(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  *rc = pclose(p);
+  return out;
+}
+
+std::string LastLine(const std::string& s) {
+  std::string t = s;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+std::string Join(const std::vector<int32_t>& v) {
+  std::ostringstream o;
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? "," : "") << v[i];
+  return o.str();
+}
+
+TEST(GlmRunTest, LastLineIsGreedyIdsAndDumpedLogitsMatch) {
+  const std::string tmp = ::testing::TempDir();
+  for (const Fixture& fx : LoadFixtures()) {
+    for (int mtp : {0, 2}) {
+      std::ifstream f(fx.dir + "/config.json");
+      if (mtp > 0 && nlohmann::json::parse(f).value("num_nextn_predict_layers", 0) == 0) continue;
+      const std::string logits_path = tmp + "/glm_run_" + fx.name + ".f32";
+      const std::string cmd = std::string(GLM_RUN_BINARY) + " --model " + fx.dir + " --tokens " +
+                              Join(fx.main.prompt) + " --max-tokens " +
+                              std::to_string(fx.main.greedy.size()) + " --ignore-eos --threads 2" +
+                              " --mtp " + std::to_string(mtp) + " --dump-logits " + logits_path;
+      int rc = -1;
+      const std::string out = RunCommand(cmd, &rc);
+      ASSERT_EQ(rc, 0) << cmd << "\n" << out;
+      EXPECT_EQ(LastLine(out), Join(fx.main.greedy)) << fx.name << " mtp=" << mtp;
+      const auto got = ReadF32(logits_path);
+      const auto ref = ReadF32(fx.dir + "/logits.f32");
+      ASSERT_EQ(got.size(), ref.size()) << fx.name;
+      EXPECT_LT(RelDiff(got, ref), 1e-4) << fx.name;
+    }
+  }
+}
+
+TEST(GlmRunTest, PromptTextIsTokenizedAndDecoded) {
+  for (const Fixture& fx : LoadFixtures()) {
+    if (!fs::exists(fx.dir + "/tokenizer.json")) continue;
+    const std::string cmd = std::string(GLM_RUN_BINARY) + " --model " + fx.dir +
+                            " --prompt 'Hello world' --max-tokens 5 --ignore-eos --threads 2";
+    int rc = -1;
+    const std::string out = RunCommand(cmd, &rc);
+    ASSERT_EQ(rc, 0) << cmd << "\n" << out;
+    const std::string last = LastLine(out);
+    EXPECT_EQ(std::count(last.begin(), last.end(), ','), 4) << out;
+    EXPECT_NE(out.find('\n'), std::string::npos) << "decoded text line missing: " << out;
+    return;
+  }
+  GTEST_SKIP() << "no fixture with tokenizer.json";
+}
+
+}  // namespace
+}  // namespace glm::engine
