@@ -27,6 +27,13 @@ struct SequenceSlice {
   std::vector<int32_t> block_table;  // physical blocks covering positions [0, start_pos + n)
   bool all_logits = false;           // logits for every new token (else only the last one)
   bool want_hidden = false;          // return final post-norm hidden rows (MTP drafting)
+  // Pipeline parallelism (a Model holding layers [first_layer, last_layer] only):
+  // on a stage without layer 0, the residual stream entering its first layer,
+  // [num_new_tokens, hidden_size] = the previous stage's SequenceOutput::residual;
+  std::vector<float> input_residual;
+  // and, when its first layer is an IndexShare "shared" layer, the top-k of the previous stage's
+  // last full-indexer layer, [num_new_tokens, index_topk] = SequenceOutput::topk.
+  std::vector<int32_t> input_topk;
 };
 
 struct ForwardBatch {
@@ -36,6 +43,12 @@ struct ForwardBatch {
 struct SequenceOutput {
   std::vector<float> logits;  // [num_rows, vocab_size]; num_rows = n if all_logits else 1
   std::vector<float> hidden;  // [num_rows, hidden_size] when want_hidden, else empty
+  // On a stage without the last layer (no logits then): the residual stream after its last layer
+  // for every new token, [num_new_tokens, hidden_size], and the current DSA top-k
+  // [num_new_tokens, index_topk] (logical positions, -1 padded) when the next stage starts at a
+  // "shared" layer. Feed both to the next stage's SequenceSlice.
+  std::vector<float> residual;
+  std::vector<int32_t> topk;
 };
 
 struct ForwardResult {

@@ -59,9 +59,8 @@ class GlmMoeDsaModel : public Model {
   // Final norm + lm_head on the selected rows of x; copies logits (and hidden) to result.
   void Finish(StepContext& ctx, const StepPlan& plan, const ForwardBatch& batch, const MatView& x,
               const RmsNormLayer& norm, const MatView* hidden_rows, ForwardResult* result);
-  bool full_model() const {
-    return first_layer_ == 0 && last_layer_ == config_.num_hidden_layers - 1;
-  }
+  bool first_stage() const { return first_layer_ == 0; }
+  bool last_stage() const { return last_layer_ == config_.num_hidden_layers - 1; }
 
   ModelConfig config_;
   ModelLoadOptions options_;
@@ -90,27 +89,39 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
         "qk_rope_head_dim=", c.qk_rope_head_dim, " must be even and <= index_head_dim=",
         c.index_head_dim));
   }
+  if (!c.HasIndexer(0)) {
+    return absl::InvalidArgumentError(
+        "layer 0 is an IndexShare \"shared\" layer; it has no earlier full layer to reuse the "
+        "top-k of. Fix indexer_types in config.json");
+  }
   if (c.rope_type != "default") {
     return absl::UnimplementedError(absl::StrCat("rope_type `", c.rope_type,
                                                  "` is not supported; only `default` RoPE"));
   }
   WeightLoader w(source, backend_);
-  GLM_ASSIGN_OR_RETURN(embed_, w.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  const std::string mtp_prefix = absl::StrCat("model.layers.", L);
+  const bool with_mtp = options_.load_mtp && c.num_nextn_predict_layers > 0 && last_stage() &&
+                        w.Has(mtp_prefix + ".eh_proj.weight");
+  // The embedding serves the first stage and the MTP layer; the head the last stage.
+  if (first_stage() || with_mtp) {
+    GLM_ASSIGN_OR_RETURN(embed_,
+                         w.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  }
   for (int l = first_layer_; l <= last_layer_; ++l) {
     GLM_ASSIGN_OR_RETURN(DecoderLayer layer, DecoderLayer::Load(w, c, l));
     layers_.push_back(std::move(layer));
   }
-  GLM_ASSIGN_OR_RETURN(final_norm_.weight, w.Vector("model.norm.weight", c.hidden_size));
-  final_norm_.eps = static_cast<float>(c.rms_norm_eps);
-  const std::string head_name = c.tie_word_embeddings && !w.Has("lm_head.weight")
-                                    ? "model.embed_tokens.weight"
-                                    : "lm_head.weight";
-  GLM_ASSIGN_OR_RETURN(lm_head_, w.Matrix(head_name, c.vocab_size, c.hidden_size));
+  if (last_stage()) {
+    GLM_ASSIGN_OR_RETURN(final_norm_.weight, w.Vector("model.norm.weight", c.hidden_size));
+    final_norm_.eps = static_cast<float>(c.rms_norm_eps);
+    const std::string head_name = c.tie_word_embeddings && !w.Has("lm_head.weight")
+                                      ? "model.embed_tokens.weight"
+                                      : "lm_head.weight";
+    GLM_ASSIGN_OR_RETURN(lm_head_, w.Matrix(head_name, c.vocab_size, c.hidden_size));
+  }
   std::vector<int> kv_layers;
   for (int l = first_layer_; l <= last_layer_; ++l) kv_layers.push_back(l);
-  const std::string mtp_prefix = absl::StrCat("model.layers.", L);
-  if (options_.load_mtp && c.num_nextn_predict_layers > 0 && last_layer_ == L - 1 &&
-      w.Has(mtp_prefix + ".eh_proj.weight")) {
+  if (with_mtp) {
     auto mtp = std::make_unique<MtpLayer>();
     GLM_ASSIGN_OR_RETURN(mtp->enorm.weight, w.Vector(mtp_prefix + ".enorm.weight", c.hidden_size));
     GLM_ASSIGN_OR_RETURN(mtp->hnorm.weight, w.Vector(mtp_prefix + ".hnorm.weight", c.hidden_size));
@@ -250,6 +261,8 @@ void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBa
     out.logits.resize((end - begin) * V);
     backend_->CopyToHost(out.logits.data(), logits.Row(begin), (end - begin) * V * sizeof(float));
     out.hidden.clear();
+    out.residual.clear();
+    out.topk.clear();
     if (batch.seqs[i].want_hidden) {
       out.hidden.resize((end - begin) * H);
       backend_->CopyToHost(out.hidden.data(), hidden_sel.Row(begin),
@@ -260,19 +273,65 @@ void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBa
 }
 
 absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* result) {
-  if (!full_model()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "this model holds layers [", first_layer_, ", ", last_layer_,
-        "]; Forward needs the whole model until pipeline stages exchange activations (issue 3)"));
-  }
   GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
+  const int64_t H = config_.hidden_size, K = config_.index_topk;
+  const bool needs_topk = !first_stage() && !config_.HasIndexer(first_layer_);
+  for (const SequenceSlice& s : batch.seqs) {
+    const size_t n = s.token_ids.size();
+    if (!first_stage() && s.input_residual.size() != n * H) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s.seq_id, ": this pipeline stage starts at layer ", first_layer_,
+          " and needs input_residual of num_tokens * hidden_size = ", n * H, " values, got ",
+          s.input_residual.size(), "; pass the previous stage's SequenceOutput::residual"));
+    }
+    if (needs_topk && s.input_topk.size() != n * K) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s.seq_id, ": layer ", first_layer_, " is an IndexShare \"shared\" layer and",
+          " needs input_topk of num_tokens * index_topk = ", n * K, " values, got ",
+          s.input_topk.size(), "; pass the previous stage's SequenceOutput::topk"));
+    }
+  }
   StepContext ctx;
   int32_t* tokens = nullptr;
   Begin(plan, &ctx, &tokens);
-  MatView h = ws_.Mat(ctx.num_rows, config_.hidden_size);  // [T, H] residual stream
-  backend_->GatherRows(embed_.view, tokens, h);
+  MatView h = ws_.Mat(ctx.num_rows, H);  // [T, H] residual stream
+  if (first_stage()) {
+    backend_->GatherRows(embed_.view, tokens, h);
+  } else {
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+      const auto& in = batch.seqs[i].input_residual;
+      backend_->CopyToDevice(h.Row(plan.seqs[i].row_begin), in.data(), in.size() * sizeof(float));
+      if (needs_topk) {
+        const auto& tk = batch.seqs[i].input_topk;
+        backend_->CopyToDevice(ctx.topk + plan.seqs[i].row_begin * K, tk.data(),
+                               tk.size() * sizeof(int32_t));
+      }
+    }
+    ctx.topk_valid = needs_topk;
+  }
   for (const DecoderLayer& layer : layers_) layer.Forward(ctx, h, kv_->layer(layer.layer_idx));
-  Finish(ctx, plan, batch, h, final_norm_, nullptr, result);
+  if (last_stage()) {
+    Finish(ctx, plan, batch, h, final_norm_, nullptr, result);
+    return absl::OkStatus();
+  }
+  // A middle stage: hand the residual stream (and the top-k for a shared next layer) on.
+  const bool pass_topk = !config_.HasIndexer(last_layer_ + 1);
+  result->seqs.resize(batch.seqs.size());
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const SeqRows& sr = plan.seqs[i];
+    SequenceOutput& out = result->seqs[i];
+    out.logits.clear();
+    out.hidden.clear();
+    out.residual.resize(sr.num_rows * H);
+    backend_->CopyToHost(out.residual.data(), h.Row(sr.row_begin), out.residual.size() * sizeof(float));
+    out.topk.clear();
+    if (pass_topk) {
+      out.topk.resize(sr.num_rows * K);
+      backend_->CopyToHost(out.topk.data(), ctx.topk + sr.row_begin * K,
+                           out.topk.size() * sizeof(int32_t));
+    }
+  }
+  backend_->Synchronize();
   return absl::OkStatus();
 }
 
@@ -358,8 +417,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& opt
   LayerSelection sel;
   sel.first_layer = options.first_layer;
   sel.last_layer = options.last_layer < 0 ? config.num_hidden_layers - 1 : options.last_layer;
-  sel.embedding = true;
-  sel.head = true;
+  sel.embedding = sel.first_layer == 0 || (options.load_mtp &&
+                                           sel.last_layer == config.num_hidden_layers - 1);
+  sel.head = sel.last_layer == config.num_hidden_layers - 1;
   sel.num_hidden_layers = config.num_hidden_layers;
   sel.mtp = options.load_mtp;
   store_options.filter = LayerRangeFilter(sel);

@@ -185,6 +185,50 @@ TEST_P(ModelTest, MtpDraftIsChunkInvariant) {
   EXPECT_LT(MaxRelDiff(chunked, whole), 1e-5);
 }
 
+// Two pipeline stages (residual + IndexShare top-k handed over) give the one-stage answer, for
+// prefill and for a decode step after it.
+TEST_P(ModelTest, PipelineStagesMatchOneStage) {
+  auto whole = MakeModel(f_, true);
+  const auto prompt = Prompt(17, 8);
+  const auto ref = RunChunked(*whole, prompt, 17);
+  const size_t v = f_.config.vocab_size;
+  for (int split : {1, 2}) {  // layer 2 is "shared" when index_share: top-k crosses the stage
+    ModelLoadOptions o;
+    o.kv = {4, 64};
+    o.first_layer = 0;
+    o.last_layer = split - 1;
+    auto s0 = CreateGlmMoeDsa(f_.config, f_.weights, f_.backend.get(), o);
+    o.first_layer = split;
+    o.last_layer = -1;
+    auto s1 = CreateGlmMoeDsa(f_.config, f_.weights, f_.backend.get(), o);
+    ASSERT_TRUE(s0.ok() && s1.ok()) << s0.status() << s1.status();
+    std::vector<float> got;
+    for (auto [start, n] : {std::pair<int, int>{0, 16}, {16, 1}}) {
+      ForwardBatch b;
+      b.seqs.push_back({1, {prompt.begin() + start, prompt.begin() + start + n}, start,
+                        {3, 4, 5, 6, 7}, true, false});
+      ForwardResult r0, r1;
+      ASSERT_TRUE((*s0)->Forward(b, &r0).ok());
+      ASSERT_TRUE(r0.seqs[0].logits.empty());
+      ASSERT_EQ(r0.seqs[0].residual.size(), n * static_cast<size_t>(f_.config.hidden_size));
+      const bool shared_next = !f_.config.HasIndexer(split);
+      ASSERT_EQ(r0.seqs[0].topk.size(), shared_next ? n * f_.config.index_topk : 0u);
+      b.seqs[0].input_residual = r0.seqs[0].residual;
+      b.seqs[0].input_topk = r0.seqs[0].topk;
+      absl::Status st = (*s1)->Forward(b, &r1);
+      ASSERT_TRUE(st.ok()) << st;
+      got.insert(got.end(), r1.seqs[0].logits.begin(), r1.seqs[0].logits.end());
+      if (shared_next) {  // the second stage refuses to run without the top-k
+        b.seqs[0].input_topk.clear();
+        EXPECT_EQ((*s1)->Forward(b, &r1).code(), absl::StatusCode::kInvalidArgument);
+      }
+    }
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LT(MaxRelDiff(got, ref), 1e-6) << "split at " << split;
+    (void)v;
+  }
+}
+
 TEST_P(ModelTest, RejectsBadBlockTables) {
   auto m = MakeModel(f_, true, /*num_blocks=*/8);
   ForwardBatch b;

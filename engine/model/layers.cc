@@ -253,16 +253,8 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
 
   if (indexer != nullptr) {
     indexer->Forward(ctx, a, cq, kv);
-  } else if (!ctx.topk_valid) {
-    // A "shared" layer with no full layer before it in this shard: HF runs the indexer then,
-    // but this layer has no indexer weights. Config validation rejects such layouts.
-    const int64_t k = c.index_topk;
-    std::vector<int32_t> all(T * k);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = 0; i < k; ++i) all[t * k + i] = static_cast<int32_t>(i);
-    }
-    b->CopyToDevice(ctx.topk, all.data(), all.size() * sizeof(int32_t));
   }
+  // else: an IndexShare "shared" layer reuses ctx.topk (Forward guarantees it is set).
 
   MatView o = ctx.ws->Mat(T, nh * c.v_head_dim);  // [T, nh * v_head_dim]
   if (ctx.all_absorbed) {

@@ -219,6 +219,47 @@ TEST_P(GoldenTest, ExpandedAndAbsorbedAttentionAgree) {
   EXPECT_LT(rel_ref, kLogitTolerance);
 }
 
+// Two pipeline stages, split after the first layer and at the first IndexShare "shared" layer
+// (so the top-k crosses the stage boundary): prompt logits still match the reference.
+TEST_P(GoldenTest, PipelineStagesMatchReference) {
+  auto probe = Load();
+  ASSERT_NE(probe, nullptr);
+  const ModelConfig& c = probe->config();
+  std::vector<int> splits = {1};
+  for (int l = 1; l < c.num_hidden_layers; ++l) {
+    if (!c.HasIndexer(l)) {
+      splits.push_back(l);
+      break;
+    }
+  }
+  for (int split : splits) {
+    if (split >= c.num_hidden_layers) continue;
+    ModelLoadOptions o;
+    o.model_dir = dir_.string();
+    o.kv = {4, 64};
+    o.num_threads = 2;
+    o.last_layer = split - 1;
+    auto s0 = LoadGlmMoeDsa(o);
+    o.first_layer = split;
+    o.last_layer = -1;
+    auto s1 = LoadGlmMoeDsa(o);
+    ASSERT_TRUE(s0.ok()) << s0.status();
+    ASSERT_TRUE(s1.ok()) << s1.status();
+    ForwardBatch b;
+    b.seqs.push_back({1, ref_.main.prompt, 0, Blocks(16), true, false});
+    ForwardResult r0, r1;
+    ASSERT_TRUE((*s0)->Forward(b, &r0).ok());
+    b.seqs[0].input_residual = r0.seqs[0].residual;
+    b.seqs[0].input_topk = r0.seqs[0].topk;
+    absl::Status st = (*s1)->Forward(b, &r1);
+    ASSERT_TRUE(st.ok()) << st;
+    const double rel = MaxRelDiff(r1.seqs[0].logits, ref_.logits);
+    std::printf("[golden] %s pipeline split at layer %d (%s) max rel err %.3g\n",
+                GetParam().c_str(), split, c.HasIndexer(split) ? "full" : "shared", rel);
+    EXPECT_LT(rel, kLogitTolerance) << "split at " << split;
+  }
+}
+
 TEST_P(GoldenTest, MtpDraftRunsWhenPresent) {
   auto m = Load();
   ASSERT_NE(m, nullptr);

@@ -164,6 +164,13 @@ void LinearBlock(const MatView& x, const MatView& w, const MatView& y, bool accu
   }
 }
 
+// Items per ParallelFor chunk so that a chunk carries at least ~64K multiply-adds: waking the
+// workers costs tens of microseconds, more than a tiny model's whole op.
+int64_t MinChunk(int64_t work_per_item) {
+  constexpr int64_t kMinWorkPerChunk = 1 << 16;
+  return std::max<int64_t>(1, kMinWorkPerChunk / std::max<int64_t>(1, work_per_item));
+}
+
 // Strict order "a before b": larger score first, then lower index.
 struct ScoreIndexGreater {
   const float* score;
@@ -200,7 +207,7 @@ void CpuBackend::Linear(const MatView& x, const MatView& w, const MatView& y, bo
   constexpr int64_t kTileM = 16, kTileN = 32;
   const int64_t tiles_m = (M + kTileM - 1) / kTileM;
   const int64_t tiles_n = (N + kTileN - 1) / kTileN;
-  const int64_t min_tiles = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, x.cols * kTileN));
+  const int64_t min_tiles = MinChunk(x.cols * kTileM * kTileN);
   pool_.ParallelFor(tiles_m * tiles_n, min_tiles, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t tn = t % tiles_n, tm = t / tiles_n;
@@ -219,7 +226,7 @@ void CpuBackend::LinearPerHead(const HeadsView& x, const float* weights,
 }
 
 void CpuBackend::RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) {
-  pool_.ParallelFor(x.rows, 8, [&](int64_t begin, int64_t end) {
+  pool_.ParallelFor(x.rows, MinChunk(4 * x.cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x.Row(r);
       float* yr = y.Row(r);
@@ -233,7 +240,7 @@ void CpuBackend::RmsNorm(const MatView& x, const float* w, float eps, const MatV
 
 void CpuBackend::LayerNorm(const MatView& x, const float* w, const float* b, float eps,
                            const MatView& y) {
-  pool_.ParallelFor(x.rows, 8, [&](int64_t begin, int64_t end) {
+  pool_.ParallelFor(x.rows, MinChunk(4 * x.cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* xr = x.Row(r);
       float* yr = y.Row(r);
@@ -252,7 +259,7 @@ void CpuBackend::LayerNorm(const MatView& x, const float* w, const float* b, flo
 
 void CpuBackend::RopeInterleaved(const HeadsView& x, const int32_t* positions,
                                  const float* inv_freq, int num_freqs) {
-  pool_.ParallelFor(x.rows, 16, [&](int64_t begin, int64_t end) {
+  pool_.ParallelFor(x.rows, MinChunk(x.heads * num_freqs * 8), [&](int64_t begin, int64_t end) {
     std::vector<float> cos_v(num_freqs), sin_v(num_freqs);
     for (int64_t r = begin; r < end; ++r) {
       // fp32 angle as the reference computes it (inv_freq * position in float32).
@@ -274,7 +281,7 @@ void CpuBackend::RopeInterleaved(const HeadsView& x, const int32_t* positions,
 }
 
 void CpuBackend::SiluMul(const MatView& gate, const MatView& up, const MatView& out) {
-  pool_.ParallelFor(gate.rows, 4, [&](int64_t begin, int64_t end) {
+  pool_.ParallelFor(gate.rows, MinChunk(16 * gate.cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* g = gate.Row(r);
       const float* u = up.Row(r);
@@ -314,7 +321,8 @@ void CpuBackend::ScatterRows(const MatView& src, const int32_t* rows, const MatV
 
 void CpuBackend::IndexerTopK(const IndexerTopKArgs& a) {
   const int64_t num_rows = a.q.rows;
-  pool_.ParallelFor(num_rows, 1, [&](int64_t begin, int64_t end) {
+  const int64_t row_work = int64_t{a.table.max_num_keys} * a.q.heads * a.q.dim;
+  pool_.ParallelFor(num_rows, MinChunk(row_work), [&](int64_t begin, int64_t end) {
     std::vector<float> score;
     std::vector<int32_t> order;
     for (int64_t t = begin; t < end; ++t) {
@@ -348,7 +356,11 @@ void CpuBackend::IndexerTopK(const IndexerTopKArgs& a) {
 
 void CpuBackend::Attention(const AttentionArgs& a) {
   const int64_t num_rows = a.q_a.rows, num_heads = a.q_a.heads;
-  pool_.ParallelFor(num_rows * num_heads, 1, [&](int64_t begin, int64_t end) {
+  const int64_t head_work = int64_t{std::min(a.table.max_num_keys, a.indices != nullptr
+                                                                        ? a.index_width
+                                                                        : a.table.max_num_keys)} *
+                            (a.q_a.dim + a.q_b.dim + a.v.dim);
+  pool_.ParallelFor(num_rows * num_heads, MinChunk(head_work), [&](int64_t begin, int64_t end) {
     std::vector<int32_t> pos;
     std::vector<float> p;
     for (int64_t task = begin; task < end; ++task) {
