@@ -1,0 +1,120 @@
+#include "kernels/topk_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace glm::kernels {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+
+// Blocks per SM allowed by threads and the kernel cap, before shared memory.
+int MaxBlocksByThreads(const DeviceLimits& l) {
+  int b = l.max_threads_per_sm / kTopkThreads;
+  if (l.max_blocks_per_sm_cap > 0) b = std::min(b, l.max_blocks_per_sm_cap);
+  return b;
+}
+
+// Blocks per SM that fit `smem` bytes each.
+int BlocksBySmem(const DeviceLimits& l, int64_t smem) {
+  return static_cast<int>(l.smem_per_sm / (smem + l.reserved_smem_per_block));
+}
+
+}  // namespace
+
+std::string TopkPlan::DebugString() const {
+  return absl::StrCat("rows=", rows, " max_len=", max_len, " k=", k,
+                      " ctas_per_group=", ctas_per_group, " num_groups=", num_groups,
+                      " chunk=", chunk, " mode=", cache_in_smem ? "smem" : "stream",
+                      " cooperative=", cooperative, " smem_bytes=", smem_bytes,
+                      " blocks_per_sm=", blocks_per_sm, " total_ctas=", total_ctas,
+                      " workspace_bytes=", workspace_bytes);
+}
+
+absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t max_len, int k) {
+  if (rows <= 0 || max_len <= 0 || k <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PlanTopk: rows, max_len and k must be positive (got rows=", rows, " max_len=", max_len,
+        " k=", k, ")"));
+  }
+  if (max_len > (int64_t{1} << 31) - 1 || k > (1 << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("PlanTopk: max_len=", max_len, " k=", k,
+                                                   " exceed the int32 index range"));
+  }
+  const int max_blocks = MaxBlocksByThreads(l);
+  if (l.num_sms <= 0 || max_blocks <= 0 ||
+      l.smem_optin_per_block < kTopkFixedSmemBytes + 4 * 4 ||
+      BlocksBySmem(l, kTopkFixedSmemBytes + 16) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PlanTopk: device limits leave no room for one ", kTopkThreads, "-thread CTA with ",
+        kTopkFixedSmemBytes, " B of shared memory (", l.DebugString(), ")"));
+  }
+
+  TopkPlan p;
+  p.rows = rows;
+  p.max_len = max_len;
+  p.k = k;
+  const int64_t cpg_parallel = std::max<int64_t>(1, CeilDiv(max_len, kTopkMinChunk));
+
+  // Rows that are all output (len <= k) or short enough for one CTA: one CTA per row, no
+  // barrier, so no residency limit on the grid.
+  {
+    const int64_t chunk = RoundUp(max_len, 4);
+    const int64_t smem = kTopkFixedSmemBytes + 4 * chunk;
+    if (max_len <= k || (cpg_parallel == 1 && smem <= l.smem_optin_per_block)) {
+      p.ctas_per_group = 1;
+      p.chunk = max_len <= k ? 4 : chunk;
+      p.smem_bytes = static_cast<int>(kTopkFixedSmemBytes + 4 * p.chunk);
+      p.blocks_per_sm = std::max(1, std::min(max_blocks, BlocksBySmem(l, p.smem_bytes)));
+      p.num_groups = rows;
+      p.total_ctas = rows;
+      return p;
+    }
+  }
+
+  // Cached: try the highest residency first (more CTAs in flight, more rows at once).
+  for (int o = max_blocks; o >= 1; --o) {
+    int64_t budget = std::min<int64_t>(l.smem_optin_per_block,
+                                       l.smem_per_sm / o - l.reserved_smem_per_block);
+    budget = budget / 16 * 16;
+    if (budget < kTopkFixedSmemBytes + 4 * 1024) continue;
+    const int64_t hw = int64_t{l.num_sms} * o;
+    const int64_t max_chunk = (budget - kTopkFixedSmemBytes) / 4 / 4 * 4;
+    const int64_t cpg_min = CeilDiv(max_len, max_chunk);
+    if (cpg_min > hw) continue;
+    // As many CTAs per row as the row has work for, sharing the machine among the rows, but
+    // at least enough that the row fits the caches.
+    int64_t cpg = std::max(cpg_min, std::min(cpg_parallel, std::max<int64_t>(1, hw / rows)));
+    cpg = std::min(cpg, hw);
+    const int64_t chunk = RoundUp(CeilDiv(max_len, cpg), 4);
+    cpg = CeilDiv(max_len, chunk);  // drop CTAs the rounding left empty
+    p.ctas_per_group = static_cast<int>(cpg);
+    p.chunk = chunk;
+    p.cache_in_smem = true;
+    p.smem_bytes = static_cast<int>(kTopkFixedSmemBytes + 4 * chunk);
+    p.blocks_per_sm = o;
+    p.num_groups = std::max<int64_t>(1, std::min(rows, hw / cpg));
+    break;
+  }
+  if (p.chunk == 0) {
+    // Streaming: only the fixed shared memory per CTA; the chunk size is free.
+    p.cache_in_smem = false;
+    p.smem_bytes = kTopkFixedSmemBytes;
+    p.blocks_per_sm = std::max(1, std::min(max_blocks, BlocksBySmem(l, p.smem_bytes)));
+    const int64_t hw = int64_t{l.num_sms} * p.blocks_per_sm;
+    int64_t cpg = std::min(cpg_parallel, std::max<int64_t>(1, hw / rows));
+    cpg = std::max<int64_t>(1, std::min(cpg, hw));
+    p.chunk = RoundUp(CeilDiv(max_len, cpg), 4);
+    p.ctas_per_group = static_cast<int>(CeilDiv(max_len, p.chunk));
+    p.num_groups = std::max<int64_t>(1, std::min(rows, hw / p.ctas_per_group));
+  }
+  p.total_ctas = p.num_groups * p.ctas_per_group;
+  p.cooperative = p.ctas_per_group > 1;
+  if (!p.cooperative) p.num_groups = rows, p.total_ctas = rows;
+  p.workspace_bytes = p.cooperative ? static_cast<size_t>(rows) * kTopkRowStateBytes : 0;
+  return p;
+}
+
+}  // namespace glm::kernels

@@ -1,0 +1,60 @@
+// Launch plan for topk_radix (topk_radix.cuh): how many CTAs work on one row (a worker group),
+// how many groups run at once, the columns each CTA owns and the shared memory it asks for.
+// Pure host code, so the plan for any chip can be checked on a machine with no GPU.
+//
+// Rules (never more than the device gives):
+// - smem_bytes <= smem_optin_per_block, and blocks_per_sm * (smem_bytes + reserved) <= smem_per_sm,
+//   blocks_per_sm * kTopkThreads <= max_threads_per_sm, blocks_per_sm <= max_blocks_per_sm_cap.
+// - A multi-CTA group meets at a spin barrier, so every CTA of the launch must be resident at once:
+//   total_ctas <= num_sms * blocks_per_sm (the launcher also uses cudaLaunchCooperativeKernel,
+//   which refuses a grid that cannot be co-resident instead of hanging).
+// - Preferred: each CTA caches its chunk of the row in shared memory as radix keys (one read of
+//   HBM). When the row is too long for the resident CTAs' shared memory (the GB10 failure in
+//   ../shared/specs/glm5-architecture.md §6.2), the plan streams instead: the chunk is re-read
+//   from global memory (L2) on each radix pass. It never gives up for lack of shared memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/device_limits.h"
+
+namespace glm::kernels {
+
+inline constexpr int kTopkThreads = 512;  // threads per CTA of topk_radix
+// Shared memory every topk_radix CTA uses besides the key cache: histogram (256 u32), suffix
+// sums (256 u32), scalars; rounded up to 16 B.
+inline constexpr int kTopkFixedSmemBytes = 2304;
+// Fewest columns per CTA worth a CTA of its own (8 per thread): shorter rows use fewer CTAs.
+inline constexpr int kTopkMinChunk = 4096;
+// Per-row global state of a multi-CTA group (histograms, barrier counters, output cursors);
+// the workspace holds one per row and is zeroed before each launch. Must equal
+// sizeof(topk_detail::RowState) (checked in topk_radix.cu).
+inline constexpr size_t kTopkRowStateBytes = 4 * 256 * 4 + 8 * 4;
+
+struct TopkPlan {
+  int64_t rows = 0;
+  int64_t max_len = 0;
+  int k = 0;
+  int ctas_per_group = 1;   // CTAs that split one row
+  int64_t num_groups = 0;   // groups launched; rows go round-robin over groups
+  int64_t chunk = 0;        // columns per CTA (multiple of 4); ctas_per_group * chunk >= max_len
+  bool cache_in_smem = true;  // false: streaming (re-read the chunk on each pass)
+  bool cooperative = false;   // multi-CTA groups: launched with cudaLaunchCooperativeKernel
+  int smem_bytes = 0;         // dynamic shared memory per CTA
+  int blocks_per_sm = 0;      // residency the plan assumes (verified by the launcher)
+  int64_t total_ctas = 0;     // grid size = num_groups * ctas_per_group
+  size_t workspace_bytes = 0; // rows * kTopkRowStateBytes when cooperative, else 0
+
+  std::string DebugString() const;
+};
+
+// Plans top-k over `rows` rows of at most `max_len` fp32 scores, k >= 1. Errors only for invalid
+// arguments (non-positive sizes, a device with no SMs or too little shared memory for the fixed
+// part); any valid row length gets a plan that fits.
+absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& limits, int64_t rows, int64_t max_len,
+                                  int k);
+
+}  // namespace glm::kernels
