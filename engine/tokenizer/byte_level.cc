@@ -34,11 +34,23 @@ const Tables& GetTables() {
 
 }  // namespace
 
-std::string ByteLevelEncode(std::string_view bytes) {
+void ByteLevelEncodeInto(std::string_view bytes, std::string* out) {
   const Tables& t = GetTables();
+  out->clear();
+  out->reserve(bytes.size() * 2);
+  for (unsigned char b : bytes) {
+    const std::string& ch = t.byte_to_utf8[b];
+    if (ch.size() == 1) {
+      out->push_back(ch[0]);
+    } else {
+      out->append(ch);
+    }
+  }
+}
+
+std::string ByteLevelEncode(std::string_view bytes) {
   std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char b : bytes) out.append(t.byte_to_utf8[b]);
+  ByteLevelEncodeInto(bytes, &out);
   return out;
 }
 

@@ -9,6 +9,8 @@ namespace glm::tokenizer {
 
 // Maps every byte of `bytes` to its character (1 or 2 UTF-8 bytes each).
 std::string ByteLevelEncode(std::string_view bytes);
+// The same into *out (replacing its contents; reuses its capacity).
+void ByteLevelEncodeInto(std::string_view bytes, std::string* out);
 
 // The ByteLevel decoder for one token: its bytes when every character is in the byte alphabet,
 // otherwise the token's own UTF-8 (e.g. an added token such as "<|user|>" with spaces), exactly

@@ -382,7 +382,7 @@ void Tokenizer::SplitAdded(std::string_view text, const AddedMatcher& matcher,
                            std::vector<Piece>* out) const {
   // tokenizers' AddedVocabulary::find_matches + split_with_indices; empty pieces dropped.
   auto emit_text = [out, text](size_t begin, size_t end) {
-    if (end > begin) out->push_back(Piece{std::string(text.substr(begin, end - begin)), -1});
+    if (end > begin) out->push_back(Piece{text.substr(begin, end - begin), -1});
   };
   if (matcher.empty) {
     emit_text(0, text.size());
@@ -438,23 +438,22 @@ void Tokenizer::SplitAdded(std::string_view text, const AddedMatcher& matcher,
       }
     }
     if (start_offset < start) emit_text(start_offset, start);
-    out->push_back(Piece{std::string(), found->id});
+    out->push_back(Piece{std::string_view(), found->id});
     start_offset = stop;
   }
   if (start_offset < n) emit_text(start_offset, n);
 }
 
-void Tokenizer::SplitWithRegex(const Regex& regex, SplitBehavior behavior, bool invert,
-                               std::string_view text, std::vector<Piece>* out) const {
+void Tokenizer::ComputeSplits(const Regex& regex, SplitBehavior behavior, bool invert,
+                              std::string_view text, StepScratch* scratch) {
   // tokenizers' NormalizedString::split over Pattern::find_matches.
-  struct Span {
-    size_t begin, end;
-    bool flag;  // is_match, later "remove"
-  };
-  std::vector<std::pair<size_t, size_t>> found;
+  std::vector<std::pair<size_t, size_t>>& found = scratch->matches;
+  std::vector<Span>& matches = scratch->spans;
+  std::vector<Span>& splits = scratch->splits;
+  found.clear();
+  matches.clear();
+  splits.clear();
   regex.FindAll(text, &found);
-  std::vector<Span> matches;
-  matches.reserve(found.size() * 2 + 1);
   size_t prev = 0;
   for (const auto& [s, e] : found) {
     if (prev != s) matches.push_back({prev, s, false});
@@ -465,8 +464,6 @@ void Tokenizer::SplitWithRegex(const Regex& regex, SplitBehavior behavior, bool 
   if (invert) {
     for (Span& m : matches) m.flag = !m.flag;
   }
-  std::vector<Span> splits;
-  splits.reserve(matches.size());
   switch (behavior) {
     case SplitBehavior::kIsolated:
       for (const Span& m : matches) splits.push_back({m.begin, m.end, false});
@@ -512,38 +509,45 @@ void Tokenizer::SplitWithRegex(const Regex& regex, SplitBehavior behavior, bool 
       break;
     }
   }
-  for (const Span& s : splits) {
-    if (!s.flag && s.end > s.begin) {
-      out->push_back(Piece{std::string(text.substr(s.begin, s.end - s.begin)), -1});
-    }
-  }
 }
 
-void Tokenizer::RunPreTokenizer(const PreTokenizerStep& step, std::vector<Piece>* pieces) const {
-  std::vector<Piece> out;
-  out.reserve(pieces->size() * 2);
-  for (Piece& piece : *pieces) {
-    if (piece.id >= 0) {
-      out.push_back(std::move(piece));
-      continue;
-    }
-    if (step.kind == PreTokenizerStep::Kind::kSplit) {
-      SplitWithRegex(*step.regex, step.behavior, step.invert, piece.text, &out);
-      continue;
-    }
-    // ByteLevel: optional prefix space, optional GPT-2 split, then bytes -> visible chars.
-    if (step.add_prefix_space && (piece.text.empty() || piece.text[0] != ' ')) {
-      piece.text.insert(piece.text.begin(), ' ');
-    }
-    const size_t first = out.size();
-    if (step.use_regex) {
-      SplitWithRegex(*step.regex, SplitBehavior::kIsolated, false, piece.text, &out);
-    } else {
-      out.push_back(std::move(piece));
-    }
-    for (size_t i = first; i < out.size(); ++i) out[i].text = ByteLevelEncode(out[i].text);
+void Tokenizer::PreTokenize(size_t step, std::string_view piece,
+                            std::vector<StepScratch>* scratch,
+                            absl::FunctionRef<void(std::string_view)> emit) const {
+  if (piece.empty()) return;  // the reference drops empty splits after every step
+  if (step == pre_tokenizers_.size()) {
+    emit(piece);
+    return;
   }
-  *pieces = std::move(out);
+  const PreTokenizerStep& st = pre_tokenizers_[step];
+  StepScratch& level = (*scratch)[step];
+  if (st.kind == PreTokenizerStep::Kind::kSplit) {
+    ComputeSplits(*st.regex, st.behavior, st.invert, piece, &level);
+    // Recursion uses the next level's buffers, so iterating this level's splits is safe.
+    for (const Span& sp : level.splits) {
+      if (!sp.flag) PreTokenize(step + 1, piece.substr(sp.begin, sp.end - sp.begin), scratch, emit);
+    }
+    return;
+  }
+  // ByteLevel: optional prefix space, optional GPT-2 split, then bytes -> visible characters.
+  std::string_view text = piece;
+  if (st.add_prefix_space && piece[0] != ' ') {
+    level.prefixed.assign(1, ' ');
+    level.prefixed.append(piece);
+    text = level.prefixed;
+  }
+  auto map_and_continue = [&](std::string_view sub) {
+    ByteLevelEncodeInto(sub, &level.mapped);
+    PreTokenize(step + 1, level.mapped, scratch, emit);
+  };
+  if (!st.use_regex) {
+    map_and_continue(text);
+    return;
+  }
+  ComputeSplits(*st.regex, SplitBehavior::kIsolated, false, text, &level);
+  for (const Span& sp : level.splits) {
+    if (sp.end > sp.begin) map_and_continue(text.substr(sp.begin, sp.end - sp.begin));
+  }
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
@@ -558,24 +562,25 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
     // No normalizer is supported, so normalized pieces are the raw ones.
     std::vector<Piece> second;
     second.reserve(pieces.size());
-    for (Piece& p : pieces) {
+    for (const Piece& p : pieces) {
       if (p.id >= 0) {
-        second.push_back(std::move(p));
+        second.push_back(p);
       } else {
         SplitAdded(p.text, normalized_matcher_, &second);
       }
     }
     pieces = std::move(second);
   }
-  for (const PreTokenizerStep& step : pre_tokenizers_) RunPreTokenizer(step, &pieces);
 
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
+  std::vector<StepScratch> scratch(pre_tokenizers_.size());
+  auto tokenize_word = [this, &ids](std::string_view word) { model_->Tokenize(word, &ids); };
   for (const Piece& p : pieces) {
     if (p.id >= 0) {
       ids.push_back(p.id);
     } else {
-      model_->Tokenize(p.text, &ids);
+      PreTokenize(0, p.text, &scratch, tokenize_word);
     }
   }
   for (const auto& step : post_steps_) {

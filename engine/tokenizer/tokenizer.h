@@ -38,6 +38,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
@@ -119,10 +120,25 @@ class Tokenizer {
     bool is_sequence = false;
     std::vector<int32_t> ids;
   };
-  // A piece of text on its way through the pipeline; id >= 0 marks an added token.
+  // A piece of the input between added tokens (a view into the text being encoded); id >= 0
+  // marks an added token instead.
   struct Piece {
-    std::string text;
+    std::string_view text;
     int32_t id = -1;
+  };
+  // A [begin, end) slice of a piece produced by a split; `flag` is is_match, then "remove".
+  struct Span {
+    size_t begin;
+    size_t end;
+    bool flag;
+  };
+  // Reusable buffers for one pre-tokenizer step (one per step so recursion never clobbers them).
+  struct StepScratch {
+    std::vector<std::pair<size_t, size_t>> matches;
+    std::vector<Span> spans;
+    std::vector<Span> splits;
+    std::string prefixed;
+    std::string mapped;
   };
   struct TokenEntry {
     std::string bytes;  // decoded contribution (see AppendTokenBytes)
@@ -133,9 +149,13 @@ class Tokenizer {
   absl::Status Parse(std::string_view json_text);
   void SplitAdded(std::string_view text, const AddedMatcher& matcher,
                   std::vector<Piece>* out) const;
-  void RunPreTokenizer(const PreTokenizerStep& step, std::vector<Piece>* pieces) const;
-  void SplitWithRegex(const Regex& regex, SplitBehavior behavior, bool invert,
-                      std::string_view text, std::vector<Piece>* out) const;
+  // Runs pre-tokenizer steps [step, end) on `piece` and calls `emit` with every final word
+  // (streaming: no piece is copied unless a step rewrites it).
+  void PreTokenize(size_t step, std::string_view piece, std::vector<StepScratch>* scratch,
+                   absl::FunctionRef<void(std::string_view)> emit) const;
+  // tokenizers' NormalizedString::split: the kept slices of `text` in *splits.
+  static void ComputeSplits(const Regex& regex, SplitBehavior behavior, bool invert,
+                            std::string_view text, StepScratch* scratch);
 
   std::unique_ptr<BpeModel> model_;
   std::vector<AddedToken> added_;                        // by insertion
