@@ -209,7 +209,7 @@ TEST(SafetensorsHeaderTest, AllowsPaddingAndEmptyTensorsSharingOffsets) {
 }
 
 TEST(SafetensorsHeaderTest, DeeplyNestedJsonIsRejectedWithoutRecursing) {
-  const size_t depth = 2000000;
+  const size_t depth = 300000;  // far past what a recursive printer survives
   auto header = Parse(std::string(depth, '[') + std::string(depth, ']'), 0);
   ASSERT_FALSE(header.ok());
   EXPECT_THAT(std::string(header.status().message()), HasSubstr("must be a JSON object, got [[...]]"));
