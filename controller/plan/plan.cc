@@ -45,11 +45,29 @@ struct StageShape {
 };
 
 struct Inputs {
+  Inputs(const ClusterSpec& spec_in, const ModelConfig& model_in, const WeightSizes& weights_in,
+         bool mtp_in, int64_t reserve_in)
+      : spec(spec_in), model(model_in), weights(weights_in), mtp(mtp_in), reserve(reserve_in) {
+    // Prefix sums over decoder layers so a stage's totals cost O(1) (the partition search
+    // evaluates many ranges).
+    const int layers = model.num_hidden_layers;
+    weight_prefix.assign(layers + 1, 0);
+    kv_prefix.assign(layers + 1, 0);
+    full_prefix.assign(layers + 1, 0);
+    for (int l = 0; l < layers; ++l) {
+      weight_prefix[l + 1] = weight_prefix[l] + weights.layer_bytes[l];
+      kv_prefix[l + 1] = kv_prefix[l] + KvBytesPerToken(model, spec.model.kv_cache_dtype, l, l);
+      full_prefix[l + 1] = full_prefix[l] + (model.HasIndexer(l) ? 1 : 0);
+    }
+  }
   const ClusterSpec& spec;
   const ModelConfig& model;
   const WeightSizes& weights;
   bool mtp = false;
   int64_t reserve = 0;
+  std::vector<int64_t> weight_prefix;  // [layers + 1]
+  std::vector<int64_t> kv_prefix;      // [layers + 1]
+  std::vector<int> full_prefix;        // [layers + 1]
 };
 
 StageShape ShapeOf(const Inputs& in, int first_layer, int last_layer, bool first, bool last) {
@@ -58,12 +76,9 @@ StageShape ShapeOf(const Inputs& in, int first_layer, int last_layer, bool first
   s.last_layer = last_layer;
   s.first = first;
   s.last = last;
-  for (int l = first_layer; l <= last_layer; ++l) {
-    s.stage_weight_bytes += in.weights.layer_bytes[l];
-    s.full_indexers += in.model.HasIndexer(l) ? 1 : 0;
-  }
-  s.kv_bytes_per_token =
-      KvBytesPerToken(in.model, in.spec.model.kv_cache_dtype, first_layer, last_layer);
+  s.stage_weight_bytes = in.weight_prefix[last_layer + 1] - in.weight_prefix[first_layer];
+  s.full_indexers = in.full_prefix[last_layer + 1] - in.full_prefix[first_layer];
+  s.kv_bytes_per_token = in.kv_prefix[last_layer + 1] - in.kv_prefix[first_layer];
   if (first) s.stage_weight_bytes += in.weights.embedding_bytes + in.weights.other_bytes;
   if (last) {
     s.stage_weight_bytes += in.weights.lm_head_bytes + in.weights.final_norm_bytes;
@@ -148,6 +163,21 @@ std::vector<int> ProposePartition(const Inputs& in, const std::vector<int64_t>& 
     }
   }
   const int64_t target = lo;
+  // Balance: each stage takes the count closest to an even share that keeps `target` feasible
+  // for the rest. O(pp^2 * layers^2) capacity lookups; beyond a few thousand, keep the greedy.
+  if (int64_t{pp} * layers > 4096) {
+    std::vector<int> greedy;
+    int start = 0;
+    for (int s = 0; s < pp; ++s) {
+      int best = s == pp - 1 ? layers - start : 1;
+      for (int k = 1; s < pp - 1 && k <= layers - start - (pp - s - 1); ++k) {
+        if (capacity(s, start, k) >= target) best = k;
+      }
+      greedy.push_back(best);
+      start += best;
+    }
+    return greedy;
+  }
   std::vector<int> parts;
   int start = 0;
   for (int s = 0; s < pp; ++s) {
@@ -269,8 +299,8 @@ absl::StatusOr<Plan> MakePlan(const ClusterSpec& spec, const ModelConfig& model,
     }
   }
 
-  Inputs in{spec, model, weights, mtp,
-            m.activation_reserve_bytes.value_or(DefaultActivationReserveBytes(model))};
+  Inputs in(spec, model, weights, mtp,
+            m.activation_reserve_bytes.value_or(DefaultActivationReserveBytes(model)));
   auto node_at = [&](int replica, int pp_rank, int tp_rank) {
     return replica * pp * tp + pp_rank * tp + tp_rank;
   };

@@ -243,7 +243,7 @@ class Parser {
     view.valid_ = true;
     const auto& allowed = KeysOf(section);
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key = it->first;
+      const YAML::Node key = it->first;  // a copy: `it->` yields a temporary
       SourceLocation key_loc = LocOf(key);
       if (!key.IsScalar()) {
         Error(key_loc, path.empty() ? "(top level)" : path, "a key is not a plain name",

@@ -114,6 +114,18 @@ TEST(ClusterSpec, FullSchema) {
   EXPECT_EQ(spec->nodes[1].location.line, 19);  // 14 + 5 inserted model lines
 }
 
+TEST(ClusterSpec, PolicyOffStaysAString) {
+  // YAML 1.1 readers turn a bare `off` into false; the policy must still read as "off".
+  auto spec = ParseClusterSpec(std::string(kMinimal) + "page_cache: {policy: off}\n", "p.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->page_cache.policy, PageCachePolicy::kOff);
+  spec = ParseClusterSpec(std::string(kMinimal) + "page_cache: {policy: periodic, interval_s: 2.5}\n",
+                          "p.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->page_cache.policy, PageCachePolicy::kPeriodic);
+  EXPECT_DOUBLE_EQ(spec->page_cache.interval_s, 2.5);
+}
+
 TEST(ClusterSpec, ByteSizes) {
   EXPECT_EQ(*ParseByteSize("96GiB"), int64_t{96} << 30);
   EXPECT_EQ(*ParseByteSize("96 GiB"), int64_t{96} << 30);

@@ -18,6 +18,17 @@ using nlohmann::json;
 constexpr char kModelType[] = "glm_moe_dsa";
 constexpr char kArchitecture[] = "GlmMoeDsaForCausalLM";
 
+// Upper bounds far above any GLM-5-class model; they keep byte counts (products of these) within
+// int64 and stop a hostile config from allocating per-layer tables of billions of entries.
+constexpr int64_t kMaxVocab = int64_t{1} << 22;
+constexpr int64_t kMaxWidth = int64_t{1} << 17;
+constexpr int64_t kMaxFfn = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxExperts = 4096;
+constexpr int64_t kMaxPositions = int64_t{1} << 30;
+
 // Collects the source name so every message reads
 // "<source>: field `x`: what was wrong; expected ...".
 class Reader {
@@ -49,16 +60,18 @@ class Reader {
     return absl::StrCat(v.type_name(), " ", dumped);
   }
 
-  // Integer field. Required fields error when absent; optional ones keep `*out`.
-  absl::Status Int(std::string_view field, bool required, int64_t* out, int64_t min_value) const {
+  // Integer field in [min_value, max_value]. Required fields error when absent; optional ones
+  // keep `*out`. The upper bounds keep size arithmetic (bytes = product of dims) in int64.
+  absl::Status Int(std::string_view field, bool required, int64_t* out, int64_t min_value,
+                   int64_t max_value = int64_t{1} << 40) const {
     const json* v = Find(field);
     if (v == nullptr || v->is_null()) {
       if (required) {
-        return Error(field, "missing", absl::StrCat("an integer >= ", min_value));
+        return Error(field, "missing", absl::StrCat("an integer in ", min_value, "..", max_value));
       }
-      if (*out < min_value) {
+      if (*out < min_value || *out > max_value) {
         return Error(field, absl::StrCat("default ", *out, " is out of range"),
-                     absl::StrCat("an integer >= ", min_value));
+                     absl::StrCat("an integer in ", min_value, "..", max_value));
       }
       return absl::OkStatus();
     }
@@ -79,18 +92,17 @@ class Reader {
     } else {
       *out = v->get<int64_t>();
     }
-    if (*out < min_value) {
-      return Error(field, absl::StrCat("got ", *out), absl::StrCat("an integer >= ", min_value));
+    if (*out < min_value || *out > max_value) {
+      return Error(field, absl::StrCat("got ", *out),
+                   absl::StrCat("an integer in ", min_value, "..", max_value));
     }
     return absl::OkStatus();
   }
 
-  absl::Status Int32(std::string_view field, bool required, int* out, int64_t min_value) const {
+  absl::Status Int32(std::string_view field, bool required, int* out, int64_t min_value,
+                     int64_t max_value = INT32_MAX) const {
     int64_t wide = *out;
-    GLM_RETURN_IF_ERROR(Int(field, required, &wide, min_value));
-    if (wide > INT32_MAX) {
-      return Error(field, absl::StrCat("got ", wide), "an integer below 2^31");
-    }
+    GLM_RETURN_IF_ERROR(Int(field, required, &wide, min_value, std::min<int64_t>(max_value, INT32_MAX)));
     *out = static_cast<int>(wide);
     return absl::OkStatus();
   }
@@ -397,29 +409,30 @@ absl::Status ParseRoot(const json& root, std::string_view source, ModelConfig* c
   }
 
   // Required dimensions.
-  GLM_RETURN_IF_ERROR(r.Int("vocab_size", true, &c->vocab_size, 1));
-  GLM_RETURN_IF_ERROR(r.Int("hidden_size", true, &c->hidden_size, 1));
-  GLM_RETURN_IF_ERROR(r.Int("intermediate_size", true, &c->intermediate_size, 1));
-  GLM_RETURN_IF_ERROR(r.Int("moe_intermediate_size", true, &c->moe_intermediate_size, 1));
-  GLM_RETURN_IF_ERROR(r.Int32("num_hidden_layers", true, &c->num_hidden_layers, 1));
-  GLM_RETURN_IF_ERROR(r.Int32("num_attention_heads", true, &c->num_attention_heads, 1));
+  GLM_RETURN_IF_ERROR(r.Int("vocab_size", true, &c->vocab_size, 1, kMaxVocab));
+  GLM_RETURN_IF_ERROR(r.Int("hidden_size", true, &c->hidden_size, 1, kMaxWidth));
+  GLM_RETURN_IF_ERROR(r.Int("intermediate_size", true, &c->intermediate_size, 1, kMaxFfn));
+  GLM_RETURN_IF_ERROR(r.Int("moe_intermediate_size", true, &c->moe_intermediate_size, 1, kMaxFfn));
+  GLM_RETURN_IF_ERROR(r.Int32("num_hidden_layers", true, &c->num_hidden_layers, 1, kMaxLayers));
+  GLM_RETURN_IF_ERROR(r.Int32("num_attention_heads", true, &c->num_attention_heads, 1, kMaxHeads));
   c->num_key_value_heads = c->num_attention_heads;
-  GLM_RETURN_IF_ERROR(r.Int32("num_key_value_heads", false, &c->num_key_value_heads, 1));
-  GLM_RETURN_IF_ERROR(r.Int("q_lora_rank", true, &c->q_lora_rank, 1));
-  GLM_RETURN_IF_ERROR(r.Int("kv_lora_rank", true, &c->kv_lora_rank, 1));
-  GLM_RETURN_IF_ERROR(r.Int("qk_nope_head_dim", true, &c->qk_nope_head_dim, 1));
-  GLM_RETURN_IF_ERROR(r.Int("qk_rope_head_dim", true, &c->qk_rope_head_dim, 2));
-  GLM_RETURN_IF_ERROR(r.Int("v_head_dim", true, &c->v_head_dim, 1));
-  GLM_RETURN_IF_ERROR(r.Int32("index_n_heads", true, &c->index_n_heads, 1));
-  GLM_RETURN_IF_ERROR(r.Int("index_head_dim", true, &c->index_head_dim, 1));
-  GLM_RETURN_IF_ERROR(r.Int("index_topk", true, &c->index_topk, 1));
-  GLM_RETURN_IF_ERROR(r.Int("max_position_embeddings", true, &c->max_position_embeddings, 1));
-  GLM_RETURN_IF_ERROR(r.Int32("n_routed_experts", true, &c->n_routed_experts, 1));
-  GLM_RETURN_IF_ERROR(r.Int32("num_experts_per_tok", true, &c->num_experts_per_tok, 1));
+  GLM_RETURN_IF_ERROR(r.Int32("num_key_value_heads", false, &c->num_key_value_heads, 1, kMaxHeads));
+  GLM_RETURN_IF_ERROR(r.Int("q_lora_rank", true, &c->q_lora_rank, 1, kMaxWidth));
+  GLM_RETURN_IF_ERROR(r.Int("kv_lora_rank", true, &c->kv_lora_rank, 1, kMaxWidth));
+  GLM_RETURN_IF_ERROR(r.Int("qk_nope_head_dim", true, &c->qk_nope_head_dim, 1, kMaxHeadDim));
+  GLM_RETURN_IF_ERROR(r.Int("qk_rope_head_dim", true, &c->qk_rope_head_dim, 2, kMaxHeadDim));
+  GLM_RETURN_IF_ERROR(r.Int("v_head_dim", true, &c->v_head_dim, 1, kMaxHeadDim));
+  GLM_RETURN_IF_ERROR(r.Int32("index_n_heads", true, &c->index_n_heads, 1, kMaxHeads));
+  GLM_RETURN_IF_ERROR(r.Int("index_head_dim", true, &c->index_head_dim, 1, kMaxHeadDim));
+  GLM_RETURN_IF_ERROR(r.Int("index_topk", true, &c->index_topk, 1, kMaxPositions));
+  GLM_RETURN_IF_ERROR(
+      r.Int("max_position_embeddings", true, &c->max_position_embeddings, 1, kMaxPositions));
+  GLM_RETURN_IF_ERROR(r.Int32("n_routed_experts", true, &c->n_routed_experts, 1, kMaxExperts));
+  GLM_RETURN_IF_ERROR(r.Int32("num_experts_per_tok", true, &c->num_experts_per_tok, 1, kMaxExperts));
 
   // Optional with HF defaults (HF-cfg).
   c->n_shared_experts = 1;
-  GLM_RETURN_IF_ERROR(r.Int32("n_shared_experts", false, &c->n_shared_experts, 0));
+  GLM_RETURN_IF_ERROR(r.Int32("n_shared_experts", false, &c->n_shared_experts, 0, 64));
   c->routed_scaling_factor = 2.5;
   GLM_RETURN_IF_ERROR(r.Double("routed_scaling_factor", &c->routed_scaling_factor, true));
   c->n_group = 1;
@@ -430,7 +443,8 @@ absl::Status ParseRoot(const json& root, std::string_view source, ModelConfig* c
   c->first_k_dense_replace = 3;
   GLM_RETURN_IF_ERROR(r.Int32("first_k_dense_replace", false, &c->first_k_dense_replace, 0));
   c->num_nextn_predict_layers = 0;
-  GLM_RETURN_IF_ERROR(r.Int32("num_nextn_predict_layers", false, &c->num_nextn_predict_layers, 0));
+  GLM_RETURN_IF_ERROR(
+      r.Int32("num_nextn_predict_layers", false, &c->num_nextn_predict_layers, 0, 16));
   GLM_RETURN_IF_ERROR(r.Double("rms_norm_eps", &c->rms_norm_eps, true));
   GLM_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &c->tie_word_embeddings));
   if (r.Has("dtype")) {

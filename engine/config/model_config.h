@@ -1,6 +1,18 @@
 // GlmMoeDsaForCausalLM configuration (HF config.json, model_type "glm_moe_dsa").
 // Field meanings: ../shared/specs/glm5-architecture.md §2. This target (glm_model_config) depends
-// on common only, so the planner in the controller can read model sizes without the engine.
+// on common and nlohmann_json only, so the planner in the controller can read model sizes without
+// the engine.
+//
+// Derived fields:
+// - indexer_types: the explicit `indexer_types` list ("full"/"shared"), else `index_topk_pattern`
+//   ("F"/"S" per layer), else layer i is full iff
+//   max(i - index_skip_topk_offset + 1, 0) % index_topk_freq == 0 (defaults freq 1, offset 2:
+//   all full). Layer 0 must be full (a shared layer reuses the previous full layer's top-k).
+// - mlp_layer_types: explicit, else dense for i < first_k_dense_replace.
+// - rope_theta / rope_type: `rope_parameters` wins over a top-level `rope_theta`; only "default".
+// - eos_token_ids: `eos_token_id` as an int or a list.
+// Unsupported variants (n_group != 1, biases, non-fp8 quantization, tied embeddings, ...) are
+// rejected rather than half-supported.
 #pragma once
 
 #include <cstdint>
