@@ -74,7 +74,9 @@ absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t m
     }
   }
 
-  // Cached: try the highest residency first (more CTAs in flight, more rows at once).
+  // Cached: every residency level that fits; keep the one with the least work per CTA over the
+  // rounds the groups need (rounds = rows per group), ties to the higher residency.
+  int64_t best_cost = -1;
   for (int o = max_blocks; o >= 1; --o) {
     int64_t budget = std::min<int64_t>(l.smem_optin_per_block,
                                        l.smem_per_sm / o - l.reserved_smem_per_block);
@@ -90,13 +92,16 @@ absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t m
     cpg = std::min(cpg, hw);
     const int64_t chunk = RoundUp(CeilDiv(max_len, cpg), 4);
     cpg = CeilDiv(max_len, chunk);  // drop CTAs the rounding left empty
+    const int64_t groups = std::max<int64_t>(1, std::min(rows, hw / cpg));
+    const int64_t cost = CeilDiv(rows, groups) * chunk;
+    if (best_cost >= 0 && cost >= best_cost) continue;
+    best_cost = cost;
     p.ctas_per_group = static_cast<int>(cpg);
     p.chunk = chunk;
     p.cache_in_smem = true;
     p.smem_bytes = static_cast<int>(kTopkFixedSmemBytes + 4 * chunk);
     p.blocks_per_sm = o;
-    p.num_groups = std::max<int64_t>(1, std::min(rows, hw / cpg));
-    break;
+    p.num_groups = groups;
   }
   if (p.chunk == 0) {
     // Streaming: only the fixed shared memory per CTA; the chunk size is free.
