@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/preflight/verbs.h"
 
 namespace glm::preflight {
 namespace {
@@ -146,13 +147,21 @@ std::optional<GidEntry> ResolveGidIndex(const std::vector<GidEntry>& table,
 }
 
 CheckResult CheckGidIndex(const SystemRoots& roots, const GidCheckInput& in,
-                          std::optional<GidEntry>* resolved) {
+                          std::optional<GidEntry>* resolved, VerbsProvider* verbs) {
   CheckResult r;
   r.id = "gid.index";
   resolved->reset();
   const std::string configured =
       in.gid_index.has_value() ? std::to_string(*in.gid_index) : std::string("auto");
   absl::StatusOr<std::vector<GidEntry>> table = ReadGidTable(roots, in.hca, in.port);
+  std::string source = "sysfs";
+  if (!table.ok() && verbs != nullptr) {
+    absl::StatusOr<std::vector<GidEntry>> from_verbs = verbs->QueryGidTable(in.hca, in.port);
+    if (from_verbs.ok()) {
+      table = std::move(from_verbs);
+      source = "libibverbs";
+    }
+  }
   if (!table.ok()) {
     r.status = CheckStatus::kFail;
     r.message = absl::StrCat("cannot read the GID table of ", in.hca, " port ", in.port);
@@ -160,7 +169,8 @@ CheckResult CheckGidIndex(const SystemRoots& roots, const GidCheckInput& in,
     r.fix = absl::StrCat("check that HCA '", in.hca, "' exists (rdma.hca) and that sysfs is mounted");
     return r;
   }
-  r.evidence = absl::StrCat("gid table ", in.hca, " port ", in.port, ": ", DescribeTable(*table));
+  r.evidence = absl::StrCat("gid table (", source, ") ", in.hca, " port ", in.port, ": ",
+                            DescribeTable(*table));
   std::optional<GidEntry> right = ResolveGidIndex(*table, in.fabric_ip, in.netdev);
 
   if (right.has_value() && (!in.gid_index.has_value() || *in.gid_index == right->index)) {

@@ -46,7 +46,10 @@ struct GidCheckInput {
 
 // The gid.index check. On success `resolved` holds the entry NCCL should use. On failure the fix
 // names the index that would be right (this HCA or another one), or how to persist the fabric IP.
+// When sysfs has no GID table for the port and `verbs` is given, the table comes from
+// libibverbs (ibv_query_gid_ex) instead; the evidence says which source was used.
+class VerbsProvider;
 CheckResult CheckGidIndex(const SystemRoots& roots, const GidCheckInput& input,
-                          std::optional<GidEntry>* resolved);
+                          std::optional<GidEntry>* resolved, VerbsProvider* verbs = nullptr);
 
 }  // namespace glm::preflight

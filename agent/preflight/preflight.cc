@@ -454,7 +454,7 @@ PreflightReport RunNodePreflight(const PreflightOptions& options) {
   if (hca_ok) {
     report.checks.push_back(CheckPortMtu(options.roots, node, verbs));
     GidCheckInput gid_in{node.name, node.hca, node.port, node.gid_index, node.fabric_ip, node.netdev};
-    report.checks.push_back(CheckGidIndex(options.roots, gid_in, &report.gid));
+    report.checks.push_back(CheckGidIndex(options.roots, gid_in, &report.gid, verbs));
   }
   bool memlock_unlimited = false;
   report.checks.push_back(CheckMemlock(options.roots, options.memlock_min_bytes, &memlock_unlimited));

@@ -1,5 +1,7 @@
 #include "agent/preflight/preflight.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,7 +22,11 @@ class FakeVerbs : public VerbsProvider {
  public:
   absl::StatusOr<std::vector<std::string>> DeviceNames() override { return std::vector<std::string>{"rocep1s0f0"}; }
   absl::StatusOr<VerbsPortInfo> QueryPort(const std::string&, int) override { return info; }
+  absl::StatusOr<std::vector<GidEntry>> QueryGidTable(const std::string&, int) override {
+    return gids;
+  }
   VerbsPortInfo info;
+  std::vector<GidEntry> gids;
 };
 
 PreflightOptions Options(const std::string& name) {
@@ -120,6 +126,32 @@ TEST(PreflightTest, PortMtuFromLibibverbsWhenAvailable) {
   EXPECT_THAT(port.evidence, HasSubstr("ibv_query_port active_mtu=1024"));
   verbs.info.active_mtu_bytes = 4096;
   EXPECT_EQ(Get(RunNodePreflight(o), "mtu.port").status, CheckStatus::kPass);
+}
+
+TEST(PreflightTest, GidTableFromLibibverbsWhenSysfsHasNone) {
+  // A sysfs tree without the gids directory (old kernels in some containers).
+  namespace fs = std::filesystem;
+  fs::path root = fs::path(testing::TempDir()) / ("no_gids_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::copy(kFixtures + "/healthy", root, fs::copy_options::recursive);
+  fs::remove_all(root / "sys/class/infiniband/rocep1s0f0/ports/1/gids");
+  PreflightOptions o = Options("healthy");
+  o.roots = SystemRoots{(root / "sys").string(), (root / "proc").string(), (root / "dev").string()};
+  FakeVerbs verbs;
+  verbs.info = VerbsPortInfo{4, 4096, 4096, true};
+  verbs.gids = {GidEntry{"rocep1s0f0", 1, 0, "fe80:0000:0000:0000:0e42:a1ff:fe00:0001", "RoCE v2", "enp1s0f0np0"},
+                GidEntry{"rocep1s0f0", 1, 1, "0000:0000:0000:0000:0000:ffff:c0a8:6401", "RoCE v2", "enp1s0f0np0"}};
+  o.verbs = &verbs;
+  o.node.gid_index = std::nullopt;
+  PreflightReport report = RunNodePreflight(o);
+  const CheckResult& gid = Get(report, "gid.index");
+  EXPECT_EQ(gid.status, CheckStatus::kPass) << gid.message;
+  EXPECT_THAT(gid.evidence, HasSubstr("gid table (libibverbs)"));
+  ASSERT_TRUE(report.gid.has_value());
+  EXPECT_EQ(report.gid->index, 1);
+  o.verbs = nullptr;
+  EXPECT_EQ(Get(RunNodePreflight(o), "gid.index").status, CheckStatus::kFail);
+  fs::remove_all(root);
 }
 
 TEST(PreflightTest, MissingUverbsDeviceAndContainerLimits) {

@@ -1,6 +1,7 @@
 #include "agent/preflight/verbs.h"
 
 #include <dlfcn.h>
+#include <net/if.h>
 
 #include <cstring>
 
@@ -48,6 +49,7 @@ class LibibverbsProvider : public VerbsProvider {
   using OpenDeviceFn = ibv_context* (*)(ibv_device*);
   using CloseDeviceFn = int (*)(ibv_context*);
   using QueryPortFn = int (*)(ibv_context*, uint8_t, ibv_port_attr*);
+  using QueryGidExFn = int (*)(ibv_context*, uint32_t, uint32_t, ibv_gid_entry*, uint32_t, size_t);
 
   explicit LibibverbsProvider(void* handle) : handle_(handle) {}
   ~LibibverbsProvider() override { dlclose(handle_); }
@@ -59,6 +61,8 @@ class LibibverbsProvider : public VerbsProvider {
     open_device_ = reinterpret_cast<OpenDeviceFn>(dlsym(handle_, "ibv_open_device"));
     close_device_ = reinterpret_cast<CloseDeviceFn>(dlsym(handle_, "ibv_close_device"));
     query_port_ = reinterpret_cast<QueryPortFn>(dlsym(handle_, "ibv_query_port"));
+    // rdma-core >= 31 (IBVERBS_1.11); optional.
+    query_gid_ex_ = reinterpret_cast<QueryGidExFn>(dlsym(handle_, "_ibv_query_gid_ex"));
     if (!get_device_list_ || !free_device_list_ || !get_device_name_ || !open_device_ ||
         !close_device_ || !query_port_) {
       return absl::UnavailableError("libibverbs.so.1 lacks a required ibv_* symbol");
@@ -78,7 +82,7 @@ class LibibverbsProvider : public VerbsProvider {
     return names;
   }
 
-  absl::StatusOr<VerbsPortInfo> QueryPort(const std::string& hca, int port) override {
+  absl::StatusOr<ibv_context*> Open(const std::string& hca) {
     int n = 0;
     ibv_device** list = get_device_list_(&n);
     if (list == nullptr) return absl::UnavailableError("ibv_get_device_list failed");
@@ -96,6 +100,58 @@ class LibibverbsProvider : public VerbsProvider {
       return absl::UnavailableError(
           absl::StrCat("ibv_open_device(", hca, ") failed: ", std::strerror(errno)));
     }
+    return ctx;
+  }
+
+  absl::StatusOr<std::vector<GidEntry>> QueryGidTable(const std::string& hca, int port) override {
+    if (query_gid_ex_ == nullptr) {
+      return absl::UnavailableError("libibverbs lacks _ibv_query_gid_ex (rdma-core < 31)");
+    }
+    absl::StatusOr<ibv_context*> ctx = Open(hca);
+    if (!ctx.ok()) return ctx.status();
+    ibv_port_attr attr;
+    std::memset(&attr, 0, sizeof(attr));
+    int rc = query_port_(*ctx, static_cast<uint8_t>(port), &attr);
+    std::vector<GidEntry> table;
+    for (int i = 0; rc == 0 && i < attr.gid_tbl_len; ++i) {
+      ibv_gid_entry e;
+      std::memset(&e, 0, sizeof(e));
+      if (query_gid_ex_(*ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(i), &e, 0,
+                        sizeof(e)) != 0) {
+        continue;  // ENODATA: unused entry
+      }
+      GidEntry g;
+      g.hca = hca;
+      g.port = port;
+      g.index = i;
+      static const char kHex[] = "0123456789abcdef";
+      bool zero = true;
+      for (int b = 0; b < 16; ++b) {
+        if (b > 0 && b % 2 == 0) g.gid.push_back(':');
+        g.gid.push_back(kHex[e.gid.raw[b] >> 4]);
+        g.gid.push_back(kHex[e.gid.raw[b] & 0xf]);
+        zero = zero && e.gid.raw[b] == 0;
+      }
+      if (zero) continue;
+      g.type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
+               : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? "IB/RoCE v1"
+                                                     : "IB";
+      char name[IF_NAMESIZE] = {};
+      if (e.ndev_ifindex != 0 && if_indextoname(e.ndev_ifindex, name) != nullptr) g.netdev = name;
+      table.push_back(std::move(g));
+    }
+    close_device_(*ctx);
+    if (rc != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("ibv_query_port(", hca, ", ", port, ") failed: ", std::strerror(rc)));
+    }
+    return table;
+  }
+
+  absl::StatusOr<VerbsPortInfo> QueryPort(const std::string& hca, int port) override {
+    absl::StatusOr<ibv_context*> opened = Open(hca);
+    if (!opened.ok()) return opened.status();
+    ibv_context* ctx = *opened;
     ibv_port_attr attr;
     std::memset(&attr, 0, sizeof(attr));
     int rc = query_port_(ctx, static_cast<uint8_t>(port), &attr);
@@ -120,6 +176,7 @@ class LibibverbsProvider : public VerbsProvider {
   OpenDeviceFn open_device_ = nullptr;
   CloseDeviceFn close_device_ = nullptr;
   QueryPortFn query_port_ = nullptr;
+  QueryGidExFn query_gid_ex_ = nullptr;
 };
 
 }  // namespace

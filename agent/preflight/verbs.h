@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "agent/preflight/check.h"
 
 namespace glm::preflight {
 
@@ -23,6 +24,9 @@ class VerbsProvider {
   virtual ~VerbsProvider() = default;
   virtual absl::StatusOr<std::vector<std::string>> DeviceNames() = 0;
   virtual absl::StatusOr<VerbsPortInfo> QueryPort(const std::string& hca, int port) = 0;
+  // Non-zero GID entries (ibv_query_gid_ex), in the sysfs spelling with the sysfs type names
+  // ("IB/RoCE v1", "RoCE v2") and the netdev name, so they compare with ReadGidTable's.
+  virtual absl::StatusOr<std::vector<GidEntry>> QueryGidTable(const std::string& hca, int port) = 0;
 };
 
 // dlopen("libibverbs.so.1"); Unavailable (with the dlerror text) when it cannot be loaded.

@@ -236,4 +236,23 @@ absl::StatusOr<StageReport> StageFiles(const StageOptions& o) {
   return report;
 }
 
+std::function<absl::Status(const std::string& out_path)> FetchFromPeers(
+    std::vector<PeerAddress> peers, ManifestFile remote) {
+  return [peers = std::move(peers), remote = std::move(remote)](const std::string& out_path) {
+    StageOptions o;
+    o.dest_dir = out_path + ".d";
+    o.manifest.files = {remote};
+    o.files = {remote.path};
+    o.peers = peers;
+    o.prune = false;
+    absl::StatusOr<StageReport> r = StageFiles(o);
+    if (!r.ok()) return r.status();
+    std::error_code ec;
+    fs::rename(absl::StrCat(o.dest_dir, "/", remote.path), out_path, ec);
+    fs::remove_all(o.dest_dir);
+    if (ec) return absl::InternalError(absl::StrCat("rename to ", out_path, ": ", ec.message()));
+    return absl::OkStatus();
+  };
+}
+
 }  // namespace glm::stage

@@ -60,4 +60,10 @@ struct StageReport {
 // (Unavailable, naming the file and each peer's error), local I/O errors (naming the path).
 absl::StatusOr<StageReport> StageFiles(const StageOptions& options);
 
+// A fetch hook for NcclStageOptions::fetch: stages `remote` (a file a peer serves, e.g. the
+// pinned libnccl.so.2 under the source's served directory) from `peers` into the given path,
+// verified against remote.xxh3_128 and resumable, using a scratch directory beside that path.
+std::function<absl::Status(const std::string& out_path)> FetchFromPeers(
+    std::vector<PeerAddress> peers, ManifestFile remote);
+
 }  // namespace glm::stage

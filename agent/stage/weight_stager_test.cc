@@ -12,6 +12,7 @@
 #include <set>
 
 #include "agent/stage/file_hash.h"
+#include "agent/stage/nccl_stage.h"
 #include "agent/stage/stage_protocol.h"
 #include "agent/stage/stage_server.h"
 #include "gmock/gmock.h"
@@ -365,6 +366,27 @@ TEST_F(WeightStagerTest, BadPartialPrefixIsDetectedAndRefetched) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->peer_failures, 1);
   ExpectExactlyVerified(dest, {f1});
+}
+
+TEST_F(WeightStagerTest, NcclLibraryStagedFromAPeer) {
+  // The source serves a directory holding the pinned NCCL build.
+  fs::path served = root_ / "served";
+  fs::create_directories(served / "nccl");
+  fs::copy_file(GLM_FAKE_NCCL_23004, served / "nccl/libnccl.so.2");
+  auto hash = HashFile((served / "nccl/libnccl.so.2").string());
+  ASSERT_TRUE(hash.ok());
+  auto server = Serve(served);
+  NcclStageOptions o;
+  o.dest_path = (root_ / "node/opt/libnccl.so.2").string();
+  o.expected_version = "2.30.4";
+  o.expected_hash = hash->xxh3_128;
+  o.fetch = FetchFromPeers({Peer("src", *server)}, ManifestFile{"nccl/libnccl.so.2", hash->size, hash->xxh3_128});
+  auto r = StageAndLoadNccl(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->copied);
+  EXPECT_EQ(r->library->version(), "2.30.4");
+  EXPECT_EQ(r->library->table().GetVersion != nullptr, true);
+  EXPECT_EQ(ListFiles(root_ / "node"), std::set<std::string>{"opt/libnccl.so.2"});
 }
 
 }  // namespace
