@@ -1,7 +1,31 @@
 // GlmMoeDsaForCausalLM (GLM-5 / GLM-5.2) on a Backend: embedding, decoder layers (MLA + DSA
 // indexer + IndexShare, dense SwiGLU or MoE), final norm, lm_head, and the MTP layer.
-// Forward pass: ../shared/specs/glm5-architecture.md §3; the scheduler drives it through
-// engine/model/forward_batch.h.
+// Forward pass: ../shared/specs/glm5-architecture.md §3 (matches transformers 5.17, see
+// tests/golden/HF_NOTES.md); the scheduler drives it through engine/model/forward_batch.h.
+//
+// Behaviour of the Model returned here:
+// - KV: the model allocates kv.num_blocks * kv.block_size slots per layer it holds (MLA latent
+//   c_kv | roped k_pe, kv_lora_rank + qk_rope_head_dim floats; plus index_head_dim floats of
+//   indexer keys on full-indexer layers and the MTP layer). Forward writes the new tokens' KV at
+//   the slots their block_table names and reads positions < start_pos from there, so prefill may
+//   come in chunks and decode is one token per step. Block ids are the block manager's.
+// - Attention form: per slice, expanded (kv_b_proj per head) when it has more than one new token
+//   and options.expanded_prefill, else absorbed (q_nope W_UK against the latent cache). Both are
+//   tested to agree to ~1e-6 relative.
+// - DSA top-k ties (exact zeros after the ReLU are common in real models) go to the lower
+//   position; transformers does not pin a rule.
+// - Pipeline stages: with first_layer > 0 the slices carry input_residual (and input_topk when the
+//   first layer is IndexShare "shared"); without the last layer Forward returns residual/topk
+//   instead of logits (forward_batch.h).
+// - ForwardMtp: logits = lm_head(shared_head.norm(x)); want_hidden returns x, the MTP layer's
+//   output before shared_head.norm (the h of the next draft step). Positions are those of the
+//   hidden rows (t), the tokens are t+1; the MTP layer's KV lives in the same blocks.
+// - Not thread-safe: one Forward at a time. Errors are InvalidArgument for malformed batches
+//   (bad block ids, short block tables, token ids outside the vocabulary).
+// - Device backends (issue 4): a step allocates nothing once its workspace has grown to the
+//   step's size; per-step host work is building the int tables (positions, slots, key tables)
+//   that are copied in, so a decode step of fixed batch shape can be captured as a CUDA graph
+//   with those tables in persistent buffers.
 #pragma once
 
 #include <memory>

@@ -207,7 +207,8 @@ void CpuBackend::Linear(const MatView& x, const MatView& w, const MatView& y, bo
   constexpr int64_t kTileM = 16, kTileN = 32;
   const int64_t tiles_m = (M + kTileM - 1) / kTileM;
   const int64_t tiles_n = (N + kTileN - 1) / kTileN;
-  const int64_t min_tiles = MinChunk(x.cols * kTileM * kTileN);
+  const int64_t min_tiles =
+      MinChunk(x.cols * std::min(M, kTileM) * std::min(N, kTileN));
   pool_.ParallelFor(tiles_m * tiles_n, min_tiles, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t tn = t % tiles_n, tm = t / tiles_n;
