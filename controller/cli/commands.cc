@@ -1,0 +1,349 @@
+#include "controller/cli/commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "controller/cli/certs.h"
+#include "controller/cli/local_cluster.h"
+#include "controller/cli/render.h"
+#include "controller/orchestrate/spec_adapter.h"
+#include "controller/spec/cluster_spec.h"
+#include "glm/v1/controller.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/rpc/credentials.h"
+#include "controller/plan/plan.h"
+
+namespace glm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using orchestrate::ClusterTopology;
+
+constexpr int kOk = 0;
+constexpr int kFailed = 1;
+constexpr int kUsage = 2;
+constexpr int kUnreachable = 3;
+
+fs::path StateDir() {
+  if (const char* d = std::getenv("GLMCTL_STATE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_STATE_HOME"); d && *d) return fs::path(d) / "glmctl";
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".local/state/glmctl";
+  return {};
+}
+
+void RememberConfig(const std::string& config) {
+  fs::path dir = StateDir();
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::ofstream(dir / "current") << fs::absolute(config, ec).string() << "\n";
+}
+
+// Loads the YAML (errors printed, with file:line:column, by the caller).
+absl::StatusOr<ClusterTopology> Load(const std::string& config) {
+  if (config.empty()) {
+    return absl::InvalidArgumentError(
+        "no cluster.yaml given and none remembered: pass the file (glmctl status cluster.yaml) "
+        "or --controller ADDR");
+  }
+  std::error_code ec;
+  return orchestrate::LoadTopology(fs::absolute(config, ec).string());
+}
+
+struct Connection {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<glm::v1::Controller::Stub> stub;
+};
+
+absl::StatusOr<Connection> Connect(const ClusterTopology* topology, const GlobalFlags& flags) {
+  Connection c;
+  c.address = !flags.controller.empty() ? flags.controller
+                                        : DialAddress(topology ? topology->controller_listen : "");
+  if (c.address.empty()) {
+    return absl::InvalidArgumentError("no controller address: pass cluster.yaml or --controller");
+  }
+  rpc::TlsFiles tls = topology ? topology->tls : rpc::TlsFiles{};
+  auto creds = rpc::MakeChannelCredentials(tls);
+  if (!creds.ok()) return creds.status();
+  c.channel = grpc::CreateChannel(c.address, *creds);
+  c.stub = glm::v1::Controller::NewStub(c.channel);
+  return c;
+}
+
+bool WaitConnected(Connection& c, std::chrono::milliseconds timeout) {
+  return c.channel->WaitForConnected(std::chrono::system_clock::now() + timeout);
+}
+
+void Deadline(grpc::ClientContext* ctx, std::chrono::seconds s) {
+  ctx->set_deadline(std::chrono::system_clock::now() + s);
+}
+
+int Unreachable(const Connection& c, const std::string& detail) {
+  std::cerr << "glmctl: cannot reach the controller at " << c.address
+            << (detail.empty() ? "" : ": ") << detail
+            << "\n  fix: run `glmctl up cluster.yaml` (starts it for local clusters), start "
+               "glm-controller --config cluster.yaml on the controller host, or pass "
+               "--controller ADDR\n";
+  return kUnreachable;
+}
+
+int ConfigError(const absl::Status& s) {
+  std::cerr << "glmctl: " << s.message() << "\n";
+  return kUsage;
+}
+
+// Starts what is not running of a local cluster. Prints one line per started daemon.
+absl::Status EnsureLocalProcesses(const ClusterTopology& topology) {
+  auto binaries = FindBinaries();
+  if (!binaries.ok()) return binaries.status();
+  auto local = LocalCluster::Open(topology);
+  if (!local.ok()) return local.status();
+  for (const auto& d : local->Daemons(topology, *binaries)) {
+    if (int pid = LocalCluster::RunningPid(d); pid != 0) continue;
+    auto pid = LocalCluster::Start(d);
+    if (!pid.ok()) return pid.status();
+    std::cout << "started " << d.name << " (pid " << *pid << ", log " << d.log_file << ")\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string DefaultConfig() {
+  if (const char* c = std::getenv("GLMCTL_CONFIG"); c && *c) return c;
+  fs::path dir = StateDir();
+  if (dir.empty()) return "";
+  std::ifstream in(dir / "current");
+  std::string path;
+  std::getline(in, path);
+  std::error_code ec;
+  return !path.empty() && fs::exists(path, ec) ? path : "";
+}
+
+int RunUp(const std::string& config, const GlobalFlags& flags, bool force) {
+  auto topology = Load(config);
+  if (!topology.ok()) return ConfigError(topology.status());
+  auto conn = Connect(&*topology, flags);
+  if (!conn.ok()) return ConfigError(conn.status());
+
+  if (topology->local) {
+    // Start whatever of the local cluster is not running (all of it on a first `up`).
+    if (auto s = EnsureLocalProcesses(*topology); !s.ok()) {
+      std::cerr << "glmctl: " << s.message() << "\n";
+      return kFailed;
+    }
+  }
+  if (!WaitConnected(*conn, std::chrono::seconds(topology->local ? 20 : 5))) {
+    if (topology->local) {
+      auto local = LocalCluster::Open(*topology);
+      return Unreachable(*conn, absl::StrCat("the local controller did not come up; see ",
+                                             local.ok() ? local->run_dir() : "the run dir",
+                                             "/controller.log"));
+    }
+    return Unreachable(*conn, "");
+  }
+  RememberConfig(topology->config_path);
+
+  bool tty = ::isatty(STDOUT_FILENO) == 1 && !flags.json;
+  std::vector<std::string> names;
+  for (const auto& n : topology->nodes) names.push_back(n.name);
+  UpProgress progress(std::cout, tty, names);
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(60));
+  glm::v1::UpRequest req;
+  req.set_cluster_name(topology->cluster_name);
+  req.set_force(force);
+  auto reader = conn->stub->Up(&ctx, req);
+  glm::v1::UpEvent event;
+  bool already_up = false;
+  bool got_events = false;
+  while (reader->Read(&event)) {
+    got_events = true;
+    if (event.already_up()) {
+      already_up = true;
+      std::cout << event.message() << "\n";
+      continue;
+    }
+    progress.OnEvent(event);
+  }
+  progress.Finish();
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) {
+    if (!got_events && s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return Unreachable(*conn, s.error_message());
+    }
+    std::cerr << "glmctl up: bring-up of cluster '" << topology->cluster_name
+              << "' stopped:\n  " << s.error_message() << "\n";
+    if (topology->local) {
+      std::cerr << "  (the local processes keep running; fix the cause and re-run glmctl up, or "
+                   "glmctl down "
+                << config << ")\n";
+    }
+    return kFailed;
+  }
+  if (!already_up) {
+    std::cout << "cluster '" << topology->cluster_name << "' is up; controller at "
+              << conn->address << "\n";
+  }
+  return kOk;
+}
+
+int RunStatus(const std::string& config, const GlobalFlags& flags) {
+  absl::StatusOr<ClusterTopology> topology = absl::NotFoundError("");
+  if (!config.empty()) {
+    topology = Load(config);
+    if (!topology.ok()) return ConfigError(topology.status());
+  } else if (flags.controller.empty()) {
+    return ConfigError(Load("").status());
+  }
+  auto conn = Connect(topology.ok() ? &*topology : nullptr, flags);
+  if (!conn.ok()) return ConfigError(conn.status());
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(5));
+  glm::v1::ClusterStatus status;
+  grpc::Status s = conn->stub->Status(&ctx, {}, &status);
+  if (!s.ok()) return Unreachable(*conn, s.error_message());
+  if (flags.json) {
+    std::cout << StatusToJson(status).dump(2) << "\n";
+  } else {
+    PrintStatusTable(std::cout, status);
+  }
+  return kOk;
+}
+
+int RunHealth(const std::string& config, const GlobalFlags& flags) {
+  absl::StatusOr<ClusterTopology> topology = absl::NotFoundError("");
+  if (!config.empty()) {
+    topology = Load(config);
+    if (!topology.ok()) return ConfigError(topology.status());
+  } else if (flags.controller.empty()) {
+    return ConfigError(Load("").status());
+  }
+  auto conn = Connect(topology.ok() ? &*topology : nullptr, flags);
+  if (!conn.ok()) return ConfigError(conn.status());
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(5));
+  glm::v1::HealthResponse resp;
+  grpc::Status s = conn->stub->Health(&ctx, {}, &resp);
+  if (!s.ok()) return Unreachable(*conn, s.error_message());
+  if (flags.json) {
+    std::cout << nlohmann::json{{"cluster", resp.cluster_name()},
+                                {"healthy", resp.healthy()},
+                                {"message", resp.message()}}
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << (resp.healthy() ? "healthy: " : "unhealthy: ") << resp.cluster_name() << ": "
+              << resp.message() << "\n";
+  }
+  return resp.healthy() ? kOk : kFailed;
+}
+
+int RunDown(const std::string& config, const GlobalFlags& flags) {
+  auto topology = Load(config);
+  if (!topology.ok()) return ConfigError(topology.status());
+  auto conn = Connect(&*topology, flags);
+  if (!conn.ok()) return ConfigError(conn.status());
+  bool reached = false;
+  if (WaitConnected(*conn, std::chrono::seconds(2))) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, std::chrono::seconds(10));
+    glm::v1::DownResponse resp;
+    grpc::Status s = conn->stub->Down(&ctx, {}, &resp);
+    if (s.ok()) {
+      reached = true;
+      std::cout << resp.message() << "\n";
+    } else {
+      std::cerr << "glmctl down: controller refused: " << s.error_message() << "\n";
+      if (!topology->local) return kFailed;
+    }
+  }
+  if (!topology->local) {
+    if (!reached) return Unreachable(*conn, "");
+    return kOk;
+  }
+  auto binaries = FindBinaries();
+  auto local = LocalCluster::Open(*topology);
+  if (!local.ok()) return ConfigError(local.status());
+  Binaries names = binaries.ok() ? *binaries : Binaries{"glm-controller", "glm-agent"};
+  int stopped = 0;
+  // The controller first, so it does not report the agents going away as failures.
+  auto daemons = local->Daemons(*topology, names);
+  std::rotate(daemons.rbegin(), daemons.rbegin() + 1, daemons.rend());
+  for (const auto& d : daemons) {
+    std::string line = LocalCluster::Stop(d, std::chrono::seconds(5));
+    if (!line.empty()) {
+      std::cout << line << "\n";
+      ++stopped;
+    }
+  }
+  std::cout << (stopped ? absl::StrCat("stopped ", stopped, " local process(es) of cluster '",
+                                       topology->cluster_name, "'")
+                        : absl::StrCat("no local processes of cluster '", topology->cluster_name,
+                                       "' were running"))
+            << "\n";
+  return kOk;
+}
+
+int RunValidate(const std::string& config, const GlobalFlags& flags) {
+  std::error_code ec;
+  auto spec = controller::LoadClusterSpec(fs::absolute(config, ec).string());
+  if (!spec.ok()) {
+    std::cerr << spec.status().message() << "\n";
+    return kUsage;
+  }
+  if (flags.json) {
+    std::cout << nlohmann::json{{"ok", true}, {"cluster", spec->name},
+                                {"nodes", spec->nodes.size()}}
+                     .dump()
+              << "\n";
+  } else {
+    std::cout << config << ": ok: cluster '" << spec->name << "', " << spec->nodes.size()
+              << " nodes, TP" << spec->parallel.tensor << " x PP" << spec->parallel.pipeline
+              << " x " << spec->parallel.replicas << " replica(s)"
+              << (spec->local ? ", local" : "") << "\n";
+  }
+  return kOk;
+}
+
+int RunPlan(const std::string& config, const GlobalFlags& flags) {
+  std::error_code ec;
+  auto plan = controller::PlanFromFiles(fs::absolute(config, ec).string());
+  if (!plan.ok()) {
+    std::cerr << plan.status().message() << "\n";
+    return kUsage;
+  }
+  if (flags.json) {
+    std::cout << controller::PlanToJson(*plan).dump(2) << "\n";
+  } else {
+    std::cout << controller::PlanToText(*plan);
+  }
+  return plan->fits ? kOk : kFailed;
+}
+
+int RunCerts(const std::string& config, const std::string& out_dir, bool force) {
+  auto topology = Load(config);
+  if (!topology.ok()) return ConfigError(topology.status());
+  auto written = MakeClusterCerts(*topology, {.out_dir = out_dir, .overwrite = force});
+  if (!written.ok()) {
+    std::cerr << "glmctl certs: " << written.status().message() << "\n";
+    return kFailed;
+  }
+  for (const auto& f : *written) std::cout << "wrote " << f << "\n";
+  std::cout << "to use them, add to " << config << ":\n  controller:\n    tls: {ca: " << out_dir
+            << "/ca.pem, cert: " << out_dir << "/controller.pem, key: " << out_dir
+            << "/controller.key}\nand start each agent with --tls-ca " << out_dir
+            << "/ca.pem --tls-cert " << out_dir << "/<node>.pem --tls-key " << out_dir
+            << "/<node>.key (glmctl up does this for local clusters)\n";
+  return kOk;
+}
+
+}  // namespace glm::cli

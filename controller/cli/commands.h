@@ -1,0 +1,28 @@
+// glmctl subcommands. Each returns the process exit code:
+//   0 success; 1 the operation failed (bring-up stopped, cluster unhealthy, ...);
+//   2 usage or configuration error (bad YAML, bad flags); 3 the controller cannot be reached.
+#pragma once
+
+#include <string>
+
+namespace glm::cli {
+
+struct GlobalFlags {
+  std::string controller;  // --controller ADDR (overrides controller.listen)
+  bool json = false;       // --json
+};
+
+int RunUp(const std::string& config, const GlobalFlags& flags, bool force);
+int RunStatus(const std::string& config, const GlobalFlags& flags);
+int RunHealth(const std::string& config, const GlobalFlags& flags);
+int RunDown(const std::string& config, const GlobalFlags& flags);
+int RunValidate(const std::string& config, const GlobalFlags& flags);
+int RunPlan(const std::string& config, const GlobalFlags& flags);
+int RunCerts(const std::string& config, const std::string& out_dir, bool force);
+
+// The cluster.yaml to use when none is given: $GLMCTL_CONFIG, else the one the last successful
+// `glmctl up` used (remembered in $GLMCTL_STATE_DIR, $XDG_STATE_HOME/glmctl or
+// ~/.local/state/glmctl). Empty when neither exists.
+std::string DefaultConfig();
+
+}  // namespace glm::cli

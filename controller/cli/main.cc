@@ -1,0 +1,69 @@
+// glmctl: the operator's CLI. See `glmctl --help`; exit codes in commands.h.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "controller/cli/commands.h"
+
+#ifndef GLM_VERSION
+#define GLM_VERSION "0.0.0"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"glmctl: bring a GLM-5 serving cluster up with one command"};
+  app.set_version_flag("--version", GLM_VERSION);
+  app.require_subcommand(1);
+  glm::cli::GlobalFlags flags;
+  app.add_option("--controller", flags.controller,
+                 "controller address host:port (default: controller.listen from cluster.yaml)");
+
+  std::string config;
+  auto add_config = [&](CLI::App* cmd, bool required) {
+    auto* opt = cmd->add_option("cluster_yaml", config, "cluster.yaml");
+    if (required) opt->required();
+  };
+
+  bool force = false;
+  auto* up = app.add_subcommand("up", "validate, start (local) and bring the cluster up");
+  add_config(up, true);
+  up->add_flag("--force", force, "re-run every bring-up step even if the cluster is Ready");
+
+  auto* status = app.add_subcommand("status", "per-node and per-replica state");
+  add_config(status, false);
+  status->add_flag("--json", flags.json, "one JSON object");
+
+  auto* health = app.add_subcommand("health", "exit 0 only if every replica is Ready");
+  add_config(health, false);
+  health->add_flag("--json", flags.json, "one JSON object");
+
+  auto* down = app.add_subcommand("down", "stop the cluster (and its local processes)");
+  add_config(down, false);
+
+  auto* validate = app.add_subcommand("validate", "check a cluster.yaml (no controller needed)");
+  add_config(validate, true);
+  validate->add_flag("--json", flags.json, "one JSON object");
+
+  auto* plan = app.add_subcommand("plan", "ranks, PP stages, memory and KV capacity (offline)");
+  add_config(plan, true);
+  plan->add_flag("--json", flags.json, "one JSON object");
+
+  std::string out_dir;
+  bool certs_force = false;
+  auto* certs = app.add_subcommand("certs", "make a cluster CA and node/controller certificates");
+  certs->add_option("--out", out_dir, "directory for the PEM files")->required();
+  certs->add_flag("--force", certs_force, "replace existing files");
+  add_config(certs, true);
+
+  CLI11_PARSE(app, argc, argv);
+  if (config.empty() && !up->parsed() && !validate->parsed() && !plan->parsed() &&
+      !certs->parsed()) {
+    config = glm::cli::DefaultConfig();
+  }
+  if (up->parsed()) return glm::cli::RunUp(config, flags, force);
+  if (status->parsed()) return glm::cli::RunStatus(config, flags);
+  if (health->parsed()) return glm::cli::RunHealth(config, flags);
+  if (down->parsed()) return glm::cli::RunDown(config, flags);
+  if (validate->parsed()) return glm::cli::RunValidate(config, flags);
+  if (plan->parsed()) return glm::cli::RunPlan(config, flags);
+  if (certs->parsed()) return glm::cli::RunCerts(config, out_dir, certs_force);
+  return 2;
+}

@@ -1,0 +1,91 @@
+#include "controller/cli/render.h"
+
+#include <sstream>
+
+#include "controller/cli/local_cluster.h"
+#include "gtest/gtest.h"
+
+namespace glm::cli {
+namespace {
+
+glm::v1::ClusterStatus Sample() {
+  glm::v1::ClusterStatus s;
+  s.set_cluster_name("demo");
+  s.set_phase(glm::v1::BRING_UP_PHASE_READY);
+  auto* n = s.add_nodes();
+  n->set_name("node-1");
+  n->set_address("127.0.0.1:47101");
+  n->set_state(glm::v1::NODE_STATE_UNREACHABLE);
+  n->set_last_error("status stream broken: connection refused");
+  n->set_last_heartbeat_age_ms(4200);
+  auto* r = s.add_replicas();
+  r->set_index(0);
+  r->set_state(glm::v1::REPLICA_STATE_FAILED);
+  r->add_nodes("node-1");
+  return s;
+}
+
+TEST(RenderTest, StateNames) {
+  EXPECT_EQ(NodeStateName(glm::v1::NODE_STATE_UNREACHABLE), "Unreachable");
+  EXPECT_EQ(NodeStateName(glm::v1::NODE_STATE_READY), "Ready");
+  EXPECT_EQ(ReplicaStateName(glm::v1::REPLICA_STATE_FAILED), "Failed");
+  EXPECT_EQ(PhaseName(glm::v1::BRING_UP_PHASE_PREFLIGHT), "Preflight");
+}
+
+TEST(RenderTest, JsonHasNodesAndReplicas) {
+  auto j = StatusToJson(Sample());
+  EXPECT_EQ(j["cluster"], "demo");
+  EXPECT_EQ(j["phase"], "Ready");
+  EXPECT_EQ(j["nodes"][0]["state"], "Unreachable");
+  EXPECT_EQ(j["nodes"][0]["last_heartbeat_age_ms"], 4200);
+  EXPECT_EQ(j["replicas"][0]["state"], "Failed");
+  EXPECT_EQ(j["replicas"][0]["nodes"][0], "node-1");
+}
+
+TEST(RenderTest, TableShowsErrorsAndReplicas) {
+  std::ostringstream out;
+  PrintStatusTable(out, Sample());
+  std::string t = out.str();
+  EXPECT_NE(t.find("Unreachable"), std::string::npos) << t;
+  EXPECT_NE(t.find("connection refused"), std::string::npos) << t;
+  EXPECT_NE(t.find("4.2s ago"), std::string::npos) << t;
+  EXPECT_NE(t.find("REPLICA"), std::string::npos) << t;
+}
+
+TEST(RenderTest, PlainProgressIsOneLinePerEvent) {
+  std::ostringstream out;
+  UpProgress p(out, /*tty=*/false, {"a", "b"});
+  glm::v1::UpEvent e;
+  e.set_phase(glm::v1::BRING_UP_PHASE_CONNECT);
+  e.set_node("a");
+  e.set_node_state(glm::v1::NODE_STATE_CONNECTED);
+  e.set_message("connected");
+  p.OnEvent(e);
+  EXPECT_EQ(out.str(), "[Connect] a: Connected: connected\n");
+  EXPECT_EQ(out.str().find('\x1b'), std::string::npos);
+}
+
+TEST(RenderTest, TtyProgressRedrawsInPlace) {
+  std::ostringstream out;
+  UpProgress p(out, /*tty=*/true, {"a", "b"});
+  glm::v1::UpEvent e;
+  e.set_phase(glm::v1::BRING_UP_PHASE_CONNECT);
+  p.OnEvent(e);
+  p.OnEvent(e);
+  EXPECT_NE(out.str().find("\x1b[3A"), std::string::npos);  // moved up over phase + 2 nodes
+}
+
+TEST(RenderTest, HumanDuration) {
+  EXPECT_EQ(HumanDuration(-1), "-");
+  EXPECT_EQ(HumanDuration(41'000), "41s");
+  EXPECT_EQ(HumanDuration(312'000), "5m12s");
+  EXPECT_EQ(HumanDuration(90'000'000), "1d1h");
+}
+
+TEST(LocalClusterTest, DialAddress) {
+  EXPECT_EQ(DialAddress("0.0.0.0:47100"), "127.0.0.1:47100");
+  EXPECT_EQ(DialAddress("10.0.0.1:47100"), "10.0.0.1:47100");
+}
+
+}  // namespace
+}  // namespace glm::cli

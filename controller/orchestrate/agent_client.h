@@ -1,0 +1,30 @@
+// The controller's view of one agent: the unary calls bring-up makes. The gRPC implementation is
+// in grpc_agent_client.h; tests use fakes. Implementations are thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "controller/orchestrate/topology.h"
+#include "glm/v1/agent.pb.h"
+
+namespace glm::orchestrate {
+
+class AgentClient {
+ public:
+  virtual ~AgentClient() = default;
+  // Errors keep the RPC's code (UNAVAILABLE when the agent cannot be reached).
+  virtual absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration timeout) = 0;
+  virtual absl::StatusOr<glm::v1::PreflightResponse> Preflight(
+      const glm::v1::PreflightRequest& request, Clock::Duration timeout) = 0;
+};
+
+// Makes a client for a node (cheap: no I/O; connecting happens on the first call).
+class AgentClientFactory {
+ public:
+  virtual ~AgentClientFactory() = default;
+  virtual absl::StatusOr<std::shared_ptr<AgentClient>> Create(const NodeEndpoint& node) = 0;
+};
+
+}  // namespace glm::orchestrate

@@ -1,0 +1,164 @@
+#include "controller/orchestrate/cluster_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace glm::orchestrate {
+
+ClusterState::ClusterState(Clock* clock) : clock_(clock) {}
+
+void ClusterState::Reset(const ClusterTopology& topology) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cluster_name_ = topology.cluster_name;
+  config_path_ = topology.config_path;
+  order_.clear();
+  nodes_.clear();
+  replicas_.clear();
+  for (const auto& n : topology.nodes) {
+    order_.push_back(n.name);
+    Node& node = nodes_[n.name];
+    node.status.set_name(n.name);
+    node.status.set_address(n.address);
+    node.status.set_state(glm::v1::NODE_STATE_PENDING);
+    node.status.set_replica(-1);
+    node.status.set_last_heartbeat_age_ms(-1);
+  }
+}
+
+void ClusterState::SetReplicas(const std::vector<std::vector<std::string>>& replicas) {
+  std::lock_guard<std::mutex> lock(mu_);
+  replicas_ = replicas;
+  for (auto& [name, node] : nodes_) node.status.set_replica(-1);
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    for (const auto& name : replicas[r]) {
+      auto it = nodes_.find(name);
+      if (it != nodes_.end()) it->second.status.set_replica(static_cast<int32_t>(r));
+    }
+  }
+}
+
+void ClusterState::SetPhase(glm::v1::BringUpPhase phase, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = phase;
+  phase_message_ = message;
+}
+
+glm::v1::BringUpPhase ClusterState::phase() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_;
+}
+
+void ClusterState::SetNodeState(const std::string& node, glm::v1::NodeState state,
+                                const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  it->second.status.set_state(state);
+  if (!error.empty()) it->second.status.set_last_error(error);
+}
+
+glm::v1::NodeState ClusterState::node_state(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? glm::v1::NODE_STATE_UNSPECIFIED : it->second.status.state();
+}
+
+void ClusterState::ClearNodeError(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it != nodes_.end()) it->second.status.clear_last_error();
+}
+
+void ClusterState::RecordInfo(const std::string& node, const glm::v1::InfoResponse& info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  it->second.status.set_agent_version(info.version());
+  it->second.status.set_instance_id(info.instance_id());
+  it->second.status.set_uptime_ms(info.uptime_ms());
+}
+
+void ClusterState::RecordStatus(const std::string& node, const glm::v1::AgentStatus& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  Node& n = it->second;
+  n.status.set_instance_id(status.instance_id());
+  n.status.set_status_version(status.version());
+  n.status.set_uptime_ms(status.uptime_ms());
+  n.status.set_shard_state(status.shard_state());
+  if (!status.last_error().empty()) n.status.set_last_error(status.last_error());
+  n.has_heartbeat = true;
+  n.last_heartbeat = clock_->Now();
+}
+
+glm::v1::ReplicaState ClusterState::DeriveReplicaLocked(
+    const std::vector<std::string>& names) const {
+  bool all_ready = !names.empty();
+  for (const auto& name : names) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) return glm::v1::REPLICA_STATE_FAILED;
+    auto s = it->second.status.state();
+    if (s == glm::v1::NODE_STATE_UNREACHABLE || s == glm::v1::NODE_STATE_FAILED) {
+      return glm::v1::REPLICA_STATE_FAILED;
+    }
+    if (s != glm::v1::NODE_STATE_READY) all_ready = false;
+  }
+  return all_ready ? glm::v1::REPLICA_STATE_READY : glm::v1::REPLICA_STATE_PENDING;
+}
+
+glm::v1::ClusterStatus ClusterState::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  glm::v1::ClusterStatus out;
+  out.set_cluster_name(cluster_name_);
+  out.set_config_path(config_path_);
+  out.set_phase(phase_);
+  out.set_phase_message(phase_message_);
+  auto now = clock_->Now();
+  for (const auto& name : order_) {
+    const Node& n = nodes_.at(name);
+    glm::v1::NodeStatus* s = out.add_nodes();
+    *s = n.status;
+    s->set_last_heartbeat_age_ms(
+        n.has_heartbeat
+            ? std::chrono::duration_cast<std::chrono::milliseconds>(now - n.last_heartbeat).count()
+            : -1);
+  }
+  for (size_t r = 0; r < replicas_.size(); ++r) {
+    glm::v1::ReplicaStatus* rs = out.add_replicas();
+    rs->set_index(static_cast<int32_t>(r));
+    rs->set_state(DeriveReplicaLocked(replicas_[r]));
+    for (const auto& name : replicas_[r]) rs->add_nodes(name);
+  }
+  return out;
+}
+
+bool ClusterState::Healthy(std::string* why) const {
+  glm::v1::ClusterStatus snap = Snapshot();
+  std::vector<std::string> problems;
+  if (snap.phase() != glm::v1::BRING_UP_PHASE_READY) {
+    problems.push_back(absl::StrCat("bring-up phase is ",
+                                    glm::v1::BringUpPhase_Name(snap.phase()).substr(15),
+                                    snap.phase_message().empty() ? "" : ": ",
+                                    snap.phase_message()));
+  }
+  if (snap.replicas_size() == 0) problems.push_back("no replicas planned yet");
+  for (const auto& r : snap.replicas()) {
+    if (r.state() == glm::v1::REPLICA_STATE_READY) continue;
+    std::vector<std::string> bad;
+    for (const auto& name : r.nodes()) {
+      for (const auto& n : snap.nodes()) {
+        if (n.name() == name && n.state() != glm::v1::NODE_STATE_READY) {
+          bad.push_back(absl::StrCat(name, " ", glm::v1::NodeState_Name(n.state()).substr(11)));
+        }
+      }
+    }
+    problems.push_back(absl::StrCat("replica ", r.index(), " is ",
+                                    glm::v1::ReplicaState_Name(r.state()).substr(14), " (",
+                                    absl::StrJoin(bad, ", "), ")"));
+  }
+  if (why) *why = absl::StrJoin(problems, "; ");
+  return problems.empty();
+}
+
+}  // namespace glm::orchestrate

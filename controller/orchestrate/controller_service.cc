@@ -1,0 +1,231 @@
+#include "controller/orchestrate/controller_service.h"
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_util.h"
+#include "controller/orchestrate/bring_up_context.h"
+#include "controller/orchestrate/steps.h"
+#include "proto/rpc/status_map.h"
+
+namespace glm::orchestrate {
+
+glm::v1::BringUpPhase ToProto(Phase phase) {
+  switch (phase) {
+    case Phase::kIdle: return glm::v1::BRING_UP_PHASE_IDLE;
+    case Phase::kValidate: return glm::v1::BRING_UP_PHASE_VALIDATE;
+    case Phase::kConnect: return glm::v1::BRING_UP_PHASE_CONNECT;
+    case Phase::kPreflight: return glm::v1::BRING_UP_PHASE_PREFLIGHT;
+    case Phase::kPlan: return glm::v1::BRING_UP_PHASE_PLAN;
+    case Phase::kStage: return glm::v1::BRING_UP_PHASE_STAGE;
+    case Phase::kLoad: return glm::v1::BRING_UP_PHASE_LOAD;
+    case Phase::kCanary: return glm::v1::BRING_UP_PHASE_CANARY;
+    case Phase::kGateway: return glm::v1::BRING_UP_PHASE_GATEWAY;
+    case Phase::kReady: return glm::v1::BRING_UP_PHASE_READY;
+    case Phase::kFailed: return glm::v1::BRING_UP_PHASE_FAILED;
+    case Phase::kDown: return glm::v1::BRING_UP_PHASE_DOWN;
+  }
+  return glm::v1::BRING_UP_PHASE_UNSPECIFIED;
+}
+
+ControllerService::ControllerService(ControllerServiceOptions options,
+                                     const ClusterTopology& initial, Clock* clock)
+    : options_(std::move(options)),
+      clock_(clock),
+      start_(clock->Now()),
+      cluster_name_(initial.cluster_name),
+      state_(clock),
+      monitor_(clock, &state_),
+      factory_(initial.tls),
+      watchers_(&factory_, &monitor_, options_.heartbeat) {
+  state_.Reset(initial);
+  std::vector<std::unique_ptr<BringUpStep>> steps;
+  steps.push_back(std::make_unique<ValidateStep>(options_.loader));
+  steps.push_back(std::make_unique<ConnectStep>(
+      &factory_, options_.connect_policy,
+      [](Clock::Duration d) { std::this_thread::sleep_for(d); }));
+  steps.push_back(std::make_unique<PreflightStep>());
+  steps.push_back(std::make_unique<PlanStep>(options_.planner));
+  // Later milestones add their steps here, in phase order: StageStep (kStage),
+  // LoadShardsStep (kLoad), CanaryStep (kCanary), GatewayStep (kGateway).
+  auto machine = BringUpMachine::Create(
+      std::move(steps), [this](Phase, Phase to, const std::string& message) {
+        state_.SetPhase(ToProto(to), message);
+        glm::v1::UpEvent e;
+        e.set_phase(ToProto(to));
+        e.set_message(message.empty() ? absl::StrCat("phase ", PhaseName(to)) : message);
+        std::lock_guard<std::mutex> lock(sink_mu_);
+        if (sink_) sink_->Write(e);
+      });
+  // The step list above is fixed and ordered; failure here is a programming error.
+  if (!machine.ok()) {
+    GLM_LOG_ERROR("bring-up machine: {}", machine.status().ToString());
+    std::abort();
+  }
+  machine_ = *std::move(machine);
+}
+
+ControllerService::~ControllerService() { Shutdown(); }
+
+void ControllerService::Shutdown() {
+  watchers_.Stop();
+  rendezvous_.Shutdown();
+}
+
+grpc::Status ControllerService::Up(grpc::ServerContext*, const glm::v1::UpRequest* req,
+                                   grpc::ServerWriter<glm::v1::UpEvent>* writer) {
+  if (!req->cluster_name().empty() && req->cluster_name() != cluster_name_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("this controller serves cluster '", cluster_name_,
+                                     "' (", options_.config_path, "), not '",
+                                     req->cluster_name(),
+                                     "': point glmctl at the right controller (--controller) or "
+                                     "change controller.listen in one of the YAML files"));
+  }
+  std::string why;
+  if (!req->force() && machine_->phase() == Phase::kReady && state_.Healthy(&why)) {
+    glm::v1::UpEvent e;
+    e.set_phase(glm::v1::BRING_UP_PHASE_READY);
+    e.set_already_up(true);
+    e.set_message(absl::StrCat("cluster '", cluster_name_,
+                               "' is already up and every replica is Ready; nothing to do"));
+    writer->Write(e);
+    return grpc::Status::OK;
+  }
+  if (machine_->running()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "bring-up is already running; follow it with `glmctl status`");
+  }
+  // Re-run: stop health watching (bring-up owns node states while it runs), then bring up.
+  watchers_.Stop();
+  monitor_.DisarmAll();
+  {
+    std::lock_guard<std::mutex> lock(sink_mu_);
+    sink_ = writer;
+  }
+  BringUpContext ctx(&state_, [this](const glm::v1::UpEvent& e) {
+    std::lock_guard<std::mutex> lock(sink_mu_);
+    if (sink_) sink_->Write(e);
+  });
+  GLM_LOG_INFO("bring-up start cluster={}", cluster_name_);
+  absl::Status result = machine_->Run(ctx);
+  if (result.ok()) {
+    for (const auto& node : ctx.topology.nodes) {
+      state_.SetNodeState(node.name, glm::v1::NODE_STATE_READY);
+      state_.ClearNodeError(node.name);
+      monitor_.Arm(node.name);
+    }
+    watchers_.Start(ctx.topology.nodes);
+    glm::v1::UpEvent e;
+    e.set_phase(glm::v1::BRING_UP_PHASE_READY);
+    e.set_message(absl::StrCat("cluster '", cluster_name_, "' is up: ",
+                               ctx.topology.nodes.size(), " nodes, ",
+                               ctx.topology.replicas.size(), " replica(s) Ready"));
+    std::lock_guard<std::mutex> lock(sink_mu_);
+    writer->Write(e);
+  }
+  {
+    std::lock_guard<std::mutex> lock(sink_mu_);
+    sink_ = nullptr;
+  }
+  GLM_LOG_INFO("bring-up end cluster={} ok={} error=\"{}\"", cluster_name_, result.ok(),
+               glm::ToStd(result.message()));
+  return rpc::ToGrpc(result);
+}
+
+grpc::Status ControllerService::Status(grpc::ServerContext*, const glm::v1::StatusRequest*,
+                                       glm::v1::ClusterStatus* resp) {
+  *resp = state_.Snapshot();
+  resp->set_controller_version(options_.version);
+  resp->set_controller_uptime_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_->Now() - start_).count());
+  if (resp->config_path().empty()) resp->set_config_path(options_.config_path);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::Health(grpc::ServerContext*, const glm::v1::HealthRequest*,
+                                       glm::v1::HealthResponse* resp) {
+  std::string why;
+  resp->set_healthy(state_.Healthy(&why));
+  resp->set_message(resp->healthy() ? "every replica is Ready" : why);
+  resp->set_cluster_name(cluster_name_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::Restart(grpc::ServerContext*, const glm::v1::RestartRequest*,
+                                        grpc::ServerWriter<glm::v1::UpEvent>*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "restart needs engine shards to restart, which arrive with the engine and "
+                      "rolling-restart issues; nothing was changed");
+}
+
+grpc::Status ControllerService::Down(grpc::ServerContext*, const glm::v1::DownRequest*,
+                                     glm::v1::DownResponse* resp) {
+  absl::Status s = machine_->MarkDown();
+  if (!s.ok()) return rpc::ToGrpc(s);
+  watchers_.Stop();
+  monitor_.DisarmAll();
+  glm::v1::ClusterStatus snap = state_.Snapshot();
+  for (const auto& n : snap.nodes()) state_.SetNodeState(n.name(), glm::v1::NODE_STATE_PENDING);
+  resp->set_message(absl::StrCat("cluster '", cluster_name_,
+                                 "' is down: health watching stopped (no shards were running)"));
+  GLM_LOG_INFO("cluster down cluster={}", cluster_name_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::Plan(grpc::ServerContext*, const glm::v1::PlanRequest* req,
+                                     glm::v1::PlanResponse* resp) {
+  std::string path = req->config_path().empty() ? options_.config_path : req->config_path();
+  auto text = options_.plan_text(path, req->json());
+  if (!text.ok()) return rpc::ToGrpc(text.status());
+  if (req->json()) {
+    resp->set_json(*text);
+  } else {
+    resp->set_text(*text);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::Validate(grpc::ServerContext*, const glm::v1::ValidateRequest* req,
+                                         glm::v1::ValidateResponse* resp) {
+  if (req->config_path().empty() || req->config_path() == options_.config_path) {
+    auto topology = options_.loader();
+    resp->set_ok(topology.ok());
+    resp->set_message(topology.ok() ? absl::StrCat(options_.config_path, ": valid")
+                                    : std::string(topology.status().message()));
+    return grpc::Status::OK;
+  }
+  // Another file on the controller host: planning validates it first.
+  auto text = options_.plan_text(req->config_path(), false);
+  resp->set_ok(text.ok());
+  resp->set_message(text.ok() ? absl::StrCat(req->config_path(), ": valid")
+                              : std::string(text.status().message()));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::RendezvousPut(grpc::ServerContext*,
+                                              const glm::v1::RendezvousPutRequest* req,
+                                              glm::v1::RendezvousPutResponse*) {
+  return rpc::ToGrpc(rendezvous_.Put(req->namespace_(), req->key(), req->value()));
+}
+
+grpc::Status ControllerService::RendezvousGet(grpc::ServerContext*,
+                                              const glm::v1::RendezvousGetRequest* req,
+                                              glm::v1::RendezvousGetResponse* resp) {
+  auto v = rendezvous_.Get(req->namespace_(), req->key(),
+                           std::chrono::milliseconds(std::max<int64_t>(req->wait_ms(), 0)));
+  if (!v.ok()) return rpc::ToGrpc(v.status());
+  resp->set_value(*v);
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::RendezvousDelete(grpc::ServerContext*,
+                                                 const glm::v1::RendezvousDeleteRequest* req,
+                                                 glm::v1::RendezvousDeleteResponse* resp) {
+  resp->set_deleted(rendezvous_.Delete(req->namespace_()));
+  return grpc::Status::OK;
+}
+
+}  // namespace glm::orchestrate

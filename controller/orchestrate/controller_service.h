@@ -1,0 +1,85 @@
+// glm.v1.Controller served by glm-controller: owns the desired state ("up" or "down"), runs the
+// bring-up machine for Up, answers Status/Health from ClusterState, and serves the rendezvous
+// store. Thread-safe (gRPC calls handlers from its thread pool).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "controller/orchestrate/bring_up.h"
+#include "controller/orchestrate/cluster_state.h"
+#include "controller/orchestrate/grpc_agent_client.h"
+#include "controller/orchestrate/health_monitor.h"
+#include "controller/orchestrate/steps.h"
+#include "controller/rendezvous/rendezvous_store.h"
+#include "glm/v1/controller.grpc.pb.h"
+
+namespace glm::orchestrate {
+
+struct ControllerServiceOptions {
+  std::string version;
+  std::string config_path;   // the cluster.yaml this controller serves
+  // Loads and validates config_path (re-read on every Up: the file is the desired state).
+  ValidateStep::Loader loader;
+  PlanStep::Planner planner;
+  // Offline plan/validate for the Plan and Validate RPCs: (path, json) -> text.
+  std::function<absl::StatusOr<std::string>(const std::string& path, bool json)> plan_text;
+  RetryPolicy connect_policy;
+  std::chrono::milliseconds heartbeat{1000};
+};
+
+class ControllerService final : public glm::v1::Controller::Service {
+ public:
+  // `initial` is the topology read at start (names the cluster and lists nodes as Pending).
+  ControllerService(ControllerServiceOptions options, const ClusterTopology& initial,
+                    Clock* clock);
+  ~ControllerService() override;
+
+  // Stops watchers and wakes rendezvous waiters (before grpc::Server::Shutdown).
+  void Shutdown();
+
+  grpc::Status Up(grpc::ServerContext* ctx, const glm::v1::UpRequest* req,
+                  grpc::ServerWriter<glm::v1::UpEvent>* writer) override;
+  grpc::Status Status(grpc::ServerContext* ctx, const glm::v1::StatusRequest* req,
+                      glm::v1::ClusterStatus* resp) override;
+  grpc::Status Health(grpc::ServerContext* ctx, const glm::v1::HealthRequest* req,
+                      glm::v1::HealthResponse* resp) override;
+  grpc::Status Restart(grpc::ServerContext* ctx, const glm::v1::RestartRequest* req,
+                       grpc::ServerWriter<glm::v1::UpEvent>* writer) override;
+  grpc::Status Down(grpc::ServerContext* ctx, const glm::v1::DownRequest* req,
+                    glm::v1::DownResponse* resp) override;
+  grpc::Status Plan(grpc::ServerContext* ctx, const glm::v1::PlanRequest* req,
+                    glm::v1::PlanResponse* resp) override;
+  grpc::Status Validate(grpc::ServerContext* ctx, const glm::v1::ValidateRequest* req,
+                        glm::v1::ValidateResponse* resp) override;
+  grpc::Status RendezvousPut(grpc::ServerContext* ctx, const glm::v1::RendezvousPutRequest* req,
+                             glm::v1::RendezvousPutResponse* resp) override;
+  grpc::Status RendezvousGet(grpc::ServerContext* ctx, const glm::v1::RendezvousGetRequest* req,
+                             glm::v1::RendezvousGetResponse* resp) override;
+  grpc::Status RendezvousDelete(grpc::ServerContext* ctx,
+                                const glm::v1::RendezvousDeleteRequest* req,
+                                glm::v1::RendezvousDeleteResponse* resp) override;
+
+  ClusterState& state() { return state_; }
+
+ private:
+  const ControllerServiceOptions options_;
+  Clock* const clock_;
+  const Clock::TimePoint start_;
+  std::string cluster_name_;
+  ClusterState state_;
+  HealthMonitor monitor_;
+  GrpcAgentClientFactory factory_;
+  StatusWatchers watchers_;
+  rendezvous::RendezvousStore rendezvous_;
+  std::unique_ptr<BringUpMachine> machine_;
+  // Events of the run in progress go to the current Up stream (null when none is attached).
+  std::mutex sink_mu_;
+  grpc::ServerWriter<glm::v1::UpEvent>* sink_ = nullptr;
+};
+
+glm::v1::BringUpPhase ToProto(Phase phase);
+
+}  // namespace glm::orchestrate

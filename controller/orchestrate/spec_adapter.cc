@@ -1,0 +1,94 @@
+#include "controller/orchestrate/spec_adapter.h"
+
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "controller/plan/plan.h"
+
+namespace glm::orchestrate {
+
+ClusterTopology TopologyFromSpec(const controller::ClusterSpec& spec, const std::string& path) {
+  ClusterTopology t;
+  t.cluster_name = spec.name;
+  t.config_path = path;
+  t.controller_listen = spec.controller.listen;
+  t.local = spec.local;
+  for (const auto& n : spec.nodes) t.nodes.push_back({n.name, n.agent});
+  if (spec.controller.tls) {
+    t.tls.ca = spec.ResolvePath(spec.controller.tls->ca);
+    t.tls.cert = spec.ResolvePath(spec.controller.tls->cert);
+    t.tls.key = spec.ResolvePath(spec.controller.tls->key);
+  }
+  t.model_dir = spec.ResolvePath(spec.model.path);
+  // Production clusters need a GPU on every node; the local demo runs on the CPU backend.
+  t.require_gpu = !spec.local;
+  return t;
+}
+
+absl::StatusOr<ClusterTopology> LoadTopology(const std::string& path) {
+  absl::StatusOr<controller::ClusterSpec> spec = controller::LoadClusterSpec(path);
+  if (!spec.ok()) return spec.status();
+  ClusterTopology t = TopologyFromSpec(*spec, path);
+  // Per-node requirements for preflight, when the plan can be made already (the Plan step
+  // reports why when it cannot).
+  if (absl::StatusOr<controller::Plan> plan = controller::PlanFromFiles(path); plan.ok()) {
+    std::map<std::string, const controller::PlanNode*> by_name;
+    for (const auto& n : plan->nodes) by_name[n.name] = &n;
+    for (auto& node : t.nodes) {
+      auto it = by_name.find(node.name);
+      if (it == by_name.end()) continue;
+      node.required_disk_bytes = it->second->weight_bytes;
+      node.required_memory_bytes =
+          it->second->weight_bytes + it->second->kv_cache_bytes + it->second->reserve_bytes;
+    }
+  }
+  return t;
+}
+
+absl::StatusOr<PlanStep::Outcome> PlanReplicas(const std::string& config_path,
+                                               const ClusterTopology& topology) {
+  absl::StatusOr<controller::Plan> plan = controller::PlanFromFiles(config_path);
+  if (!plan.ok()) return plan.status();
+  PlanStep::Outcome out;
+  out.replicas.resize(plan->replicas);
+  for (const auto& n : plan->nodes) {  // rank order
+    if (n.replica < 0 || n.replica >= plan->replicas) {
+      return absl::InternalError(absl::StrCat("plan puts node '", n.name, "' in replica ",
+                                              n.replica, " of ", plan->replicas));
+    }
+    out.replicas[n.replica].push_back(n.name);
+  }
+  if (plan->nodes.size() != topology.nodes.size()) {
+    return absl::InternalError(absl::StrCat("plan has ", plan->nodes.size(), " nodes, ",
+                                            config_path, " lists ", topology.nodes.size()));
+  }
+  std::vector<std::string> stages;
+  for (const auto& s : plan->stages) {
+    stages.push_back(absl::StrCat("pp", s.pp_rank, " layers ", s.first_layer, "-", s.last_layer));
+  }
+  out.summary = absl::StrCat(
+      "plan: TP", plan->tensor, " x PP", plan->pipeline, " x ", plan->replicas, " replica(s); ",
+      absl::StrJoin(stages, ", "), "; max context ", plan->max_context_tokens, " tokens",
+      plan->fits ? "" : " (max_model_len x max_num_seqs does NOT fit: see glmctl plan)");
+  return out;
+}
+
+absl::StatusOr<std::string> PlanText(const std::string& config_path, bool json) {
+  absl::StatusOr<controller::Plan> plan = controller::PlanFromFiles(config_path);
+  if (!plan.ok()) return plan.status();
+  return json ? controller::PlanToJson(*plan).dump(2) : controller::PlanToText(*plan);
+}
+
+rpc::TlsFiles NodeTlsFiles(const ClusterTopology& topology, const std::string& node) {
+  rpc::TlsFiles files;
+  if (!topology.tls.enabled()) return files;
+  std::filesystem::path dir = std::filesystem::path(topology.tls.ca).parent_path();
+  files.ca = topology.tls.ca;
+  files.cert = (dir / (node + ".pem")).string();
+  files.key = (dir / (node + ".key")).string();
+  return files;
+}
+
+}  // namespace glm::orchestrate

@@ -1,0 +1,193 @@
+#include "controller/orchestrate/steps.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+
+namespace glm::orchestrate {
+namespace {
+
+double Seconds(Clock::Duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+absl::Status ValidateStep::Run(BringUpContext& ctx) {
+  absl::StatusOr<ClusterTopology> topology = loader_();
+  if (!topology.ok()) return topology.status();
+  if (topology->nodes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(topology->config_path, ": no nodes: list at least one node under `nodes:`"));
+  }
+  ctx.topology = *std::move(topology);
+  ctx.agents.clear();
+  ctx.state().Reset(ctx.topology);
+  glm::v1::UpEvent e;
+  e.set_phase(glm::v1::BRING_UP_PHASE_VALIDATE);
+  e.set_message(absl::StrCat(ctx.topology.config_path, ": cluster '", ctx.topology.cluster_name,
+                             "', ", ctx.topology.nodes.size(), " nodes",
+                             ctx.topology.tls.enabled() ? ", mTLS" : ""));
+  ctx.Emit(e);
+  return absl::OkStatus();
+}
+
+absl::Status ConnectStep::ConnectOne(BringUpContext& ctx, const NodeEndpoint& node) {
+  auto client = factory_->Create(node);
+  if (!client.ok()) {
+    ctx.NodeEvent(node.name, glm::v1::NODE_STATE_FAILED, std::string(client.status().message()),
+                  std::string(client.status().message()));
+    return client.status();
+  }
+  ctx.NodeEvent(node.name, glm::v1::NODE_STATE_CONNECTING,
+                absl::StrCat("connecting to agent at ", node.address));
+  Clock::Duration backoff = policy_.initial_backoff;
+  Clock::Duration waited{0};
+  absl::Status last;
+  for (int attempt = 1; attempt <= policy_.max_attempts; ++attempt) {
+    absl::StatusOr<glm::v1::InfoResponse> info = (*client)->Info(policy_.call_timeout);
+    if (info.ok()) {
+      if (info->node() != node.name) {
+        std::string msg = absl::StrCat(
+            "the agent at ", node.address, " says it is node '", info->node(),
+            "', but cluster.yaml has node '", node.name, "' at that address: fix nodes[",
+            node.name, "].address, or restart that agent with --node ", node.name);
+        ctx.NodeEvent(node.name, glm::v1::NODE_STATE_FAILED, msg, msg);
+        return absl::FailedPreconditionError(msg);
+      }
+      ctx.state().RecordInfo(node.name, *info);
+      ctx.SetAgent(node.name, *client);
+      ctx.NodeEvent(node.name, glm::v1::NODE_STATE_CONNECTED,
+                    absl::StrFormat("connected: glm-agent %s on %s (%d CPUs), attempt %d",
+                                    info->version(), info->host().hostname(),
+                                    info->host().cpu_count(), attempt));
+      return absl::OkStatus();
+    }
+    last = info.status();
+    if (attempt == policy_.max_attempts) break;
+    ctx.NodeEvent(node.name, glm::v1::NODE_STATE_CONNECTING,
+                  absl::StrFormat("attempt %d/%d: %s; retrying in %.1f s", attempt,
+                                  policy_.max_attempts, last.message(), Seconds(backoff)));
+    sleeper_(backoff);
+    waited += backoff;
+    backoff = std::min(backoff * 2, policy_.max_backoff);
+  }
+  std::string msg = absl::StrFormat(
+      "cannot reach the agent of node '%s' at %s after %d attempts over %.1f s: %s. Fix: start "
+      "it on that host (glm-agent serve --listen %s --node %s), check that the address and port "
+      "in cluster.yaml are right and that no firewall blocks the port%s",
+      node.name, node.address, policy_.max_attempts, Seconds(waited), last.message(),
+      node.address, node.name,
+      ctx.topology.tls.enabled() ? ", and that its certificate is signed by the cluster CA" : "");
+  ctx.NodeEvent(node.name, glm::v1::NODE_STATE_FAILED, msg, msg);
+  return absl::UnavailableError(msg);
+}
+
+absl::Status ConnectStep::Run(BringUpContext& ctx) {
+  std::mutex mu;
+  std::vector<std::string> errors;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  ParallelFor(ctx.topology.nodes, [&](const NodeEndpoint& node) {
+    absl::Status s = ConnectOne(ctx, node);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors.push_back(std::string(s.message()));
+      // One code for the whole step: the failures' if they agree, else UNAVAILABLE.
+      code = (code == absl::StatusCode::kOk || code == s.code()) ? s.code()
+                                                                 : absl::StatusCode::kUnavailable;
+    }
+  });
+  if (!errors.empty()) {
+    std::sort(errors.begin(), errors.end());
+    return absl::Status(code, absl::StrJoin(errors, "\n"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PreflightStep::Run(BringUpContext& ctx) {
+  std::mutex mu;
+  std::vector<std::string> failures;
+  ParallelFor(ctx.topology.nodes, [&](const NodeEndpoint& node) {
+    auto it = ctx.agents.find(node.name);
+    if (it == ctx.agents.end()) {
+      std::lock_guard<std::mutex> lock(mu);
+      failures.push_back(absl::StrCat("node '", node.name, "': not connected"));
+      return;
+    }
+    glm::v1::PreflightRequest request;
+    request.set_model_dir(ctx.topology.model_dir);
+    request.set_required_disk_bytes(node.required_disk_bytes);
+    request.set_required_memory_bytes(node.required_memory_bytes);
+    request.set_require_gpu(ctx.topology.require_gpu);
+    ctx.NodeEvent(node.name, glm::v1::NODE_STATE_PREFLIGHT, "running preflight checks");
+    absl::StatusOr<glm::v1::PreflightResponse> resp = it->second->Preflight(request, timeout_);
+    if (!resp.ok()) {
+      std::string msg = absl::StrCat("node '", node.name, "' (", node.address,
+                                     "): preflight call failed: ", resp.status().message());
+      ctx.NodeEvent(node.name, glm::v1::NODE_STATE_FAILED, msg, msg);
+      std::lock_guard<std::mutex> lock(mu);
+      failures.push_back(msg);
+      return;
+    }
+    std::vector<std::string> node_failures;
+    std::vector<std::string> warnings;
+    for (const auto& check : resp->checks()) {
+      if (check.status() == glm::v1::CHECK_STATUS_FAIL) {
+        node_failures.push_back(absl::StrCat("node '", node.name, "': check ", check.id(),
+                                             " failed: ", check.message(), " [evidence: ",
+                                             check.evidence(), "] Fix: ", check.fix()));
+      } else if (check.status() == glm::v1::CHECK_STATUS_WARN) {
+        warnings.push_back(absl::StrCat(check.id(), ": ", check.message()));
+      }
+    }
+    glm::v1::UpEvent e;
+    e.set_phase(glm::v1::BRING_UP_PHASE_PREFLIGHT);
+    e.set_node(node.name);
+    for (const auto& check : resp->checks()) *e.add_checks() = check;
+    if (node_failures.empty()) {
+      e.set_node_state(glm::v1::NODE_STATE_PREFLIGHT);
+      e.set_message(absl::StrCat("preflight passed (", resp->checks_size(), " checks",
+                                 warnings.empty() ? "" : "; warnings: ",
+                                 absl::StrJoin(warnings, "; "), ")"));
+      ctx.Emit(e);
+      return;
+    }
+    std::string msg = absl::StrJoin(node_failures, "\n");
+    ctx.state().SetNodeState(node.name, glm::v1::NODE_STATE_FAILED, msg);
+    e.set_node_state(glm::v1::NODE_STATE_FAILED);
+    e.set_message(msg);
+    ctx.Emit(e);
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& f : node_failures) failures.push_back(std::move(f));
+  });
+  if (!failures.empty()) {
+    std::sort(failures.begin(), failures.end());
+    return absl::FailedPreconditionError(absl::StrJoin(failures, "\n"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanStep::Run(BringUpContext& ctx) {
+  absl::StatusOr<Outcome> outcome = planner_(ctx.topology);
+  if (!outcome.ok()) return outcome.status();
+  for (const auto& replica : outcome->replicas) {
+    for (const auto& name : replica) {
+      if (!ctx.topology.FindNode(name)) {
+        return absl::InternalError(
+            absl::StrCat("the plan places node '", name, "' in a replica, but cluster.yaml has "
+                         "no such node"));
+      }
+    }
+  }
+  ctx.topology.replicas = outcome->replicas;
+  ctx.state().SetReplicas(outcome->replicas);
+  glm::v1::UpEvent e;
+  e.set_phase(glm::v1::BRING_UP_PHASE_PLAN);
+  e.set_message(outcome->summary);
+  ctx.Emit(e);
+  return absl::OkStatus();
+}
+
+}  // namespace glm::orchestrate

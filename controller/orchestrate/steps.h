@@ -1,0 +1,94 @@
+// The bring-up steps that exist today: Validate, Connect, Preflight, Plan. Later milestones add
+// StageStep (Phase::kStage), LoadShardsStep (kLoad), CanaryStep (kCanary) and GatewayStep
+// (kGateway) beside these and list them in controller main.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "controller/orchestrate/agent_client.h"
+#include "controller/orchestrate/bring_up.h"
+#include "controller/orchestrate/bring_up_context.h"
+
+namespace glm::orchestrate {
+
+// Re-reads and validates cluster.yaml (the desired state) and resets the cluster view to it.
+class ValidateStep : public BringUpStep {
+ public:
+  using Loader = std::function<absl::StatusOr<ClusterTopology>()>;
+  explicit ValidateStep(Loader loader) : loader_(std::move(loader)) {}
+  Phase phase() const override { return Phase::kValidate; }
+  absl::Status Run(BringUpContext& ctx) override;
+
+ private:
+  Loader loader_;
+};
+
+struct RetryPolicy {
+  int max_attempts = 8;
+  Clock::Duration initial_backoff = std::chrono::milliseconds(100);
+  Clock::Duration max_backoff = std::chrono::seconds(2);
+  Clock::Duration call_timeout = std::chrono::seconds(2);
+};
+
+// Waits for a duration (real: std::this_thread::sleep_for; tests: advance a FakeClock).
+using Sleeper = std::function<void(Clock::Duration)>;
+
+// Connects to every agent in parallel: Info with bounded exponential backoff; checks the agent
+// is the node cluster.yaml says it is.
+class ConnectStep : public BringUpStep {
+ public:
+  ConnectStep(AgentClientFactory* factory, RetryPolicy policy, Sleeper sleeper)
+      : factory_(factory), policy_(policy), sleeper_(std::move(sleeper)) {}
+  Phase phase() const override { return Phase::kConnect; }
+  absl::Status Run(BringUpContext& ctx) override;
+
+ private:
+  absl::Status ConnectOne(BringUpContext& ctx, const NodeEndpoint& node);
+
+  AgentClientFactory* const factory_;
+  const RetryPolicy policy_;
+  const Sleeper sleeper_;
+};
+
+// Runs preflight on every node in parallel; any failed check stops bring-up with the node, the
+// check id, the evidence and the fix. Warnings are reported and do not stop it.
+class PreflightStep : public BringUpStep {
+ public:
+  explicit PreflightStep(Clock::Duration timeout = std::chrono::seconds(60)) : timeout_(timeout) {}
+  Phase phase() const override { return Phase::kPreflight; }
+  absl::Status Run(BringUpContext& ctx) override;
+
+ private:
+  const Clock::Duration timeout_;
+};
+
+// Plans ranks and replicas from the spec and model; refuses plans that do not fit.
+class PlanStep : public BringUpStep {
+ public:
+  struct Outcome {
+    std::vector<std::vector<std::string>> replicas;  // node names per replica
+    std::string summary;                             // one line for the CLI
+  };
+  using Planner = std::function<absl::StatusOr<Outcome>(const ClusterTopology&)>;
+  explicit PlanStep(Planner planner) : planner_(std::move(planner)) {}
+  Phase phase() const override { return Phase::kPlan; }
+  absl::Status Run(BringUpContext& ctx) override;
+
+ private:
+  Planner planner_;
+};
+
+// Runs `fn` for every element on its own thread and waits for all (nodes are few: 4-8).
+template <typename T, typename Fn>
+void ParallelFor(const std::vector<T>& items, Fn&& fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(items.size());
+  for (const auto& item : items) threads.emplace_back([&fn, &item] { fn(item); });
+  for (auto& t : threads) t.join();
+}
+}  // namespace glm::orchestrate

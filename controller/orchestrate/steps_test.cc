@@ -1,0 +1,179 @@
+// Bring-up steps against fake agents; backoff waits advance a FakeClock instead of sleeping.
+#include "controller/orchestrate/steps.h"
+
+#include <map>
+
+#include "gtest/gtest.h"
+
+namespace glm::orchestrate {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct FakeAgent : AgentClient {
+  std::string node;
+  int fail_first = 0;  // Info fails this many times with UNAVAILABLE
+  int info_calls = 0;
+  std::string reported_node;  // empty: node
+  std::vector<glm::v1::Check> checks;
+
+  absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration) override {
+    if (info_calls++ < fail_first) return absl::UnavailableError("connection refused");
+    glm::v1::InfoResponse r;
+    r.set_node(reported_node.empty() ? node : reported_node);
+    r.set_version("0.1.0");
+    r.set_instance_id("i-" + node);
+    return r;
+  }
+  absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest&,
+                                                       Clock::Duration) override {
+    glm::v1::PreflightResponse r;
+    r.set_node(node);
+    for (auto& c : checks) *r.add_checks() = c;
+    return r;
+  }
+};
+
+struct FakeFactory : AgentClientFactory {
+  std::map<std::string, std::shared_ptr<FakeAgent>> agents;
+  absl::StatusOr<std::shared_ptr<AgentClient>> Create(const NodeEndpoint& node) override {
+    return std::static_pointer_cast<AgentClient>(agents.at(node.name));
+  }
+};
+
+class StepsTest : public ::testing::Test {
+ protected:
+  StepsTest() : state_(&clock_), ctx_(&state_, [this](const glm::v1::UpEvent& e) {
+                  events_.push_back(e);
+                }) {
+    ctx_.topology.cluster_name = "t";
+    ctx_.topology.config_path = "t.yaml";
+    ctx_.topology.nodes = {{"n1", "127.0.0.1:1"}, {"n2", "127.0.0.1:2"}};
+    for (auto& n : ctx_.topology.nodes) {
+      auto a = std::make_shared<FakeAgent>();
+      a->node = n.name;
+      factory_.agents[n.name] = a;
+    }
+    state_.Reset(ctx_.topology);
+  }
+  Sleeper FakeSleep() {
+    return [this](Clock::Duration d) {
+      std::lock_guard<std::mutex> lock(sleep_mu_);
+      slept_ += d;
+      clock_.Advance(d);
+    };
+  }
+
+  FakeClock clock_;
+  ClusterState state_;
+  std::vector<glm::v1::UpEvent> events_;
+  BringUpContext ctx_;
+  FakeFactory factory_;
+  std::mutex sleep_mu_;
+  Clock::Duration slept_{0};
+};
+
+TEST_F(StepsTest, ConnectRetriesWithExponentialBackoff) {
+  factory_.agents["n2"]->fail_first = 3;
+  ConnectStep step(&factory_, RetryPolicy{.max_attempts = 5}, FakeSleep());
+  ASSERT_TRUE(step.Run(ctx_).ok());
+  EXPECT_EQ(factory_.agents["n2"]->info_calls, 4);
+  EXPECT_EQ(slept_, milliseconds(100 + 200 + 400));
+  EXPECT_EQ(ctx_.agents.size(), 2u);
+  EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_CONNECTED);
+}
+
+TEST_F(StepsTest, ConnectGivesUpBoundedAndNamesNodeAndAddress) {
+  factory_.agents["n2"]->fail_first = 100;
+  ConnectStep step(&factory_,
+                   RetryPolicy{.max_attempts = 6, .max_backoff = milliseconds(300)}, FakeSleep());
+  absl::Status s = step.Run(ctx_);
+  ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(factory_.agents["n2"]->info_calls, 6);
+  EXPECT_EQ(slept_, milliseconds(100 + 200 + 300 + 300 + 300));  // capped backoff
+  EXPECT_NE(s.message().find("node 'n2' at 127.0.0.1:2"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("glm-agent serve --listen 127.0.0.1:2 --node n2"),
+            absl::string_view::npos);
+  EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_FAILED);
+  EXPECT_EQ(state_.node_state("n1"), glm::v1::NODE_STATE_CONNECTED);
+}
+
+TEST_F(StepsTest, ConnectRefusesAnAgentThatIsAnotherNode) {
+  factory_.agents["n1"]->reported_node = "n7";
+  ConnectStep step(&factory_, RetryPolicy{}, FakeSleep());
+  absl::Status s = step.Run(ctx_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("'n7'"), absl::string_view::npos) << s;
+}
+
+glm::v1::Check MakeCheck(const std::string& id, glm::v1::CheckStatus status) {
+  glm::v1::Check c;
+  c.set_id(id);
+  c.set_status(status);
+  c.set_message(id + " message");
+  c.set_evidence(id + " evidence");
+  if (status != glm::v1::CHECK_STATUS_PASS) c.set_fix(id + " fix");
+  return c;
+}
+
+TEST_F(StepsTest, PreflightFailureNamesNodeCheckEvidenceAndFix) {
+  ConnectStep(&factory_, RetryPolicy{}, FakeSleep()).Run(ctx_).IgnoreError();
+  factory_.agents["n1"]->checks = {MakeCheck("host.cpu.count", glm::v1::CHECK_STATUS_PASS),
+                                   MakeCheck("host.gpu.present", glm::v1::CHECK_STATUS_WARN)};
+  factory_.agents["n2"]->checks = {MakeCheck("host.memory.available", glm::v1::CHECK_STATUS_FAIL)};
+  absl::Status s = PreflightStep().Run(ctx_);
+  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  std::string m(s.message());
+  EXPECT_NE(m.find("node 'n2'"), std::string::npos) << m;
+  EXPECT_NE(m.find("host.memory.available"), std::string::npos);
+  EXPECT_NE(m.find("host.memory.available evidence"), std::string::npos);
+  EXPECT_NE(m.find("host.memory.available fix"), std::string::npos);
+  EXPECT_EQ(m.find("n1"), std::string::npos) << "warnings do not fail: " << m;
+  EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_FAILED);
+  bool saw_checks = false;
+  for (auto& e : events_) saw_checks |= (e.node() == "n1" && e.checks_size() == 2);
+  EXPECT_TRUE(saw_checks);
+}
+
+TEST_F(StepsTest, PreflightPassesWithWarnings) {
+  ConnectStep(&factory_, RetryPolicy{}, FakeSleep()).Run(ctx_).IgnoreError();
+  factory_.agents["n1"]->checks = {MakeCheck("host.gpu.present", glm::v1::CHECK_STATUS_WARN)};
+  EXPECT_TRUE(PreflightStep().Run(ctx_).ok());
+}
+
+TEST_F(StepsTest, PlanSetsReplicasAndRejectsUnknownNodes) {
+  PlanStep ok([](const ClusterTopology&) -> absl::StatusOr<PlanStep::Outcome> {
+    return PlanStep::Outcome{{{"n1", "n2"}}, "TP2"};
+  });
+  ASSERT_TRUE(ok.Run(ctx_).ok());
+  EXPECT_EQ(state_.Snapshot().replicas_size(), 1);
+  PlanStep bad([](const ClusterTopology&) -> absl::StatusOr<PlanStep::Outcome> {
+    return PlanStep::Outcome{{{"n1", "zz"}}, ""};
+  });
+  EXPECT_EQ(bad.Run(ctx_).code(), absl::StatusCode::kInternal);
+}
+
+TEST_F(StepsTest, ValidateResetsStateAndRejectsEmptyClusters) {
+  ValidateStep empty([]() -> absl::StatusOr<ClusterTopology> {
+    ClusterTopology t;
+    t.config_path = "x.yaml";
+    return t;
+  });
+  EXPECT_EQ(empty.Run(ctx_).code(), absl::StatusCode::kInvalidArgument);
+  ValidateStep bad([]() -> absl::StatusOr<ClusterTopology> {
+    return absl::InvalidArgumentError("x.yaml:3:5: field `nodes[0].agent`: missing");
+  });
+  EXPECT_NE(bad.Run(ctx_).message().find("x.yaml:3:5"), absl::string_view::npos);
+  ValidateStep good([]() -> absl::StatusOr<ClusterTopology> {
+    ClusterTopology t;
+    t.cluster_name = "c2";
+    t.nodes = {{"m1", "h:1"}};
+    return t;
+  });
+  ASSERT_TRUE(good.Run(ctx_).ok());
+  EXPECT_EQ(state_.Snapshot().cluster_name(), "c2");
+  EXPECT_EQ(state_.Snapshot().nodes_size(), 1);
+}
+
+}  // namespace
+}  // namespace glm::orchestrate

@@ -1,0 +1,43 @@
+// What the orchestrator needs to know about a cluster, distilled from cluster.yaml (ClusterSpec)
+// and the plan. Kept independent of the spec/plan libraries' types so bring-up, health and their
+// tests do not change when the YAML schema grows; spec_adapter.h converts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/rpc/credentials.h"
+
+namespace glm::orchestrate {
+
+struct NodeEndpoint {
+  std::string name;     // nodes[].name
+  std::string address;  // nodes[].agent: host:port of the node's glm-agent
+  // What this node's shard needs, from the plan (0 = not known): preflight checks them.
+  int64_t required_disk_bytes = 0;    // the shard's weight bytes
+  int64_t required_memory_bytes = 0;  // weights + KV cache + activation reserve
+};
+
+struct ClusterTopology {
+  std::string cluster_name;
+  std::string config_path;     // cluster.yaml this was read from
+  std::string controller_listen;
+  bool local = false;          // every node runs on this machine (glmctl starts the processes)
+  std::vector<NodeEndpoint> nodes;
+  // Node names of each replica, in replica order; filled by the plan step (empty before).
+  std::vector<std::vector<std::string>> replicas;
+  // The controller's identity: server credentials for glmctl, client credentials to the agents.
+  rpc::TlsFiles tls;
+  // Preflight inputs.
+  std::string model_dir;
+  bool require_gpu = false;
+
+  const NodeEndpoint* FindNode(const std::string& name) const {
+    for (const auto& n : nodes)
+      if (n.name == name) return &n;
+    return nullptr;
+  }
+};
+
+}  // namespace glm::orchestrate
