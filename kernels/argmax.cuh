@@ -19,14 +19,26 @@ __device__ __forceinline__ void ArgmaxCombine(float& v, int32_t& i, float ov, in
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kArgmaxThreads) ArgmaxRowsKernel(const T* logits, int64_t ld,
+__global__ void __launch_bounds__(kArgmaxThreads) ArgmaxRowsKernel(const T* __restrict__ logits, int64_t ld,
                                                                    int32_t vocab, int32_t* out) {
   __shared__ float s_v[32];
   __shared__ int32_t s_i[32];
   const T* row = logits + blockIdx.x * ld;
   float best = -INFINITY;
   int32_t best_i = 0x7fffffff;
-  for (int32_t c = threadIdx.x; c < vocab; c += blockDim.x) ArgmaxCombine(best, best_i, ToFloat(row[c]), c);
+  // kUnroll independent loads in flight per thread before the compares (latency, not
+  // bandwidth, bounds one CTA per row otherwise).
+  constexpr int kUnroll = 8;
+  const int32_t step = static_cast<int32_t>(blockDim.x);
+  int32_t c = threadIdx.x;
+  for (; c + (kUnroll - 1) * step < vocab; c += kUnroll * step) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = ToFloat(row[c + u * step]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) ArgmaxCombine(best, best_i, v[u], c + u * step);
+  }
+  for (; c < vocab; c += step) ArgmaxCombine(best, best_i, ToFloat(row[c]), c);
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, off);
     const int32_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);

@@ -65,8 +65,9 @@ absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t m
     const int64_t smem = kTopkFixedSmemBytes + 4 * chunk;
     if (max_len <= k || (cpg_parallel == 1 && smem <= l.smem_optin_per_block)) {
       p.ctas_per_group = 1;
-      p.chunk = max_len <= k ? 4 : chunk;
-      p.smem_bytes = static_cast<int>(kTopkFixedSmemBytes + 4 * p.chunk);
+      p.chunk = chunk;
+      // len <= k rows are all output: the kernel never touches the key cache.
+      p.smem_bytes = static_cast<int>(kTopkFixedSmemBytes + (max_len <= k ? 16 : 4 * chunk));
       p.blocks_per_sm = std::max(1, std::min(max_blocks, BlocksBySmem(l, p.smem_bytes)));
       p.num_groups = rows;
       p.total_ctas = rows;

@@ -35,10 +35,8 @@ void ExpectPlanFits(const DeviceLimits& l, const TopkPlan& p, const std::string&
   EXPECT_LE(int64_t{p.blocks_per_sm} * (p.smem_bytes + l.reserved_smem_per_block), l.smem_per_sm);
   EXPECT_EQ(p.chunk % 4, 0);
   EXPECT_GE(p.ctas_per_group, 1);
-  if (p.max_len > p.k) {
-    EXPECT_GE(int64_t{p.ctas_per_group} * p.chunk, p.max_len) << "row not covered";
-    EXPECT_LT(int64_t{p.ctas_per_group - 1} * p.chunk, p.max_len) << "an idle CTA per group";
-  }
+  EXPECT_GE(int64_t{p.ctas_per_group} * p.chunk, p.max_len) << "row not covered";
+  EXPECT_LT(int64_t{p.ctas_per_group - 1} * p.chunk, p.max_len) << "an idle CTA per group";
   if (p.cache_in_smem && p.max_len > p.k) {
     EXPECT_GE(p.smem_bytes, kTopkFixedSmemBytes + 4 * p.chunk);
   }

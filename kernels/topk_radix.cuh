@@ -138,6 +138,8 @@ __global__ void __launch_bounds__(512, 2) TopkRadixKernel(TopkParams p) {
           const uint32_t key = key_at(i);
           if ((key & mask) == prefix) bin = (key >> shift) & 255u;
         }
+        // Past pass 0 few keys still match the prefix: skip the (costly) match when none does.
+        if (pass > 0 && !__any_sync(0xffffffffu, bin < 256)) continue;
         const unsigned peers = __match_any_sync(0xffffffffu, bin);
         if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&s_hist[bin], __popc(peers));
       }
