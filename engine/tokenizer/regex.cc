@@ -53,25 +53,39 @@ std::string TranslateOnigurumaPattern(std::string_view p) {
   out.reserve(p.size() + 64);
   int class_depth = 0;
   size_t i = 0;
+  // Oniguruma class bodies (UTF-8, no ASCII-range option) that PCRE2 spells differently.
+  auto class_body = [](char e) -> std::string_view {
+    switch (e) {
+      case 's':
+      case 'S':
+        return kWhiteSpaceClass;
+      case 'w':
+      case 'W':
+        return "\\p{L}\\p{M}\\p{N}\\p{Pc}";  // Letter|Mark|Number|Connector_Punctuation
+      case 'h':
+      case 'H':
+        return "0-9a-fA-F";  // \h is a hex digit in Oniguruma, horizontal space in PCRE2
+      default:
+        return {};
+    }
+  };
   while (i < p.size()) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char e = p[i + 1];
-      if (e == 's') {
-        if (class_depth > 0) {
-          out.append(kWhiteSpaceClass);
-        } else {
-          absl::StrAppend(&out, "[", glm::ToAbsl(kWhiteSpaceClass), "]");
-        }
+      const std::string_view body = class_body(e);
+      const bool negated = e == 'S' || e == 'W' || e == 'H';
+      if (!body.empty() && class_depth == 0) {
+        absl::StrAppend(&out, negated ? "[^" : "[", glm::ToAbsl(body), "]");
         i += 2;
         continue;
       }
-      if (e == 'S' && class_depth == 0) {
-        absl::StrAppend(&out, "[^", glm::ToAbsl(kWhiteSpaceClass), "]");
+      if (!body.empty() && !negated) {
+        out.append(body);  // inside a bracket expression: splice the members in
         i += 2;
         continue;
       }
-      out.push_back(c);
+      out.push_back(c);  // other escapes (and negated shorthands inside a class) unchanged
       out.push_back(e);
       i += 2;
       continue;

@@ -1,8 +1,11 @@
 // PCRE2 wrapper for the pre-tokenizer split patterns of tokenizer.json, which are written for
 // Oniguruma (what the Rust `tokenizers` library compiles them with). Compiled with UTF + UCP,
 // JIT when available, and with the Oniguruma differences that matter for tokenizer patterns
-// translated: `\s`/`\S` mean Unicode White_Space (PCRE2 adds U+180E), `^`/`$` are line anchors
-// on "\n" only. Thread-safe: one compiled pattern is shared, match state is per thread.
+// translated: `\s`/`\S` mean Unicode White_Space (PCRE2 adds U+180E), `\w`/`\W` are
+// Letter|Mark|Number|Connector_Punctuation, `\h`/`\H` hex digits, `^`/`$` line anchors on "\n"
+// only. Not translated (rare in tokenizer.json): nested classes and `&&` intersections, negated
+// shorthands inside a bracket expression, absent operators; Unicode versions may differ.
+// Thread-safe: one compiled pattern is shared, match state is per thread.
 #pragma once
 
 #include <cstddef>

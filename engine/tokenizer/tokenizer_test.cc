@@ -368,6 +368,17 @@ TEST(TokenizerTest, OnigurumaWhiteSpaceSemantics) {
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m[0], std::make_pair(size_t{1}, size_t{3}));
   EXPECT_EQ(TranslateOnigurumaPattern(R"([^\s\p{L}])").find("\\s"), std::string::npos);
+  // \h is a hex digit in Oniguruma; \w includes marks and all numbers.
+  auto hex = Regex::Compile(R"(\h+)", false);
+  ASSERT_TRUE(hex.ok());
+  m.clear();
+  (*hex)->FindAll("zz0aF9 g", &m);
+  EXPECT_THAT(m, ElementsAre(std::make_pair(size_t{2}, size_t{6})));
+  auto word = Regex::Compile(R"(\w+)", false);
+  ASSERT_TRUE(word.ok());
+  m.clear();
+  (*word)->FindAll("e\xCC\x81\xC2\xB2 -", &m);  // e + combining acute + superscript two (No)
+  EXPECT_THAT(m, ElementsAre(std::make_pair(size_t{0}, size_t{5})));
   // Empty matches advance one character at a time, like onig's find_iter.
   auto empty = Regex::Compile("x*", false);
   ASSERT_TRUE(empty.ok());
