@@ -70,6 +70,7 @@ WeightStore::~WeightStore() = default;
 absl::StatusOr<std::unique_ptr<WeightStore>> WeightStore::Open(const std::string& path,
                                                               WeightStoreOptions options) {
   auto store = std::unique_ptr<WeightStore>(new WeightStore());
+  store->path_ = path;
   store->options_ = std::move(options);
   if (store->options_.open_threads <= 0) {
     store->options_.open_threads =
@@ -186,7 +187,7 @@ absl::StatusOr<TensorView> WeightStore::Get(std::string_view name) const {
   if (location == nullptr) {
     const bool excluded = options_.filter && !files_.empty() && !Selected(name);
     return absl::NotFoundError(absl::StrCat(
-        "tensor '", ToAbsl(name), "' is not in the checkpoint",
+        path_, ": tensor '", ToAbsl(name), "' is not in the checkpoint",
         excluded ? " selection (excluded by the layer filter)" : "",
         "; check the name against the checkpoint's index/header and the model config"));
   }

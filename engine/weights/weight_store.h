@@ -95,6 +95,7 @@ class WeightStore {
   absl::StatusOr<std::vector<float>> ReadRegion(std::string_view name, bool by_rows,
                                                 int64_t begin, int64_t end) const;
 
+  std::string path_;  // as given to Open, for messages
   WeightStoreOptions options_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Location, std::less<>> tensors_;

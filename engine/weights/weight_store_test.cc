@@ -142,6 +142,8 @@ TEST(WeightStoreTest, OpensShardedCheckpoint) {
                     HasSubstr("has shape [8, 4] but the model config expects [4, 8]")));
   auto missing = (*store)->Get("model.layers.9.mlp.gate.weight");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()),
+              AllOf(HasSubstr(ckpt.dir), HasSubstr("model.layers.9.mlp.gate.weight")));
 }
 
 TEST(WeightStoreTest, AcceptsTotalSizeAsFileBytes) {
