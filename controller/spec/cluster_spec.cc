@@ -784,11 +784,13 @@ SourceLocation FieldLoc(const YAML::Node& entry, std::string_view key, SourceLoc
 }
 
 // Checks that need the whole spec.
-void CrossCheck(Parser& p, const YAML::Node& nodes_node, ClusterSpec* spec) {
+// `check_count`: compare the node count with `parallel` (skipped when earlier errors may have
+// left `parallel` at its defaults).
+void CrossCheck(Parser& p, const YAML::Node& nodes_node, bool check_count, ClusterSpec* spec) {
   if (spec->nodes.empty()) return;
   const auto& par = spec->parallel;
   int64_t want = int64_t{par.tensor} * par.pipeline * par.replicas;
-  if (static_cast<int64_t>(spec->nodes.size()) != want) {
+  if (check_count && static_cast<int64_t>(spec->nodes.size()) != want) {
     p.Error(spec->nodes_location, "nodes",
             absl::StrCat("has ", spec->nodes.size(), " entries but parallel.tensor × pipeline × ",
                          "replicas = ", par.tensor, " × ", par.pipeline, " × ", par.replicas, " = ",
@@ -955,7 +957,7 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(std::string_view text, std::string_
                 "a list of nodes, each with `name` and `agent`");
       } else {
         ParseNodes(p, nodes, defaults, &spec);
-        if (!p.has_errors()) CrossCheck(p, nodes->value, &spec);
+        CrossCheck(p, nodes->value, /*check_count=*/!p.has_errors(), &spec);
       }
     }
   } catch (const YAML::Exception& e) {

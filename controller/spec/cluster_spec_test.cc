@@ -150,6 +150,15 @@ TEST(ClusterSpec, ReportsEveryErrorOnItsOwnLine) {
   EXPECT_THAT(msg, HasSubstr("\nc.yaml:8:33: field `parallel.pipeline`"));
 }
 
+TEST(ClusterSpec, DuplicatesReportedAlongsideOtherErrors) {
+  std::string text = Replace(kFour, "name: n2", "name: n1") + "nmae: x\n";
+  auto spec = ParseClusterSpec(text, "c.yaml");
+  ASSERT_FALSE(spec.ok());
+  std::string msg(spec.status().message());
+  EXPECT_THAT(msg, HasSubstr("c.yaml:15:12: field `nodes[2].name`"));
+  EXPECT_THAT(msg, HasSubstr("c.yaml:20:1: field `nmae`"));
+}
+
 TEST(ClusterSpec, LoadResolvesAgainstFileDir) {
   auto dir = std::filesystem::temp_directory_path() /
              ("cluster_spec_test_" + std::to_string(::getpid()));
