@@ -22,12 +22,37 @@ int BlocksBySmem(const DeviceLimits& l, int64_t smem) {
   return static_cast<int>(l.smem_per_sm / (smem + l.reserved_smem_per_block));
 }
 
+// Largest multiple-of-4 chunk whose cached smem fits `budget` (0 if none).
+int64_t MaxCachedChunk(int64_t budget, bool with_cand) {
+  int64_t lo = 0, hi = std::max<int64_t>(0, (budget - kTopkFixedSmemBytes) / 4 / 4);
+  while (lo < hi) {  // largest m with TopkSmemBytes(4m) <= budget
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (TopkSmemBytes(4 * mid, true, with_cand) <= budget) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return 4 * lo;
+}
+
 }  // namespace
+
+int64_t TopkCandidates(int64_t chunk, bool with_cand) {
+  if (!with_cand) return 0;
+  if (chunk == 0) return kTopkStreamCandidates;  // streaming
+  return std::max<int64_t>(32, std::min<int64_t>(kTopkMaxCandidates, chunk / 8 / 32 * 32));
+}
+
+int64_t TopkSmemBytes(int64_t chunk, bool cache, bool with_cand) {
+  return kTopkFixedSmemBytes + 8 * TopkCandidates(cache ? chunk : 0, with_cand) +
+         (cache ? 4 * chunk : 0);
+}
 
 std::string TopkPlan::DebugString() const {
   return absl::StrCat("rows=", rows, " max_len=", max_len, " k=", k,
                       " ctas_per_group=", ctas_per_group, " num_groups=", num_groups,
-                      " chunk=", chunk, " mode=", cache_in_smem ? "smem" : "stream",
+                      " chunk=", chunk, " candidates=", candidates, " mode=", cache_in_smem ? "smem" : "stream",
                       " cooperative=", cooperative, " smem_bytes=", smem_bytes,
                       " blocks_per_sm=", blocks_per_sm, " total_ctas=", total_ctas,
                       " workspace_bytes=", workspace_bytes);
@@ -58,16 +83,24 @@ absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t m
   p.k = k;
   const int64_t cpg_parallel = std::max<int64_t>(1, CeilDiv(max_len, kTopkMinChunk));
 
-  // Rows that are all output (len <= k) or short enough for one CTA: one CTA per row, no
-  // barrier, so no residency limit on the grid.
-  {
+  // Rows that are all output (len <= k): one CTA per row writes the identity, nothing cached.
+  if (max_len <= k) {
+    p.chunk = RoundUp(max_len, 4);
+    p.smem_bytes = kTopkFixedSmemBytes + 16;
+    p.blocks_per_sm = std::max(1, std::min(max_blocks, BlocksBySmem(l, p.smem_bytes)));
+    p.num_groups = rows;
+    p.total_ctas = rows;
+    return p;
+  }
+  // Short rows: one CTA per row, no barrier, so no residency limit on the grid.
+  if (cpg_parallel == 1) {
     const int64_t chunk = RoundUp(max_len, 4);
-    const int64_t smem = kTopkFixedSmemBytes + 4 * chunk;
-    if (max_len <= k || (cpg_parallel == 1 && smem <= l.smem_optin_per_block)) {
-      p.ctas_per_group = 1;
+    for (bool with_cand : {true, false}) {
+      const int64_t smem = TopkSmemBytes(chunk, true, with_cand);
+      if (smem > l.smem_optin_per_block) continue;
       p.chunk = chunk;
-      // len <= k rows are all output: the kernel never touches the key cache.
-      p.smem_bytes = static_cast<int>(kTopkFixedSmemBytes + (max_len <= k ? 16 : 4 * chunk));
+      p.candidates = static_cast<int>(TopkCandidates(chunk, with_cand));
+      p.smem_bytes = static_cast<int>(smem);
       p.blocks_per_sm = std::max(1, std::min(max_blocks, BlocksBySmem(l, p.smem_bytes)));
       p.num_groups = rows;
       p.total_ctas = rows;
@@ -75,39 +108,48 @@ absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t m
     }
   }
 
-  // Cached: every residency level that fits; keep the one with the least work per CTA over the
-  // rounds the groups need (rounds = rows per group), ties to the higher residency.
-  int64_t best_cost = -1;
-  for (int o = max_blocks; o >= 1; --o) {
-    int64_t budget = std::min<int64_t>(l.smem_optin_per_block,
-                                       l.smem_per_sm / o - l.reserved_smem_per_block);
-    budget = budget / 16 * 16;
-    if (budget < kTopkFixedSmemBytes + 4 * 1024) continue;
-    const int64_t hw = int64_t{l.num_sms} * o;
-    const int64_t max_chunk = (budget - kTopkFixedSmemBytes) / 4 / 4 * 4;
-    const int64_t cpg_min = CeilDiv(max_len, max_chunk);
-    if (cpg_min > hw) continue;
-    // As many CTAs per row as the row has work for, sharing the machine among the rows, but
-    // at least enough that the row fits the caches.
-    int64_t cpg = std::max(cpg_min, std::min(cpg_parallel, std::max<int64_t>(1, hw / rows)));
-    cpg = std::min(cpg, hw);
-    const int64_t chunk = RoundUp(CeilDiv(max_len, cpg), 4);
-    cpg = CeilDiv(max_len, chunk);  // drop CTAs the rounding left empty
-    const int64_t groups = std::max<int64_t>(1, std::min(rows, hw / cpg));
-    const int64_t cost = CeilDiv(rows, groups) * chunk;
-    if (best_cost >= 0 && cost >= best_cost) continue;
-    best_cost = cost;
-    p.ctas_per_group = static_cast<int>(cpg);
-    p.chunk = chunk;
-    p.cache_in_smem = true;
-    p.smem_bytes = static_cast<int>(kTopkFixedSmemBytes + 4 * chunk);
-    p.blocks_per_sm = o;
-    p.num_groups = groups;
+  // Cached: every residency level that fits, with a candidate buffer if possible (fewer passes
+  // over the chunk), else without; keep the plan with the least work per CTA over the rounds
+  // the groups need (rounds = rows per group), ties to the higher residency.
+  for (bool with_cand : {true, false}) {
+    int64_t best_cost = -1;
+    for (int o = max_blocks; o >= 1; --o) {
+      int64_t budget = std::min<int64_t>(l.smem_optin_per_block,
+                                         l.smem_per_sm / o - l.reserved_smem_per_block);
+      budget = budget / 16 * 16;
+      const int64_t max_chunk = MaxCachedChunk(budget, with_cand);
+      if (max_chunk < 1024) continue;
+      const int64_t hw = int64_t{l.num_sms} * o;
+      const int64_t cpg_min = CeilDiv(max_len, max_chunk);
+      if (cpg_min > hw) continue;
+      // As many CTAs per row as the row has work for, sharing the machine among the rows, but
+      // at least enough that the row fits the caches.
+      int64_t cpg = std::max(cpg_min, std::min(cpg_parallel, std::max<int64_t>(1, hw / rows)));
+      cpg = std::min(cpg, hw);
+      const int64_t chunk = RoundUp(CeilDiv(max_len, cpg), 4);
+      cpg = CeilDiv(max_len, chunk);  // drop CTAs the rounding left empty
+      const int64_t groups = std::max<int64_t>(1, std::min(rows, hw / cpg));
+      const int64_t cost = CeilDiv(rows, groups) * chunk;
+      if (best_cost >= 0 && cost >= best_cost) continue;
+      best_cost = cost;
+      p.ctas_per_group = static_cast<int>(cpg);
+      p.chunk = chunk;
+      p.cache_in_smem = true;
+      p.candidates = static_cast<int>(TopkCandidates(chunk, with_cand));
+      p.smem_bytes = static_cast<int>(TopkSmemBytes(chunk, true, with_cand));
+      p.blocks_per_sm = o;
+      p.num_groups = groups;
+    }
+    if (best_cost >= 0) break;
   }
   if (p.chunk == 0) {
-    // Streaming: only the fixed shared memory per CTA; the chunk size is free.
+    // Streaming: no key cache; the chunk size is free. Candidates when they fit.
     p.cache_in_smem = false;
-    p.smem_bytes = kTopkFixedSmemBytes;
+    const bool with_cand =
+        TopkSmemBytes(0, false, true) <= l.smem_optin_per_block &&
+        BlocksBySmem(l, TopkSmemBytes(0, false, true)) >= 1;
+    p.candidates = static_cast<int>(TopkCandidates(0, with_cand));
+    p.smem_bytes = static_cast<int>(TopkSmemBytes(0, false, with_cand));
     p.blocks_per_sm = std::max(1, std::min(max_blocks, BlocksBySmem(l, p.smem_bytes)));
     const int64_t hw = int64_t{l.num_sms} * p.blocks_per_sm;
     int64_t cpg = std::min(cpg_parallel, std::max<int64_t>(1, hw / rows));

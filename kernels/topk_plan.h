@@ -27,6 +27,13 @@ inline constexpr int kTopkThreads = 512;  // threads per CTA of topk_radix
 // Shared memory every topk_radix CTA uses besides the key cache: histogram (256 u32), suffix
 // sums (256 u32), scalars; rounded up to 16 B.
 inline constexpr int kTopkFixedSmemBytes = 2304;
+// Candidate buffer: after the first radix pass each CTA copies the keys still in play (and
+// their columns) into shared memory, so later passes and the emission scan those instead of the
+// whole chunk; a CTA with more candidates than fit falls back to scanning its chunk. Capacity:
+// chunk / 8 (multiple of 32, at most kTopkMaxCandidates) when caching, kTopkStreamCandidates
+// when streaming; 8 bytes each (key + column).
+inline constexpr int kTopkMaxCandidates = 4096;
+inline constexpr int kTopkStreamCandidates = 2048;
 // Fewest columns per CTA worth a CTA of its own (8 per thread): shorter rows use fewer CTAs.
 inline constexpr int kTopkMinChunk = 4096;
 // Per-row global state of a multi-CTA group (histograms, barrier counters, output cursors);
@@ -42,6 +49,7 @@ struct TopkPlan {
   int64_t num_groups = 0;   // groups launched; rows go round-robin over groups
   int64_t chunk = 0;        // columns per CTA (multiple of 4); ctas_per_group * chunk >= max_len
   bool cache_in_smem = true;  // false: streaming (re-read the chunk on each pass)
+  int candidates = 0;         // candidate buffer entries per CTA (0: none)
   bool cooperative = false;   // multi-CTA groups: launched with cudaLaunchCooperativeKernel
   int smem_bytes = 0;         // dynamic shared memory per CTA
   int blocks_per_sm = 0;      // residency the plan assumes (verified by the launcher)
@@ -50,6 +58,10 @@ struct TopkPlan {
 
   std::string DebugString() const;
 };
+
+// Candidate capacity for a chunk (0 = streaming) and the dynamic shared memory of a CTA.
+int64_t TopkCandidates(int64_t chunk, bool with_cand);
+int64_t TopkSmemBytes(int64_t chunk, bool cache, bool with_cand);
 
 // Plans top-k over `rows` rows of at most `max_len` fp32 scores, k >= 1. Errors only for invalid
 // arguments (non-positive sizes, a device with no SMs or too little shared memory for the fixed

@@ -17,8 +17,8 @@ namespace {
 DeviceLimits TinyLimits() {
   DeviceLimits l;
   l.num_sms = 4;
-  l.smem_optin_per_block = 16384;
-  l.smem_per_sm = 16384 + 1024;
+  l.smem_optin_per_block = 24576;
+  l.smem_per_sm = 24576 + 1024;
   l.max_threads_per_sm = 1024;
   return l;
 }
@@ -37,9 +37,11 @@ void ExpectPlanFits(const DeviceLimits& l, const TopkPlan& p, const std::string&
   EXPECT_GE(p.ctas_per_group, 1);
   EXPECT_GE(int64_t{p.ctas_per_group} * p.chunk, p.max_len) << "row not covered";
   EXPECT_LT(int64_t{p.ctas_per_group - 1} * p.chunk, p.max_len) << "an idle CTA per group";
-  if (p.cache_in_smem && p.max_len > p.k) {
-    EXPECT_GE(p.smem_bytes, kTopkFixedSmemBytes + 4 * p.chunk);
+  if (p.max_len > p.k) {
+    EXPECT_GE(p.smem_bytes,
+              kTopkFixedSmemBytes + 8 * p.candidates + (p.cache_in_smem ? 4 * p.chunk : 0));
   }
+  EXPECT_EQ(p.candidates % 32, 0);
   if (p.cooperative) {
     EXPECT_GT(p.ctas_per_group, 1);
     EXPECT_LE(p.total_ctas, int64_t{l.num_sms} * p.blocks_per_sm) << "would oversubscribe";
@@ -101,6 +103,8 @@ TEST(TopkPlanTest, LongRowsOnGb10AreCooperativeAndCached) {
     EXPECT_TRUE(p->cooperative) << p->DebugString();
     EXPECT_TRUE(p->cache_in_smem) << p->DebugString();
     EXPECT_LE(p->total_ctas, 48 * p->blocks_per_sm) << p->DebugString();
+    std::printf("gb10 rows=%lld len=1048576: %s\n", static_cast<long long>(rows),
+                p->DebugString().c_str());
   }
 }
 
@@ -124,7 +128,7 @@ TEST(TopkPlanTest, SmallDeviceFallsBackToStreaming) {
   auto p = PlanTopk(TinyLimits(), 1, 1048576, 2048);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->cache_in_smem) << p->DebugString();
-  EXPECT_EQ(p->smem_bytes, kTopkFixedSmemBytes);
+  EXPECT_EQ(p->smem_bytes, kTopkFixedSmemBytes + 8 * kTopkStreamCandidates);
   ExpectPlanFits(TinyLimits(), *p, "tiny 1M");
 }
 

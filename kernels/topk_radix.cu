@@ -77,7 +77,9 @@ absl::Status TopkRadix(const TopkPlan& plan, const float* scores, int64_t row_st
   constexpr std::string_view kOp = "TopkRadix";
   if (plan.rows <= 0 || plan.k <= 0 || plan.max_len <= 0 || plan.chunk <= 0 ||
       plan.chunk % 4 != 0 || int64_t{plan.ctas_per_group} * plan.chunk < plan.max_len ||
-      plan.num_groups <= 0) {
+      plan.num_groups <= 0 || plan.candidates < 0 || plan.candidates % 32 != 0 ||
+      plan.smem_bytes < TopkSmemBytes(plan.chunk, plan.cache_in_smem, plan.candidates > 0) -
+                            (plan.max_len <= plan.k ? 4 * plan.chunk : 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "TopkRadix: plan is not from PlanTopk/PlanTopkForDevice (", plan.DebugString(), ")"));
   }
@@ -114,6 +116,7 @@ absl::Status TopkRadix(const TopkPlan& plan, const float* scores, int64_t row_st
   params.ctas_per_group = plan.ctas_per_group;
   params.num_groups = plan.num_groups;
   params.chunk = static_cast<int32_t>(plan.chunk);
+  params.candidates = plan.candidates;
   params.vec4 = reinterpret_cast<uintptr_t>(scores) % 16 == 0 && row_stride % 4 == 0;
 
   const KernelFn fn = PickKernel(plan.cooperative, plan.cache_in_smem);

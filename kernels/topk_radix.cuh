@@ -10,7 +10,9 @@
 // With more than one CTA, the group merges its histograms into a per-row RowState in global
 // memory and meets at a spin barrier after each pass (all CTAs co-resident: see topk_plan.h).
 // In cached mode each CTA keeps its chunk in shared memory as keys (HBM is read once); in
-// streaming mode it re-reads the chunk from global memory on each pass.
+// streaming mode it re-reads the chunk from global memory on each pass. After pass 0 each CTA
+// compacts the keys still in play (column + key) into a candidate buffer when they fit, and the
+// later passes and the emission scan only those.
 //
 // Limits: columns < 2^31; k >= 1; out[row] has k slots, -1 past min(k, len).
 // NOTE: histogram adds are aggregated per warp with __match_any_sync (sm_70+), since the top
@@ -41,6 +43,7 @@ struct TopkParams {
   int32_t ctas_per_group;
   int64_t num_groups;
   int32_t chunk;
+  int32_t candidates;      // candidate buffer entries (0: none)
   bool vec4;               // scores and row_stride allow 16-byte loads
 };
 
@@ -76,7 +79,9 @@ __global__ void __launch_bounds__(512, 2) TopkRadixKernel(TopkParams p) {
   unsigned int* s_hist = reinterpret_cast<unsigned int*>(smem_raw);  // [256]
   unsigned int* s_scan = s_hist + 256;                                  // [256]
   unsigned int* s_misc = s_scan + 256;                                  // [64]
-  uint32_t* s_keys = reinterpret_cast<uint32_t*>(smem_raw + 2304);      // [chunk]
+  uint32_t* s_ckey = reinterpret_cast<uint32_t*>(smem_raw + 2304);      // [candidates]
+  int32_t* s_ccol = reinterpret_cast<int32_t*>(s_ckey + p.candidates);  // [candidates]
+  uint32_t* s_keys = s_ckey + 2 * p.candidates;                         // [chunk]
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -125,17 +130,52 @@ __global__ void __launch_bounds__(512, 2) TopkRadixKernel(TopkParams p) {
       }
     };
 
+    // After pass 0, `use_cand` switches the scans below from the chunk to the candidates.
+    bool use_cand = false;
+    int32_t n_scan = n;
+    auto scan_key = [&](int32_t j) -> uint32_t { return use_cand ? s_ckey[j] : key_at(j); };
+    auto scan_col = [&](int32_t j) -> int32_t { return use_cand ? s_ccol[j] : j; };
+
     uint32_t prefix = 0, mask = 0;
     int32_t k_rem = k;
     for (int pass = 0; pass < 4; ++pass) {
       const int shift = 24 - 8 * pass;
+      if (pass == 1 && p.candidates > 0) {
+        // Compact the keys still in play (above or inside the chosen top-byte bin).
+        if (tid == 0) s_misc[8] = 0;
+        __syncthreads();
+        for (int32_t base = 0; base < n; base += kThreads) {
+          const int32_t i = base + tid;
+          uint32_t key = 0;
+          bool keep = false;
+          if (i < n) {
+            key = key_at(i);
+            keep = (key & mask) >= prefix;
+          }
+          const unsigned bk = __ballot_sync(0xffffffffu, keep);
+          if (bk == 0) continue;
+          unsigned int wbase = 0;
+          if (lane == 0) wbase = atomicAdd(&s_misc[8], __popc(bk));
+          wbase = __shfl_sync(0xffffffffu, wbase, 0);
+          const unsigned int pos = wbase + __popc(bk & ((1u << lane) - 1u));
+          if (keep && pos < static_cast<unsigned int>(p.candidates)) {
+            s_ckey[pos] = key;
+            s_ccol[pos] = i;
+          }
+        }
+        __syncthreads();
+        if (s_misc[8] <= static_cast<unsigned int>(p.candidates)) {
+          use_cand = true;
+          n_scan = static_cast<int32_t>(s_misc[8]);
+        }
+      }
       if (tid < 256) s_hist[tid] = 0;
       __syncthreads();
-      for (int32_t base = 0; base < n; base += kThreads) {
+      for (int32_t base = 0; base < n_scan; base += kThreads) {
         const int32_t i = base + tid;
         uint32_t bin = 256;
-        if (i < n) {
-          const uint32_t key = key_at(i);
+        if (i < n_scan) {
+          const uint32_t key = scan_key(i);
           if ((key & mask) == prefix) bin = (key >> shift) & 255u;
         }
         // Past pass 0 few keys still match the prefix: skip the (costly) match when none does.
@@ -181,11 +221,11 @@ __global__ void __launch_bounds__(512, 2) TopkRadixKernel(TopkParams p) {
     // Emission. Keys above the prefix go to [0, k - k_rem), ties to [k - k_rem, k).
     if (tid == 0) { s_misc[4] = 0; s_misc[5] = 0; }
     __syncthreads();
-    for (int32_t base = 0; base < n; base += kThreads) {
+    for (int32_t base = 0; base < n_scan; base += kThreads) {
       const int32_t i = base + tid;
       bool gt = false, tie = false;
-      if (i < n) {
-        const uint32_t km = key_at(i) & mask;
+      if (i < n_scan) {
+        const uint32_t km = scan_key(i) & mask;
         gt = km > prefix;
         tie = km == prefix;
       }
@@ -213,11 +253,11 @@ __global__ void __launch_bounds__(512, 2) TopkRadixKernel(TopkParams p) {
     const unsigned int tie_base = s_misc[7];
     const unsigned int gt_total = static_cast<unsigned int>(k - k_rem);
     if (tie_base < static_cast<unsigned int>(k_rem) || gt_base < gt_total) {
-      for (int32_t base = 0; base < n; base += kThreads) {
+      for (int32_t base = 0; base < n_scan; base += kThreads) {
         const int32_t i = base + tid;
         bool gt = false, tie = false;
-        if (i < n) {
-          const uint32_t km = key_at(i) & mask;
+        if (i < n_scan) {
+          const uint32_t km = scan_key(i) & mask;
           gt = km > prefix;
           tie = km == prefix;
         }
@@ -233,10 +273,10 @@ __global__ void __launch_bounds__(512, 2) TopkRadixKernel(TopkParams p) {
         const unsigned below = (1u << lane) - 1u;
         if (gt) {
           const unsigned int pos = gt_base + wg + __popc(bg & below);
-          out[pos] = begin + i;
+          out[pos] = begin + scan_col(i);
         } else if (tie) {
           const unsigned int t = tie_base + wt + __popc(bt & below);
-          if (t < static_cast<unsigned int>(k_rem)) out[gt_total + t] = begin + i;
+          if (t < static_cast<unsigned int>(k_rem)) out[gt_total + t] = begin + scan_col(i);
         }
       }
     }

@@ -113,7 +113,7 @@ void BenchTopk(double d2d_gbs, bool quick, cudaStream_t stream) {
   const int k = 2048;
   std::printf("\n== topk_radix (k=%d, fp32 scores, rotating inputs) ==\n", k);
   std::printf("%-9s %-5s %-10s %-7s %-6s %-6s %-9s %-10s %-9s %-7s %s\n", "columns", "rows",
-              "time_us", "GB/s", "of_d2d", "graph", "cpg", "groups", "chunk", "mode", "smem");
+              "time_us", "GB/s", "of_d2d", "graph", "cpg", "groups", "chunk", "mode", "smem/cand");
   for (int64_t len : {int64_t{131072}, int64_t{1048576}}) {
     for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{32}}) {
       auto plan = PlanTopkForDevice(rows, len, k);
@@ -158,11 +158,11 @@ void BenchTopk(double d2d_gbs, bool quick, cudaStream_t stream) {
       }
       const double bytes = static_cast<double>(set_bytes) + rows * k * 4.0;
       const double gbs = bytes / (t.us_per_call * 1e-6) / 1e9;
-      std::printf("%-9lld %-5lld %-10.2f %-7.0f %-6.3f %-6s %-9d %-10lld %-9lld %-7s %d\n",
+      std::printf("%-9lld %-5lld %-10.2f %-7.0f %-6.3f %-6s %-9d %-10lld %-9lld %-7s %d/%d\n",
                   static_cast<long long>(len), static_cast<long long>(rows), t.us_per_call, gbs,
                   gbs / d2d_gbs, t.graph ? "yes" : "no", plan->ctas_per_group,
                   static_cast<long long>(plan->num_groups), static_cast<long long>(plan->chunk),
-                  plan->cache_in_smem ? "smem" : "stream", plan->smem_bytes);
+                  plan->cache_in_smem ? "smem" : "stream", plan->smem_bytes, plan->candidates);
       cudaFree(scores);
       cudaFree(out);
       cudaFree(ws);

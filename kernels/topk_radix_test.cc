@@ -222,8 +222,8 @@ TEST_F(TopkRadixTest, Gb10LikeLimits) {
 TEST_F(TopkRadixTest, StreamingPath) {
   DeviceLimits tiny;
   tiny.num_sms = 4;
-  tiny.smem_optin_per_block = 16384;
-  tiny.smem_per_sm = 16384 + 1024;
+  tiny.smem_optin_per_block = 24576;
+  tiny.smem_per_sm = 24576 + 1024;
   for (int64_t rows : {1, 5}) {
     Run({.rows = rows, .max_len = 1048576, .k = 2048, .caps = &tiny, .expect_streaming = true},
         50);
