@@ -442,16 +442,34 @@ PreflightReport RunNodePreflight(const PreflightOptions& options) {
     }
   }
 
-  CheckResult hca = CheckHca(options.roots, node);
-  bool hca_ok = hca.status == CheckStatus::kPass;
-  report.checks.push_back(std::move(hca));
-  report.checks.push_back(CheckUverbs(options.roots, node));
+  bool hca_ok = false;
+  if (node.hca.empty()) {
+    // No RDMA fabric configured (e.g. a local: true cluster): collectives go over TCP.
+    report.checks.push_back(Result("rdma.hca", CheckStatus::kWarn,
+                                   absl::StrCat("no hca configured for node ", node.name,
+                                                "; RDMA, GID and port-MTU checks skipped"),
+                                   "", "set hca:, netdev: and fabric_ip: to use an RDMA fabric"));
+  } else {
+    CheckResult hca = CheckHca(options.roots, node);
+    hca_ok = hca.status == CheckStatus::kPass;
+    report.checks.push_back(std::move(hca));
+    report.checks.push_back(CheckUverbs(options.roots, node));
+  }
   if (hca_ok) {
     report.checks.push_back(CheckPortState(options.roots, node, verbs));
     report.checks.push_back(CheckLinkLayer(options.roots, node));
   }
-  report.checks.push_back(CheckNetdevMtu(options.roots, node));
-  if (hca_ok) {
+  if (node.netdev.empty()) {
+    if (!node.hca.empty()) {
+      report.checks.push_back(Result("mtu.netdev", CheckStatus::kFail,
+                                     absl::StrCat("node ", node.name, " names hca ", node.hca,
+                                                  " but no netdev"),
+                                     "", "set netdev: to the HCA's Ethernet interface (`rdma link`)"));
+    }
+  } else {
+    report.checks.push_back(CheckNetdevMtu(options.roots, node));
+  }
+  if (hca_ok && !node.netdev.empty()) {
     report.checks.push_back(CheckPortMtu(options.roots, node, verbs));
     GidCheckInput gid_in{node.name, node.hca, node.port, node.gid_index, node.fabric_ip, node.netdev};
     report.checks.push_back(CheckGidIndex(options.roots, gid_in, &report.gid, verbs));

@@ -180,6 +180,18 @@ TEST(PreflightTest, UnknownHcaSuggestsNearest) {
   EXPECT_EQ(report.Find("gid.index"), nullptr);  // not evaluated without the HCA.
 }
 
+TEST(PreflightTest, NoFabricConfiguredSkipsRdmaChecksWithAWarning) {
+  PreflightOptions o = Options("healthy");
+  o.node.hca.clear();
+  o.node.netdev.clear();
+  PreflightReport report = RunNodePreflight(o);
+  EXPECT_TRUE(report.ok()) << report.ToText();
+  EXPECT_EQ(Get(report, "rdma.hca").status, CheckStatus::kWarn);
+  EXPECT_EQ(report.Find("gid.index"), nullptr);
+  EXPECT_EQ(report.Find("rdma.uverbs"), nullptr);
+  EXPECT_EQ(report.Find("mtu.netdev"), nullptr);
+}
+
 TEST(PreflightTest, GpuNcclMemDiskFailures) {
   PreflightOptions o = Options("healthy");
   o.gpu_probe = [] { return std::vector<GpuInfo>{}; };

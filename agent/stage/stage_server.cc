@@ -51,23 +51,17 @@ StageServer::~StageServer() {
 }
 
 void StageServer::Stop() {
-  std::vector<std::thread> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     stopping_ = true;
     for (int fd : open_fds_) shutdown(fd, SHUT_RDWR);
-    workers.swap(workers_);
   }
   char c = 'x';
   (void)!write(wake_fd_[1], &c, 1);
   if (accept_thread_.joinable()) accept_thread_.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (std::thread& t : workers_) workers.push_back(std::move(t));
-    workers_.clear();
-  }
-  for (std::thread& t : workers) t.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [this] { return active_workers_ == 0; });
 }
 
 void StageServer::AcceptLoop() {
@@ -86,7 +80,8 @@ void StageServer::AcceptLoop() {
       return;
     }
     open_fds_.insert(fd);
-    workers_.emplace_back([this, fd] { Serve(fd); });
+    ++active_workers_;
+    std::thread([this, fd] { Serve(fd); }).detach();
   }
 }
 
@@ -130,6 +125,8 @@ void StageServer::Serve(int fd) {
   std::lock_guard<std::mutex> lock(mu_);
   open_fds_.erase(fd);
   close(fd);
+  --active_workers_;
+  idle_.notify_all();  // under the lock: Stop() cannot return before we release it.
 }
 
 }  // namespace glm::stage

@@ -3,11 +3,12 @@
 // peer to peer instead of all pulling from the source. Only final (verified, renamed) files are
 // visible; *.partial files are never served.
 //
-// Thread-safe. One thread accepts; each connection gets its own thread. Stop() (or the
+// Thread-safe. One thread accepts; each connection gets its own (detached) thread. Stop() (or the
 // destructor) closes the listener and every open connection, as a crash would.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,8 +49,9 @@ class StageServer {
   std::thread accept_thread_;
   std::mutex mu_;
   bool stopping_ = false;
+  std::condition_variable idle_;
   std::set<int> open_fds_;
-  std::vector<std::thread> workers_;
+  int active_workers_ = 0;  // detached connection threads still running.
   std::atomic<uint64_t> bytes_served_{0};
 };
 

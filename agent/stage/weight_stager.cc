@@ -154,6 +154,7 @@ absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t fi
     offset = 0;
     if (ftruncate(out, 0) != 0) return absl::InternalError(absl::StrCat("truncate ", partial_path));
   }
+  bool resumed_prefix = offset > 0;
   if (offset > 0) {
     report->bytes_resumed += offset;
     progress->AddDone(offset);
@@ -193,7 +194,10 @@ absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t fi
     // Bad bytes (a corrupt copy at the peer, or a bad resumed prefix): start over elsewhere.
     ++report->peer_failures;
     errors.push_back(absl::StrCat(peer.name, ": data failed verification (xxh3_128 ",
-                                  h.ok() ? h->xxh3_128 : "unreadable", " != ", file.xxh3_128, ")"));
+                                  h.ok() ? h->xxh3_128 : "unreadable", " != ", file.xxh3_128,
+                                  resumed_prefix ? "; the local partial prefix may be the bad part" : "",
+                                  ")"));
+    resumed_prefix = false;
     progress->Undo(offset);
     offset = 0;
     if (ftruncate(out, 0) != 0) return absl::InternalError(absl::StrCat("truncate ", partial_path));
