@@ -399,6 +399,19 @@ class StoreWeights : public WeightSource {
 
 }  // namespace
 
+int64_t KvCacheBytesPerToken(const ModelConfig& config, const ModelLoadOptions& options) {
+  const int L = config.num_hidden_layers;
+  const int last = options.last_layer < 0 ? L - 1 : std::min(options.last_layer, L - 1);
+  int64_t floats = 0;
+  auto add = [&](int l) {
+    floats += config.kv_lora_rank + config.qk_rope_head_dim;
+    if (config.HasIndexer(l)) floats += config.index_head_dim;
+  };
+  for (int l = std::max(0, options.first_layer); l <= last; ++l) add(l);
+  if (options.load_mtp && config.num_nextn_predict_layers > 0 && last == L - 1) add(L);
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
 absl::StatusOr<std::unique_ptr<Model>> CreateGlmMoeDsa(const ModelConfig& config,
                                                       WeightSource& weights, Backend* backend,
                                                       const ModelLoadOptions& options) {

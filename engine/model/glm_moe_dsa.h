@@ -28,6 +28,7 @@
 //   with those tables in persistent buffers.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,12 @@ struct ModelLoadOptions {
   // the absorbed form everywhere.
   bool expanded_prefill = true;
 };
+
+// Bytes of paged KV storage per token position (per block: times kv.block_size) that a model
+// loaded with `options` allocates: the layers in [first_layer, last_layer], plus the MTP layer
+// when options.load_mtp and the config has one and last_layer is the last layer. fp32 on the CPU
+// backend. Use it to turn a memory budget into KvCacheGeometry::num_blocks.
+int64_t KvCacheBytesPerToken(const ModelConfig& config, const ModelLoadOptions& options);
 
 // Loads config.json and the weights from options.model_dir onto a CPU backend.
 // Errors name the file and tensor (missing tensor, wrong shape, bad KV geometry).

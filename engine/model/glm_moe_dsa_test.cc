@@ -229,6 +229,18 @@ TEST_P(ModelTest, PipelineStagesMatchOneStage) {
   }
 }
 
+TEST_P(ModelTest, KvBytesPerTokenCountsLayersIndexersAndMtp) {
+  const ModelConfig& c = f_.config;
+  ModelLoadOptions o;
+  const int64_t latent = (c.kv_lora_rank + c.qk_rope_head_dim) * 4, index = c.index_head_dim * 4;
+  const int64_t full_layers = GetParam() ? 3 : 4;  // layer 2 shared with IndexShare; MTP is full
+  EXPECT_EQ(KvCacheBytesPerToken(c, o), 5 * latent + (full_layers + 1) * index);
+  o.load_mtp = false;
+  o.first_layer = 1;
+  o.last_layer = 1;
+  EXPECT_EQ(KvCacheBytesPerToken(c, o), latent + index);
+}
+
 TEST_P(ModelTest, RejectsBadBlockTables) {
   auto m = MakeModel(f_, true, /*num_blocks=*/8);
   ForwardBatch b;
