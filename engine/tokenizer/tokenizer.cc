@@ -1,6 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <deque>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "common/status_util.h"
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/regex.h"
 #include "engine/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
@@ -107,18 +109,30 @@ absl::Status Tokenizer::Parse(std::string_view json_text) {
   GLM_ASSIGN_OR_RETURN(model_, BpeModel::FromJson(*model_it));
 
   // --- normalizer ---
-  if (auto it = root.find("normalizer"); it != root.end() && !it->is_null()) {
-    const std::string type = TypeOf(*it);
-    const bool empty_sequence = type == "Sequence" && it->contains("normalizers") &&
-                                (*it)["normalizers"].is_array() && (*it)["normalizers"].empty();
-    if (!empty_sequence) {
-      return JsonError("/normalizer",
-                       absl::StrCat("normalizer ", it->dump().substr(0, 200),
-                                    " is not supported (only null); GLM tokenizers use none. "
-                                    "Unicode normalization (NFC etc.) is not implemented here, "
-                                    "so this file would tokenize differently from the "
-                                    "reference"));
+  auto parse_norm = [&](auto&& self, const json& n, const std::string& where) -> absl::Status {
+    if (n.is_null()) return absl::OkStatus();
+    const std::string type = TypeOf(n);
+    if (type == "Sequence") {
+      auto list = n.find("normalizers");
+      if (list == n.end() || !list->is_array()) {
+        return JsonError(where + "/normalizers", "expected an array");
+      }
+      for (size_t i = 0; i < list->size(); ++i) {
+        GLM_RETURN_IF_ERROR(self(self, (*list)[i], absl::StrCat(where, "/normalizers/", i)));
+      }
+      return absl::OkStatus();
     }
+    if (type == "NFC") {
+      nfc_ = true;  // NFC is idempotent, so repeating it changes nothing
+      return absl::OkStatus();
+    }
+    return JsonError(where, absl::StrCat("normalizer ", n.dump().substr(0, 200),
+                                         " is not supported (only null and NFC); tokenizing "
+                                         "without it would give ids different from the "
+                                         "reference"));
+  };
+  if (auto it = root.find("normalizer"); it != root.end()) {
+    GLM_RETURN_IF_ERROR(parse_norm(parse_norm, *it, "/normalizer"));
   }
 
   // --- pre_tokenizer ---
@@ -235,6 +249,7 @@ absl::Status Tokenizer::Parse(std::string_view json_text) {
       GLM_ASSIGN_OR_RETURN(token.rstrip, BoolField(t, "rstrip", false, where));
       GLM_ASSIGN_OR_RETURN(token.normalized, BoolField(t, "normalized", !token.special, where));
       if (token.content.empty()) continue;
+      token.pattern = token.normalized && nfc_ ? NormalizeNfc(token.content) : token.content;
       int64_t id;
       if (auto a = added_ids_.find(token.content); a != added_ids_.end()) {
         id = a->second;
@@ -264,13 +279,14 @@ absl::Status Tokenizer::Parse(std::string_view json_text) {
     AddedMatcher& matcher = pass == 0 ? raw_matcher_ : normalized_matcher_;
     for (size_t i = 0; i < added_.size(); ++i) {
       if (added_[i].normalized != (pass == 1)) continue;
-      matcher.by_first_byte[static_cast<uint8_t>(added_[i].content[0])].push_back(
+      if (added_[i].pattern.empty()) continue;
+      matcher.by_first_byte[static_cast<uint8_t>(added_[i].pattern[0])].push_back(
           static_cast<int32_t>(i));
       matcher.empty = false;
     }
     for (auto& bucket : matcher.by_first_byte) {
       std::stable_sort(bucket.begin(), bucket.end(), [this](int32_t a, int32_t b) {
-        return added_[a].content.size() > added_[b].content.size();
+        return added_[a].pattern.size() > added_[b].pattern.size();
       });
     }
   }
@@ -374,7 +390,8 @@ absl::Status Tokenizer::Parse(std::string_view json_text) {
   for (const auto& [token, id] : model_->vocab()) {
     if (!added_by_id_.contains(id) && *model_->IdToToken(id) == token) add_entry(id, token);
   }
-  for (const AddedToken& t : added_) add_entry(t.id, t.content);
+  // Decoding uses the normalized form of normalized added tokens (simple_id_to_token).
+  for (const AddedToken& t : added_) add_entry(t.id, t.pattern);
   return absl::OkStatus();
 }
 
@@ -396,7 +413,7 @@ void Tokenizer::SplitAdded(std::string_view text, const AddedMatcher& matcher,
     const AddedToken* found = nullptr;
     for (int32_t index : matcher.by_first_byte[static_cast<uint8_t>(text[i])]) {
       const AddedToken& t = added_[index];
-      if (t.content.size() <= n - i && text.compare(i, t.content.size(), t.content) == 0) {
+      if (t.pattern.size() <= n - i && text.compare(i, t.pattern.size(), t.pattern) == 0) {
         found = &t;
         break;
       }
@@ -406,7 +423,7 @@ void Tokenizer::SplitAdded(std::string_view text, const AddedMatcher& matcher,
       continue;
     }
     size_t start = i;
-    size_t stop = i + found->content.size();
+    size_t stop = i + found->pattern.size();
     i = stop;  // matches never overlap, whatever the strip flags do below
     if (found->single_word) {
       bool start_space = true;
@@ -558,16 +575,21 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
   }
   std::vector<Piece> pieces;
   SplitAdded(text, raw_matcher_, &pieces);
-  if (!normalized_matcher_.empty) {
-    // No normalizer is supported, so normalized pieces are the raw ones.
+  std::deque<std::string> normalized;  // owns normalized pieces (stable addresses)
+  if (!normalized_matcher_.empty || nfc_) {
     std::vector<Piece> second;
     second.reserve(pieces.size());
     for (const Piece& p : pieces) {
       if (p.id >= 0) {
         second.push_back(p);
-      } else {
-        SplitAdded(p.text, normalized_matcher_, &second);
+        continue;
       }
+      std::string_view piece = p.text;
+      if (nfc_ && !IsTriviallyNfc(piece)) {
+        normalized.push_back(NormalizeNfc(piece));
+        piece = normalized.back();
+      }
+      SplitAdded(piece, normalized_matcher_, &second);
     }
     pieces = std::move(second);
   }
@@ -632,7 +654,7 @@ std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
 
 std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {
   if (auto it = added_by_id_.find(id); it != added_by_id_.end()) {
-    return added_[it->second].content;
+    return added_[it->second].pattern;  // normalized form, as simple_id_to_token
   }
   if (const std::string* t = model_->IdToToken(id)) return *t;
   return std::nullopt;

@@ -11,7 +11,7 @@
 // Supported tokenizer.json components, anything else is rejected by FromJson with the field:
 //   model:          BPE (vocab; merges as "a b" or ["a", "b"]; unk_token, fuse_unk,
 //                   byte_fallback, continuing_subword_prefix, end_of_word_suffix, ignore_merges)
-//   normalizer:     null (or an empty Sequence). NFC and others are rejected.
+//   normalizer:     null, NFC, or a Sequence of those. Others (NFKC, Lowercase, ...) rejected.
 //   pre_tokenizer:  null, Split (Regex/String pattern, all five behaviours, invert), ByteLevel
 //                   (add_prefix_space, use_regex with the GPT-2 pattern), Sequence of these
 //   post_processor: null, ByteLevel, TemplateProcessing (single template), BertProcessing,
@@ -91,6 +91,7 @@ class Tokenizer {
  private:
   struct AddedToken {
     std::string content;
+    std::string pattern;  // what is matched: content, normalized when `normalized` (as HF)
     int32_t id = -1;
     bool single_word = false;
     bool lstrip = false;
@@ -157,6 +158,7 @@ class Tokenizer {
   static void ComputeSplits(const Regex& regex, SplitBehavior behavior, bool invert,
                             std::string_view text, StepScratch* scratch);
 
+  bool nfc_ = false;  // the normalizer is NFC (else none)
   std::unique_ptr<BpeModel> model_;
   std::vector<AddedToken> added_;                        // by insertion
   absl::flat_hash_map<std::string, int32_t> added_ids_;  // content -> id

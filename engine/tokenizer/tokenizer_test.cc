@@ -341,6 +341,25 @@ TEST(TokenizerTest, SplitBehaviours) {
   EXPECT_THAT(encode_with("Isolated", true), ElementsAre('a', '-', 'b', '-', '-', 'c'));
 }
 
+TEST(TokenizerTest, NfcNormalizerComposesBeforeSplitting) {
+  json j = GlmLike();
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}};
+  // A normalized added token written decomposed matches its composed form.
+  j["added_tokens"].push_back({{"id", 268}, {"content", "<e\xCC\x81>"}, {"special", false},
+                               {"normalized", true}});
+  auto tok = Load(j);
+  ASSERT_NE(tok, nullptr);
+  // e + U+0301 -> U+00E9 (C3 A9), one letter run with "t".
+  EXPECT_EQ(tok->Encode("e\xCC\x81t"), tok->Encode("\xC3\xA9t"));
+  EXPECT_THAT(tok->Encode("e\xCC\x81t"), ElementsAre(0xC3, 0xA9, 't'));
+  EXPECT_THAT(tok->Encode("<\xC3\xA9>"), ElementsAre(268));
+  EXPECT_THAT(tok->Encode("<e\xCC\x81>"), ElementsAre(268));
+  EXPECT_EQ(tok->IdToToken(268), "<\xC3\xA9>");
+  // The ByteLevel decoder maps U+00E9 (a byte-alphabet character) to byte E9, as the reference
+  // does for such added tokens: invalid UTF-8, rendered as U+FFFD.
+  EXPECT_EQ(tok->Decode({268}), "<\xEF\xBF\xBD>");
+}
+
 TEST(TokenizerTest, UnkAndByteFallback) {
   json j = GlmLike();
   j["pre_tokenizer"] = nullptr;  // raw characters reach the model
@@ -432,7 +451,7 @@ TEST(TokenizerTest, RejectsBrokenOrUnsupportedFilesWithTheField) {
   j["model"]["merges"].push_back("a b c");
   EXPECT_THAT(error(j), HasSubstr("/model/merges/7"));
   j = GlmLike();
-  j["normalizer"] = {{"type", "NFC"}};
+  j["normalizer"] = {{"type", "NFKC"}};
   EXPECT_THAT(error(j), HasSubstr("/normalizer"));
   j = GlmLike();
   j["pre_tokenizer"]["pretokenizers"][1] = {{"type", "Metaspace"}};

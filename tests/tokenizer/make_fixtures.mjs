@@ -8,6 +8,7 @@
 //                          TemplateProcessing adding [gMASK] <sop>, mixed added tokens
 //   glm_ignore_merges.json glm_like with ignore_merges and whole-word vocab entries that the
 //                          merges cannot reach
+//   glm_nfc.json           glm_like with an NFC normalizer and normalized non-special tokens
 import { readFileSync, writeFileSync } from "node:fs";
 
 const NUM_MERGES = 1500;
@@ -162,7 +163,14 @@ const ignoreMerges = {
   model: model(wholeVocab, merges, true),
 };
 
+const nfc = {
+  ...glmLike,
+  normalizer: { type: "NFC" },
+  added_tokens: addedTokens(vocabSize, true),
+};
+
 const out = new URL("./fixtures/", import.meta.url);
+writeFileSync(new URL("glm_nfc.json", out), JSON.stringify(nfc) + "\n");
 writeFileSync(new URL("glm_like.json", out), JSON.stringify(glmLike) + "\n");
 writeFileSync(new URL("gpt2_like.json", out), JSON.stringify(gpt2Like) + "\n");
 writeFileSync(new URL("glm_ignore_merges.json", out), JSON.stringify(ignoreMerges) + "\n");
