@@ -91,8 +91,7 @@ absl::StatusOr<Dtypes> DtypesOf(const ModelConfig& c) {
 }
 
 // Reads one safetensors header and adds each tensor's byte length to its group.
-absl::Status AddSafetensorsHeader(const std::filesystem::path& path, const ModelConfig& c,
-                                  WeightSizes* sizes) {
+absl::Status AddSafetensorsHeader(const std::filesystem::path& path, WeightSizes* sizes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path.string(), ": cannot open"));
   unsigned char len_bytes[8];
@@ -155,7 +154,6 @@ absl::Status AddSafetensorsHeader(const std::filesystem::path& path, const Model
       sizes->other_bytes += bytes;
     }
   }
-  (void)c;
   return absl::OkStatus();
 }
 
@@ -204,7 +202,7 @@ absl::StatusOr<WeightSizes> LoadWeightSizes(const std::string& model_dir,
     sizes.source = WeightSizes::Source::kSafetensorsHeaders;
     sizes.layer_bytes.assign(config.num_hidden_layers + config.num_mtp_layers(), 0);
     for (const auto& shard : shards) {
-      GLM_RETURN_IF_ERROR(AddSafetensorsHeader(shard, config, &sizes));
+      GLM_RETURN_IF_ERROR(AddSafetensorsHeader(shard, &sizes));
     }
     return sizes;
   }
