@@ -58,7 +58,8 @@ std::string TopkPlan::DebugString() const {
                       " workspace_bytes=", workspace_bytes);
 }
 
-absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t max_len, int k) {
+absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t max_len, int k,
+                                  TopkPath path) {
   if (rows <= 0 || max_len <= 0 || k <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PlanTopk: rows, max_len and k must be positive (got rows=", rows, " max_len=", max_len,
@@ -112,6 +113,7 @@ absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t m
   // over the chunk), else without; keep the plan with the least work per CTA over the rounds
   // the groups need (rounds = rows per group), ties to the higher residency.
   for (bool with_cand : {true, false}) {
+    if (path == TopkPath::kStreaming) break;
     int64_t best_cost = -1;
     for (int o = max_blocks; o >= 1; --o) {
       int64_t budget = std::min<int64_t>(l.smem_optin_per_block,
@@ -142,21 +144,46 @@ absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t m
     }
     if (best_cost >= 0) break;
   }
-  if (p.chunk == 0) {
-    // Streaming: no key cache; the chunk size is free. Candidates when they fit.
-    p.cache_in_smem = false;
-    const bool with_cand =
-        TopkSmemBytes(0, false, true) <= l.smem_optin_per_block &&
-        BlocksBySmem(l, TopkSmemBytes(0, false, true)) >= 1;
-    p.candidates = static_cast<int>(TopkCandidates(0, with_cand));
-    p.smem_bytes = static_cast<int>(TopkSmemBytes(0, false, with_cand));
-    p.blocks_per_sm = std::max(1, std::min(max_blocks, BlocksBySmem(l, p.smem_bytes)));
-    const int64_t hw = int64_t{l.num_sms} * p.blocks_per_sm;
+  // Streaming: no key cache, so every row's group can be resident at once; it reads HBM at least
+  // twice (pass 0, then the candidate compaction). Taken when no cached plan fits, when asked,
+  // or (kAuto) when the cached plan needs kTopkStreamRounds or more rounds of rows per group.
+  const int64_t cached_rounds = p.chunk > 0 ? CeilDiv(rows, p.num_groups) : 0;
+  const bool stream = p.chunk == 0 || path == TopkPath::kStreaming ||
+                      (path == TopkPath::kAuto && cached_rounds >= kTopkStreamRounds);
+  if (stream) {
+    TopkPlan s = p;
+    s.cache_in_smem = false;
+    // The largest candidate buffer that keeps the residency registers allow (else the smallest
+    // that fits at all, else none).
+    s.candidates = 0;
+    for (int cap : {4 * kTopkStreamCandidates, 2 * kTopkStreamCandidates, kTopkStreamCandidates,
+                    kTopkStreamCandidates / 2}) {
+      const int64_t smem = kTopkFixedSmemBytes + int64_t{8} * cap;
+      if (smem > l.smem_optin_per_block || BlocksBySmem(l, smem) < 1) continue;
+      s.candidates = cap;
+      if (BlocksBySmem(l, smem) >= max_blocks) break;
+    }
+    s.smem_bytes = kTopkFixedSmemBytes + 8 * s.candidates;
+    s.blocks_per_sm = std::max(1, std::min(max_blocks, BlocksBySmem(l, s.smem_bytes)));
+    const int64_t hw = int64_t{l.num_sms} * s.blocks_per_sm;
     int64_t cpg = std::min(cpg_parallel, std::max<int64_t>(1, hw / rows));
     cpg = std::max<int64_t>(1, std::min(cpg, hw));
-    p.chunk = RoundUp(CeilDiv(max_len, cpg), 4);
-    p.ctas_per_group = static_cast<int>(CeilDiv(max_len, p.chunk));
-    p.num_groups = std::max<int64_t>(1, std::min(rows, hw / p.ctas_per_group));
+    s.chunk = RoundUp(CeilDiv(max_len, cpg), 4);
+    s.ctas_per_group = static_cast<int>(CeilDiv(max_len, s.chunk));
+    s.num_groups = std::max<int64_t>(1, std::min(rows, hw / s.ctas_per_group));
+    // kAuto keeps the cached plan unless streaming needs fewer rounds.
+    // kAuto streams only when the candidates are likely to fit (a CTA's chunk at most 16 x the
+    // buffer, i.e. >= 6 % of it may stay in play after pass 0; otherwise each overflowing CTA
+    // re-reads its chunk on every pass) and a CTA's chunk is at most kTopkStreamMaxChunk (one
+    // CTA streaming more is bound by one SM's bandwidth). Measured on the H200 (docs/
+    // benchmarks.md): streaming won at 43,692 and 87,384 columns per CTA and lost at 131,072;
+    // it also reads HBM twice, which favours cached rounds on low-bandwidth parts (GB10).
+    const bool cand_fit = s.candidates > 0 && s.chunk <= int64_t{16} * s.candidates &&
+                          s.chunk <= kTopkStreamMaxChunk;
+    if (p.chunk == 0 || path == TopkPath::kStreaming ||
+        (cand_fit && CeilDiv(rows, s.num_groups) < cached_rounds)) {
+      p = s;
+    }
   }
   p.total_ctas = p.num_groups * p.ctas_per_group;
   p.cooperative = p.ctas_per_group > 1;

@@ -30,10 +30,15 @@ inline constexpr int kTopkFixedSmemBytes = 2304;
 // Candidate buffer: after the first radix pass each CTA copies the keys still in play (and
 // their columns) into shared memory, so later passes and the emission scan those instead of the
 // whole chunk; a CTA with more candidates than fit falls back to scanning its chunk. Capacity:
-// chunk / 8 (multiple of 32, at most kTopkMaxCandidates) when caching, kTopkStreamCandidates
-// when streaming; 8 bytes each (key + column).
+// chunk / 8 (multiple of 32, at most kTopkMaxCandidates) when caching; when streaming the largest
+// of 4x, 2x, 1x, 0.5x kTopkStreamCandidates that keeps the register-limited residency; 8 bytes
+// each (key + column).
 inline constexpr int kTopkMaxCandidates = 4096;
 inline constexpr int kTopkStreamCandidates = 2048;
+// kAuto streams when the cached plan would need this many rounds of rows per group.
+inline constexpr int64_t kTopkStreamRounds = 3;
+// kAuto never streams chunks longer than this (columns per CTA).
+inline constexpr int64_t kTopkStreamMaxChunk = 65536;
 // Fewest columns per CTA worth a CTA of its own (8 per thread): shorter rows use fewer CTAs.
 inline constexpr int kTopkMinChunk = 4096;
 // Per-row global state of a multi-CTA group (histograms, barrier counters, output cursors);
@@ -66,7 +71,11 @@ int64_t TopkSmemBytes(int64_t chunk, bool cache, bool with_cand);
 // Plans top-k over `rows` rows of at most `max_len` fp32 scores, k >= 1. Errors only for invalid
 // arguments (non-positive sizes, a device with no SMs or too little shared memory for the fixed
 // part); any valid row length gets a plan that fits.
+// kAuto picks; kCached prefers caching (streams only when nothing cached fits); kStreaming
+// always streams (tests and benches compare the two).
+enum class TopkPath { kAuto, kCached, kStreaming };
+
 absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& limits, int64_t rows, int64_t max_len,
-                                  int k);
+                                  int k, TopkPath path = TopkPath::kAuto);
 
 }  // namespace glm::kernels

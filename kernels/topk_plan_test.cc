@@ -117,6 +117,13 @@ TEST(TopkPlanTest, H200PlansAtTheBriefSizes) {
                   static_cast<long long>(len), p->DebugString().c_str());
       if (len == 2048) {
         EXPECT_FALSE(p->cooperative);  // len <= k: identity, one CTA per row
+      } else if (len == 1048576 && rows == 32) {
+        // 128 MB of keys would take 7 rounds of cached rows: with 4 CTAs/SM (no register cap)
+        // every row streams at once, 16 CTAs x 65,536 columns.
+        EXPECT_FALSE(p->cache_in_smem);
+        EXPECT_EQ(p->num_groups, 32);
+        EXPECT_GT(p->candidates, 0);
+        EXPECT_LE(p->chunk, kTopkStreamMaxChunk);
       } else {
         EXPECT_TRUE(p->cache_in_smem);
       }
@@ -124,11 +131,37 @@ TEST(TopkPlanTest, H200PlansAtTheBriefSizes) {
   }
 }
 
+TEST(TopkPlanTest, AutoStreamsOnlyShortChunks) {
+  // The real H200 kernel keeps 2 CTAs/SM (registers): 32 rows x 1M would stream 131,072 columns
+  // per CTA, which measured slower than cached rounds, so the plan stays cached.
+  DeviceLimits h200 = H200Limits();
+  h200.max_blocks_per_sm_cap = 2;
+  auto p = PlanTopk(h200, 32, 1048576, 2048);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->cache_in_smem) << p->DebugString();
+  // GB10-capped 32 x 128K: 3 CTAs x 43,692 columns per row, all rows at once.
+  DeviceLimits gb10 = CapDeviceLimits(H200Limits(), 101376, 48);
+  gb10.max_blocks_per_sm_cap = 2;
+  p = PlanTopk(gb10, 32, 131072, 2048);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->cache_in_smem) << p->DebugString();
+  EXPECT_EQ(p->num_groups, 32);
+  // Forced paths are honoured.
+  p = PlanTopk(h200, 8, 1048576, 2048, TopkPath::kStreaming);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->cache_in_smem);
+  p = PlanTopk(gb10, 32, 131072, 2048, TopkPath::kCached);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->cache_in_smem);
+}
+
 TEST(TopkPlanTest, SmallDeviceFallsBackToStreaming) {
   auto p = PlanTopk(TinyLimits(), 1, 1048576, 2048);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->cache_in_smem) << p->DebugString();
-  EXPECT_EQ(p->smem_bytes, kTopkFixedSmemBytes + 8 * kTopkStreamCandidates);
+  // 24 KiB holds only the smallest streaming candidate buffer.
+  EXPECT_EQ(p->candidates, kTopkStreamCandidates / 2);
+  EXPECT_EQ(p->smem_bytes, kTopkFixedSmemBytes + 8 * p->candidates);
   ExpectPlanFits(TinyLimits(), *p, "tiny 1M");
 }
 

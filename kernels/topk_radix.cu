@@ -40,7 +40,7 @@ int MinCap(int have, int cap) { return cap > 0 ? std::min(have, cap) : have; }
 }  // namespace
 
 absl::StatusOr<TopkPlan> PlanTopkForDevice(int64_t rows, int64_t max_len, int k,
-                                           const DeviceLimits* caps) {
+                                           const DeviceLimits* caps, TopkPath path) {
   GLM_ASSIGN_OR_RETURN(DeviceLimits limits, QueryDeviceLimits());
   if (caps != nullptr) {
     limits.num_sms = MinCap(limits.num_sms, caps->num_sms);
@@ -59,7 +59,7 @@ absl::StatusOr<TopkPlan> PlanTopkForDevice(int64_t rows, int64_t max_len, int k,
   }
   limits.max_blocks_per_sm_cap = MinCap(reg_cap, limits.max_blocks_per_sm_cap);
   for (int attempt = 0; attempt < 8; ++attempt) {
-    GLM_ASSIGN_OR_RETURN(TopkPlan plan, PlanTopk(limits, rows, max_len, k));
+    GLM_ASSIGN_OR_RETURN(TopkPlan plan, PlanTopk(limits, rows, max_len, k, path));
     GLM_ASSIGN_OR_RETURN(int occ, Occupancy(PickKernel(plan.cooperative, plan.cache_in_smem),
                                             plan.smem_bytes));
     if (occ >= plan.blocks_per_sm || (!plan.cooperative && occ >= 1)) return plan;
@@ -78,8 +78,8 @@ absl::Status TopkRadix(const TopkPlan& plan, const float* scores, int64_t row_st
   if (plan.rows <= 0 || plan.k <= 0 || plan.max_len <= 0 || plan.chunk <= 0 ||
       plan.chunk % 4 != 0 || int64_t{plan.ctas_per_group} * plan.chunk < plan.max_len ||
       plan.num_groups <= 0 || plan.candidates < 0 || plan.candidates % 32 != 0 ||
-      plan.smem_bytes < TopkSmemBytes(plan.chunk, plan.cache_in_smem, plan.candidates > 0) -
-                            (plan.max_len <= plan.k ? 4 * plan.chunk : 0)) {
+      plan.smem_bytes < kTopkFixedSmemBytes + 8 * int64_t{plan.candidates} +
+                            (plan.cache_in_smem && plan.max_len > plan.k ? 4 * plan.chunk : 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "TopkRadix: plan is not from PlanTopk/PlanTopkForDevice (", plan.DebugString(), ")"));
   }

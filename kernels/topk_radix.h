@@ -22,7 +22,8 @@ namespace glm::kernels {
 // further by `caps` when given (each non-zero field of *caps is an upper bound), and the exact
 // kernel's occupancy (cudaOccupancyMaxActiveBlocksPerMultiprocessor at the plan's shared memory).
 absl::StatusOr<TopkPlan> PlanTopkForDevice(int64_t rows, int64_t max_len, int k,
-                                           const DeviceLimits* caps = nullptr);
+                                           const DeviceLimits* caps = nullptr,
+                                           TopkPath path = TopkPath::kAuto);
 
 // scores: [plan.rows, row_stride] fp32 on the device, row_stride >= plan.max_len.
 // lengths: [plan.rows] int32 valid columns per row (clamped to [0, max_len]), or null.

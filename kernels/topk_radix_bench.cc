@@ -25,14 +25,13 @@
 namespace glm::kernels {
 namespace {
 
-#define BENCH_CHECK(expr)                                                             \
-  do {                                                                                \
-    const cudaError_t e_ = (expr);                                                    \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,               \
-                   cudaGetErrorString(e_));                                           \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+#define BENCH_CHECK(expr)                                                                        \
+  do {                                                                                           \
+    const cudaError_t e_ = (expr);                                                               \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
   } while (0)
 
 void CheckOk(const absl::Status& s, const char* what) {
@@ -65,8 +64,8 @@ Timing TimeCalls(const std::function<absl::Status(int)>& enqueue, int calls, int
   if (captured) {
     for (int i = 0; i < calls && captured; ++i) captured = enqueue(i).ok();
     const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-    captured = captured && end == cudaSuccess &&
-               cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    captured =
+        captured && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
   }
   (void)cudaGetLastError();
   std::vector<float> ms;
@@ -101,8 +100,9 @@ double MeasureD2D(cudaStream_t stream) {
   BENCH_CHECK(cudaMalloc(&b, bytes));
   BENCH_CHECK(cudaMemset(a, 1, bytes));
   const Timing t = TimeCalls(
-      [&](int) { return CudaStatus(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream),
-                                   "memcpy"); },
+      [&](int) {
+        return CudaStatus(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "memcpy");
+      },
       4, 10, stream);
   cudaFree(a);
   cudaFree(b);
@@ -116,56 +116,67 @@ void BenchTopk(double d2d_gbs, bool quick, cudaStream_t stream) {
               "time_us", "GB/s", "of_d2d", "graph", "cpg", "groups", "chunk", "mode", "smem/cand");
   for (int64_t len : {int64_t{131072}, int64_t{1048576}}) {
     for (int64_t rows : {int64_t{1}, int64_t{8}, int64_t{32}}) {
-      auto plan = PlanTopkForDevice(rows, len, k);
-      CheckOk(plan.status(), "plan");
-      const size_t set_bytes = static_cast<size_t>(rows * len) * 4;
-      const int sets = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / set_bytes));
-      float* scores = nullptr;
-      int32_t* out = nullptr;
-      void* ws = nullptr;
-      BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&scores), set_bytes * sets));
-      BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(rows * k) * 4 * sets));
-      BENCH_CHECK(cudaMalloc(&ws, std::max<size_t>(16, plan->workspace_bytes) * sets));
-      {
-        // Random scores (never zeros): fill one set on the host, copy it to every set.
-        std::vector<float> host(static_cast<size_t>(rows * len));
-        std::mt19937 rng(1);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
-        for (float& v : host) v = nd(rng);
-        for (int s = 0; s < sets; ++s) {
-          BENCH_CHECK(cudaMemcpy(reinterpret_cast<char*>(scores) + set_bytes * s, host.data(),
-                                 set_bytes, cudaMemcpyHostToDevice));
+      // Both paths are measured; "<- auto" marks the one PlanTopkForDevice picks.
+      auto auto_plan = PlanTopkForDevice(rows, len, k);
+      CheckOk(auto_plan.status(), "plan");
+      for (TopkPath path : {TopkPath::kCached, TopkPath::kStreaming}) {
+        auto plan = PlanTopkForDevice(rows, len, k, nullptr, path);
+        CheckOk(plan.status(), "plan");
+        const size_t set_bytes = static_cast<size_t>(rows * len) * 4;
+        const int sets = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / set_bytes));
+        float* scores = nullptr;
+        int32_t* out = nullptr;
+        void* ws = nullptr;
+        BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&scores), set_bytes * sets));
+        BENCH_CHECK(
+            cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(rows * k) * 4 * sets));
+        BENCH_CHECK(cudaMalloc(&ws, std::max<size_t>(16, plan->workspace_bytes) * sets));
+        {
+          // Random scores (never zeros): fill one set on the host, copy it to every set.
+          std::vector<float> host(static_cast<size_t>(rows * len));
+          std::mt19937 rng(1);
+          std::normal_distribution<float> nd(0.0f, 1.0f);
+          for (float& v : host) v = nd(rng);
+          for (int s = 0; s < sets; ++s) {
+            BENCH_CHECK(cudaMemcpy(reinterpret_cast<char*>(scores) + set_bytes * s, host.data(),
+                                   set_bytes, cudaMemcpyHostToDevice));
+          }
         }
-      }
-      const size_t ws_stride = std::max<size_t>(16, plan->workspace_bytes);
-      auto enqueue = [&](int i) {
-        const int s = i % sets;
-        return TopkRadix(*plan, reinterpret_cast<const float*>(
-                                    reinterpret_cast<const char*>(scores) + set_bytes * s),
-                         len, nullptr, out + static_cast<size_t>(rows * k) * s,
-                         static_cast<char*>(ws) + ws_stride * s, plan->workspace_bytes, stream);
-      };
-      const int calls = std::min(sets, quick ? 20 : 100);
-      const Timing t = TimeCalls(enqueue, calls, quick ? 5 : 15, stream);
-      // Sanity: set 0's output holds k valid indices per row.
-      std::vector<int32_t> h(static_cast<size_t>(rows * k));
-      BENCH_CHECK(cudaMemcpy(h.data(), out, h.size() * 4, cudaMemcpyDeviceToHost));
-      for (int32_t v : h) {
-        if (v < 0 || v >= len) {
-          std::fprintf(stderr, "bench output invalid: %d\n", v);
-          std::exit(1);
+        const size_t ws_stride = std::max<size_t>(16, plan->workspace_bytes);
+        auto enqueue = [&](int i) {
+          const int s = i % sets;
+          return TopkRadix(
+              *plan,
+              reinterpret_cast<const float*>(reinterpret_cast<const char*>(scores) + set_bytes * s),
+              len, nullptr, out + static_cast<size_t>(rows * k) * s,
+              static_cast<char*>(ws) + ws_stride * s, plan->workspace_bytes, stream);
+        };
+        const int calls = std::min(sets, quick ? 20 : 100);
+        const Timing t = TimeCalls(enqueue, calls, quick ? 5 : 15, stream);
+        // Sanity: set 0's output holds k valid indices per row.
+        std::vector<int32_t> h(static_cast<size_t>(rows * k));
+        BENCH_CHECK(cudaMemcpy(h.data(), out, h.size() * 4, cudaMemcpyDeviceToHost));
+        for (int32_t v : h) {
+          if (v < 0 || v >= len) {
+            std::fprintf(stderr, "bench output invalid: %d\n", v);
+            std::exit(1);
+          }
         }
+        const double bytes = static_cast<double>(set_bytes) + rows * k * 4.0;
+        const double gbs = bytes / (t.us_per_call * 1e-6) / 1e9;
+        const bool is_auto = auto_plan->cache_in_smem == plan->cache_in_smem &&
+                             auto_plan->ctas_per_group == plan->ctas_per_group &&
+                             auto_plan->chunk == plan->chunk;
+        std::printf("%-9lld %-5lld %-10.2f %-7.0f %-6.3f %-6s %-9d %-10lld %-9lld %-7s %d/%d%s\n",
+                    static_cast<long long>(len), static_cast<long long>(rows), t.us_per_call, gbs,
+                    gbs / d2d_gbs, t.graph ? "yes" : "no", plan->ctas_per_group,
+                    static_cast<long long>(plan->num_groups), static_cast<long long>(plan->chunk),
+                    plan->cache_in_smem ? "smem" : "stream", plan->smem_bytes, plan->candidates,
+                    is_auto ? "  <- auto" : "");
+        cudaFree(scores);
+        cudaFree(out);
+        cudaFree(ws);
       }
-      const double bytes = static_cast<double>(set_bytes) + rows * k * 4.0;
-      const double gbs = bytes / (t.us_per_call * 1e-6) / 1e9;
-      std::printf("%-9lld %-5lld %-10.2f %-7.0f %-6.3f %-6s %-9d %-10lld %-9lld %-7s %d/%d\n",
-                  static_cast<long long>(len), static_cast<long long>(rows), t.us_per_call, gbs,
-                  gbs / d2d_gbs, t.graph ? "yes" : "no", plan->ctas_per_group,
-                  static_cast<long long>(plan->num_groups), static_cast<long long>(plan->chunk),
-                  plan->cache_in_smem ? "smem" : "stream", plan->smem_bytes, plan->candidates);
-      cudaFree(scores);
-      cudaFree(out);
-      cudaFree(ws);
     }
   }
 }
@@ -228,8 +239,8 @@ void BenchSmallOps(double d2d_gbs, cudaStream_t stream) {
           sets, 10, stream);
       const double gbs = set / (t.us_per_call * 1e-6) / 1e9;
       std::printf("%-28s %-10.2f %-7.0f %.3f\n",
-                  absl::StrCat("argmax f32 [", rows, ",", vocab, "]").c_str(), t.us_per_call,
-                  gbs, gbs / d2d_gbs);
+                  absl::StrCat("argmax f32 [", rows, ",", vocab, "]").c_str(), t.us_per_call, gbs,
+                  gbs / d2d_gbs);
     }
   }
   cudaFree(pool);

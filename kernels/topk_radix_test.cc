@@ -30,7 +30,7 @@ uint32_t Key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-enum class Data { kUniform, kFewValues, kAllEqual, kSpecials, kSorted };
+enum class Data { kUniform, kNormal, kFewValues, kAllEqual, kSpecials, kSorted };
 enum class Lengths { kFull, kMixed };
 
 struct Case {
@@ -42,11 +42,13 @@ struct Case {
   int64_t stride_pad = 0;  // row_stride = max_len + stride_pad
   const DeviceLimits* caps = nullptr;
   bool expect_streaming = false;
+  TopkPath path = TopkPath::kAuto;
 };
 
 std::string DataName(Data d) {
   switch (d) {
     case Data::kUniform: return "uniform";
+    case Data::kNormal: return "normal";
     case Data::kFewValues: return "few_values";
     case Data::kAllEqual: return "all_equal";
     case Data::kSpecials: return "specials";
@@ -92,19 +94,21 @@ class TopkRadixTest : public ::testing::Test {
     const std::string ctx =
         absl::StrCat("rows=", c.rows, " max_len=", c.max_len, " k=", c.k, " data=",
                      DataName(c.data), " lengths=", c.lengths == Lengths::kFull ? "full" : "mixed",
-                     " pad=", c.stride_pad, " caps=", c.caps ? c.caps->DebugString() : "none");
+                     " pad=", c.stride_pad, " path=", static_cast<int>(c.path), " caps=", c.caps ? c.caps->DebugString() : "none");
     SCOPED_TRACE(ctx);
     const int64_t stride = c.max_len + c.stride_pad;
     std::mt19937 rng(seed);
     std::vector<float> scores(static_cast<size_t>(c.rows * stride));
     std::uniform_real_distribution<float> uni(-10.0f, 10.0f);
     std::uniform_int_distribution<int> few(0, 7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_int_distribution<int> pick(0, 99);
     for (int64_t r = 0; r < c.rows; ++r) {
       float* row = scores.data() + r * stride;
       for (int64_t i = 0; i < stride; ++i) {
         switch (c.data) {
           case Data::kUniform: row[i] = uni(rng); break;
+          case Data::kNormal: row[i] = normal(rng); break;
           case Data::kFewValues: row[i] = static_cast<float>(few(rng)) * 0.5f; break;
           case Data::kAllEqual: row[i] = 1.25f; break;
           case Data::kSorted: row[i] = static_cast<float>(i) * 1e-3f; break;
@@ -139,7 +143,7 @@ class TopkRadixTest : public ::testing::Test {
       for (int64_t i = lengths[r]; i < c.max_len; ++i) row[i] = 1e30f;
     }
 
-    auto plan = PlanTopkForDevice(c.rows, c.max_len, c.k, c.caps);
+    auto plan = PlanTopkForDevice(c.rows, c.max_len, c.k, c.caps, c.path);
     ASSERT_TRUE(plan.ok()) << plan.status();
     SCOPED_TRACE(plan->DebugString());
     if (c.expect_streaming) {
@@ -230,6 +234,20 @@ TEST_F(TopkRadixTest, StreamingPath) {
     Run({.rows = rows, .max_len = 1048576, .k = 2048, .data = Data::kFewValues,
          .lengths = Lengths::kMixed, .caps = &tiny, .expect_streaming = true},
         51);
+  }
+}
+
+TEST_F(TopkRadixTest, ForcedPaths) {
+  // Streaming with the candidate buffer (normal scores: candidates fit) and with its per-CTA
+  // fallback (uniform scores: ~10 % of a chunk is still in play after pass 0); cached likewise.
+  for (TopkPath path : {TopkPath::kStreaming, TopkPath::kCached}) {
+    for (Data d : {Data::kNormal, Data::kUniform, Data::kFewValues}) {
+      Run({.rows = 8, .max_len = 1048576, .k = 2048, .data = d, .path = path}, 60);
+      Run({.rows = 3, .max_len = 131072, .k = 512, .data = d, .lengths = Lengths::kMixed,
+           .path = path},
+          61);
+    }
+    Run({.rows = 33, .max_len = 1048576, .k = 2048, .data = Data::kNormal, .path = path}, 62);
   }
 }
 
