@@ -33,6 +33,7 @@ struct ServeFlags {
   glm::rpc::TlsFiles tls;
   int heartbeat_ms = 1000;
   int threads = 32;
+  bool allow_no_gpu = false;
   std::string log_level = "info";
 };
 
@@ -55,6 +56,7 @@ int Serve(const ServeFlags& flags) {
   options.node = flags.node;
   options.version = GLM_VERSION;
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
+  options.allow_no_gpu = flags.allow_no_gpu;
   glm::agent::AgentService service(options, glm::Clock::Real());
 
   grpc::ServerBuilder builder;
@@ -115,6 +117,8 @@ int main(int argc, char** argv) {
   serve->add_option("--threads", flags.threads, "maximum gRPC handler threads")
       ->check(CLI::Range(4, 1024));
   serve->add_option("--log-level", flags.log_level, "debug|info|warn|error");
+  serve->add_flag("--allow-no-gpu", flags.allow_no_gpu,
+                  "this node runs the CPU backend: no GPU is a preflight warning, not a failure");
   app.add_subcommand("preflight", "check this node locally (RDMA, GID, MTU, memlock, NCCL, ...)");
   CLI11_PARSE(app, argc, argv);
   if (serve->parsed()) return Serve(flags);

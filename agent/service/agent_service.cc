@@ -72,7 +72,7 @@ grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::Prefli
   host_req.model_dir = req->model_dir();
   host_req.required_disk_bytes = req->required_disk_bytes();
   host_req.required_memory_bytes = req->required_memory_bytes();
-  host_req.require_gpu = req->require_gpu();
+  host_req.require_gpu = req->require_gpu() && !options_.allow_no_gpu;
   std::vector<glm::v1::Check> checks = RunHostChecks(host_req, options_.probe_paths);
   if (options_.extra_checks) {
     for (auto& c : options_.extra_checks(*req)) checks.push_back(std::move(c));

@@ -22,6 +22,9 @@ struct AgentServiceOptions {
   std::string version;                    // build version
   std::chrono::milliseconds heartbeat{1000};  // default WatchStatus heartbeat interval
   HostProbePaths probe_paths;
+  // This node runs the CPU backend: a missing GPU is a warning even when the controller asks for
+  // one (--allow-no-gpu; CPU-only test nodes of a non-local cluster).
+  bool allow_no_gpu = false;
   // Extra preflight checks (RDMA, GID, MTU, memlock, NCCL from agent/preflight), appended after
   // the host checks. Null: host checks only.
   std::function<std::vector<glm::v1::Check>(const glm::v1::PreflightRequest&)> extra_checks;

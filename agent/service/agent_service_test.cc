@@ -59,6 +59,38 @@ TEST_F(AgentServiceTest, PreflightReturnsHostChecksAndExtras) {
   EXPECT_EQ(resp.checks(0).id(), "host.cpu.count");
 }
 
+TEST_F(AgentServiceTest, RequiredGpuIsCheckedUnlessTheNodeAllowsNone) {
+  glm::v1::PreflightRequest req;
+  req.set_require_gpu(true);
+  auto gpu_status = [&](AgentService* service) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service);
+    auto server = builder.BuildAndStart();
+    auto stub = glm::v1::Agent::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Bound(&ctx);
+    glm::v1::PreflightResponse resp;
+    EXPECT_TRUE(stub->Preflight(&ctx, req, &resp).ok());
+    server->Shutdown();
+    for (const auto& c : resp.checks())
+      if (c.id() == "host.gpu.present") return c.status();
+    return glm::v1::CHECK_STATUS_UNSPECIFIED;
+  };
+  // A fake /dev without GPUs, so the result does not depend on this machine.
+  AgentServiceOptions options;
+  options.node = "cpu";
+  options.probe_paths.dev_root = "/nonexistent-dev";
+  options.probe_paths.proc_root = "/nonexistent-proc";
+  AgentService strict(options, Clock::Real());
+  EXPECT_EQ(gpu_status(&strict), glm::v1::CHECK_STATUS_FAIL);
+  options.allow_no_gpu = true;
+  AgentService lenient(options, Clock::Real());
+  EXPECT_EQ(gpu_status(&lenient), glm::v1::CHECK_STATUS_WARN);
+}
+
 TEST_F(AgentServiceTest, ImpossibleRequirementFailsPreflight) {
   grpc::ClientContext ctx;
   Bound(&ctx);
