@@ -171,8 +171,7 @@ absl::StatusOr<TopkPlan> PlanTopk(const DeviceLimits& l, int64_t rows, int64_t m
     s.chunk = RoundUp(CeilDiv(max_len, cpg), 4);
     s.ctas_per_group = static_cast<int>(CeilDiv(max_len, s.chunk));
     s.num_groups = std::max<int64_t>(1, std::min(rows, hw / s.ctas_per_group));
-    // kAuto keeps the cached plan unless streaming needs fewer rounds.
-    // kAuto streams only when the candidates are likely to fit (a CTA's chunk at most 16 x the
+    // kAuto keeps the cached plan unless streaming needs fewer rounds, and streams only when the candidates are likely to fit (a CTA's chunk at most 16 x the
     // buffer, i.e. >= 6 % of it may stay in play after pass 0; otherwise each overflowing CTA
     // re-reads its chunk on every pass) and a CTA's chunk is at most kTopkStreamMaxChunk (one
     // CTA streaming more is bound by one SM's bandwidth). Measured on the H200 (docs/

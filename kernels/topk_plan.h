@@ -9,9 +9,12 @@
 //   total_ctas <= num_sms * blocks_per_sm (the launcher also uses cudaLaunchCooperativeKernel,
 //   which refuses a grid that cannot be co-resident instead of hanging).
 // - Preferred: each CTA caches its chunk of the row in shared memory as radix keys (one read of
-//   HBM). When the row is too long for the resident CTAs' shared memory (the GB10 failure in
-//   ../shared/specs/glm5-architecture.md §6.2), the plan streams instead: the chunk is re-read
-//   from global memory (L2) on each radix pass. It never gives up for lack of shared memory.
+//   HBM); rows beyond what the resident groups hold are taken in rounds. When the row is too
+//   long for the resident CTAs' shared memory (the GB10 failure in
+//   ../shared/specs/glm5-architecture.md §6.2), or the cached plan would need
+//   kTopkStreamRounds+ rounds and streaming chunks stay short, the plan streams instead: no key
+//   cache, the chunk is read from global memory for pass 0 and the candidate compaction (and on
+//   every pass if a CTA's candidates overflow). It never gives up for lack of shared memory.
 #pragma once
 
 #include <cstddef>
