@@ -213,14 +213,37 @@ void Engine::Deliver(int64_t request_id, TokenEvent event) {
     auto it = streams_.find(request_id);
     if (it == streams_.end()) return;
     stream = it->second;
-    if (finished) {
-      streams_.erase(it);
-      --in_flight_;
-      ++stats_.num_requests_finished;
-    }
+    if (finished) streams_.erase(it);
   }
   stream->Push(std::move(event));
-  if (finished) idle_cv_.notify_all();
+  // in_flight_ drops when the loop publishes its stats (PublishStats), so that Drain returning
+  // implies Stats() already reflects every finished request.
+  if (finished) ++finished_unpublished_;
+}
+
+void Engine::PublishStats() {
+  const SchedulerStats ss = scheduler_->Stats();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    in_flight_ -= finished_unpublished_;
+    stats_.num_requests_finished += finished_unpublished_;
+    finished_unpublished_ = 0;
+    stats_.num_running = ss.num_running;
+    stats_.num_waiting = ss.num_waiting;
+    stats_.kv_num_blocks = ss.kv.num_blocks;
+    stats_.kv_num_free_blocks = ss.kv.num_free_blocks;
+    stats_.kv_num_cached_blocks = ss.kv.num_cached_blocks;
+    stats_.num_steps = ss.num_steps;
+    stats_.num_preemptions = ss.num_preemptions;
+    stats_.num_prompt_tokens = ss.num_prompt_tokens;
+    stats_.num_cached_prompt_tokens = ss.num_cached_prompt_tokens;
+    stats_.num_computed_tokens = ss.num_computed_tokens;
+    stats_.num_generated_tokens = ss.num_generated_tokens;
+    stats_.num_draft_tokens = ss.num_draft_tokens;
+    stats_.num_accepted_draft_tokens = ss.num_accepted_draft_tokens;
+    stats_.draft_acceptance_rate = ss.draft_acceptance_rate();
+  }
+  idle_cv_.notify_all();
 }
 
 void Engine::Loop() {
@@ -252,6 +275,7 @@ void Engine::Loop() {
     for (int64_t id : aborts) scheduler_->Abort(id);
     if (stop) {
       scheduler_->AbortAll();
+      PublishStats();
       return;
     }
     if (scheduler_->HasWork()) {
@@ -264,22 +288,7 @@ void Engine::Loop() {
         scheduler_->FailAll(s);
       }
     }
-    const SchedulerStats ss = scheduler_->Stats();
-    std::lock_guard<std::mutex> l(mu_);
-    stats_.num_running = ss.num_running;
-    stats_.num_waiting = ss.num_waiting;
-    stats_.kv_num_blocks = ss.kv.num_blocks;
-    stats_.kv_num_free_blocks = ss.kv.num_free_blocks;
-    stats_.kv_num_cached_blocks = ss.kv.num_cached_blocks;
-    stats_.num_steps = ss.num_steps;
-    stats_.num_preemptions = ss.num_preemptions;
-    stats_.num_prompt_tokens = ss.num_prompt_tokens;
-    stats_.num_cached_prompt_tokens = ss.num_cached_prompt_tokens;
-    stats_.num_computed_tokens = ss.num_computed_tokens;
-    stats_.num_generated_tokens = ss.num_generated_tokens;
-    stats_.num_draft_tokens = ss.num_draft_tokens;
-    stats_.num_accepted_draft_tokens = ss.num_accepted_draft_tokens;
-    stats_.draft_acceptance_rate = ss.draft_acceptance_rate();
+    PublishStats();
   }
 }
 

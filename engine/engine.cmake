@@ -24,7 +24,7 @@ glm_set_warnings(glm-run)
 # and through the glm-run binary.
 if(TARGET glm_model)
   glm_add_test(NAME engine_golden_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_golden_test.cc
-    LIBS glm_engine nlohmann_json::nlohmann_json LABELS golden)
+    LIBS glm_engine glm_model nlohmann_json::nlohmann_json LABELS golden)
   target_compile_definitions(engine_golden_test PRIVATE
     GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden"
     GLM_RUN_BINARY="$<TARGET_FILE:glm-run>")

@@ -132,6 +132,7 @@ class Engine {
   Engine(std::unique_ptr<Model> model, const EngineOptions& options);
   void Loop();
   void Deliver(int64_t request_id, TokenEvent event);
+  void PublishStats();  // loop thread: copies scheduler stats, retires finished requests
 
   const EngineOptions options_;
   std::unique_ptr<Model> model_;
@@ -154,6 +155,7 @@ class Engine {
   bool stop_ = false;
   absl::Status failure_;
   uint64_t seed_state_ = 0;
+  int64_t finished_unpublished_ = 0;  // loop thread only
   EngineStats stats_;
   std::thread loop_;
 };

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -61,22 +63,55 @@ TEST(EngineTest, ConcurrentSubmitsFromManyThreads) {
   EXPECT_GT(st.num_steps, 0);
 }
 
+// A fake whose Forward waits until the test allows another step (no sleeps, no races).
+class GatedModel : public FakeModel {
+ public:
+  explicit GatedModel(const Options& o) : FakeModel(o) {}
+  absl::Status Forward(const ForwardBatch& b, ForwardResult* r) override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return allowed_ > 0; });
+      --allowed_;
+    }
+    return FakeModel::Forward(b, r);
+  }
+  void Allow(int64_t steps) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      allowed_ += steps;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t allowed_ = 0;
+};
+
 TEST(EngineTest, AbortEndsTheStream) {
-  EngineOptions eo;
-  eo.max_num_batched_tokens = 4;
-  auto engine = MakeEngine({}, eo, nullptr);
-  auto h = engine->Submit(Greedy(Prompt(5, 1), 200));
+  auto model = std::make_unique<GatedModel>(FakeModel::Options{});
+  GatedModel* gate = model.get();
+  auto engine = Engine::CreateWithModel(std::move(model), {});
+  ASSERT_TRUE(engine.ok());
+  auto h = (*engine)->Submit(Greedy(Prompt(5, 1), 200));
   ASSERT_TRUE(h.ok());
+  gate->Allow(1);
   TokenEvent ev;
-  ASSERT_TRUE(h->stream->Next(&ev));  // at least one token came out
-  engine->Abort(h->id);
+  ASSERT_TRUE(h->stream->Next(&ev));  // the prefill step's token; no further step can finish
+  EXPECT_EQ(ev.token_id, FakeModel(FakeModel::Options{}).Greedy(Prompt(5, 1), 1)[0]);
+  (*engine)->Abort(h->id);
+  gate->Allow(1 << 20);
   TokenEvent last;
-  h->stream->CollectTokens(&last);
+  const auto rest = h->stream->CollectTokens(&last);
+  // The abort lands before step 2 starts or while it waits in Forward: at most one more token.
+  EXPECT_LE(rest.size(), 1u);
   EXPECT_TRUE(last.finished);
   EXPECT_EQ(last.finish_reason, FinishReason::kAborted);
   EXPECT_FALSE(h->stream->Next(&ev));
-  engine->Abort(12345);  // unknown: ignored
-  EXPECT_TRUE(engine->Drain().ok());
+  (*engine)->Abort(12345);  // unknown: ignored
+  EXPECT_TRUE((*engine)->Drain().ok());
+  EXPECT_EQ((*engine)->Stats().kv_num_free_blocks, (*engine)->Stats().kv_num_blocks);
 }
 
 TEST(EngineTest, DrainStopsAdmissionAndWaits) {

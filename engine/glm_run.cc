@@ -7,6 +7,7 @@
 // logits of every prompt position as float32 little-endian, row-major
 // [num_prompt_tokens, vocab_size]. --prompt tokenizes TEXT with DIR/tokenizer.json and also
 // prints the generated text (streamed) on the line before the ids. Stats go to stderr.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
   glm::engine::SamplingParams sp;
   sp.max_tokens = 32;
   int64_t seed = -1;
-  int64_t kv_mib = 1024;
+  int64_t kv_mib = 0;
   app.add_option("--model", opts.model_dir, "model directory (config.json, *.safetensors)")
       ->required();
   auto* tok_opt = app.add_option("--tokens", tokens_text, "prompt token ids, comma-separated");
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-tokens", sp.min_tokens)->capture_default_str();
   app.add_flag("--ignore-eos", sp.ignore_eos, "do not stop at the model's EOS tokens");
   app.add_option("--threads", opts.num_threads, "CPU threads (0 = all)")->capture_default_str();
-  app.add_option("--kv-mib", kv_mib, "KV cache budget in MiB")->capture_default_str();
+  app.add_option("--kv-mib", kv_mib,
+                 "KV cache budget in MiB (default: just enough blocks for this request)");
   app.add_option("--block-size", opts.kv_block_size)->capture_default_str();
   app.add_option("--max-batched-tokens", opts.max_num_batched_tokens, "per-step token budget")
       ->capture_default_str();
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   glm::InitLogging("glm-run", glm::ParseLogLevel(log_level));
   opts.kv_cache_bytes = kv_mib << 20;
+  opts.max_num_batched_tokens = std::max(opts.max_num_batched_tokens, 1 + opts.mtp_draft_tokens);
   if (seed >= 0) sp.seed = static_cast<uint64_t>(seed);
 
   glm::engine::Request req;
@@ -104,6 +107,11 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("give --tokens 1,2,3 or --prompt TEXT"));
   }
   const size_t num_prompt = req.prompt_ids.size();
+  if (kv_mib <= 0 && opts.kv_block_size > 0) {
+    const int64_t positions =
+        static_cast<int64_t>(num_prompt) + sp.max_tokens + 2 * std::max(opts.mtp_draft_tokens, 0);
+    opts.kv_num_blocks = static_cast<int>((positions + opts.kv_block_size - 1) / opts.kv_block_size);
+  }
 
   auto engine = glm::engine::Engine::Create(opts);
   if (!engine.ok()) return Fail(engine.status());

@@ -354,11 +354,12 @@ TEST_P(MtpTest, PrefixCacheHitsKeepDraftKvExact) {
   SchedulerOptions so;
   so.num_draft_tokens = GetParam();
   Harness h({}, so);
-  auto shared = Prompt(26, 5);
+  // a and b diverge right after 6 full blocks: block 5's last MTP entry depends on that token.
+  auto shared = Prompt(24, 5);
   auto a = shared;
-  a.push_back(1);
+  a.insert(a.end(), {1, 7, 7});
   auto b = shared;
-  b.push_back(2);
+  b.insert(b.end(), {2, 7, 7});
   h.Add(0, MakeRequest(a, 12));
   h.RunToCompletion();
   h.Add(1, MakeRequest(b, 12));
