@@ -1,5 +1,7 @@
 // Compares glm_tokenizer with a reference implementation's output.
 //   tokenizer_compare --tokenizer tokenizer.json --reference ref.json [--max-report N]
+//                     [--add-special-tokens true|false]   (default for items that do not say;
+//                     false unless given - Python's Tokenizer.encode defaults to true)
 // ref.json: a JSON array (or an object holding one under "items", "lines" or "cases"), or JSON
 // lines, of {"text": str, "ids": [int], "decoded": str (optional),
 // "add_special_tokens": bool (optional, default false), "decoded_skip_special": str (optional),
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
   std::string tokenizer_path;
   std::string reference_path;
   int max_report = 20;
+  bool default_add_special = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--tokenizer") {
@@ -95,11 +98,16 @@ int main(int argc, char** argv) {
       reference_path = argv[i + 1];
     } else if (flag == "--max-report") {
       max_report = std::atoi(argv[i + 1]);
+    } else if (flag == "--add-special-tokens") {
+      default_add_special = std::string(argv[i + 1]) == "true";
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
     }
   }
   if (tokenizer_path.empty() || reference_path.empty()) {
     std::fprintf(stderr, "usage: tokenizer_compare --tokenizer FILE --reference FILE "
-                         "[--max-report N]\n");
+                         "[--max-report N] [--add-special-tokens true|false]\n");
     return 2;
   }
   auto tok = glm::tokenizer::Tokenizer::FromFile(tokenizer_path);
@@ -126,7 +134,7 @@ int main(int argc, char** argv) {
     }
     const std::string text = item["text"].get<std::string>();
     const std::vector<int32_t> expected = item["ids"].get<std::vector<int32_t>>();
-    const bool add_special = item.value("add_special_tokens", false);
+    const bool add_special = item.value("add_special_tokens", default_add_special);
     ++checked;
     num_ids += expected.size();
     const std::vector<int32_t> got = (*tok)->Encode(text, add_special);
