@@ -35,6 +35,16 @@ std::string OneLine(std::string s, size_t max) {
   return s;
 }
 
+// " [#####-----]  52% 1.2/2.3 GiB" for byte progress; "" without a total.
+std::string Bar(const glm::v1::Progress& p) {
+  if (p.total_bytes() <= 0) return "";
+  double frac = std::clamp(static_cast<double>(p.done_bytes()) / p.total_bytes(), 0.0, 1.0);
+  int filled = static_cast<int>(frac * 20);
+  return absl::StrFormat(" [%s%s] %3d%% %.1f/%.1f GiB", std::string(filled, '#'),
+                         std::string(20 - filled, '-'), static_cast<int>(frac * 100),
+                         p.done_bytes() / 1073741824.0, p.total_bytes() / 1073741824.0);
+}
+
 }  // namespace
 
 std::string NodeStateName(glm::v1::NodeState s) {
@@ -68,7 +78,7 @@ void UpProgress::OnEvent(const glm::v1::UpEvent& e) {
       out_ << "[" << phase << "] " << e.message() << "\n";
     } else {
       out_ << "[" << phase << "] " << e.node() << ": " << NodeStateName(e.node_state()) << ": "
-           << e.message() << "\n";
+           << e.message() << Bar(e.progress()) << "\n";
     }
     out_.flush();
     return;
@@ -78,7 +88,7 @@ void UpProgress::OnEvent(const glm::v1::UpEvent& e) {
     phase_message_ = e.message();
   } else {
     if (!lines_.count(e.node())) nodes_.push_back(e.node());
-    lines_[e.node()] = {NodeStateName(e.node_state()), e.message()};
+    lines_[e.node()] = {NodeStateName(e.node_state()), e.message() + Bar(e.progress())};
   }
   Redraw();
 }

@@ -65,6 +65,20 @@ TEST(RenderTest, PlainProgressIsOneLinePerEvent) {
   EXPECT_EQ(out.str().find('\x1b'), std::string::npos);
 }
 
+TEST(RenderTest, ByteProgressShowsABar) {
+  std::ostringstream out;
+  UpProgress p(out, /*tty=*/false, {"a"});
+  glm::v1::UpEvent e;
+  e.set_phase(glm::v1::BRING_UP_PHASE_STAGE);
+  e.set_node("a");
+  e.set_message("weights");
+  e.mutable_progress()->set_done_bytes(1LL << 30);
+  e.mutable_progress()->set_total_bytes(4LL << 30);
+  p.OnEvent(e);
+  EXPECT_NE(out.str().find("[#####---------------]  25% 1.0/4.0 GiB"), std::string::npos)
+      << out.str();
+}
+
 TEST(RenderTest, TtyProgressRedrawsInPlace) {
   std::ostringstream out;
   UpProgress p(out, /*tty=*/true, {"a", "b"});
