@@ -116,6 +116,13 @@ grpc::Status ControllerService::Up(grpc::ServerContext*, const glm::v1::UpReques
       state_.SetNodeState(node.name, glm::v1::NODE_STATE_READY);
       state_.ClearNodeError(node.name);
       monitor_.Arm(node.name);
+      glm::v1::UpEvent ready;
+      ready.set_phase(glm::v1::BRING_UP_PHASE_READY);
+      ready.set_node(node.name);
+      ready.set_node_state(glm::v1::NODE_STATE_READY);
+      ready.set_message("ready; health watching on");
+      std::lock_guard<std::mutex> lock(sink_mu_);
+      writer->Write(ready);
     }
     watchers_.Start(ctx.topology.nodes);
     glm::v1::UpEvent e;
