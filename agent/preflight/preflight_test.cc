@@ -235,7 +235,8 @@ TEST(PreflightTest, PathMtuPerPeer) {
 TEST(PreflightTest, GpuFromDriverProcFilesWarnsWithoutComputeCapability) {
   PreflightOptions o = Options("healthy");
   o.gpu_probe = nullptr;  // ProbeGpus on the fixture proc tree: driver files only.
-  const CheckResult& gpu = Get(RunNodePreflight(o), "gpu.present");
+  PreflightReport report = RunNodePreflight(o);
+  const CheckResult& gpu = Get(report, "gpu.present");
   EXPECT_EQ(gpu.status, CheckStatus::kWarn);
   EXPECT_THAT(gpu.message, HasSubstr("NVIDIA GB10 (compute capability unknown)"));
 }
