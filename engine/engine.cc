@@ -57,16 +57,6 @@ std::vector<int32_t> TokenStream::CollectTokens(TokenEvent* final_event) {
 
 // ---- Engine -----------------------------------------------------------------------------------
 
-int64_t KvBytesPerBlock(const ModelConfig& c, int block_size, bool with_mtp) {
-  const int num_layers = c.num_hidden_layers + (with_mtp ? c.num_mtp_layers() : 0);
-  int64_t per_token = 0;
-  for (int l = 0; l < num_layers; ++l) {
-    per_token += c.kv_lora_rank + c.qk_rope_head_dim;
-    if (c.HasIndexer(l)) per_token += c.index_head_dim;
-  }
-  return per_token * static_cast<int64_t>(sizeof(float)) * block_size;
-}
-
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
 #if GLM_ENGINE_HAVE_MODEL
   GLM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
@@ -80,9 +70,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (options.kv_block_size < 1) {
     return absl::InvalidArgumentError("kv_block_size must be >= 1");
   }
+  ModelLoadOptions load;
+  load.model_dir = options.model_dir;
+  load.kv.block_size = options.kv_block_size;
+  load.load_mtp = mtp;
   int64_t num_blocks = options.kv_num_blocks;
   if (num_blocks <= 0) {
-    const int64_t per_block = KvBytesPerBlock(config, options.kv_block_size, mtp);
+    // The model owns the KV storage, so it says how many bytes one block takes.
+    const int64_t per_block = KvCacheBytesPerToken(config, load) * options.kv_block_size;
     num_blocks = per_block > 0 ? options.kv_cache_bytes / per_block : 0;
     if (num_blocks < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -90,12 +85,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
           " bytes for this model: raise the KV budget"));
     }
   }
-  ModelLoadOptions load;
-  load.model_dir = options.model_dir;
-  load.kv.block_size = options.kv_block_size;
   load.kv.num_blocks = static_cast<int>(std::min<int64_t>(num_blocks, 1 << 30));
   load.num_threads = options.num_threads;
-  load.load_mtp = mtp;
   GLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadGlmMoeDsa(load));
   return CreateWithModel(std::move(model), options);
 #else

@@ -51,11 +51,6 @@ struct EngineOptions {
   uint64_t seed = 0;              // seeds requests without SamplingParams::seed (0 = random)
 };
 
-// Bytes one KV block takes on the CPU backend for `config` (all layers + MTP layers when
-// `with_mtp`): per token-layer (kv_lora_rank + qk_rope_head_dim) fp32, plus index_head_dim fp32
-// on layers with an indexer.
-int64_t KvBytesPerBlock(const ModelConfig& config, int block_size, bool with_mtp);
-
 struct EngineStats {
   int64_t num_requests_submitted = 0;
   int64_t num_requests_finished = 0;
