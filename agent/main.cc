@@ -1,6 +1,10 @@
 // glm-agent: the per-node daemon.
 //   glm-agent serve --listen ADDR --node NAME [--tls-ca F --tls-cert F --tls-key F]
-//                   [--heartbeat-ms N] [--threads N] [--log-level L]
+//                   [--heartbeat-ms N] [--threads N] [--log-level L] [--allow-no-gpu]
+//                   [--sysfs-root DIR] [--proc-root DIR] [--dev-root DIR] [--gid-watch-ms N]
+//                   [--fabric-ip IP [--mtu-echo-port N] [--stage-root DIR [--stage-port N]]]
+//   With --fabric-ip the agent serves the path-MTU UDP echo (peers' mtu.path checks) and, with
+//   --stage-root, the weight-stage server on that address; Info reports their ports.
 //   glm-agent preflight ...   (agent/preflight: checks this node locally, no controller needed)
 // Only this file wires concrete implementations together (DESIGN.md §2).
 #include <signal.h>
@@ -11,7 +15,9 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "agent/preflight/path_mtu.h"
 #include "agent/service/agent_service.h"
+#include "agent/stage/stage_server.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -35,6 +41,14 @@ struct ServeFlags {
   int threads = 32;
   bool allow_no_gpu = false;
   std::string log_level = "info";
+  std::string sysfs_root = "/sys";
+  std::string proc_root = "/proc";
+  std::string dev_root = "/dev";
+  int gid_watch_ms = 10000;
+  std::string fabric_ip;
+  int mtu_echo_port = 47190;
+  std::string stage_root;
+  int stage_port = 47191;
 };
 
 int Serve(const ServeFlags& flags) {
@@ -57,7 +71,50 @@ int Serve(const ServeFlags& flags) {
   options.version = GLM_VERSION;
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
   options.allow_no_gpu = flags.allow_no_gpu;
+  options.roots = {flags.sysfs_root, flags.proc_root, flags.dev_root};
+  options.probe_paths.proc_root = flags.proc_root;
+  options.probe_paths.dev_root = flags.dev_root;
+  options.gid_watch_interval = std::chrono::milliseconds(flags.gid_watch_ms);
+  // Netlink events are about the real kernel; a fixture tree only changes by re-reading.
+  options.gid_netlink = flags.sysfs_root == "/sys";
+
+  // Fabric services on the fabric IP, before the gRPC server (Info reports their ports).
+  std::unique_ptr<glm::preflight::UdpEchoResponder> echo;
+  std::unique_ptr<glm::stage::StageServer> stage_server;
+  if (!flags.fabric_ip.empty()) {
+    auto started = glm::preflight::UdpEchoResponder::Start(
+        flags.fabric_ip, static_cast<uint16_t>(flags.mtu_echo_port));
+    if (!started.ok()) {
+      std::cerr << "glm-agent: cannot start the path-MTU echo responder on " << flags.fabric_ip
+                << ":" << flags.mtu_echo_port << ": " << started.status().message()
+                << "; fix --fabric-ip (an address of this host on the fabric) or pick another "
+                   "--mtu-echo-port\n";
+      return 1;
+    }
+    echo = *std::move(started);
+    options.fabric_ip = flags.fabric_ip;
+    options.mtu_echo_port = echo->port();
+    if (!flags.stage_root.empty()) {
+      glm::stage::StageServer::Options so;
+      so.root = flags.stage_root;
+      so.bind_address = flags.fabric_ip;
+      so.port = static_cast<uint16_t>(flags.stage_port);
+      auto stage = glm::stage::StageServer::Start(so);
+      if (!stage.ok()) {
+        std::cerr << "glm-agent: cannot start the weight-stage server on " << flags.fabric_ip
+                  << ":" << flags.stage_port << ": " << stage.status().message()
+                  << "; pick another --stage-port or fix --stage-root\n";
+        return 1;
+      }
+      stage_server = *std::move(stage);
+      options.stage_port = stage_server->port();
+    }
+  } else if (!flags.stage_root.empty()) {
+    std::cerr << "glm-agent: --stage-root needs --fabric-ip (the address peers fetch from)\n";
+    return 2;
+  }
   glm::agent::AgentService service(options, glm::Clock::Real());
+  service.StartGidWatchThread();
 
   grpc::ServerBuilder builder;
   int bound_port = 0;
@@ -74,9 +131,10 @@ int Serve(const ServeFlags& flags) {
                  "nodes[].address in cluster.yaml\n";
     return 1;
   }
-  GLM_LOG_INFO("agent started node={} listen={} port={} tls={} version={} instance={}",
+  GLM_LOG_INFO("agent started node={} listen={} port={} tls={} version={} instance={} "
+               "fabric_ip={} mtu_echo_port={} stage_port={}",
                flags.node, flags.listen, bound_port, flags.tls.enabled(), GLM_VERSION,
-               service.instance_id());
+               service.instance_id(), flags.fabric_ip, options.mtu_echo_port, options.stage_port);
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -84,6 +142,8 @@ int Serve(const ServeFlags& flags) {
   service.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
+  if (stage_server) stage_server->Stop();
+  echo.reset();
   GLM_LOG_INFO("agent stopped node={}", flags.node);
   return 0;
 }
@@ -119,6 +179,20 @@ int main(int argc, char** argv) {
   serve->add_option("--log-level", flags.log_level, "debug|info|warn|error");
   serve->add_flag("--allow-no-gpu", flags.allow_no_gpu,
                   "this node runs the CPU backend: no GPU is a preflight warning, not a failure");
+  serve->add_option("--sysfs-root", flags.sysfs_root, "sysfs root for preflight (tests: a fixture tree)");
+  serve->add_option("--proc-root", flags.proc_root, "procfs root for preflight and host facts");
+  serve->add_option("--dev-root", flags.dev_root, "/dev root for preflight and host facts");
+  serve->add_option("--gid-watch-ms", flags.gid_watch_ms,
+                    "re-read period of the GID table after bring-up")
+      ->check(CLI::Range(50, 3600000));
+  serve->add_option("--fabric-ip", flags.fabric_ip,
+                    "this node's fabric IP: serve the path-MTU echo (and stage server) there");
+  serve->add_option("--mtu-echo-port", flags.mtu_echo_port, "UDP port of the path-MTU echo (0: any)")
+      ->check(CLI::Range(0, 65535));
+  serve->add_option("--stage-root", flags.stage_root,
+                    "directory the weight-stage server serves to peers (needs --fabric-ip)");
+  serve->add_option("--stage-port", flags.stage_port, "TCP port of the weight-stage server (0: any)")
+      ->check(CLI::Range(0, 65535));
   app.add_subcommand("preflight", "check this node locally (RDMA, GID, MTU, memlock, NCCL, ...)");
   CLI11_PARSE(app, argc, argv);
   if (serve->parsed()) return Serve(flags);

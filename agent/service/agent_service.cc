@@ -4,7 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "agent/service/node_preflight.h"
 #include "common/logging.h"
+#include "common/status_util.h"
 #include "proto/rpc/status_map.h"
 
 namespace glm::agent {
@@ -54,6 +56,110 @@ AgentService::AgentService(AgentServiceOptions options, Clock* clock)
   });
 }
 
+AgentService::~AgentService() { Shutdown(); }
+
+void AgentService::Shutdown() {
+  publisher_.Shutdown();
+  gid_stop_.store(true);
+  if (gid_thread_.joinable()) gid_thread_.join();
+}
+
+void AgentService::StartGidWatchThread() {
+  if (gid_thread_.joinable()) return;
+  gid_thread_ = std::thread([this] {
+    preflight::NetlinkAddressMonitor netlink;
+    bool have_netlink = false;
+    if (options_.gid_netlink) {
+      absl::Status s = netlink.Open();
+      have_netlink = s.ok();
+      if (!s.ok()) {
+        GLM_LOG_WARN("gid watch: no netlink events ({}); periodic re-read only",
+                     glm::ToStd(s.message()));
+      }
+    }
+    // Wake at least every 250 ms so short --gid-watch-ms intervals and shutdown are honoured.
+    while (!gid_stop_.load()) {
+      bool event = false;
+      if (have_netlink) {
+        event = netlink.WaitForEvents(250);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+      if (gid_stop_.load()) break;
+      PollGidWatch(event);
+    }
+  });
+}
+
+bool AgentService::PollGidWatch(bool force) {
+  std::shared_ptr<preflight::GidWatcher> watcher;
+  {
+    std::lock_guard<std::mutex> lock(gid_mu_);
+    watcher = gid_watcher_;
+  }
+  return watcher != nullptr && watcher->Poll(force);
+}
+
+void AgentService::ArmGidWatch(const preflight::GidCheckInput& input,
+                               const preflight::GidEntry& validated) {
+  preflight::GidWatcher::Options wopts;
+  wopts.roots = options_.roots;
+  wopts.input = input;
+  wopts.interval = options_.gid_watch_interval;
+  auto watcher = std::make_shared<preflight::GidWatcher>(
+      wopts, clock_, [this](const preflight::GidChangeEvent& e) { OnGidChange(e); });
+  watcher->Poll(true);  // baseline
+  {
+    std::lock_guard<std::mutex> lock(gid_mu_);
+    gid_watcher_ = watcher;
+    gid_validated_ = validated;
+  }
+  publisher_.Update([&](glm::v1::AgentStatus& s) {
+    *s.mutable_gid() = ToProto(validated);
+    s.set_degraded(false);
+    s.clear_degraded_message();
+  });
+  GLM_LOG_INFO("gid watch armed node={} entry=\"{}\" interval_ms={}", options_.node,
+               validated.Describe(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(options_.gid_watch_interval)
+                   .count());
+}
+
+void AgentService::OnGidChange(const preflight::GidChangeEvent& event) {
+  std::optional<preflight::GidEntry> validated;
+  {
+    std::lock_guard<std::mutex> lock(gid_mu_);
+    validated = gid_validated_;
+  }
+  bool back = event.new_entry.has_value() && validated.has_value() &&
+              *event.new_entry == *validated;
+  std::string message = event.message;
+  if (message.empty()) {
+    message = absl::StrCat(
+        "gid.index changed on node ", options_.node, ": ",
+        event.old_entry ? event.old_entry->Describe() : std::string("(none)"), " -> ",
+        event.new_entry ? event.new_entry->Describe() : std::string("(none)"));
+  }
+  publisher_.Update([&](glm::v1::AgentStatus& s) {
+    if (event.new_entry) {
+      *s.mutable_gid() = ToProto(*event.new_entry);
+    } else {
+      s.clear_gid();
+    }
+    s.set_degraded(!back);
+    if (back) {
+      s.clear_degraded_message();
+    } else {
+      s.set_degraded_message(message);
+    }
+  });
+  if (back) {
+    GLM_LOG_INFO("gid entry back to the validated one node={}: {}", options_.node, message);
+  } else {
+    GLM_LOG_WARN("degraded node={}: {}", options_.node, message);
+  }
+}
+
 grpc::Status AgentService::Info(grpc::ServerContext*, const glm::v1::InfoRequest*,
                                 glm::v1::InfoResponse* resp) {
   resp->set_node(options_.node);
@@ -63,6 +169,9 @@ grpc::Status AgentService::Info(grpc::ServerContext*, const glm::v1::InfoRequest
   resp->set_uptime_ms(
       std::chrono::duration_cast<std::chrono::milliseconds>(clock_->Now() - start_).count());
   *resp->mutable_host() = GatherHostFacts(options_.probe_paths);
+  resp->set_fabric_ip(options_.fabric_ip);
+  resp->set_mtu_echo_port(options_.mtu_echo_port);
+  resp->set_stage_port(options_.stage_port);
   return grpc::Status::OK;
 }
 
@@ -74,6 +183,13 @@ grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::Prefli
   host_req.required_memory_bytes = req->required_memory_bytes();
   host_req.require_gpu = req->require_gpu() && !options_.allow_no_gpu;
   std::vector<glm::v1::Check> checks = RunHostChecks(host_req, options_.probe_paths);
+  NodePreflightOutcome node =
+      RunAgentNodePreflight(options_.node, *req, options_.roots, host_req.require_gpu);
+  for (auto& c : node.checks) checks.push_back(std::move(c));
+  if (node.gid) {
+    *resp->mutable_gid() = ToProto(*node.gid);
+    if (node.gid_input) ArmGidWatch(*node.gid_input, *node.gid);
+  }
   if (options_.extra_checks) {
     for (auto& c : options_.extra_checks(*req)) checks.push_back(std::move(c));
   }
@@ -90,8 +206,9 @@ grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::Prefli
   }
   resp->set_node(options_.node);
   resp->set_ok(ok);
-  GLM_LOG_INFO("preflight node={} checks={} warn={} fail={}", options_.node, resp->checks_size(),
-               warn, fail);
+  GLM_LOG_INFO("preflight node={} checks={} warn={} fail={} gid=\"{}\"", options_.node,
+               resp->checks_size(), warn, fail,
+               node.gid ? node.gid->Describe() : std::string("-"));
   return grpc::Status::OK;
 }
 

@@ -4,10 +4,18 @@
 // Thread-safe (gRPC calls handlers from its thread pool).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "agent/preflight/gid_watcher.h"
+#include "agent/preflight/sysfs.h"
 
 #include "agent/service/host_facts.h"
 #include "agent/service/status_publisher.h"
@@ -28,14 +36,34 @@ struct AgentServiceOptions {
   // Extra preflight checks (RDMA, GID, MTU, memlock, NCCL from agent/preflight), appended after
   // the host checks. Null: host checks only.
   std::function<std::vector<glm::v1::Check>(const glm::v1::PreflightRequest&)> extra_checks;
+  // Where agent/preflight reads the kernel (--sysfs-root/--proc-root/--dev-root; fixture trees
+  // in tests).
+  preflight::SystemRoots roots;
+  // GID watcher: re-read period of the GID table after a preflight resolved an entry
+  // (--gid-watch-ms); netlink address/link events force an early re-read when `gid_netlink`.
+  Clock::Duration gid_watch_interval = std::chrono::seconds(10);
+  bool gid_netlink = true;
+  // Fabric services main started (reported by Info so the controller can tell peers).
+  std::string fabric_ip;
+  int mtu_echo_port = 0;
+  int stage_port = 0;
 };
 
 class AgentService final : public glm::v1::Agent::Service {
  public:
   AgentService(AgentServiceOptions options, Clock* clock);
 
-  // Ends open WatchStatus streams (call before grpc::Server::Shutdown).
-  void Shutdown() { publisher_.Shutdown(); }
+  ~AgentService() override;
+
+  // Ends open WatchStatus streams and the GID watch thread (call before grpc::Server::Shutdown).
+  void Shutdown();
+
+  // Starts the background GID watch thread (the daemon; tests call PollGidWatch instead).
+  void StartGidWatchThread();
+  // Re-reads the GID table when the interval passed (or now when `force`); publishes a change
+  // of the resolved entry as degraded. No-op until a preflight resolved an entry. Returns true
+  // when it re-read.
+  bool PollGidWatch(bool force);
   StatusPublisher& publisher() { return publisher_; }
   const std::string& instance_id() const { return instance_id_; }
 
@@ -68,6 +96,15 @@ class AgentService final : public glm::v1::Agent::Service {
   const int64_t start_unix_ms_;
   StatusPublisher publisher_;
   ShardHost shard_;
+
+  // GID watch: armed by a preflight that resolved an entry (the entry bring-up validated).
+  void ArmGidWatch(const preflight::GidCheckInput& input, const preflight::GidEntry& validated);
+  void OnGidChange(const preflight::GidChangeEvent& event);
+  std::mutex gid_mu_;
+  std::shared_ptr<preflight::GidWatcher> gid_watcher_;
+  std::optional<preflight::GidEntry> gid_validated_;
+  std::atomic<bool> gid_stop_{false};
+  std::thread gid_thread_;
 };
 
 // A random 16-hex-digit id.

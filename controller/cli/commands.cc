@@ -196,6 +196,39 @@ int RunUp(const std::string& config, const GlobalFlags& flags, bool force) {
   return kOk;
 }
 
+int RunPreflight(const std::string& config, const GlobalFlags& flags) {
+  auto topology = Load(config);
+  if (!topology.ok()) return ConfigError(topology.status());
+  auto conn = Connect(&*topology, flags);
+  if (!conn.ok()) return ConfigError(conn.status());
+  if (topology->local) {
+    if (auto s = EnsureLocalProcesses(*topology); !s.ok()) {
+      std::cerr << "glmctl: " << s.message() << "\n";
+      return kFailed;
+    }
+  }
+  if (!WaitConnected(*conn, std::chrono::seconds(topology->local ? 20 : 5))) {
+    return Unreachable(*conn, "");
+  }
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(180));
+  glm::v1::ClusterPreflightRequest req;
+  req.set_cluster_name(topology->cluster_name);
+  glm::v1::ClusterPreflightResponse resp;
+  grpc::Status s = conn->stub->Preflight(&ctx, req, &resp);
+  if (!s.ok()) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) return Unreachable(*conn, s.error_message());
+    std::cerr << "glmctl preflight: " << s.error_message() << "\n";
+    return kFailed;
+  }
+  if (flags.json) {
+    std::cout << PreflightToJson(resp).dump(2) << "\n";
+  } else {
+    PrintPreflightTable(std::cout, resp);
+  }
+  return resp.ok() ? kOk : kFailed;
+}
+
 int RunStatus(const std::string& config, const GlobalFlags& flags) {
   absl::StatusOr<ClusterTopology> topology = absl::NotFoundError("");
   if (!config.empty()) {

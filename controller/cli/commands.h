@@ -17,6 +17,9 @@ int RunStatus(const std::string& config, const GlobalFlags& flags);
 int RunHealth(const std::string& config, const GlobalFlags& flags);
 int RunDown(const std::string& config, const GlobalFlags& flags);
 int RunValidate(const std::string& config, const GlobalFlags& flags);
+// Runs every node's preflight through the controller (starting a local cluster's processes
+// first, as `up` does); exit 0 only when no check failed and every agent answered.
+int RunPreflight(const std::string& config, const GlobalFlags& flags);
 int RunPlan(const std::string& config, const GlobalFlags& flags);
 int RunCerts(const std::string& config, const std::string& out_dir, bool force);
 

@@ -46,6 +46,11 @@ int main(int argc, char** argv) {
   add_config(plan, true);
   plan->add_flag("--json", flags.json, "one JSON object");
 
+  auto* preflight = app.add_subcommand(
+      "preflight", "run every node's checks (RDMA, GID, MTU, memlock, NCCL, host) side by side");
+  add_config(preflight, true);
+  preflight->add_flag("--json", flags.json, "one JSON object");
+
   std::string out_dir;
   bool certs_force = false;
   auto* certs = app.add_subcommand("certs", "make a cluster CA and node/controller certificates");
@@ -55,10 +60,12 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (config.empty() && !up->parsed() && !validate->parsed() && !plan->parsed() &&
+      !preflight->parsed() &&
       !certs->parsed()) {
     config = glm::cli::DefaultConfig();
   }
   if (up->parsed()) return glm::cli::RunUp(config, flags, force);
+  if (preflight->parsed()) return glm::cli::RunPreflight(config, flags);
   if (status->parsed()) return glm::cli::RunStatus(config, flags);
   if (health->parsed()) return glm::cli::RunHealth(config, flags);
   if (down->parsed()) return glm::cli::RunDown(config, flags);

@@ -86,6 +86,7 @@ void UpProgress::OnEvent(const glm::v1::UpEvent& e) {
   if (e.node().empty()) {
     phase_ = PhaseName(e.phase());
     phase_message_ = e.message();
+    if (e.message().rfind("warning: ", 0) == 0) warnings_.push_back(e.message());
   } else {
     if (!lines_.count(e.node())) nodes_.push_back(e.node());
     lines_[e.node()] = {NodeStateName(e.node_state()), e.message() + Bar(e.progress())};
@@ -108,7 +109,11 @@ void UpProgress::Redraw() {
   out_.flush();
 }
 
-void UpProgress::Finish() { drawn_ = 0; }
+void UpProgress::Finish() {
+  drawn_ = 0;
+  for (const auto& w : warnings_) out_ << w << "\n";
+  warnings_.clear();
+}
 
 nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
   nlohmann::json j;
@@ -129,7 +134,8 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
                           {"status_version", n.status_version()},
                           {"last_heartbeat_age_ms", n.last_heartbeat_age_ms()},
                           {"last_error", n.last_error()},
-                          {"replica", n.replica()}});
+                          {"replica", n.replica()},
+                          {"gid", n.has_gid() ? GidToJson(n.gid()) : nlohmann::json(nullptr)}});
   }
   j["replicas"] = nlohmann::json::array();
   for (const auto& r : s.replicas()) {
@@ -146,7 +152,7 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
       << s.controller_version() << " up " << HumanDuration(s.controller_uptime_ms()) << "\n";
   if (!s.phase_message().empty()) out << "  " << s.phase_message() << "\n";
   std::vector<std::vector<std::string>> rows = {
-      {"NODE", "ADDRESS", "STATE", "VERSION", "UPTIME", "HEARTBEAT", "LAST ERROR"}};
+      {"NODE", "ADDRESS", "STATE", "VERSION", "UPTIME", "HEARTBEAT", "GID", "LAST ERROR"}};
   for (const auto& n : s.nodes()) {
     rows.push_back({n.name(), n.address(), NodeStateName(n.state()),
                     n.agent_version().empty() ? "-" : n.agent_version(),
@@ -154,6 +160,7 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
                     n.last_heartbeat_age_ms() < 0
                         ? "-"
                         : absl::StrFormat("%.1fs ago", n.last_heartbeat_age_ms() / 1000.0),
+                    n.has_gid() ? absl::StrCat(n.gid().index()) : "-",
                     n.last_error().empty() ? "-" : OneLine(n.last_error(), 80)});
   }
   std::vector<size_t> width(rows[0].size(), 0);
@@ -165,6 +172,12 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
           << r[i];
     }
     out << "\n";
+  }
+  // Degraded nodes: the whole message (old and new entries, fix), not cut to the column.
+  for (const auto& n : s.nodes()) {
+    if (n.state() == glm::v1::NODE_STATE_DEGRADED) {
+      out << "  " << n.name() << " degraded: " << n.last_error() << "\n";
+    }
   }
   out << "\n";
   if (s.replicas_size() == 0) {
@@ -178,6 +191,126 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
         << absl::StrJoin(std::vector<std::string>(r.nodes().begin(), r.nodes().end()), ",")
         << "\n";
   }
+}
+
+nlohmann::json GidToJson(const glm::v1::GidEntry& g) {
+  if (g.hca().empty()) return nullptr;
+  return {{"hca", g.hca()},   {"port", g.port()}, {"index", g.index()},
+          {"gid", g.gid()},   {"type", g.type()}, {"netdev", g.netdev()}};
+}
+
+namespace {
+
+const char* CheckStatusWord(glm::v1::CheckStatus s) {
+  switch (s) {
+    case glm::v1::CHECK_STATUS_PASS: return "pass";
+    case glm::v1::CHECK_STATUS_WARN: return "warn";
+    case glm::v1::CHECK_STATUS_FAIL: return "FAIL";
+    default: return "?";
+  }
+}
+
+// Row keys per node: the check id, with " #2", " #3" for repeats (mtu.path: one per peer).
+std::vector<std::string> CheckKeys(const glm::v1::NodePreflightResult& n) {
+  std::map<std::string, int> seen;
+  std::vector<std::string> keys;
+  for (const auto& c : n.checks()) {
+    int k = ++seen[c.id()];
+    keys.push_back(k == 1 ? c.id() : absl::StrCat(c.id(), " #", k));
+  }
+  return keys;
+}
+
+}  // namespace
+
+nlohmann::json PreflightToJson(const glm::v1::ClusterPreflightResponse& resp) {
+  nlohmann::json j;
+  j["ok"] = resp.ok();
+  j["gid_warning"] = resp.gid_warning();
+  j["nodes"] = nlohmann::json::array();
+  for (const auto& n : resp.nodes()) {
+    nlohmann::json checks = nlohmann::json::array();
+    for (const auto& c : n.checks()) {
+      std::string status = CheckStatusWord(c.status());
+      for (auto& ch : status) ch = static_cast<char>(std::tolower(ch));
+      checks.push_back({{"id", c.id()},
+                        {"status", status},
+                        {"message", c.message()},
+                        {"evidence", c.evidence()},
+                        {"fix", c.fix()}});
+    }
+    j["nodes"].push_back({{"node", n.node()},
+                          {"address", n.address()},
+                          {"ok", n.ok()},
+                          {"error", n.error()},
+                          {"gid", n.has_gid() ? GidToJson(n.gid()) : nlohmann::json(nullptr)},
+                          {"checks", checks}});
+  }
+  return j;
+}
+
+void PrintPreflightTable(std::ostream& out, const glm::v1::ClusterPreflightResponse& resp) {
+  // Rows in first-seen order over all nodes.
+  std::vector<std::string> order;
+  std::map<std::string, std::map<std::string, std::string>> cells;  // key -> node -> status
+  for (const auto& n : resp.nodes()) {
+    std::vector<std::string> keys = CheckKeys(n);
+    for (int i = 0; i < n.checks_size(); ++i) {
+      if (!cells.count(keys[i])) order.push_back(keys[i]);
+      cells[keys[i]][n.node()] = CheckStatusWord(n.checks(i).status());
+    }
+  }
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header = {"CHECK"};
+  for (const auto& n : resp.nodes()) header.push_back(n.node());
+  rows.push_back(header);
+  for (const auto& key : order) {
+    std::vector<std::string> row = {key};
+    for (const auto& n : resp.nodes()) {
+      auto it = cells[key].find(n.node());
+      row.push_back(!n.error().empty() ? "unreachable" : it == cells[key].end() ? "-" : it->second);
+    }
+    rows.push_back(row);
+  }
+  std::vector<std::string> gid_row = {"GID index"};
+  for (const auto& n : resp.nodes()) {
+    gid_row.push_back(n.has_gid() ? absl::StrCat(n.gid().index()) : "-");
+  }
+  rows.push_back(gid_row);
+  std::vector<size_t> width(header.size(), 0);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      out << std::left << std::setw(static_cast<int>(i + 1 == r.size() ? 0 : width[i] + 2))
+          << r[i];
+    }
+    out << "\n";
+  }
+  out << "\n";
+  for (const auto& n : resp.nodes()) {
+    if (n.has_gid()) {
+      out << n.node() << ": GID " << n.gid().hca() << " port " << n.gid().port() << " index "
+          << n.gid().index() << " " << n.gid().gid() << " (" << n.gid().type() << ", "
+          << n.gid().netdev() << ")\n";
+    }
+  }
+  for (const auto& n : resp.nodes()) {
+    if (!n.error().empty()) out << n.node() << ": UNREACHABLE: " << n.error() << "\n";
+    for (const auto& c : n.checks()) {
+      if (c.status() != glm::v1::CHECK_STATUS_WARN && c.status() != glm::v1::CHECK_STATUS_FAIL) {
+        continue;
+      }
+      out << n.node() << ": " << c.id() << " " << CheckStatusWord(c.status()) << ": "
+          << c.message() << "\n";
+      if (!c.evidence().empty() && c.status() == glm::v1::CHECK_STATUS_FAIL) {
+        out << "    evidence: " << OneLine(c.evidence(), 200) << "\n";
+      }
+      if (!c.fix().empty()) out << "    fix: " << c.fix() << "\n";
+    }
+  }
+  if (!resp.gid_warning().empty()) out << "WARNING: " << resp.gid_warning() << "\n";
+  out << (resp.ok() ? "preflight ok: no check failed\n" : "preflight FAILED\n");
 }
 
 }  // namespace glm::cli

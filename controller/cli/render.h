@@ -24,7 +24,8 @@ class UpProgress {
  public:
   UpProgress(std::ostream& out, bool tty, std::vector<std::string> nodes);
   void OnEvent(const glm::v1::UpEvent& event);
-  // Leaves the final view in place (terminal) before the summary line.
+  // Leaves the final view in place (terminal) before the summary line; on a terminal, repeats
+  // the cluster-wide "warning: ..." lines the redraws replaced.
   void Finish();
 
  private:
@@ -36,10 +37,21 @@ class UpProgress {
   std::map<std::string, std::pair<std::string, std::string>> lines_;  // node -> (state, message)
   std::string phase_;
   std::string phase_message_;
+  std::vector<std::string> warnings_;
   int drawn_ = 0;
 };
 
 nlohmann::json StatusToJson(const glm::v1::ClusterStatus& status);
 void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& status);
+
+// `glmctl preflight`: {"ok", "gid_warning", "nodes": [{node, address, ok, error, gid|null,
+// checks: [{id, status, message, evidence, fix}]}]}.
+nlohmann::json PreflightToJson(const glm::v1::ClusterPreflightResponse& resp);
+// One row per check id, one column per node (pass/warn/FAIL), a GID row with every node's
+// resolved index side by side, then the message and fix of every warning and failure, and the
+// GID disagreement warning.
+void PrintPreflightTable(std::ostream& out, const glm::v1::ClusterPreflightResponse& resp);
+// {"hca","port","index","gid","type","netdev"} or null when unset.
+nlohmann::json GidToJson(const glm::v1::GidEntry& gid);
 
 }  // namespace glm::cli

@@ -24,6 +24,7 @@ class BringUpContext {
 
   ClusterTopology topology;
   std::map<std::string, std::shared_ptr<AgentClient>> agents;  // by node name
+  std::map<std::string, glm::v1::InfoResponse> infos;          // by node name (Connect)
 
   ClusterState& state() { return *state_; }
 
@@ -31,6 +32,10 @@ class BringUpContext {
   void SetAgent(const std::string& node, std::shared_ptr<AgentClient> client) {
     std::lock_guard<std::mutex> lock(mu_);
     agents[node] = std::move(client);
+  }
+  void SetInfo(const std::string& node, const glm::v1::InfoResponse& info) {
+    std::lock_guard<std::mutex> lock(mu_);
+    infos[node] = info;
   }
 
   // Serialized: safe from the per-node threads of a step.

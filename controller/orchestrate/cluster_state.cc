@@ -69,6 +69,12 @@ void ClusterState::ClearNodeError(const std::string& node) {
   if (it != nodes_.end()) it->second.status.clear_last_error();
 }
 
+void ClusterState::SetNodeGid(const std::string& node, const glm::v1::GidEntry& gid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it != nodes_.end()) *it->second.status.mutable_gid() = gid;
+}
+
 void ClusterState::RecordInfo(const std::string& node, const glm::v1::InfoResponse& info) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(node);
@@ -88,6 +94,7 @@ void ClusterState::RecordStatus(const std::string& node, const glm::v1::AgentSta
   n.status.set_uptime_ms(status.uptime_ms());
   n.status.set_shard_state(status.shard_state());
   if (!status.last_error().empty()) n.status.set_last_error(status.last_error());
+  if (status.has_gid()) *n.status.mutable_gid() = status.gid();
   n.has_heartbeat = true;
   n.last_heartbeat = clock_->Now();
 }
@@ -95,6 +102,7 @@ void ClusterState::RecordStatus(const std::string& node, const glm::v1::AgentSta
 glm::v1::ReplicaState ClusterState::DeriveReplicaLocked(
     const std::vector<std::string>& names) const {
   bool all_ready = !names.empty();
+  bool degraded = false;
   for (const auto& name : names) {
     auto it = nodes_.find(name);
     if (it == nodes_.end()) return glm::v1::REPLICA_STATE_FAILED;
@@ -102,8 +110,10 @@ glm::v1::ReplicaState ClusterState::DeriveReplicaLocked(
     if (s == glm::v1::NODE_STATE_UNREACHABLE || s == glm::v1::NODE_STATE_FAILED) {
       return glm::v1::REPLICA_STATE_FAILED;
     }
+    if (s == glm::v1::NODE_STATE_DEGRADED) degraded = true;
     if (s != glm::v1::NODE_STATE_READY) all_ready = false;
   }
+  if (degraded) return glm::v1::REPLICA_STATE_DEGRADED;
   return all_ready ? glm::v1::REPLICA_STATE_READY : glm::v1::REPLICA_STATE_PENDING;
 }
 

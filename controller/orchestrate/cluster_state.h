@@ -2,7 +2,7 @@
 // the bring-up steps and the health monitor, read by Status/Health RPCs. Thread-safe.
 //
 // Replica state is derived, never stored: Failed if any of its nodes is Unreachable or Failed,
-// Ready if all are Ready, Pending otherwise.
+// Degraded if any is Degraded, Ready if all are Ready, Pending otherwise.
 #pragma once
 
 #include <map>
@@ -33,6 +33,8 @@ class ClusterState {
                     const std::string& error = "");
   glm::v1::NodeState node_state(const std::string& node) const;
   void ClearNodeError(const std::string& node);
+  // The node's resolved GID entry (preflight; later the agent's watcher via RecordStatus).
+  void SetNodeGid(const std::string& node, const glm::v1::GidEntry& gid);
 
   void RecordInfo(const std::string& node, const glm::v1::InfoResponse& info);
   // Records a status message's fields and the time it arrived (heartbeat age).

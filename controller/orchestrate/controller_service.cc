@@ -1,5 +1,6 @@
 #include "controller/orchestrate/controller_service.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -209,6 +210,27 @@ grpc::Status ControllerService::Validate(grpc::ServerContext*, const glm::v1::Va
   resp->set_ok(text.ok());
   resp->set_message(text.ok() ? absl::StrCat(req->config_path(), ": valid")
                               : std::string(text.status().message()));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::Preflight(grpc::ServerContext*,
+                                          const glm::v1::ClusterPreflightRequest* req,
+                                          glm::v1::ClusterPreflightResponse* resp) {
+  if (!req->cluster_name().empty() && req->cluster_name() != cluster_name_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("this controller serves cluster '", cluster_name_, "' (",
+                                     options_.config_path, "), not '", req->cluster_name(),
+                                     "': point glmctl at the right controller (--controller)"));
+  }
+  auto topology = options_.loader();
+  if (!topology.ok()) return rpc::ToGrpc(topology.status());
+  RetryPolicy policy = options_.connect_policy;
+  policy.max_attempts = std::min(policy.max_attempts, 3);
+  *resp = RunClusterPreflight(*topology, &factory_, policy,
+                              [](Clock::Duration d) { std::this_thread::sleep_for(d); },
+                              std::chrono::seconds(60));
+  GLM_LOG_INFO("cluster preflight cluster={} ok={} gid_warning=\"{}\"", cluster_name_, resp->ok(),
+               resp->gid_warning());
   return grpc::Status::OK;
 }
 

@@ -54,6 +54,8 @@ class ControllerService final : public glm::v1::Controller::Service {
                     glm::v1::PlanResponse* resp) override;
   grpc::Status Validate(grpc::ServerContext* ctx, const glm::v1::ValidateRequest* req,
                         glm::v1::ValidateResponse* resp) override;
+  grpc::Status Preflight(grpc::ServerContext* ctx, const glm::v1::ClusterPreflightRequest* req,
+                         glm::v1::ClusterPreflightResponse* resp) override;
   grpc::Status RendezvousPut(grpc::ServerContext* ctx, const glm::v1::RendezvousPutRequest* req,
                              glm::v1::RendezvousPutResponse* resp) override;
   grpc::Status RendezvousGet(grpc::ServerContext* ctx, const glm::v1::RendezvousGetRequest* req,

@@ -18,7 +18,12 @@ void HealthMonitor::ApplyLocked(const std::string& node, Liveness& l, const std:
   if (!l.armed) return;
   bool alive = AliveLocked(l, clock_->Now());
   glm::v1::NodeState current = state_->node_state(node);
-  if (alive && current != glm::v1::NODE_STATE_READY) {
+  if (alive && l.degraded) {
+    if (current != glm::v1::NODE_STATE_DEGRADED) {
+      GLM_LOG_WARN("node degraded node={} reason=\"{}\"", node, l.degraded_message);
+    }
+    state_->SetNodeState(node, glm::v1::NODE_STATE_DEGRADED, l.degraded_message);
+  } else if (alive && current != glm::v1::NODE_STATE_READY) {
     state_->SetNodeState(node, glm::v1::NODE_STATE_READY);
     state_->ClearNodeError(node);
     GLM_LOG_INFO("node ready node={} instance={}", node, l.instance_id);
@@ -53,6 +58,8 @@ bool HealthMonitor::OnStatus(const std::string& node, const glm::v1::AgentStatus
   l.broken = false;
   l.timed_out = false;
   l.last_seen = clock_->Now();
+  l.degraded = status.degraded();
+  l.degraded_message = status.degraded_message();
   state_->RecordStatus(node, status);
   ApplyLocked(node, l, "");
   return true;

@@ -4,7 +4,8 @@
 // arrived at most `heartbeat_timeout` ago (default 3 s; agents send a heartbeat every 1 s). Arming
 // a node (bring-up finished for it) counts as having just heard from it, which gives its watcher
 // one timeout to open the stream. Once armed the monitor drives the node's state: alive -> Ready,
-// not alive -> Unreachable with a last_error saying why. Unarmed nodes are tracked but their state
+// not alive -> Unreachable with a last_error saying why; alive but reporting `degraded` (its GID
+// entry moved after bring-up) -> Degraded with the agent's message as last_error. Unarmed nodes are tracked but their state
 // is left to bring-up.
 //
 // Stale messages are dropped: within one agent process (instance_id) versions must not go back.
@@ -55,6 +56,8 @@ class HealthMonitor {
     Clock::TimePoint last_seen{};
     std::string instance_id;
     int64_t version = 0;
+    bool degraded = false;         // the agent reports a degraded state (e.g. GID entry moved)
+    std::string degraded_message;
   };
   bool AliveLocked(const Liveness& l, Clock::TimePoint now) const;
   void ApplyLocked(const std::string& node, Liveness& l, const std::string& reason);

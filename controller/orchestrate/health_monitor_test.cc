@@ -126,5 +126,29 @@ TEST_F(HealthMonitorTest, HeartbeatAfterTimeoutRestoresReady) {
   EXPECT_EQ(state_.node_state("n1"), glm::v1::NODE_STATE_READY);
 }
 
+TEST_F(HealthMonitorTest, DegradedStatusMarksTheNodeDegradedWithTheMessage) {
+  ArmBoth();
+  ASSERT_TRUE(monitor_.OnStatus("n1", Msg("a", 1)));
+  ASSERT_TRUE(monitor_.OnStatus("n2", Msg("b", 1)));
+  EXPECT_EQ(Replica(), glm::v1::REPLICA_STATE_READY);
+  glm::v1::AgentStatus d = Msg("a", 2);
+  d.set_degraded(true);
+  d.set_degraded_message("gid.index changed on node n1: index 3 -> index 5");
+  ASSERT_TRUE(monitor_.OnStatus("n1", d));
+  EXPECT_EQ(state_.node_state("n1"), glm::v1::NODE_STATE_DEGRADED);
+  EXPECT_EQ(state_.Snapshot().nodes(0).last_error(), d.degraded_message());
+  EXPECT_EQ(Replica(), glm::v1::REPLICA_STATE_DEGRADED);
+  std::string why;
+  EXPECT_FALSE(state_.Healthy(&why));
+  // Heartbeats repeat the degraded state; a silent node still becomes Unreachable.
+  d.set_heartbeat(true);
+  ASSERT_TRUE(monitor_.OnStatus("n1", d));
+  EXPECT_EQ(state_.node_state("n1"), glm::v1::NODE_STATE_DEGRADED);
+  // Cleared by the agent: Ready again.
+  ASSERT_TRUE(monitor_.OnStatus("n1", Msg("a", 3)));
+  EXPECT_EQ(state_.node_state("n1"), glm::v1::NODE_STATE_READY);
+  EXPECT_EQ(Replica(), glm::v1::REPLICA_STATE_READY);
+}
+
 }  // namespace
 }  // namespace glm::orchestrate

@@ -15,7 +15,20 @@ ClusterTopology TopologyFromSpec(const controller::ClusterSpec& spec, const std:
   t.config_path = path;
   t.controller_listen = spec.controller.listen;
   t.local = spec.local;
-  for (const auto& n : spec.nodes) t.nodes.push_back({n.name, n.agent});
+  for (const auto& n : spec.nodes) {
+    NodeEndpoint e;
+    e.name = n.name;
+    e.address = n.agent;
+    e.fabric_ip = n.fabric_ip;
+    e.hca = n.hca;
+    e.hca_port = n.port;
+    e.gid_index = n.gid_index;
+    e.netdev = n.netdev;
+    t.nodes.push_back(std::move(e));
+  }
+  t.fabric_mtu = spec.fabric.mtu.value_or(0);
+  t.nccl_library = spec.nccl.library.empty() ? "" : spec.ResolvePath(spec.nccl.library);
+  t.nccl_expected_version = spec.nccl.expected_version;
   if (spec.controller.tls) {
     t.tls.ca = spec.ResolvePath(spec.controller.tls->ca);
     t.tls.cert = spec.ResolvePath(spec.controller.tls->cert);

@@ -58,6 +58,7 @@ absl::Status ConnectStep::ConnectOne(BringUpContext& ctx, const NodeEndpoint& no
         return absl::FailedPreconditionError(msg);
       }
       ctx.state().RecordInfo(node.name, *info);
+      ctx.SetInfo(node.name, *info);
       ctx.SetAgent(node.name, *client);
       ctx.NodeEvent(node.name, glm::v1::NODE_STATE_CONNECTED,
                     absl::StrFormat("connected: glm-agent %s on %s (%d CPUs), attempt %d",
@@ -109,6 +110,7 @@ absl::Status ConnectStep::Run(BringUpContext& ctx) {
 absl::Status PreflightStep::Run(BringUpContext& ctx) {
   std::mutex mu;
   std::vector<std::string> failures;
+  std::vector<std::pair<std::string, glm::v1::GidEntry>> gids;
   ParallelFor(ctx.topology.nodes, [&](const NodeEndpoint& node) {
     auto it = ctx.agents.find(node.name);
     if (it == ctx.agents.end()) {
@@ -116,11 +118,7 @@ absl::Status PreflightStep::Run(BringUpContext& ctx) {
       failures.push_back(absl::StrCat("node '", node.name, "': not connected"));
       return;
     }
-    glm::v1::PreflightRequest request;
-    request.set_model_dir(ctx.topology.model_dir);
-    request.set_required_disk_bytes(node.required_disk_bytes);
-    request.set_required_memory_bytes(node.required_memory_bytes);
-    request.set_require_gpu(ctx.topology.require_gpu);
+    glm::v1::PreflightRequest request = BuildPreflightRequest(ctx.topology, node, ctx.infos);
     ctx.NodeEvent(node.name, glm::v1::NODE_STATE_PREFLIGHT, "running preflight checks");
     absl::StatusOr<glm::v1::PreflightResponse> resp = it->second->Preflight(request, timeout_);
     if (!resp.ok()) {
@@ -146,9 +144,15 @@ absl::Status PreflightStep::Run(BringUpContext& ctx) {
     e.set_phase(glm::v1::BRING_UP_PHASE_PREFLIGHT);
     e.set_node(node.name);
     for (const auto& check : resp->checks()) *e.add_checks() = check;
+    if (resp->has_gid()) {
+      ctx.state().SetNodeGid(node.name, resp->gid());
+      std::lock_guard<std::mutex> lock(mu);
+      gids.emplace_back(node.name, resp->gid());
+    }
     if (node_failures.empty()) {
       e.set_node_state(glm::v1::NODE_STATE_PREFLIGHT);
       e.set_message(absl::StrCat("preflight passed (", resp->checks_size(), " checks",
+                                 resp->has_gid() ? "; GID " + DescribeGid(resp->gid()) : "",
                                  warnings.empty() ? "" : "; warnings: ",
                                  absl::StrJoin(warnings, "; "), ")"));
       ctx.Emit(e);
@@ -162,11 +166,149 @@ absl::Status PreflightStep::Run(BringUpContext& ctx) {
     std::lock_guard<std::mutex> lock(mu);
     for (auto& f : node_failures) failures.push_back(std::move(f));
   });
+  if (std::string warning = GidDisagreement(gids); !warning.empty()) {
+    glm::v1::UpEvent e;
+    e.set_phase(glm::v1::BRING_UP_PHASE_PREFLIGHT);
+    e.set_message("warning: " + warning);
+    ctx.Emit(e);
+  }
   if (!failures.empty()) {
     std::sort(failures.begin(), failures.end());
     return absl::FailedPreconditionError(absl::StrJoin(failures, "\n"));
   }
   return absl::OkStatus();
+}
+
+glm::v1::PreflightRequest BuildPreflightRequest(
+    const ClusterTopology& topology, const NodeEndpoint& node,
+    const std::map<std::string, glm::v1::InfoResponse>& infos) {
+  glm::v1::PreflightRequest request;
+  request.set_model_dir(topology.model_dir);
+  request.set_required_disk_bytes(node.required_disk_bytes);
+  request.set_required_memory_bytes(node.required_memory_bytes);
+  request.set_require_gpu(topology.require_gpu);
+  request.set_fabric_ip(node.fabric_ip);
+  request.set_hca(node.hca);
+  request.set_hca_port(node.hca_port);
+  request.set_gid_index_auto(!node.gid_index.has_value());
+  request.set_gid_index(node.gid_index.value_or(0));
+  request.set_netdev(node.netdev);
+  request.set_fabric_mtu(topology.fabric_mtu);
+  request.set_nccl_library(topology.nccl_library);
+  request.set_nccl_expected_version(topology.nccl_expected_version);
+  for (const auto& peer : topology.nodes) {
+    if (peer.name == node.name || peer.fabric_ip.empty()) continue;
+    glm::v1::PreflightRequest::MtuPeer* p = request.add_mtu_peers();
+    p->set_node(peer.name);
+    p->set_fabric_ip(peer.fabric_ip);
+    auto it = infos.find(peer.name);
+    p->set_port(it == infos.end() ? 0 : it->second.mtu_echo_port());
+  }
+  return request;
+}
+
+std::string DescribeGid(const glm::v1::GidEntry& gid) {
+  return absl::StrCat("index ", gid.index(), " ", gid.gid(), " (", gid.type().empty() ? "?" : gid.type(),
+                      ", ", gid.hca(), " port ", gid.port(),
+                      gid.netdev().empty() ? "" : ", " + gid.netdev(), ")");
+}
+
+std::string GidDisagreement(const std::vector<std::pair<std::string, glm::v1::GidEntry>>& gids) {
+  std::map<int, std::vector<std::string>> by_index;
+  for (const auto& [node, gid] : gids) by_index[gid.index()].push_back(node);
+  if (by_index.size() < 2) return "";
+  std::vector<std::string> parts;
+  for (auto& [index, nodes] : by_index) {
+    std::sort(nodes.begin(), nodes.end());
+    parts.push_back(absl::StrCat("index ", index, " on ", absl::StrJoin(nodes, ", ")));
+  }
+  return absl::StrCat(
+      "nodes resolved different GID indices: ", absl::StrJoin(parts, "; "),
+      ". NCCL_IB_GID_INDEX is one value for the whole job in most recipes: make the GID tables "
+      "agree (persist each node's fabric IP so it lands at the same index) or set the index per "
+      "node");
+}
+
+glm::v1::ClusterPreflightResponse RunClusterPreflight(const ClusterTopology& topology,
+                                                      AgentClientFactory* factory,
+                                                      const RetryPolicy& policy,
+                                                      const Sleeper& sleeper,
+                                                      Clock::Duration timeout) {
+  glm::v1::ClusterPreflightResponse out;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<AgentClient>> clients;
+  std::map<std::string, glm::v1::InfoResponse> infos;
+  std::map<std::string, glm::v1::NodePreflightResult> results;
+  for (const auto& node : topology.nodes) {
+    results[node.name].set_node(node.name);
+    results[node.name].set_address(node.address);
+  }
+  // Connect (Info) first: peers' echo ports go into every request.
+  ParallelFor(topology.nodes, [&](const NodeEndpoint& node) {
+    auto client = factory->Create(node);
+    absl::Status last;
+    if (client.ok()) {
+      Clock::Duration backoff = policy.initial_backoff;
+      for (int attempt = 1; attempt <= policy.max_attempts; ++attempt) {
+        auto info = (*client)->Info(policy.call_timeout);
+        if (info.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (info->node() != node.name) {
+            results[node.name].set_error(absl::StrCat(
+                "the agent at ", node.address, " says it is node '", info->node(),
+                "': fix nodes[", node.name, "].address or restart it with --node ", node.name));
+            return;
+          }
+          clients[node.name] = *client;
+          infos[node.name] = *info;
+          return;
+        }
+        last = info.status();
+        if (attempt == policy.max_attempts) break;
+        sleeper(backoff);
+        backoff = std::min(backoff * 2, policy.max_backoff);
+      }
+    } else {
+      last = client.status();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    results[node.name].set_error(absl::StrCat(
+        "cannot reach the agent at ", node.address, ": ", last.message(),
+        ". Fix: start it (glm-agent serve --listen ", node.address, " --node ", node.name, ")"));
+  });
+  std::vector<std::pair<std::string, glm::v1::GidEntry>> gids;
+  ParallelFor(topology.nodes, [&](const NodeEndpoint& node) {
+    std::shared_ptr<AgentClient> client;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = clients.find(node.name);
+      if (it == clients.end()) return;
+      client = it->second;
+    }
+    auto resp = client->Preflight(BuildPreflightRequest(topology, node, infos), timeout);
+    std::lock_guard<std::mutex> lock(mu);
+    glm::v1::NodePreflightResult& r = results[node.name];
+    if (!resp.ok()) {
+      r.set_error(absl::StrCat("preflight call failed: ", resp.status().message()));
+      return;
+    }
+    r.set_ok(resp->ok());
+    *r.mutable_checks() = resp->checks();
+    if (resp->has_gid()) {
+      *r.mutable_gid() = resp->gid();
+      gids.emplace_back(node.name, resp->gid());
+    }
+  });
+  bool ok = true;
+  for (const auto& node : topology.nodes) {
+    glm::v1::NodePreflightResult& r = results[node.name];
+    if (!r.error().empty()) r.set_ok(false);
+    ok = ok && r.ok();
+    *out.add_nodes() = std::move(r);
+  }
+  out.set_ok(ok);
+  out.set_gid_warning(GidDisagreement(gids));
+  return out;
 }
 
 absl::Status PlanStep::Run(BringUpContext& ctx) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "controller/orchestrate/agent_client.h"
 #include "controller/orchestrate/bring_up.h"
 #include "controller/orchestrate/bring_up_context.h"
+#include "glm/v1/controller.pb.h"
 
 namespace glm::orchestrate {
 
@@ -82,6 +84,29 @@ class PlanStep : public BringUpStep {
  private:
   Planner planner_;
 };
+
+// The Preflight request for `node`: plan needs, its fabric settings from cluster.yaml, and every
+// other node with a fabric IP as an mtu.path peer (echo port from that agent's Info; 0 when
+// unknown).
+glm::v1::PreflightRequest BuildPreflightRequest(
+    const ClusterTopology& topology, const NodeEndpoint& node,
+    const std::map<std::string, glm::v1::InfoResponse>& infos);
+
+// Empty when every node that resolved a GID entry resolved the same index; otherwise one line
+// naming which nodes use which index (NCCL_IB_GID_INDEX is one value in most recipes).
+std::string GidDisagreement(const std::vector<std::pair<std::string, glm::v1::GidEntry>>& gids);
+
+// One line for a resolved entry: "index 3 ::ffff:192.168.100.1 (RoCE v2, rocep1s0f0 port 1,
+// enp1s0f0np0)".
+std::string DescribeGid(const glm::v1::GidEntry& gid);
+
+// `glmctl preflight`: connects to every agent (bounded retries), runs Preflight on all of them in
+// parallel and reports every check and resolved GID side by side. Changes no cluster state.
+glm::v1::ClusterPreflightResponse RunClusterPreflight(const ClusterTopology& topology,
+                                                      AgentClientFactory* factory,
+                                                      const RetryPolicy& policy,
+                                                      const Sleeper& sleeper,
+                                                      Clock::Duration timeout);
 
 // Runs `fn` for every element on its own thread and waits for all (nodes are few: 4-8).
 template <typename T, typename Fn>

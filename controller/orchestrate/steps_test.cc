@@ -2,6 +2,7 @@
 #include "controller/orchestrate/steps.h"
 
 #include <map>
+#include <optional>
 
 #include "gtest/gtest.h"
 
@@ -16,6 +17,10 @@ struct FakeAgent : AgentClient {
   int info_calls = 0;
   std::string reported_node;  // empty: node
   std::vector<glm::v1::Check> checks;
+  int echo_port = 0;
+  std::optional<glm::v1::GidEntry> gid;
+  std::mutex mu;
+  glm::v1::PreflightRequest last_request;
 
   absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration) override {
     if (info_calls++ < fail_first) return absl::UnavailableError("connection refused");
@@ -23,12 +28,21 @@ struct FakeAgent : AgentClient {
     r.set_node(reported_node.empty() ? node : reported_node);
     r.set_version("0.1.0");
     r.set_instance_id("i-" + node);
+    r.set_mtu_echo_port(echo_port);
     return r;
   }
-  absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest&,
+  absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest& req,
                                                        Clock::Duration) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      last_request = req;
+    }
     glm::v1::PreflightResponse r;
     r.set_node(node);
+    if (gid) *r.mutable_gid() = *gid;
+    bool ok = true;
+    for (auto& c : checks) ok = ok && c.status() != glm::v1::CHECK_STATUS_FAIL;
+    r.set_ok(ok);
     for (auto& c : checks) *r.add_checks() = c;
     return r;
   }
@@ -139,6 +153,84 @@ TEST_F(StepsTest, PreflightPassesWithWarnings) {
   ConnectStep(&factory_, RetryPolicy{}, FakeSleep()).Run(ctx_).IgnoreError();
   factory_.agents["n1"]->checks = {MakeCheck("host.gpu.present", glm::v1::CHECK_STATUS_WARN)};
   EXPECT_TRUE(PreflightStep().Run(ctx_).ok());
+}
+
+glm::v1::GidEntry Gid(int index) {
+  glm::v1::GidEntry g;
+  g.set_hca("rocep1s0f0");
+  g.set_port(1);
+  g.set_index(index);
+  g.set_gid("::ffff:192.168.100.1");
+  g.set_type("RoCE v2");
+  g.set_netdev("enp1s0f0np0");
+  return g;
+}
+
+TEST_F(StepsTest, PreflightSendsFabricSettingsAndPeersEchoPorts) {
+  ctx_.topology.fabric_mtu = 9000;
+  ctx_.topology.nccl_library = "/opt/nccl/libnccl.so.2";
+  ctx_.topology.nccl_expected_version = "2.30.4";
+  ctx_.topology.nodes[0].fabric_ip = "192.168.100.1";
+  ctx_.topology.nodes[0].hca = "rocep1s0f0";
+  ctx_.topology.nodes[0].netdev = "enp1s0f0np0";
+  ctx_.topology.nodes[0].gid_index = 3;
+  ctx_.topology.nodes[1].fabric_ip = "192.168.100.2";
+  factory_.agents["n2"]->echo_port = 47190;
+  ConnectStep(&factory_, RetryPolicy{}, FakeSleep()).Run(ctx_).IgnoreError();
+  ASSERT_TRUE(PreflightStep().Run(ctx_).ok());
+  const glm::v1::PreflightRequest& r1 = factory_.agents["n1"]->last_request;
+  EXPECT_EQ(r1.fabric_ip(), "192.168.100.1");
+  EXPECT_EQ(r1.hca(), "rocep1s0f0");
+  EXPECT_EQ(r1.netdev(), "enp1s0f0np0");
+  EXPECT_FALSE(r1.gid_index_auto());
+  EXPECT_EQ(r1.gid_index(), 3);
+  EXPECT_EQ(r1.fabric_mtu(), 9000);
+  EXPECT_EQ(r1.nccl_library(), "/opt/nccl/libnccl.so.2");
+  EXPECT_EQ(r1.nccl_expected_version(), "2.30.4");
+  ASSERT_EQ(r1.mtu_peers_size(), 1);
+  EXPECT_EQ(r1.mtu_peers(0).node(), "n2");
+  EXPECT_EQ(r1.mtu_peers(0).fabric_ip(), "192.168.100.2");
+  EXPECT_EQ(r1.mtu_peers(0).port(), 47190);
+  const glm::v1::PreflightRequest& r2 = factory_.agents["n2"]->last_request;
+  EXPECT_TRUE(r2.gid_index_auto());
+  ASSERT_EQ(r2.mtu_peers_size(), 1);
+  EXPECT_EQ(r2.mtu_peers(0).port(), 0) << "n1's agent serves no echo responder";
+}
+
+TEST_F(StepsTest, PreflightRecordsGidAndWarnsWhenNodesDisagree) {
+  factory_.agents["n1"]->gid = Gid(3);
+  factory_.agents["n2"]->gid = Gid(4);
+  ConnectStep(&factory_, RetryPolicy{}, FakeSleep()).Run(ctx_).IgnoreError();
+  ASSERT_TRUE(PreflightStep().Run(ctx_).ok());
+  auto snap = state_.Snapshot();
+  EXPECT_EQ(snap.nodes(0).gid().index(), 3);
+  EXPECT_EQ(snap.nodes(1).gid().index(), 4);
+  bool warned = false;
+  for (auto& e : events_) {
+    if (e.message().find("different GID indices") != std::string::npos) {
+      warned = true;
+      EXPECT_NE(e.message().find("index 3 on n1"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("index 4 on n2"), std::string::npos) << e.message();
+    }
+  }
+  EXPECT_TRUE(warned);
+  EXPECT_EQ(GidDisagreement({{"a", Gid(3)}, {"b", Gid(3)}}), "");
+}
+
+TEST_F(StepsTest, ClusterPreflightReportsEveryNodeAndUnreachableOnes) {
+  factory_.agents["n1"]->gid = Gid(3);
+  factory_.agents["n2"]->fail_first = 100;
+  factory_.agents["n1"]->checks = {MakeCheck("gid.index", glm::v1::CHECK_STATUS_PASS)};
+  glm::v1::ClusterPreflightResponse r = RunClusterPreflight(
+      ctx_.topology, &factory_, RetryPolicy{.max_attempts = 2}, FakeSleep(), std::chrono::seconds(1));
+  EXPECT_FALSE(r.ok());
+  ASSERT_EQ(r.nodes_size(), 2);
+  EXPECT_TRUE(r.nodes(0).ok());
+  EXPECT_EQ(r.nodes(0).gid().index(), 3);
+  EXPECT_FALSE(r.nodes(1).ok());
+  EXPECT_NE(r.nodes(1).error().find("127.0.0.1:2"), std::string::npos) << r.nodes(1).error();
+  EXPECT_EQ(r.gid_warning(), "");
+  EXPECT_EQ(state_.node_state("n1"), glm::v1::NODE_STATE_PENDING) << "no cluster state change";
 }
 
 TEST_F(StepsTest, PlanSetsReplicasAndRejectsUnknownNodes) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@ struct NodeEndpoint {
   // What this node's shard needs, from the plan (0 = not known): preflight checks them.
   int64_t required_disk_bytes = 0;    // the shard's weight bytes
   int64_t required_memory_bytes = 0;  // weights + KV cache + activation reserve
+  // Fabric settings (nodes[] in cluster.yaml; empty without an RDMA fabric): preflight input.
+  std::string fabric_ip;
+  std::string hca;
+  int hca_port = 1;
+  std::optional<int> gid_index;  // nullopt: auto
+  std::string netdev;
 };
 
 struct ClusterTopology {
@@ -32,6 +39,9 @@ struct ClusterTopology {
   // Preflight inputs.
   std::string model_dir;
   bool require_gpu = false;
+  int fabric_mtu = 0;                 // fabric.mtu; 0 = not configured
+  std::string nccl_library;           // nccl.library resolved; empty = not configured
+  std::string nccl_expected_version;  // nccl.expected_version
 
   const NodeEndpoint* FindNode(const std::string& name) const {
     for (const auto& n : nodes)
