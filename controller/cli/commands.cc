@@ -77,6 +77,15 @@ absl::StatusOr<Connection> Connect(const ClusterTopology* topology, const Global
   return c;
 }
 
+// Connection for read-only queries (status, health): `config` may be empty when --controller
+// names the controller; otherwise the YAML (or the one remembered from the last `up`) says where.
+absl::StatusOr<Connection> ConnectForQuery(const std::string& config, const GlobalFlags& flags) {
+  if (config.empty() && !flags.controller.empty()) return Connect(nullptr, flags);
+  absl::StatusOr<ClusterTopology> topology = Load(config);
+  if (!topology.ok()) return topology.status();
+  return Connect(&*topology, flags);
+}
+
 bool WaitConnected(Connection& c, std::chrono::milliseconds timeout) {
   return c.channel->WaitForConnected(std::chrono::system_clock::now() + timeout);
 }
@@ -230,14 +239,7 @@ int RunPreflight(const std::string& config, const GlobalFlags& flags) {
 }
 
 int RunStatus(const std::string& config, const GlobalFlags& flags) {
-  absl::StatusOr<ClusterTopology> topology = absl::NotFoundError("");
-  if (!config.empty()) {
-    topology = Load(config);
-    if (!topology.ok()) return ConfigError(topology.status());
-  } else if (flags.controller.empty()) {
-    return ConfigError(Load("").status());
-  }
-  auto conn = Connect(topology.ok() ? &*topology : nullptr, flags);
+  auto conn = ConnectForQuery(config, flags);
   if (!conn.ok()) return ConfigError(conn.status());
   grpc::ClientContext ctx;
   Deadline(&ctx, std::chrono::seconds(5));
@@ -253,14 +255,7 @@ int RunStatus(const std::string& config, const GlobalFlags& flags) {
 }
 
 int RunHealth(const std::string& config, const GlobalFlags& flags) {
-  absl::StatusOr<ClusterTopology> topology = absl::NotFoundError("");
-  if (!config.empty()) {
-    topology = Load(config);
-    if (!topology.ok()) return ConfigError(topology.status());
-  } else if (flags.controller.empty()) {
-    return ConfigError(Load("").status());
-  }
-  auto conn = Connect(topology.ok() ? &*topology : nullptr, flags);
+  auto conn = ConnectForQuery(config, flags);
   if (!conn.ok()) return ConfigError(conn.status());
   grpc::ClientContext ctx;
   Deadline(&ctx, std::chrono::seconds(5));
