@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
     return glm::orchestrate::PlanReplicas(config_path, t);
   };
   options.plan_text = glm::orchestrate::PlanText;
+  options.stage_manifest = glm::orchestrate::SourceManifestJson;
   options.heartbeat = std::chrono::milliseconds(heartbeat_ms);
   glm::orchestrate::ControllerService service(options, *topology, glm::Clock::Real());
 

@@ -4,7 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "agent/service/node_preflight.h"
+#include "agent/stage/manifest.h"
+#include "agent/stage/nccl_stage.h"
+#include "agent/stage/weight_stager.h"
 #include "common/logging.h"
 #include "common/status_util.h"
 #include "proto/rpc/status_map.h"
@@ -30,6 +34,17 @@ template <typename Fn>
 grpc::Status RunShardOp(grpc::ServerWriter<glm::v1::Progress>* writer, Fn&& fn) {
   absl::Status status = fn([writer](const glm::v1::Progress& p) { writer->Write(p); });
   return rpc::ToGrpc(status);
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
 }
 
 }  // namespace
@@ -212,15 +227,151 @@ grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::Prefli
   return grpc::Status::OK;
 }
 
-grpc::Status AgentService::StageNccl(grpc::ServerContext*, const glm::v1::StageNcclRequest*,
-                                     grpc::ServerWriter<glm::v1::Progress>*) {
-  return NotImplemented("StageNccl", options_.node, "NCCL staging arrives with the staging issue");
+namespace {
+
+std::vector<stage::PeerAddress> ToPeers(
+    const google::protobuf::RepeatedPtrField<glm::v1::StagePeer>& peers) {
+  std::vector<stage::PeerAddress> out;
+  for (const auto& p : peers) {
+    if (p.host().empty() || p.port() <= 0 || p.port() > 65535) continue;
+    out.push_back({p.node(), p.host(), static_cast<uint16_t>(p.port())});
+  }
+  return out;
 }
 
-grpc::Status AgentService::StageWeights(grpc::ServerContext*, const glm::v1::StageWeightsRequest*,
-                                        grpc::ServerWriter<glm::v1::Progress>*) {
-  return NotImplemented("StageWeights", options_.node,
-                        "weight staging arrives with the staging issue");
+glm::v1::Progress MakeProgress(const std::string& step, const std::string& message,
+                               int64_t done_bytes = 0, int64_t total_bytes = 0,
+                               bool done = false) {
+  glm::v1::Progress p;
+  p.set_step(step);
+  p.set_message(message);
+  p.set_done_bytes(done_bytes);
+  p.set_total_bytes(total_bytes);
+  p.set_done(done);
+  return p;
+}
+
+grpc::Status StageError(const std::string& rpc, const std::string& node,
+                        const absl::Status& status) {
+  return rpc::ToGrpc(absl::Status(
+      status.code(), absl::StrCat(rpc, " on node '", node, "': ", status.message())));
+}
+
+}  // namespace
+
+grpc::Status AgentService::StageNccl(grpc::ServerContext*, const glm::v1::StageNcclRequest* req,
+                                     grpc::ServerWriter<glm::v1::Progress>* writer) {
+  if (req->library_path().empty()) {
+    writer->Write(MakeProgress("skip", "nccl: cluster.yaml names no NCCL library; skipped", 0, 0,
+                               true));
+    return grpc::Status::OK;
+  }
+  writer->Write(MakeProgress("verify", absl::StrCat("nccl: checking ", req->library_path())));
+  std::unique_ptr<stage::NcclLibrary> library;
+  bool copied = false;
+  if (req->expected_hash().empty() && req->source_path().empty()) {
+    // Nothing to compare against: the file in place must load and have the expected version.
+    absl::StatusOr<std::unique_ptr<stage::NcclLibrary>> loaded =
+        stage::NcclLibrary::Load(req->library_path(), req->expected_version());
+    if (!loaded.ok()) return StageError("StageNccl", options_.node, loaded.status());
+    library = std::move(*loaded);
+  } else {
+    stage::NcclStageOptions o;
+    o.dest_path = req->library_path();
+    o.expected_version = req->expected_version();
+    o.expected_hash = req->expected_hash();
+    o.source_path = req->source_path();
+    std::vector<stage::PeerAddress> peers = ToPeers(req->peers());
+    if (o.source_path.empty() && !peers.empty() && !req->peer_path().empty() &&
+        !o.expected_hash.empty()) {
+      o.fetch = stage::FetchFromPeers(
+          peers, stage::ManifestFile{req->peer_path(), static_cast<uint64_t>(req->peer_size()),
+                                     o.expected_hash});
+    }
+    absl::StatusOr<stage::NcclStageResult> staged = stage::StageAndLoadNccl(o);
+    if (!staged.ok()) return StageError("StageNccl", options_.node, staged.status());
+    copied = staged->copied;
+    library = std::move(staged->library);
+  }
+  std::string line = absl::StrCat("nccl: ", req->library_path(), " ",
+                                  copied ? "staged and verified" : "present and verified",
+                                  ", version ", library ? library->version() : std::string("?"));
+  GLM_LOG_INFO("stage-nccl node={} {}", options_.node, line);
+  writer->Write(MakeProgress("done", line, 0, 0, true));
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::StageWeights(grpc::ServerContext*, const glm::v1::StageWeightsRequest* req,
+                                        grpc::ServerWriter<glm::v1::Progress>* writer) {
+  if (req->model_dir().empty()) {
+    return StageError("StageWeights", options_.node,
+                      absl::InvalidArgumentError("model_dir is empty; set model.path in cluster.yaml"));
+  }
+  stage::StageOptions o;
+  o.dest_dir = req->model_dir();
+  o.peers = ToPeers(req->peers());
+  o.prune = false;  // nodes may share one model directory; never delete another shard's files.
+  o.clock = clock_;
+  if (req->manifest_json().empty()) {
+    writer->Write(MakeProgress("hash", absl::StrCat("weights: hashing ", req->model_dir())));
+    absl::StatusOr<stage::Manifest> built = stage::BuildManifest(req->model_dir());
+    if (!built.ok()) return StageError("StageWeights", options_.node, built.status());
+    o.manifest = std::move(*built);
+  } else {
+    nlohmann::json json = nlohmann::json::parse(req->manifest_json(), nullptr, false);
+    if (json.is_discarded()) {
+      return StageError("StageWeights", options_.node,
+                        absl::InvalidArgumentError("manifest_json is not valid JSON"));
+    }
+    absl::StatusOr<stage::Manifest> parsed = stage::Manifest::FromJson(json);
+    if (!parsed.ok()) return StageError("StageWeights", options_.node, parsed.status());
+    o.manifest = std::move(*parsed);
+  }
+  stage::ShardSpec shard;
+  shard.layer_begin = req->layer_begin();
+  shard.layer_end = req->layer_end();
+  if (shard.layer_end <= 0) {
+    shard.layer_begin = 0;
+    shard.layer_end = o.manifest.num_hidden_layers > 0 ? o.manifest.num_hidden_layers : 1 << 20;
+    shard.first_stage = shard.last_stage = true;
+  } else {
+    shard.first_stage = req->first_stage();
+    shard.last_stage = req->last_stage();
+  }
+  shard.include_mtp = req->include_mtp();
+  o.files = stage::FilesForShard(o.manifest, shard);
+  const uint64_t total = o.manifest.TotalBytes(o.files);
+  o.on_progress = [writer](const stage::StageProgress& p) {
+    std::string line = absl::StrFormat("weights: %s %s / %s", p.file, HumanBytes(p.bytes_done),
+                                       HumanBytes(p.bytes_total));
+    if (p.rate_bytes_per_s > 0) {
+      absl::StrAppend(&line, absl::StrFormat(", %s/s", HumanBytes(
+                                                           static_cast<uint64_t>(p.rate_bytes_per_s))));
+    }
+    if (p.eta_s >= 0) absl::StrAppend(&line, absl::StrFormat(", ETA %.0fs", p.eta_s));
+    writer->Write(MakeProgress("fetch", line, static_cast<int64_t>(p.bytes_done),
+                               static_cast<int64_t>(p.bytes_total)));
+  };
+  writer->Write(MakeProgress(
+      "verify",
+      absl::StrFormat("weights: verifying %d files (%s) in %s", o.files.size(), HumanBytes(total),
+                      req->model_dir()),
+      0, static_cast<int64_t>(total)));
+  absl::StatusOr<stage::StageReport> report = stage::StageFiles(o);
+  if (!report.ok()) return StageError("StageWeights", options_.node, report.status());
+  std::string line;
+  if (report->fetched.empty()) {
+    line = absl::StrFormat("weights: all %d files present and verified (%s)", o.files.size(),
+                           HumanBytes(total));
+  } else {
+    line = absl::StrFormat("weights: %d files verified, %d fetched from peers (%s: %s)",
+                           o.files.size(), report->fetched.size(),
+                           HumanBytes(report->bytes_fetched), absl::StrJoin(report->fetched, ", "));
+  }
+  GLM_LOG_INFO("stage-weights node={} {}", options_.node, line);
+  writer->Write(MakeProgress("done", line, static_cast<int64_t>(total),
+                             static_cast<int64_t>(total), true));
+  return grpc::Status::OK;
 }
 
 grpc::Status AgentService::LoadShard(grpc::ServerContext*, const glm::v1::LoadShardRequest* req,

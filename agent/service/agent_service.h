@@ -1,5 +1,6 @@
 // glm.v1.Agent served by glm-agent: identity, preflight, status stream; shard RPCs delegate to
-// ShardHost; staging and generation answer UNIMPLEMENTED until their milestones land.
+// ShardHost; StageNccl/StageWeights run agent/stage; generation answers UNIMPLEMENTED until its
+// milestone lands.
 // There is deliberately no RPC that runs an arbitrary command on the node.
 // Thread-safe (gRPC calls handlers from its thread pool).
 #pragma once

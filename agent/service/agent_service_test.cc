@@ -127,11 +127,12 @@ TEST_F(AgentServiceTest, UnbuiltOperationsAreUnimplementedNotFakeSuccess) {
   {
     grpc::ClientContext ctx;
     Bound(&ctx);
+    // Staging is implemented (agent_stage_rpc_test.cc); an empty request is refused, not faked.
     auto reader = stub_->StageWeights(&ctx, {});
     glm::v1::Progress p;
     EXPECT_FALSE(reader->Read(&p));
     auto status = reader->Finish();
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(status.error_message().find("n1"), std::string::npos);
   }
   {

@@ -2,6 +2,7 @@
 // in grpc_agent_client.h; tests use fakes. Implementations are thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -18,6 +19,21 @@ class AgentClient {
   virtual absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration timeout) = 0;
   virtual absl::StatusOr<glm::v1::PreflightResponse> Preflight(
       const glm::v1::PreflightRequest& request, Clock::Duration timeout) = 0;
+
+  // Staging streams (the Stage phase): every Progress message goes to `on_progress` as it
+  // arrives (on the calling thread); the result is the stream's final status. The defaults
+  // answer UNIMPLEMENTED so fakes that predate staging need not implement them.
+  using ProgressFn = std::function<void(const glm::v1::Progress&)>;
+  virtual absl::Status StageNccl(const glm::v1::StageNcclRequest& request,
+                                 const ProgressFn& on_progress, Clock::Duration timeout) {
+    (void)request, (void)on_progress, (void)timeout;
+    return absl::UnimplementedError("StageNccl is not implemented by this client");
+  }
+  virtual absl::Status StageWeights(const glm::v1::StageWeightsRequest& request,
+                                    const ProgressFn& on_progress, Clock::Duration timeout) {
+    (void)request, (void)on_progress, (void)timeout;
+    return absl::UnimplementedError("StageWeights is not implemented by this client");
+  }
 };
 
 // Makes a client for a node (cheap: no I/O; connecting happens on the first call).

@@ -147,6 +147,11 @@ TEST(BringUpMachineTest, TransitionTable) {
   EXPECT_FALSE(M::CanTransition(Phase::kIdle, Phase::kReady));
   EXPECT_FALSE(M::CanTransition(Phase::kIdle, Phase::kConnect));
   EXPECT_TRUE(M::CanTransition(Phase::kPlan, Phase::kStage));
+  EXPECT_TRUE(M::CanTransition(Phase::kStage, Phase::kReady));
+  EXPECT_TRUE(M::CanTransition(Phase::kStage, Phase::kLoad));
+  EXPECT_TRUE(M::CanTransition(Phase::kStage, Phase::kFailed));
+  EXPECT_FALSE(M::CanTransition(Phase::kStage, Phase::kPlan));  // never backwards
+  EXPECT_FALSE(M::CanTransition(Phase::kStage, Phase::kDown));  // not while running
   EXPECT_TRUE(M::CanTransition(Phase::kPlan, Phase::kReady));  // later phases without steps
   EXPECT_FALSE(M::CanTransition(Phase::kPlan, Phase::kConnect));  // never backwards
   EXPECT_TRUE(M::CanTransition(Phase::kPreflight, Phase::kFailed));

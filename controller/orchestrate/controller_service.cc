@@ -49,8 +49,9 @@ ControllerService::ControllerService(ControllerServiceOptions options,
       [](Clock::Duration d) { std::this_thread::sleep_for(d); }));
   steps.push_back(std::make_unique<PreflightStep>());
   steps.push_back(std::make_unique<PlanStep>(options_.planner));
-  // Later milestones add their steps here, in phase order: StageStep (kStage),
-  // LoadShardsStep (kLoad), CanaryStep (kCanary), GatewayStep (kGateway).
+  steps.push_back(std::make_unique<StageStep>(options_.stage_manifest));
+  // Later milestones add their steps here, in phase order: LoadShardsStep (kLoad),
+  // CanaryStep (kCanary), GatewayStep (kGateway).
   auto machine = BringUpMachine::Create(
       std::move(steps), [this](Phase, Phase to, const std::string& message) {
         state_.SetPhase(ToProto(to), message);

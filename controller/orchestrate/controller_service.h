@@ -12,6 +12,7 @@
 #include "controller/orchestrate/cluster_state.h"
 #include "controller/orchestrate/grpc_agent_client.h"
 #include "controller/orchestrate/health_monitor.h"
+#include "controller/orchestrate/stage_step.h"
 #include "controller/orchestrate/steps.h"
 #include "controller/rendezvous/rendezvous_store.h"
 #include "glm/v1/controller.grpc.pb.h"
@@ -24,6 +25,8 @@ struct ControllerServiceOptions {
   // Loads and validates config_path (re-read on every Up: the file is the desired state).
   ValidateStep::Loader loader;
   PlanStep::Planner planner;
+  // The source's weight manifest for the Stage phase (null or "": agents verify their own copy).
+  StageStep::ManifestProvider stage_manifest;
   // Offline plan/validate for the Plan and Validate RPCs: (path, json) -> text.
   std::function<absl::StatusOr<std::string>(const std::string& path, bool json)> plan_text;
   RetryPolicy connect_policy;

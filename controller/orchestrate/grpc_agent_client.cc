@@ -68,6 +68,41 @@ absl::StatusOr<glm::v1::PreflightResponse> GrpcAgentClient::Preflight(
   return resp;
 }
 
+namespace {
+
+template <typename Reader>
+absl::Status Drain(Reader reader, grpc::ClientContext* ctx,
+                   const AgentClient::ProgressFn& on_progress) {
+  (void)ctx;
+  glm::v1::Progress p;
+  while (reader->Read(&p)) {
+    if (on_progress) on_progress(p);
+  }
+  grpc::Status s = reader->Finish();
+  return rpc::ToAbsl(s);
+}
+
+}  // namespace
+
+absl::Status GrpcAgentClient::StageNccl(const glm::v1::StageNcclRequest& request,
+                                        const ProgressFn& on_progress, Clock::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  absl::Status st = Drain(stub_->StageNccl(&ctx, request), &ctx, on_progress);
+  if (st.ok()) return st;
+  return Describe(rpc::ToGrpc(st), node_, address_);
+}
+
+absl::Status GrpcAgentClient::StageWeights(const glm::v1::StageWeightsRequest& request,
+                                           const ProgressFn& on_progress,
+                                           Clock::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  absl::Status st = Drain(stub_->StageWeights(&ctx, request), &ctx, on_progress);
+  if (st.ok()) return st;
+  return Describe(rpc::ToGrpc(st), node_, address_);
+}
+
 StatusWatchers::StatusWatchers(GrpcAgentClientFactory* factory, HealthMonitor* monitor,
                                std::chrono::milliseconds heartbeat,
                                std::chrono::milliseconds tick)

@@ -35,6 +35,10 @@ class GrpcAgentClient : public AgentClient {
   absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration timeout) override;
   absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest& request,
                                                        Clock::Duration timeout) override;
+  absl::Status StageNccl(const glm::v1::StageNcclRequest& request, const ProgressFn& on_progress,
+                         Clock::Duration timeout) override;
+  absl::Status StageWeights(const glm::v1::StageWeightsRequest& request,
+                            const ProgressFn& on_progress, Clock::Duration timeout) override;
 
  private:
   const std::string node_;

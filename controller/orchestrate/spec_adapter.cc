@@ -1,5 +1,7 @@
 #include "controller/orchestrate/spec_adapter.h"
 
+#include "agent/stage/manifest.h"
+
 #include <filesystem>
 #include <map>
 
@@ -56,8 +58,30 @@ absl::StatusOr<ClusterTopology> LoadTopology(const std::string& path) {
       node.required_memory_bytes =
           it->second->weight_bytes + it->second->kv_cache_bytes + it->second->reserve_bytes;
     }
+    // The shard each node stages (Stage phase): its PP stage's layer range.
+    for (const auto& stage : plan->stages) {
+      for (const auto& name : stage.nodes) {
+        for (auto& node : t.nodes) {
+          if (node.name != name) continue;
+          node.layer_begin = stage.first_layer;
+          node.layer_end = stage.last_layer + 1;
+          node.first_stage = stage.has_embedding;
+          node.last_stage = stage.has_lm_head;
+        }
+      }
+    }
   }
   return t;
+}
+
+absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology) {
+  std::error_code ec;
+  if (topology.model_dir.empty() || !std::filesystem::is_directory(topology.model_dir, ec)) {
+    return std::string();  // not on this machine: each agent verifies its own copy.
+  }
+  absl::StatusOr<stage::Manifest> manifest = stage::BuildManifest(topology.model_dir);
+  if (!manifest.ok()) return manifest.status();
+  return manifest->ToJson().dump();
 }
 
 absl::StatusOr<PlanStep::Outcome> PlanReplicas(const std::string& config_path,

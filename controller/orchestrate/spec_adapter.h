@@ -23,6 +23,10 @@ absl::StatusOr<ClusterTopology> LoadTopology(const std::string& path);
 absl::StatusOr<PlanStep::Outcome> PlanReplicas(const std::string& config_path,
                                                const ClusterTopology& topology);
 
+// The source's weight manifest (JSON) when model.path is a directory on this machine (the
+// controller runs on the source node, or the local demo); "" otherwise. Hashes every file.
+absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology);
+
 // `glmctl plan` output: PlanToText, or PlanToJson when `json`.
 absl::StatusOr<std::string> PlanText(const std::string& config_path, bool json);
 

@@ -1,6 +1,6 @@
-// The bring-up steps that exist today: Validate, Connect, Preflight, Plan. Later milestones add
-// StageStep (Phase::kStage), LoadShardsStep (kLoad), CanaryStep (kCanary) and GatewayStep
-// (kGateway) beside these and list them in controller main.
+// The bring-up steps Validate, Connect, Preflight, Plan (StageStep is in stage_step.h). Later
+// milestones add LoadShardsStep (kLoad), CanaryStep (kCanary) and GatewayStep (kGateway) beside
+// these and list them in the controller service.
 #pragma once
 
 #include <functional>

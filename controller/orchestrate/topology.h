@@ -24,6 +24,12 @@ struct NodeEndpoint {
   int hca_port = 1;
   std::optional<int> gid_index;  // nullopt: auto
   std::string netdev;
+  // The node's shard from the plan (the Stage phase stages its files): decoder layers
+  // [layer_begin, layer_end); layer_end 0 = not known, stage every file of the model.
+  int layer_begin = 0;
+  int layer_end = 0;
+  bool first_stage = true;  // holds the embedding
+  bool last_stage = true;   // holds final norm and lm_head
 };
 
 struct ClusterTopology {

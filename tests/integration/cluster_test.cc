@@ -99,6 +99,13 @@ TEST_F(LocalClusterTest, UpKillRestartDown) {
   ASSERT_EQ(up.exit_code, 0) << up.output;
   EXPECT_NE(up.output.find("is up"), std::string::npos) << up.output;
   EXPECT_NE(up.output.find("[Preflight] node-3"), std::string::npos) << up.output;
+  // The Stage phase: every node verified the shared model directory, NCCL was not configured.
+  for (int i = 1; i <= 4; ++i) {
+    EXPECT_NE(up.output.find(absl::StrCat("[Stage] node-", i, ": ")), std::string::npos)
+        << up.output;
+  }
+  EXPECT_NE(up.output.find("present and verified"), std::string::npos) << up.output;
+  EXPECT_NE(up.output.find("names no NCCL library; skipped"), std::string::npos) << up.output;
   EXPECT_EQ(up.output.find("\x1b["), std::string::npos) << "not a TTY: plain lines only";
 
   CommandResult health = Glmctl({"health", yaml_}, seconds(10));

@@ -1,0 +1,208 @@
+// The Stage phase against fake agents: request contents (shard, peers, manifest), progress
+// forwarded into the Up stream, NCCL skipped, a failure naming node, file and fix, and the
+// machine passing Plan -> Stage -> Ready (or Failed).
+#include "controller/orchestrate/stage_step.h"
+
+#include <map>
+#include <mutex>
+
+#include "controller/orchestrate/steps.h"
+#include "gtest/gtest.h"
+
+namespace glm::orchestrate {
+namespace {
+
+struct StageAgent : AgentClient {
+  std::string node;
+  absl::Status weights_error;  // returned after the progress messages
+  std::mutex mu;
+  std::vector<std::string> calls;
+  glm::v1::StageWeightsRequest weights_request;
+  glm::v1::StageNcclRequest nccl_request;
+
+  absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration) override {
+    return absl::UnimplementedError("unused");
+  }
+  absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest&,
+                                                       Clock::Duration) override {
+    return absl::UnimplementedError("unused");
+  }
+  absl::Status StageNccl(const glm::v1::StageNcclRequest& req, const ProgressFn& on_progress,
+                         Clock::Duration) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      calls.push_back("nccl");
+      nccl_request = req;
+    }
+    glm::v1::Progress p;
+    p.set_step("skip");
+    p.set_message("nccl: cluster.yaml names no NCCL library; skipped");
+    p.set_done(true);
+    on_progress(p);
+    return absl::OkStatus();
+  }
+  absl::Status StageWeights(const glm::v1::StageWeightsRequest& req, const ProgressFn& on_progress,
+                            Clock::Duration) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      calls.push_back("weights");
+      weights_request = req;
+    }
+    for (int64_t done : {0, 512, 1024}) {
+      glm::v1::Progress p;
+      p.set_step("fetch");
+      p.set_message("weights: model-00002-of-00002.safetensors");
+      p.set_done_bytes(done);
+      p.set_total_bytes(1024);
+      on_progress(p);
+    }
+    return weights_error;
+  }
+};
+
+class StageStepTest : public ::testing::Test {
+ protected:
+  StageStepTest() : state_(&clock_), ctx_(&state_, [this](const glm::v1::UpEvent& e) {
+                      events_.push_back(e);
+                    }) {
+    ctx_.topology.cluster_name = "t";
+    ctx_.topology.model_dir = "/models/tiny";
+    NodeEndpoint n1{"n1", "127.0.0.1:1"};
+    n1.layer_begin = 0;
+    n1.layer_end = 2;
+    n1.first_stage = true;
+    n1.last_stage = false;
+    NodeEndpoint n2{"n2", "127.0.0.1:2"};
+    n2.layer_begin = 2;
+    n2.layer_end = 4;
+    n2.first_stage = false;
+    n2.last_stage = true;
+    ctx_.topology.nodes = {n1, n2};
+    int port = 7001;
+    for (auto& n : ctx_.topology.nodes) {
+      auto a = std::make_shared<StageAgent>();
+      a->node = n.name;
+      agents_[n.name] = a;
+      ctx_.agents[n.name] = a;
+      glm::v1::InfoResponse info;
+      info.set_node(n.name);
+      info.set_fabric_ip("127.0.0.1");
+      info.set_stage_port(port++);
+      ctx_.infos[n.name] = info;
+    }
+    state_.Reset(ctx_.topology);
+  }
+
+  FakeClock clock_;
+  ClusterState state_;
+  std::vector<glm::v1::UpEvent> events_;
+  BringUpContext ctx_;
+  std::map<std::string, std::shared_ptr<StageAgent>> agents_;
+};
+
+TEST_F(StageStepTest, StagesNcclThenWeightsOnEveryNodeAndForwardsByteProgress) {
+  StageStep step([](const ClusterTopology&) -> absl::StatusOr<std::string> {
+    return std::string("{\"files\":[]}");
+  });
+  ASSERT_TRUE(step.Run(ctx_).ok());
+  for (auto& [name, a] : agents_) {
+    EXPECT_EQ(a->calls, (std::vector<std::string>{"nccl", "weights"})) << name;
+    EXPECT_EQ(a->weights_request.model_dir(), "/models/tiny");
+    EXPECT_EQ(a->weights_request.manifest_json(), "{\"files\":[]}");
+    EXPECT_TRUE(a->nccl_request.library_path().empty());
+    // The other node is the only peer.
+    ASSERT_EQ(a->weights_request.peers_size(), 1) << name;
+    EXPECT_NE(a->weights_request.peers(0).node(), name);
+    EXPECT_EQ(a->weights_request.peers(0).host(), "127.0.0.1");
+  }
+  EXPECT_EQ(agents_["n1"]->weights_request.layer_begin(), 0);
+  EXPECT_EQ(agents_["n1"]->weights_request.layer_end(), 2);
+  EXPECT_TRUE(agents_["n1"]->weights_request.first_stage());
+  EXPECT_FALSE(agents_["n1"]->weights_request.last_stage());
+  EXPECT_EQ(agents_["n2"]->weights_request.layer_begin(), 2);
+  EXPECT_TRUE(agents_["n2"]->weights_request.last_stage());
+  EXPECT_EQ(agents_["n1"]->weights_request.peers(0).port(), 7002);
+
+  int byte_events = 0, skip_lines = 0;
+  for (const auto& e : events_) {
+    EXPECT_EQ(e.phase(), glm::v1::BRING_UP_PHASE_STAGE);
+    if (e.has_progress()) {
+      ++byte_events;
+      EXPECT_EQ(e.progress().total_bytes(), 1024);
+    }
+    if (e.message().find("names no NCCL library") != std::string::npos) ++skip_lines;
+  }
+  EXPECT_EQ(byte_events, 6);  // 3 per node
+  EXPECT_EQ(skip_lines, 2);
+}
+
+TEST_F(StageStepTest, FailureNamesNodeFileAndFix) {
+  agents_["n2"]->weights_error = absl::UnavailableError(
+      "agent 'n2': no peer could supply model-00002-of-00002.safetensors");
+  StageStep step;
+  absl::Status s = step.Run(ctx_);
+  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("node n2"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("model-00002-of-00002.safetensors"), absl::string_view::npos);
+  EXPECT_NE(s.message().find("Fix:"), absl::string_view::npos);
+  EXPECT_EQ(s.message().find("node n1"), absl::string_view::npos);
+  EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_FAILED);
+  EXPECT_TRUE(agents_["n2"]->weights_request.manifest_json().empty());
+}
+
+TEST_F(StageStepTest, ManifestErrorStopsBeforeAnyAgentCall) {
+  StageStep step([](const ClusterTopology&) -> absl::StatusOr<std::string> {
+    return absl::NotFoundError("config.json unreadable");
+  });
+  absl::Status s = step.Run(ctx_);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/models/tiny"), absl::string_view::npos);
+  EXPECT_TRUE(agents_["n1"]->calls.empty());
+}
+
+// A step that does nothing, for the phases before Stage.
+struct NopStep : BringUpStep {
+  explicit NopStep(Phase p) : p_(p) {}
+  Phase phase() const override { return p_; }
+  absl::Status Run(BringUpContext&) override { return absl::OkStatus(); }
+  Phase p_;
+};
+
+std::unique_ptr<BringUpMachine> MachineWithStage(std::vector<std::pair<Phase, Phase>>* seen) {
+  std::vector<std::unique_ptr<BringUpStep>> steps;
+  for (Phase p : {Phase::kValidate, Phase::kConnect, Phase::kPreflight, Phase::kPlan}) {
+    steps.push_back(std::make_unique<NopStep>(p));
+  }
+  steps.push_back(std::make_unique<StageStep>());
+  auto m = BringUpMachine::Create(std::move(steps), [seen](Phase from, Phase to,
+                                                           const std::string&) {
+    seen->emplace_back(from, to);
+  });
+  return m.ok() ? *std::move(m) : nullptr;
+}
+
+TEST_F(StageStepTest, MachinePassesThroughStageToReady) {
+  std::vector<std::pair<Phase, Phase>> seen;
+  auto m = MachineWithStage(&seen);
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(m->Run(ctx_).ok());
+  EXPECT_EQ(m->phase(), Phase::kReady);
+  ASSERT_GE(seen.size(), 2u);
+  EXPECT_EQ(seen[seen.size() - 2], std::make_pair(Phase::kPlan, Phase::kStage));
+  EXPECT_EQ(seen.back(), std::make_pair(Phase::kStage, Phase::kReady));
+}
+
+TEST_F(StageStepTest, MachineFailsInStage) {
+  agents_["n1"]->weights_error = absl::DataLossError("hash mismatch in model.safetensors");
+  std::vector<std::pair<Phase, Phase>> seen;
+  auto m = MachineWithStage(&seen);
+  ASSERT_NE(m, nullptr);
+  absl::Status s = m->Run(ctx_);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(m->phase(), Phase::kFailed);
+  EXPECT_EQ(seen.back(), std::make_pair(Phase::kStage, Phase::kFailed));
+  EXPECT_NE(s.message().find("node n1"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace glm::orchestrate
