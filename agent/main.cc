@@ -49,6 +49,7 @@ struct ServeFlags {
   int mtu_echo_port = 47190;
   std::string stage_root;
   int stage_port = 47191;
+  std::string model_dir;
 };
 
 int Serve(const ServeFlags& flags) {
@@ -92,6 +93,7 @@ int Serve(const ServeFlags& flags) {
       return 1;
     }
     echo = *std::move(started);
+    options.model_dir = flags.model_dir;
     options.fabric_ip = flags.fabric_ip;
     options.mtu_echo_port = echo->port();
     if (!flags.stage_root.empty()) {
@@ -193,6 +195,9 @@ int main(int argc, char** argv) {
                     "directory the weight-stage server serves to peers (needs --fabric-ip)");
   serve->add_option("--stage-port", flags.stage_port, "TCP port of the weight-stage server (0: any)")
       ->check(CLI::Range(0, 65535));
+  serve->add_option("--model-dir", flags.model_dir,
+                    "where this node keeps the model (StageWeights stages into it instead of "
+                    "cluster.yaml's model.path; for nodes that mount the model elsewhere)");
   app.add_subcommand("preflight", "check this node locally (RDMA, GID, MTU, memlock, NCCL, ...)");
   CLI11_PARSE(app, argc, argv);
   if (serve->parsed()) return Serve(flags);

@@ -193,7 +193,7 @@ grpc::Status AgentService::Info(grpc::ServerContext*, const glm::v1::InfoRequest
 grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::PreflightRequest* req,
                                      glm::v1::PreflightResponse* resp) {
   HostRequirements host_req;
-  host_req.model_dir = req->model_dir();
+  host_req.model_dir = options_.model_dir.empty() ? req->model_dir() : options_.model_dir;
   host_req.required_disk_bytes = req->required_disk_bytes();
   host_req.required_memory_bytes = req->required_memory_bytes();
   host_req.require_gpu = req->require_gpu() && !options_.allow_no_gpu;
@@ -303,18 +303,19 @@ grpc::Status AgentService::StageNccl(grpc::ServerContext*, const glm::v1::StageN
 
 grpc::Status AgentService::StageWeights(grpc::ServerContext*, const glm::v1::StageWeightsRequest* req,
                                         grpc::ServerWriter<glm::v1::Progress>* writer) {
-  if (req->model_dir().empty()) {
+  const std::string model_dir = options_.model_dir.empty() ? req->model_dir() : options_.model_dir;
+  if (model_dir.empty()) {
     return StageError("StageWeights", options_.node,
                       absl::InvalidArgumentError("model_dir is empty; set model.path in cluster.yaml"));
   }
   stage::StageOptions o;
-  o.dest_dir = req->model_dir();
+  o.dest_dir = model_dir;
   o.peers = ToPeers(req->peers());
   o.prune = false;  // nodes may share one model directory; never delete another shard's files.
   o.clock = clock_;
   if (req->manifest_json().empty()) {
-    writer->Write(MakeProgress("hash", absl::StrCat("weights: hashing ", req->model_dir())));
-    absl::StatusOr<stage::Manifest> built = stage::BuildManifest(req->model_dir());
+    writer->Write(MakeProgress("hash", absl::StrCat("weights: hashing ", model_dir)));
+    absl::StatusOr<stage::Manifest> built = stage::BuildManifest(model_dir);
     if (!built.ok()) return StageError("StageWeights", options_.node, built.status());
     o.manifest = std::move(*built);
   } else {
@@ -355,7 +356,7 @@ grpc::Status AgentService::StageWeights(grpc::ServerContext*, const glm::v1::Sta
   writer->Write(MakeProgress(
       "verify",
       absl::StrFormat("weights: verifying %d files (%s) in %s", o.files.size(), HumanBytes(total),
-                      req->model_dir()),
+                      model_dir),
       0, static_cast<int64_t>(total)));
   absl::StatusOr<stage::StageReport> report = stage::StageFiles(o);
   if (!report.ok()) return StageError("StageWeights", options_.node, report.status());

@@ -48,6 +48,9 @@ struct AgentServiceOptions {
   std::string fabric_ip;
   int mtu_echo_port = 0;
   int stage_port = 0;
+  // --model-dir: this node's model directory; StageWeights stages into it instead of the
+  // request's model_dir (model.path). Empty: the request's.
+  std::string model_dir;
 };
 
 class AgentService final : public glm::v1::Agent::Service {
