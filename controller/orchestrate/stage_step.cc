@@ -104,9 +104,10 @@ absl::Status StageStep::Run(BringUpContext& ctx) {
         BuildStageWeightsRequest(ctx.topology, node, ctx.infos, manifest_json), forward, timeout_);
     if (!s.ok()) {
       fail(absl::StrCat("node ", node.name, ": weight staging failed: ", s.message(),
-                        ". Fix: copy the named file into ", ctx.topology.model_dir,
-                        " on this node, or start a peer's agent with --fabric-ip and --stage-root "
-                        "on a complete copy of the model, then re-run glmctl up"));
+                        ". Fix: put a verified copy of the named file into this node's model "
+                        "directory (model.path ", ctx.topology.model_dir,
+                        ", or the agent's --model-dir), or run a peer's agent with --fabric-ip and "
+                        "--stage-root on a complete copy of the model; then re-run glmctl up"));
       return;
     }
   });

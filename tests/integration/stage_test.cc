@@ -54,8 +54,9 @@ class StageClusterTest : public ::testing::Test {
     }
   }
 
-  // Each node keeps the model in its own copy of the source; `drop` is removed from node-2's.
-  void Start(const std::string& drop) {
+  // Each node keeps the model in its own copy of the source; `drop` is removed from node-2's
+  // (and from node-1's too when `drop_everywhere`).
+  void Start(const std::string& drop, bool drop_everywhere = false) {
     WriteFile(yaml_,
               absl::StrCat("name: ", name_, "\ncontroller:\n  listen: 127.0.0.1:", ports_[0],
                            "\nmodel:\n  path: ", source_,
@@ -67,7 +68,7 @@ class StageClusterTest : public ::testing::Test {
     for (int i = 1; i <= 2; ++i) {
       std::string model = absl::StrCat(dir_->path(), "/node-", i, "-model");
       fs::copy(source_, model, fs::copy_options::recursive);
-      if (i == 2 && !drop.empty()) fs::remove(model + "/" + drop);
+      if ((i == 2 || drop_everywhere) && !drop.empty()) fs::remove(model + "/" + drop);
       models_.push_back(model);
       pids_.push_back(SpawnBackground(
           {AgentBin(), "serve", "--listen", absl::StrCat("127.0.0.1:", ports_[i]), "--node",
@@ -119,6 +120,17 @@ TEST_F(StageClusterTest, MissingShardFileIsFetchedFromThePeerAndVerified) {
   EXPECT_NE(up.output.find("is up"), std::string::npos) << up.output;
   ASSERT_TRUE(fs::exists(models_[1] + "/" + missing));
   EXPECT_EQ(ReadFile(models_[1] + "/" + missing), ReadFile(source_ + "/" + missing));
+}
+
+TEST_F(StageClusterTest, FileNoPeerHasStopsUpNamingNodeFileAndFix) {
+  const std::string missing = "model-00001-of-00002.safetensors";
+  Start(missing, /*drop_everywhere=*/true);
+  CommandResult up = Glmctl({"up", yaml_});
+  EXPECT_NE(up.exit_code, 0) << up.output;
+  EXPECT_NE(up.output.find("node node-1"), std::string::npos) << up.output;
+  EXPECT_NE(up.output.find(missing), std::string::npos) << up.output;
+  EXPECT_NE(up.output.find("Fix:"), std::string::npos) << up.output;
+  EXPECT_EQ(up.output.find("is up"), std::string::npos) << up.output;
 }
 
 }  // namespace
