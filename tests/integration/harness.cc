@@ -107,6 +107,17 @@ void KillNow(int pid) {
   PollUntil([&] { return !ProcessAlive(pid); }, std::chrono::seconds(5));
 }
 
+bool LoopbackPortOpen(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
 std::vector<int> FreePorts(int n, const std::string& host) {
   std::vector<int> fds, ports;
   for (int i = 0; i < n; ++i) {

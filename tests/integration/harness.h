@@ -34,6 +34,9 @@ bool ProcessAlive(int pid);
 // `n` distinct TCP ports that were free on `host` a moment ago.
 std::vector<int> FreePorts(int n, const std::string& host = "127.0.0.1");
 
+// True when something accepts TCP connections on 127.0.0.1:port.
+bool LoopbackPortOpen(int port);
+
 // A fresh directory under the system temp dir, removed by the destructor.
 class TempDir {
  public:

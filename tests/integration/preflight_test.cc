@@ -6,9 +6,6 @@
 //   - After bring-up the agent's GID watcher turns a change of the tree into a Degraded node in
 //     `glmctl status`.
 //   - Agents serving the path-MTU echo on their fabric IP give peers' mtu.path checks a target.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -25,17 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-bool PortOpen(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
 
 struct NodeDef {
   std::string name;
@@ -99,7 +85,7 @@ class PreflightClusterTest : public ::testing::Test {
     pids_.push_back(SpawnBackground({ControllerBin(), "--config", yaml_},
                                     dir_->path() + "/controller.log"));
     for (int port : ports_) {
-      ASSERT_GE(PollUntil([&] { return PortOpen(port); }, seconds(20)).count(), 0)
+      ASSERT_GE(PollUntil([&] { return LoopbackPortOpen(port); }, seconds(20)).count(), 0)
           << "port " << port << " never opened";
     }
   }

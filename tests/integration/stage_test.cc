@@ -2,9 +2,6 @@
 // own model directory (--model-dir) and a stage server on it; node-2's copy of
 // tests/golden/tiny-sharded lacks a shard file that node-1 has. `glmctl up` passes through Stage,
 // node-2 fetches the file from node-1 and verifies it, and the cluster reaches Ready.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -20,17 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-bool TcpPortOpen(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
 
 class StageClusterTest : public ::testing::Test {
  protected:
@@ -80,7 +66,7 @@ class StageClusterTest : public ::testing::Test {
     pids_.push_back(SpawnBackground({ControllerBin(), "--config", yaml_},
                                     dir_->path() + "/controller.log"));
     for (int port : ports_) {
-      ASSERT_GE(PollUntil([&] { return TcpPortOpen(port); }, seconds(20)).count(), 0)
+      ASSERT_GE(PollUntil([&] { return LoopbackPortOpen(port); }, seconds(20)).count(), 0)
           << "port " << port << " never opened";
     }
   }
