@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "controller/cli/certs.h"
@@ -136,28 +137,40 @@ std::string DefaultConfig() {
   return !path.empty() && fs::exists(path, ec) ? path : "";
 }
 
-int RunUp(const std::string& config, const GlobalFlags& flags, bool force) {
-  auto topology = Load(config);
-  if (!topology.ok()) return ConfigError(topology.status());
-  auto conn = Connect(&*topology, flags);
-  if (!conn.ok()) return ConfigError(conn.status());
-
-  if (topology->local) {
-    // Start whatever of the local cluster is not running (all of it on a first `up`).
-    if (auto s = EnsureLocalProcesses(*topology); !s.ok()) {
+// For commands that act on a cluster (up, preflight): loads the YAML, starts whatever of a
+// `local: true` cluster is not running (all of it the first time), and waits for the controller.
+// Returns kOk with both outputs set, or the exit code after printing why.
+int OpenCluster(const std::string& config, const GlobalFlags& flags,
+                std::optional<ClusterTopology>* topology, std::optional<Connection>* conn) {
+  auto loaded = Load(config);
+  if (!loaded.ok()) return ConfigError(loaded.status());
+  auto connected = Connect(&*loaded, flags);
+  if (!connected.ok()) return ConfigError(connected.status());
+  topology->emplace(*std::move(loaded));
+  conn->emplace(*std::move(connected));
+  const ClusterTopology& t = **topology;
+  if (t.local) {
+    if (auto s = EnsureLocalProcesses(t); !s.ok()) {
       std::cerr << "glmctl: " << s.message() << "\n";
       return kFailed;
     }
   }
-  if (!WaitConnected(*conn, std::chrono::seconds(topology->local ? 20 : 5))) {
-    if (topology->local) {
-      auto local = LocalCluster::Open(*topology);
-      return Unreachable(*conn, absl::StrCat("the local controller did not come up; see ",
-                                             local.ok() ? local->run_dir() : "the run dir",
-                                             "/controller.log"));
+  if (!WaitConnected(**conn, std::chrono::seconds(t.local ? 20 : 5))) {
+    if (t.local) {
+      auto local = LocalCluster::Open(t);
+      return Unreachable(**conn, absl::StrCat("the local controller did not come up; see ",
+                                              local.ok() ? local->run_dir() : "the run dir",
+                                              "/controller.log"));
     }
-    return Unreachable(*conn, "");
+    return Unreachable(**conn, "");
   }
+  return kOk;
+}
+
+int RunUp(const std::string& config, const GlobalFlags& flags, bool force) {
+  std::optional<ClusterTopology> topology;
+  std::optional<Connection> conn;
+  if (int code = OpenCluster(config, flags, &topology, &conn); code != kOk) return code;
   RememberConfig(topology->config_path);
 
   bool tty = ::isatty(STDOUT_FILENO) == 1 && !flags.json;
@@ -206,19 +219,9 @@ int RunUp(const std::string& config, const GlobalFlags& flags, bool force) {
 }
 
 int RunPreflight(const std::string& config, const GlobalFlags& flags) {
-  auto topology = Load(config);
-  if (!topology.ok()) return ConfigError(topology.status());
-  auto conn = Connect(&*topology, flags);
-  if (!conn.ok()) return ConfigError(conn.status());
-  if (topology->local) {
-    if (auto s = EnsureLocalProcesses(*topology); !s.ok()) {
-      std::cerr << "glmctl: " << s.message() << "\n";
-      return kFailed;
-    }
-  }
-  if (!WaitConnected(*conn, std::chrono::seconds(topology->local ? 20 : 5))) {
-    return Unreachable(*conn, "");
-  }
+  std::optional<ClusterTopology> topology;
+  std::optional<Connection> conn;
+  if (int code = OpenCluster(config, flags, &topology, &conn); code != kOk) return code;
   grpc::ClientContext ctx;
   Deadline(&ctx, std::chrono::seconds(180));
   glm::v1::ClusterPreflightRequest req;
