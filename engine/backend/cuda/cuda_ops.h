@@ -1,0 +1,42 @@
+// The heavy ops of the CUDA backend (attention, indexer scoring + top-k, routed experts), kept
+// apart from cuda_backend.cc so each can be tested against the CPU backend on its own. CudaBackend
+// (cuda_backend.cc) forwards Backend::Attention / IndexerTopK / MoeExperts here.
+//
+// Contract: arguments are exactly those of engine/backend/backend.h (same semantics, same
+// tie rules: IndexerTopK ties go to the lower position, like the CPU backend); every pointer in
+// them is device memory except the host arrays inside ExpertWeights (gate/up/down views, whose
+// data pointers are device memory). Work is enqueued on `stream`; nothing synchronizes with the
+// host. Temporary device memory comes only from `scratch`, so once scratch has grown to a step's
+// size, a step of the same shape allocates nothing and can be captured in a CUDA graph.
+// Errors (CUDA failures, shapes beyond what a kernel supports) come back as absl::Status naming
+// the op and the limit; the backend turns them into a fatal error with that message.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "engine/backend/backend.h"
+
+namespace glm::engine::cuda {
+
+// Grow-only device scratch owned by the backend. Get() returns at least `bytes` of device memory
+// (256-byte aligned), valid until the next Get() call of the same slot. Slots let one op hold
+// several buffers at once. Growing reallocates (only outside graph capture: a capture with a
+// scratch that must grow fails with FailedPrecondition).
+class Scratch {
+ public:
+  virtual ~Scratch() = default;
+  virtual absl::StatusOr<void*> Get(int slot, size_t bytes) = 0;
+};
+inline constexpr int kScratchSlots = 8;
+
+absl::Status Attention(const AttentionArgs& args, Scratch& scratch, cudaStream_t stream);
+absl::Status IndexerTopK(const IndexerTopKArgs& args, Scratch& scratch, cudaStream_t stream);
+// Device-side grouping: no host loop over experts, no host synchronization.
+absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                        const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                        cudaStream_t stream);
+
+}  // namespace glm::engine::cuda
