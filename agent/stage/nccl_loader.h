@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "agent/stage/nccl_table.h"
+#include "engine/dist/nccl_table.h"
 
 namespace glm::stage {
 
