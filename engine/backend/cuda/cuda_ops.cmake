@@ -1,0 +1,20 @@
+# The heavy CUDA ops (cuda_ops.h: attention, indexer scoring + top-k, routed experts), included by
+# CMakeLists.txt here when the CUDA parts build. Adds their sources to glm_backend_cuda and defines
+# their GPU test (against the CPU backend) and bench.
+if(NOT TARGET glm_backend_cuda)
+  return()
+endif()
+
+# CMake 3.25 does not know nvcc 13's C++20 flag (same as kernels/CMakeLists.txt).
+set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+set(glm_cuda_ops_sources
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_attention.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_indexer.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_moe.cu)
+target_sources(glm_backend_cuda PRIVATE ${glm_cuda_ops_sources})
+set_source_files_properties(${glm_cuda_ops_sources} PROPERTIES
+  COMPILE_OPTIONS "--expt-relaxed-constexpr;-lineinfo;-Xptxas=-warn-spills")
+
+glm_add_test(NAME cuda_ops_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_test.cc
+  LIBS glm_backend_cuda glm_backend_cpu LABELS gpu)

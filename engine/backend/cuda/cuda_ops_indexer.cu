@@ -1,0 +1,11 @@
+// cuda_ops.h uses absl::StatusOr without including its header.
+#include "absl/status/statusor.h"
+#include "engine/backend/cuda/cuda_ops.h"
+
+namespace glm::engine::cuda {
+
+absl::Status IndexerTopK(const IndexerTopKArgs&, Scratch&, cudaStream_t) {
+  return absl::UnimplementedError("cuda IndexerTopK: kernel not written yet");
+}
+
+}  // namespace glm::engine::cuda
