@@ -12,12 +12,18 @@
 // - Every op takes its shapes from the views; preconditions (matching shapes, strides) are checked
 //   by the caller at setup, not per op (hot path). All arithmetic is fp32 with fp32 accumulation.
 // - A Backend is used from one thread at a time (the engine's step thread).
+// - Errors: ops return void (hot path). A device backend keeps the first failure (CUDA error,
+//   kernel launch check, cuBLAS error, out of memory) in status() and skips every later op; the
+//   model returns status() after each step and after loading, so the engine fails fast with that
+//   message. The cpu backend's ops cannot fail (status() is always OK).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "absl/status/status.h"
 
 namespace glm::engine {
 
@@ -125,6 +131,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int num_threads() const = 0;
+  // The first error any op or copy hit (sticky), OK if none. Ops after an error do nothing.
+  virtual absl::Status status() const = 0;
 
   // Memory. Allocate zero-fills.
   virtual std::unique_ptr<Buffer> Allocate(size_t bytes) = 0;

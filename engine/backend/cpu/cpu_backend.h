@@ -17,6 +17,7 @@ class CpuBackend : public Backend {
 
   std::string name() const override { return "cpu"; }
   int num_threads() const override { return pool_.num_threads(); }
+  absl::Status status() const override { return absl::OkStatus(); }  // ops cannot fail
 
   std::unique_ptr<Buffer> Allocate(size_t bytes) override;
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;

@@ -1,0 +1,321 @@
+#include "engine/backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "engine/backend/cuda/cublaslt_matmul.h"
+#include "engine/backend/cuda/cuda_ops.h"
+#include "kernels/cuda_util.h"
+#include "kernels/layernorm.h"
+#include "kernels/moe_route.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/rows.h"
+#include "kernels/silu_mul.h"
+
+namespace glm::engine {
+namespace {
+
+using kernels::CudaStatus;
+
+// cuBLASLt workspace: enough for split-K on every shape the model issues.
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
+class DeviceBuffer : public Buffer {
+ public:
+  DeviceBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  ~DeviceBuffer() override {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
+// Grow-only device scratch (cuda_ops.h). Growing waits for the stream (the old block may still
+// be read by enqueued work) and is refused while the stream is being captured.
+class DeviceScratch : public cuda::Scratch {
+ public:
+  explicit DeviceScratch(cudaStream_t stream) : stream_(stream) {}
+  ~DeviceScratch() override {
+    for (Slot& s : slots_) {
+      if (s.data != nullptr) cudaFree(s.data);
+    }
+  }
+  absl::StatusOr<void*> Get(int slot, size_t bytes) override {
+    if (slot < 0 || slot >= cuda::kScratchSlots) {
+      return absl::InvalidArgumentError(absl::StrCat("Scratch::Get: slot ", slot,
+                                                     " outside [0, ", cuda::kScratchSlots, ")"));
+    }
+    Slot& s = slots_[slot];
+    if (bytes <= s.bytes && s.data != nullptr) return s.data;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    GLM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Scratch::Get: slot ", slot, " must grow from ", s.bytes, " to ", bytes,
+          " bytes during CUDA graph capture; run the step once eagerly before capturing"));
+    }
+    GLM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    if (s.data != nullptr) GLM_CUDA_RETURN_IF_ERROR(cudaFree(s.data));
+    s.data = nullptr;
+    s.bytes = 0;
+    // 1.5x headroom, 2 MiB granularity: a few growth steps cover a warming workload.
+    const size_t want = std::max(bytes + bytes / 2, size_t{1} << 21);
+    const size_t rounded = (want + (size_t{1} << 21) - 1) & ~((size_t{1} << 21) - 1);
+    if (const cudaError_t err = cudaMalloc(&s.data, rounded); err != cudaSuccess) {
+      (void)cudaGetLastError();
+      s.data = nullptr;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "CUDA scratch slot ", slot, ": cudaMalloc(", rounded, ") failed: ",
+          cudaGetErrorString(err), "; lower max_num_batched_tokens or the KV cache budget"));
+    }
+    s.bytes = rounded;
+    return s.data;
+  }
+
+ private:
+  struct Slot {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  cudaStream_t stream_;
+  std::array<Slot, cuda::kScratchSlots> slots_{};
+};
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<cuda::LtMatmul> matmul)
+      : device_(device), stream_(stream), matmul_(std::move(matmul)), scratch_(stream) {}
+  ~CudaBackend() override {
+    if (Bind()) cudaStreamSynchronize(stream_);
+    matmul_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  int num_threads() const override { return 1; }
+  absl::Status status() const override { return status_; }
+
+  std::unique_ptr<Buffer> Allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (!Bind()) return std::make_unique<DeviceBuffer>(nullptr, 0);
+    const size_t alloc = std::max<size_t>(bytes, 1);
+    if (const cudaError_t err = cudaMalloc(&p, alloc); err != cudaSuccess) {
+      (void)cudaGetLastError();
+      Record(absl::ResourceExhaustedError(absl::StrCat(
+          "CUDA backend: cudaMalloc(", bytes, ") failed: ", cudaGetErrorString(err),
+          "; the model, KV cache and workspaces do not fit on device ", device_,
+          ": lower the KV cache budget or shard the model")));
+      return std::make_unique<DeviceBuffer>(nullptr, 0);
+    }
+    Record(CudaStatus(cudaMemsetAsync(p, 0, alloc, stream_), "Allocate: cudaMemsetAsync"));
+    return std::make_unique<DeviceBuffer>(p, bytes);
+  }
+
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0 || !Bind()) return;
+    Record(CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
+                      "CopyToDevice: cudaMemcpyAsync"));
+  }
+
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0 || !Bind()) return;
+    Record(CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
+                      "CopyToHost: cudaMemcpyAsync"));
+    Synchronize();
+  }
+
+  void Synchronize() override {
+    if (!Bind()) return;
+    Record(Annotate(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"),
+                    "CUDA backend (an earlier enqueued op faulted; rerun under compute-sanitizer "
+                    "or with CUDA_LAUNCH_BLOCKING=1 to find it)"));
+  }
+
+  void Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) override {
+    if (x.rows == 0 || w.rows == 0 || !Bind()) return;
+    if (x.cols == 0) {
+      if (!accumulate) Fill(y, 0.0f);
+      return;
+    }
+    cuda::GemmShape s;
+    s.m = x.rows;
+    s.n = w.rows;
+    s.k = x.cols;
+    s.x_ld = x.ld;
+    s.w_ld = w.ld;
+    s.y_ld = y.ld;
+    Record(Annotate(matmul_->Run(s, x.data, w.data, y.data, accumulate, stream_), "Linear"));
+  }
+
+  void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
+                     int64_t w_ld, const HeadsView& y) override {
+    if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind()) return;
+    if (x.dim == 0) {
+      for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
+      return;
+    }
+    cuda::GemmShape s;
+    s.m = x.rows;
+    s.n = y.dim;
+    s.k = x.dim;
+    s.x_ld = x.row_stride;
+    s.w_ld = w_ld;
+    s.y_ld = y.row_stride;
+    s.batch = x.heads;
+    s.x_batch_stride = x.head_stride;
+    s.w_batch_stride = weight_head_stride;
+    s.y_batch_stride = y.head_stride;
+    Record(Annotate(matmul_->Run(s, x.data, weights, y.data, false, stream_), "LinearPerHead"));
+  }
+
+  void RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) override {
+    if (x.rows == 0 || x.cols == 0 || !Bind()) return;
+    Record(kernels::RmsNorm(kernels::DType::kF32, x.data, x.ld, w, eps, y.data, y.ld, x.rows,
+                            x.cols, stream_));
+  }
+
+  void LayerNorm(const MatView& x, const float* w, const float* b, float eps,
+                 const MatView& y) override {
+    if (x.rows == 0 || x.cols == 0 || !Bind()) return;
+    Record(kernels::LayerNorm(x.data, x.ld, w, b, eps, y.data, y.ld, x.rows, x.cols, stream_));
+  }
+
+  void RopeInterleaved(const HeadsView& x, const int32_t* positions, const float* inv_freq,
+                       int num_freqs) override {
+    if (x.rows == 0 || x.heads == 0 || num_freqs == 0 || !Bind()) return;
+    Record(kernels::RopeInterleaved(kernels::DType::kF32, x.data, x.rows, x.heads, x.row_stride,
+                                    x.head_stride, positions, inv_freq, num_freqs, stream_));
+  }
+
+  void SiluMul(const MatView& gate, const MatView& up, const MatView& out) override {
+    if (gate.rows == 0 || gate.cols == 0 || !Bind()) return;
+    Record(kernels::SiluMul(kernels::DType::kF32, gate.data, gate.ld, up.data, up.ld, out.data,
+                            out.ld, gate.rows, gate.cols, stream_));
+  }
+
+  void Fill(const MatView& y, float value) override {
+    if (!Bind()) return;
+    Record(kernels::FillRows(y.data, y.ld, y.rows, y.cols, value, stream_));
+  }
+
+  void Add(const MatView& x, const MatView& y) override {
+    if (!Bind()) return;
+    Record(kernels::AddRows(x.data, x.ld, y.data, y.ld, x.rows, x.cols, stream_));
+  }
+
+  void Copy(const MatView& x, const MatView& y) override {
+    if (!Bind()) return;
+    Record(kernels::CopyRows(x.data, x.ld, nullptr, y.data, y.ld, nullptr, x.rows, x.cols,
+                             stream_));
+  }
+
+  void GatherRows(const MatView& src, const int32_t* rows, const MatView& out) override {
+    if (!Bind()) return;
+    Record(kernels::CopyRows(src.data, src.ld, rows, out.data, out.ld, nullptr, out.rows,
+                             out.cols, stream_));
+  }
+
+  void ScatterRows(const MatView& src, const int32_t* rows, const MatView& dst) override {
+    if (!Bind()) return;
+    Record(kernels::CopyRows(src.data, src.ld, nullptr, dst.data, dst.ld, rows, src.rows,
+                             src.cols, stream_));
+  }
+
+  void IndexerTopK(const IndexerTopKArgs& args) override {
+    if (args.q.rows == 0 || !Bind()) return;
+    Record(Annotate(cuda::IndexerTopK(args, scratch_, stream_), "IndexerTopK"));
+  }
+
+  void Attention(const AttentionArgs& args) override {
+    if (args.q_a.rows == 0 || !Bind()) return;
+    Record(Annotate(cuda::Attention(args, scratch_, stream_), "Attention"));
+  }
+
+  void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group,
+                int top_k, bool renormalize, float scale, int32_t* ids,
+                float* weights) override {
+    if (logits.rows == 0 || !Bind()) return;
+    Record(kernels::MoeRoute(logits.data, logits.ld, bias, logits.rows,
+                             static_cast<int>(logits.cols), std::max(1, n_group), topk_group,
+                             top_k, renormalize, scale, ids, weights, stream_));
+  }
+
+  void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                  const ExpertWeights& experts, const MatView& out) override {
+    if (x.rows == 0 || !Bind()) return;
+    Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, experts, out, scratch_, stream_),
+                    "MoeExperts"));
+  }
+
+ private:
+  // False once an error is recorded (the op is skipped). Makes the backend's device current on
+  // the calling thread (the engine's step thread is not the one that created the backend).
+  bool Bind() {
+    if (!status_.ok()) return false;
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_) {
+      Record(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
+    }
+    return status_.ok();
+  }
+  void Record(const absl::Status& s) {
+    if (!s.ok() && status_.ok()) status_ = s;
+  }
+
+  const int device_;
+  cudaStream_t stream_;
+  std::unique_ptr<cuda::LtMatmul> matmul_;
+  DeviceScratch scratch_;
+  absl::Status status_;
+};
+
+}  // namespace
+
+absl::Status CudaDeviceAvailable() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no usable CUDA device: cudaGetDeviceCount returned ", cudaGetErrorName(err), " (",
+        cudaGetErrorString(err), ") with ", count,
+        " devices; check the NVIDIA driver (nvidia-smi) or use the cpu backend"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal) {
+  GLM_RETURN_IF_ERROR(CudaDeviceAvailable());
+  int count = 0;
+  GLM_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (device_ordinal < 0 || device_ordinal >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device_ordinal,
+                                                   " does not exist; this machine has ", count,
+                                                   " (ordinals 0..", count - 1, ")"));
+  }
+  GLM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_ordinal));
+  cudaStream_t stream = nullptr;
+  GLM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto matmul = cuda::LtMatmul::Create(kLtWorkspaceBytes);
+  if (!matmul.ok()) {
+    cudaStreamDestroy(stream);
+    return Annotate(matmul.status(), "CUDA backend: cuBLASLt setup");
+  }
+  return std::unique_ptr<Backend>(
+      std::make_unique<CudaBackend>(device_ordinal, stream, std::move(*matmul)));
+}
+
+}  // namespace glm::engine

@@ -1,0 +1,32 @@
+// The CUDA backend: engine/backend/backend.h on one GPU, fp32 throughout.
+//
+// - Memory: Allocate is cudaMalloc + zero-fill on the backend's stream. Copies are stream-ordered
+//   (CopyToHost waits for them); every op is enqueued on the backend's own non-blocking stream.
+// - Linear / LinearPerHead: cuBLASLt, CUBLAS_COMPUTE_32F (cublaslt_matmul.h), plans cached per
+//   shape. Small ops: the kernels in kernels/ (rmsnorm, layernorm, rope, silu_mul, rows,
+//   moe_route). Attention, IndexerTopK, MoeExperts: cuda_ops.h. Temporary device memory of those
+//   comes from a grow-only scratch (cuda_ops.h Scratch) owned by the backend.
+// - Errors: ops return void (hot path). The first CUDA / cuBLAS / launch-check error is kept
+//   (Backend::status()); every later op is skipped, and the model returns that status after the
+//   step (the engine fails fast with it). Asynchronous faults surface at CopyToHost/Synchronize.
+// - Threads: one thread at a time (the engine's step thread); the backend binds its device on
+//   whichever thread calls it.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+
+namespace glm::engine {
+
+// OK when a CUDA device and driver are usable; otherwise FailedPrecondition saying why (no
+// driver, no device) and what to do.
+absl::Status CudaDeviceAvailable();
+
+// A backend on device `device_ordinal`. Errors: no usable device/driver (FailedPrecondition),
+// ordinal out of range (InvalidArgument), stream/cuBLASLt setup failures (Internal).
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal);
+
+}  // namespace glm::engine
