@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/stage/file_hash.h"
+#include "agent/stage/hash_cache.h"
 
 namespace glm::stage {
 namespace {
@@ -123,7 +124,7 @@ absl::StatusOr<Manifest> Manifest::FromJson(const nlohmann::json& j) {
   return m;
 }
 
-absl::StatusOr<Manifest> BuildManifest(const std::string& model_dir) {
+absl::StatusOr<Manifest> BuildManifest(const std::string& model_dir, FileHasher* hasher) {
   Manifest m;
   std::error_code ec;
   fs::recursive_directory_iterator it(model_dir, ec), end;
@@ -138,7 +139,8 @@ absl::StatusOr<Manifest> BuildManifest(const std::string& model_dir) {
     }
     if (!entry.is_regular_file() || absl::EndsWith(name, ".partial")) continue;
     std::string rel = fs::relative(entry.path(), model_dir).generic_string();
-    absl::StatusOr<FileHash> h = HashFile(entry.path().string());
+    absl::StatusOr<FileHash> h =
+        hasher != nullptr ? hasher->Hash(entry.path().string()) : HashFile(entry.path().string());
     if (!h.ok()) return h.status();
     m.files.push_back(ManifestFile{rel, h->size, h->xxh3_128});
   }

@@ -36,9 +36,12 @@ struct Manifest {
   static absl::StatusOr<Manifest> FromJson(const nlohmann::json& json);
 };
 
-// Walks `model_dir` (regular files, recursively; skips *.partial and dot-files), hashes each,
-// reads model.safetensors.index.json's weight_map and config.json's num_hidden_layers.
-absl::StatusOr<Manifest> BuildManifest(const std::string& model_dir);
+class FileHasher;
+
+// Walks `model_dir` (regular files, recursively; skips *.partial and dot-files), hashes each
+// through `hasher` (null: HashFile; a HashCache skips files that did not change), reads
+// model.safetensors.index.json's weight_map and config.json's num_hidden_layers.
+absl::StatusOr<Manifest> BuildManifest(const std::string& model_dir, FileHasher* hasher = nullptr);
 
 // Which part of the model a node's shard holds. Layers [layer_begin, layer_end) of the decoder;
 // the first PP stage also holds the embedding, the last holds model.norm and lm_head (and, with

@@ -1,132 +1,164 @@
 #include "agent/stage/stage_server.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/sendfile.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
-#include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "agent/stage/stage_protocol.h"
 
 namespace glm::stage {
+namespace {
+
+std::string RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  return realpath(path.c_str(), buf) != nullptr ? std::string(buf) : std::string();
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+}  // namespace
+
+bool IsServablePath(const std::string& path) {
+  if (path.empty() || path[0] == '/' || absl::StrContains(path, "\\") ||
+      absl::StrContains(path, std::string(1, '\0')) || absl::EndsWith(path, ".partial")) {
+    return false;
+  }
+  for (const auto& part : std::filesystem::path(path)) {
+    if (part.empty() || part == ".." || part == ".") return false;
+  }
+  return true;
+}
+
+grpc::Status FileServer::FetchFile(grpc::ServerContext* ctx, const glm::v1::FetchFileRequest* req,
+                                   grpc::ServerWriter<glm::v1::FileChunk>* writer) {
+  std::string target;
+  if (req->nccl_library()) {
+    target = options_.nccl_library ? options_.nccl_library() : std::string();
+    if (target.empty()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "this agent has no NCCL library configured (nccl.library)");
+    }
+    // The operator's path (often a symlink libnccl.so.2 -> libnccl.so.2.x.y): follow it.
+    target = RealPath(target);
+    if (target.empty()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no NCCL library here");
+  } else {
+    if (!IsServablePath(req->path())) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("'", req->path(), "' may not be served: paths are relative "
+                                       "to the stage root, without '..', not *.partial"));
+    }
+    std::string root = options_.root ? options_.root() : std::string();
+    std::string real_root = root.empty() ? std::string() : RealPath(root);
+    if (real_root.empty()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "this agent serves no stage root (start it with --stage-root or "
+                          "--model-dir, or stage weights onto it first)");
+    }
+    target = RealPath(absl::StrCat(real_root, "/", req->path()));
+    if (target.empty()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "not held here");
+    if (!absl::StartsWith(target, real_root + "/") || absl::EndsWith(target, ".partial")) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("'", req->path(), "' leads out of the stage root"));
+    }
+  }
+  Fd file{open(target.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
+  struct stat st;
+  if (file.fd < 0 || fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "not held here");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (req->offset() < 0 || static_cast<uint64_t>(req->offset()) > size || req->length() < 0) {
+    return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                        absl::StrCat("offset ", req->offset(), " is past the end (", size, " bytes)"));
+  }
+  const uint64_t begin = static_cast<uint64_t>(req->offset());
+  uint64_t end = size;
+  if (req->length() > 0) end = std::min<uint64_t>(size, begin + static_cast<uint64_t>(req->length()));
+  posix_fadvise(file.fd, static_cast<off_t>(begin), static_cast<off_t>(end - begin),
+                POSIX_FADV_SEQUENTIAL);
+  uint64_t at = begin;
+  glm::v1::FileChunk chunk;
+  chunk.set_file_size(static_cast<int64_t>(size));
+  do {
+    if (ctx->IsCancelled()) break;
+    size_t want = static_cast<size_t>(std::min<uint64_t>(end - at, options_.chunk_bytes));
+    std::string* data = chunk.mutable_data();
+    data->resize(want);
+    size_t got = 0;
+    while (got < want) {
+      ssize_t n = pread(file.fd, data->data() + got, want - got, static_cast<off_t>(at + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            absl::StrCat("read at byte ", at + got, ": ",
+                                         n == 0 ? "file shrank" : std::strerror(errno)));
+      }
+      got += static_cast<size_t>(n);
+    }
+    chunk.set_offset(static_cast<int64_t>(at));
+    if (!writer->Write(chunk)) break;  // the client went away
+    // The bytes read for serving are not this node's working set.
+    posix_fadvise(file.fd, static_cast<off_t>(at), static_cast<off_t>(want), POSIX_FADV_DONTNEED);
+    at += want;
+    bytes_served_ += want;
+  } while (at < end);
+  return grpc::Status::OK;
+}
+
+class StageServer::Service final : public glm::v1::Agent::Service {
+ public:
+  explicit Service(FileServer* files) : files_(files) {}
+  grpc::Status FetchFile(grpc::ServerContext* ctx, const glm::v1::FetchFileRequest* req,
+                         grpc::ServerWriter<glm::v1::FileChunk>* writer) override {
+    return files_->FetchFile(ctx, req, writer);
+  }
+
+ private:
+  FileServer* files_;
+};
+
+StageServer::StageServer(Options options)
+    : options_(std::move(options)),
+      files_(FileServer::Options{[this] { return options_.root; },
+                                 [this] { return options_.nccl_library; }}),
+      service_(std::make_unique<Service>(&files_)) {}
 
 absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Start(Options options) {
   std::unique_ptr<StageServer> s(new StageServer(std::move(options)));
-  s->listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s->listen_fd_ < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
-  int one = 1;
-  setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(s->options_.port);
-  if (inet_pton(AF_INET, s->options_.bind_address.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("not an IPv4 address: ", s->options_.bind_address));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  auto creds = s->options_.credentials ? s->options_.credentials : grpc::InsecureServerCredentials();
+  builder.AddListeningPort(absl::StrCat(s->options_.bind_address, ":", s->options_.port), creds,
+                           &port);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", s->options_.bind_address, ":",
+                                               s->options_.port));
   }
-  if (bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(s->listen_fd_, 64) != 0) {
-    return absl::UnavailableError(absl::StrCat("listen ", s->options_.bind_address, ":",
-                                               s->options_.port, ": ", std::strerror(errno)));
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  s->port_ = ntohs(addr.sin_port);
-  if (pipe2(s->wake_fd_, O_CLOEXEC) != 0) return absl::UnavailableError("pipe");
-  s->accept_thread_ = std::thread([p = s.get()] { p->AcceptLoop(); });
+  s->port_ = static_cast<uint16_t>(port);
   return s;
 }
 
-StageServer::~StageServer() {
-  Stop();
-  for (int fd : {listen_fd_, wake_fd_[0], wake_fd_[1]}) {
-    if (fd >= 0) close(fd);
-  }
-}
+StageServer::~StageServer() { Stop(); }
 
 void StageServer::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    stopping_ = true;
-    for (int fd : open_fds_) shutdown(fd, SHUT_RDWR);
-  }
-  char c = 'x';
-  (void)!write(wake_fd_[1], &c, 1);
-  if (accept_thread_.joinable()) accept_thread_.join();
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [this] { return active_workers_ == 0; });
-}
-
-void StageServer::AcceptLoop() {
-  while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) {
-      close(fd);
-      return;
-    }
-    open_fds_.insert(fd);
-    ++active_workers_;
-    std::thread([this, fd] { Serve(fd); }).detach();
-  }
-}
-
-void StageServer::Serve(int fd) {
-  absl::StatusOr<StageRequest> req = ReadRequest(fd, options_.io_timeout_ms);
-  StageResponseHeader header;
-  int file_fd = -1;
-  if (!req.ok() || !IsServablePath(req->path)) {
-    header.status = StageStatus::kBadRequest;
-  } else {
-    std::string path = absl::StrCat(options_.root, "/", req->path);
-    file_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    struct stat st;
-    if (file_fd < 0 || fstat(file_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      header.status = StageStatus::kNotFound;
-    } else {
-      header.file_size = static_cast<uint64_t>(st.st_size);
-      if (req->offset > header.file_size) {
-        header.status = StageStatus::kBadOffset;
-      } else {
-        uint64_t left = header.file_size - req->offset;
-        header.count = req->length == 0 ? left : std::min(left, req->length);
-      }
-    }
-  }
-  if (SendResponseHeader(fd, header).ok() && header.status == StageStatus::kOk) {
-    off_t offset = static_cast<off_t>(req->offset);
-    uint64_t left = header.count;
-    while (left > 0) {
-      ssize_t n = sendfile(fd, file_fd, &offset, std::min<uint64_t>(left, 1 << 20));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      left -= static_cast<uint64_t>(n);
-      bytes_served_ += static_cast<uint64_t>(n);
-    }
-    // The bytes read for serving are not this node's working set.
-    posix_fadvise(file_fd, static_cast<off_t>(req->offset), static_cast<off_t>(header.count),
-                  POSIX_FADV_DONTNEED);
-  }
-  if (file_fd >= 0) close(file_fd);
-  std::lock_guard<std::mutex> lock(mu_);
-  open_fds_.erase(fd);
-  close(fd);
-  --active_workers_;
-  idle_.notify_all();  // under the lock: Stop() cannot return before we release it.
+  if (!server_) return;
+  server_->Shutdown(std::chrono::system_clock::now());  // cancels transfers in flight
+  server_->Wait();
+  server_.reset();
 }
 
 }  // namespace glm::stage

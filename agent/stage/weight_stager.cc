@@ -8,14 +8,16 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/stage/file_hash.h"
-#include "agent/stage/stage_protocol.h"
 #include "common/logging.h"
+#include "glm/v1/agent.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 
 namespace glm::stage {
 namespace {
@@ -29,14 +31,22 @@ class ProgressTracker {
     p_.bytes_total = total;
   }
   void AddDone(uint64_t n) { p_.bytes_done += n; }
+  // After a chunk: reported at most once per progress_interval.
   void AddFetched(const std::string& file, uint64_t n) {
     p_.file = file;
     p_.bytes_done += n;
     p_.bytes_fetched += n;
+    if (o_.progress_interval.count() > 0 && emitted_ &&
+        clock_->Now() - last_emit_ < o_.progress_interval) {
+      return;
+    }
     Emit();
   }
+  // Always reported (a completed file, the final state).
   void Emit() {
-    double seconds = std::chrono::duration<double>(clock_->Now() - start_).count();
+    last_emit_ = clock_->Now();
+    emitted_ = true;
+    double seconds = std::chrono::duration<double>(last_emit_ - start_).count();
     if (seconds > 0 && p_.bytes_fetched > 0) {
       p_.rate_bytes_per_s = static_cast<double>(p_.bytes_fetched) / seconds;
       p_.eta_s = static_cast<double>(p_.bytes_total - std::min(p_.bytes_total, p_.bytes_done)) /
@@ -51,7 +61,35 @@ class ProgressTracker {
   const StageOptions& o_;
   Clock* clock_;
   Clock::TimePoint start_;
+  Clock::TimePoint last_emit_;
+  bool emitted_ = false;
   StageProgress p_;
+};
+
+// One channel per peer for a staging run (a TLS handshake per peer, not per file).
+class PeerChannels {
+ public:
+  explicit PeerChannels(const StageOptions& o) : o_(o) {}
+  std::shared_ptr<grpc::Channel> Get(const PeerAddress& peer) {
+    std::string target = absl::StrCat(peer.host, ":", peer.port);
+    auto it = channels_.find(target);
+    if (it != channels_.end()) return it->second;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(16 << 20);
+    // A silent peer (partition, power loss) is detected by keepalive pings; a killed one by RST.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, std::max(o_.io_timeout_ms, 1000));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::max(o_.io_timeout_ms, 1000));
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a peer restart gets a fresh connection
+    if (!peer.tls_name.empty()) args.SetSslTargetNameOverride(peer.tls_name);
+    auto creds = o_.credentials ? o_.credentials : grpc::InsecureChannelCredentials();
+    auto channel = grpc::CreateCustomChannel(target, creds, args);
+    channels_[target] = channel;
+    return channel;
+  }
+
+ private:
+  const StageOptions& o_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 };
 
 uint64_t FileSizeOr0(const std::string& path) {
@@ -59,45 +97,47 @@ uint64_t FileSizeOr0(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
-// Fetches [offset, size) of `file` from `peer`, appending to the open `out` fd at `*offset`.
-// Advances *offset per chunk written, so a broken transfer keeps what arrived.
-absl::Status FetchFrom(const StageOptions& o, const PeerAddress& peer, const ManifestFile& file,
-                       int out, uint64_t* offset, ProgressTracker* progress) {
-  absl::StatusOr<int> conn = ConnectTcp(peer.host, peer.port, o.io_timeout_ms);
-  if (!conn.ok()) return conn.status();
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{*conn};
-  if (absl::Status s = SendRequest(*conn, StageRequest{file.path, *offset, 0}); !s.ok()) return s;
-  absl::StatusOr<StageResponseHeader> h = ReadResponseHeader(*conn, o.io_timeout_ms);
-  if (!h.ok()) return h.status();
-  if (h->status == StageStatus::kNotFound) return absl::NotFoundError("does not have the file");
-  if (h->status != StageStatus::kOk) {
-    return absl::FailedPreconditionError(absl::StrCat("refused the request (status ",
-                                                      static_cast<uint32_t>(h->status), ")"));
+// Fetches [offset, size) of `file` from `peer` (FetchFile), writing to the open `out` fd at
+// `*offset`. Advances *offset per chunk written, so a broken transfer keeps what arrived.
+absl::Status FetchFrom(const StageOptions& o, PeerChannels* channels, const PeerAddress& peer,
+                       const ManifestFile& file, int out, uint64_t* offset,
+                       ProgressTracker* progress) {
+  std::shared_ptr<grpc::Channel> channel = channels->Get(peer);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 std::chrono::milliseconds(o.io_timeout_ms))) {
+    return absl::UnavailableError(absl::StrCat("cannot connect to ", peer.host, ":", peer.port,
+                                               " within ", o.io_timeout_ms, " ms"));
   }
-  if (h->file_size != file.size) {
-    return absl::DataLossError(absl::StrCat("holds a ", h->file_size, "-byte copy, manifest says ",
-                                            file.size));
-  }
-  std::vector<char> buf(std::min<uint64_t>(o.chunk_bytes, 1 << 20));
-  uint64_t left = h->count;
+  auto stub = glm::v1::Agent::NewStub(channel);
+  grpc::ClientContext ctx;
+  glm::v1::FetchFileRequest req;
+  req.set_path(file.path);
+  req.set_nccl_library(o.peers_nccl_library);
+  req.set_offset(static_cast<int64_t>(*offset));
+  std::unique_ptr<grpc::ClientReader<glm::v1::FileChunk>> reader = stub->FetchFile(&ctx, req);
+  glm::v1::FileChunk chunk;
   uint64_t chunk_start = *offset;
-  while (left > 0) {
-    size_t want = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-    if (absl::Status s = ReadAll(*conn, buf.data(), want, o.io_timeout_ms); !s.ok()) {
-      // What arrived of this piece is lost; whole earlier pieces are on disk.
-      return absl::UnavailableError(absl::StrCat("transfer broke off at byte ", *offset, ": ",
-                                                 s.message()));
+  absl::Status failure;
+  while (reader->Read(&chunk)) {
+    if (static_cast<uint64_t>(chunk.file_size()) != file.size) {
+      failure = absl::DataLossError(absl::StrCat("holds a ", chunk.file_size(),
+                                                 "-byte copy, manifest says ", file.size));
+      break;
     }
-    ssize_t n = pwrite(out, buf.data(), want, static_cast<off_t>(*offset));
-    if (n != static_cast<ssize_t>(want)) {
+    const std::string& data = chunk.data();
+    if (static_cast<uint64_t>(chunk.offset()) != *offset || *offset + data.size() > file.size) {
+      failure = absl::DataLossError(absl::StrCat("sent bytes at ", chunk.offset(), " (+",
+                                                 data.size(), ") while ", *offset, " was expected"));
+      break;
+    }
+    ssize_t n = pwrite(out, data.data(), data.size(), static_cast<off_t>(*offset));
+    if (n != static_cast<ssize_t>(data.size())) {
+      ctx.TryCancel();
+      reader->Finish();
       return absl::InternalError(absl::StrCat("write: ", std::strerror(errno)));
     }
-    *offset += want;
-    left -= want;
-    if (*offset - chunk_start >= o.chunk_bytes || left == 0) {
+    *offset += data.size();
+    if (*offset - chunk_start >= o.chunk_bytes || *offset == file.size) {
       // Write the range back and drop it from the page cache: staging must not fill memory.
       sync_file_range(out, static_cast<off_t>(chunk_start), static_cast<off_t>(*offset - chunk_start),
                       SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
@@ -107,11 +147,39 @@ absl::Status FetchFrom(const StageOptions& o, const PeerAddress& peer, const Man
       chunk_start = *offset;
     }
   }
+  if (!failure.ok()) ctx.TryCancel();
+  grpc::Status status = reader->Finish();
+  if (*offset > chunk_start) {  // a tail shorter than chunk_bytes that arrived before a break
+    posix_fadvise(out, static_cast<off_t>(chunk_start), static_cast<off_t>(*offset - chunk_start),
+                  POSIX_FADV_DONTNEED);
+    progress->AddFetched(file.path, *offset - chunk_start);
+  }
+  if (!failure.ok()) return failure;
+  switch (status.error_code()) {
+    case grpc::StatusCode::OK:
+      break;
+    case grpc::StatusCode::NOT_FOUND:
+      return absl::NotFoundError("does not have the file");
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return absl::FailedPreconditionError(
+          absl::StrCat("refused the request: ", status.error_message()));
+    default:
+      return absl::UnavailableError(absl::StrCat("transfer broke off at byte ", *offset, ": ",
+                                                 status.error_message()));
+  }
+  if (*offset != file.size) {
+    return absl::UnavailableError(absl::StrCat("transfer ended at byte ", *offset, " of ",
+                                               file.size));
+  }
   return absl::OkStatus();
 }
 
 absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t file_index,
-                      StageReport* report, ProgressTracker* progress) {
+                      StageReport* report, ProgressTracker* progress, PeerChannels* channels) {
   const std::string final_path = absl::StrCat(o.dest_dir, "/", file.path);
   const std::string partial_path = final_path + ".partial";
   std::error_code ec;
@@ -168,7 +236,7 @@ absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t fi
     const PeerAddress& peer = o.peers[(file_index + attempt) % n];
     if (offset < file.size) {
       uint64_t before = offset;
-      absl::Status s = FetchFrom(o, peer, file, out, &offset, progress);
+      absl::Status s = FetchFrom(o, channels, peer, file, out, &offset, progress);
       report->bytes_fetched += offset - before;
       if (!s.ok()) {
         if (!absl::IsNotFound(s)) ++report->peer_failures;
@@ -225,8 +293,9 @@ absl::StatusOr<StageReport> StageFiles(const StageOptions& o) {
 
   StageReport report;
   ProgressTracker progress(o, o.manifest.TotalBytes(o.files));
+  PeerChannels channels(o);
   for (size_t i = 0; i < plan.size(); ++i) {
-    if (absl::Status s = StageOne(o, *plan[i], i, &report, &progress); !s.ok()) return s;
+    if (absl::Status s = StageOne(o, *plan[i], i, &report, &progress, &channels); !s.ok()) return s;
   }
   if (o.prune) {
     std::set<std::string> keep(o.files.begin(), o.files.end());
@@ -241,18 +310,28 @@ absl::StatusOr<StageReport> StageFiles(const StageOptions& o) {
 }
 
 std::function<absl::Status(const std::string& out_path)> FetchFromPeers(
-    std::vector<PeerAddress> peers, ManifestFile remote) {
-  return [peers = std::move(peers), remote = std::move(remote)](const std::string& out_path) {
+    std::vector<PeerAddress> peers, ManifestFile remote,
+    std::shared_ptr<grpc::ChannelCredentials> credentials,
+    std::function<void(const StageProgress&)> on_progress, Clock* clock,
+    Clock::Duration progress_interval) {
+  return [=](const std::string& out_path) {
     StageOptions o;
     o.dest_dir = out_path + ".d";
-    o.manifest.files = {remote};
-    o.files = {remote.path};
+    ManifestFile file = remote;
+    o.peers_nccl_library = file.path.empty();
+    if (o.peers_nccl_library) file.path = fs::path(out_path).filename().string();
+    o.manifest.files = {file};
+    o.files = {file.path};
     o.peers = peers;
     o.prune = false;
+    o.credentials = credentials;
+    o.on_progress = on_progress;
+    o.clock = clock;
+    o.progress_interval = progress_interval;
     absl::StatusOr<StageReport> r = StageFiles(o);
     if (!r.ok()) return r.status();
     std::error_code ec;
-    fs::rename(absl::StrCat(o.dest_dir, "/", remote.path), out_path, ec);
+    fs::rename(absl::StrCat(o.dest_dir, "/", file.path), out_path, ec);
     fs::remove_all(o.dest_dir);
     if (ec) return absl::InternalError(absl::StrCat("rename to ", out_path, ": ", ec.message()));
     return absl::OkStatus();

@@ -1,9 +1,10 @@
 // Brings a node's weights directory to exactly the files its plan needs, each verified against
 // the manifest's XXH3-128: files already present and right are kept; missing, truncated or
-// corrupted ones are fetched in chunks from peers (stage_server.h), resuming from a *.partial
-// file after an interruption and from another peer when one goes away; a file is moved into
-// place only after its hash matches. Written ranges are dropped from the page cache as they go
-// (on GB10 the cache competes with the GPU). Progress (bytes, rate, ETA) goes to a callback.
+// corrupted ones are fetched in chunks from peers over gRPC (glm.v1.Agent.FetchFile, served by
+// stage_server.h; mTLS with the node's certificate when the cluster has one), resuming from a
+// *.partial file after an interruption and from another peer when one goes away; a file is moved
+// into place only after its hash matches. Written ranges are dropped from the page cache as they
+// go (on GB10 the cache competes with the GPU). Progress (bytes, rate, ETA) goes to a callback.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "agent/stage/manifest.h"
+#include "grpcpp/security/credentials.h"
 #include "common/clock.h"
 
 namespace glm::stage {
@@ -21,6 +23,7 @@ struct PeerAddress {
   std::string name;  // for messages ("spark-2").
   std::string host;
   uint16_t port = 0;
+  std::string tls_name;  // the name in the peer's certificate when it differs from host; "" = host
 };
 
 struct StageProgress {
@@ -42,8 +45,14 @@ struct StageOptions {
   int rounds = 3;                  // passes over the peer list per file before giving up.
   bool prune = true;               // delete manifest files (and *.partial) the plan does not need.
   Clock* clock = nullptr;          // null = Clock::Real().
-  // Called after every chunk and once per file completion, on the calling thread.
+  // Called on the calling thread after a chunk when at least `progress_interval` passed since the
+  // previous call (0: after every chunk), and always once per completed file.
   std::function<void(const StageProgress&)> on_progress;
+  Clock::Duration progress_interval{0};
+  // Client credentials for the peers (the node's cluster certificate under mTLS); null = insecure.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // files[0] is the peers' NCCL library (FetchFile nccl_library) rather than a stage-root file.
+  bool peers_nccl_library = false;
 };
 
 struct StageReport {
@@ -60,10 +69,14 @@ struct StageReport {
 // (Unavailable, naming the file and each peer's error), local I/O errors (naming the path).
 absl::StatusOr<StageReport> StageFiles(const StageOptions& options);
 
-// A fetch hook for NcclStageOptions::fetch: stages `remote` (a file a peer serves, e.g. the
-// pinned libnccl.so.2 under the source's served directory) from `peers` into the given path,
+// A fetch hook for NcclStageOptions::fetch: stages `remote` from `peers` into the given path,
 // verified against remote.xxh3_128 and resumable, using a scratch directory beside that path.
+// remote.path names a file under the peers' stage root, or is empty for the peers' own NCCL
+// library (FetchFile nccl_library). `on_progress` may be null.
 std::function<absl::Status(const std::string& out_path)> FetchFromPeers(
-    std::vector<PeerAddress> peers, ManifestFile remote);
+    std::vector<PeerAddress> peers, ManifestFile remote,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+    std::function<void(const StageProgress&)> on_progress = nullptr,
+    Clock* clock = nullptr, Clock::Duration progress_interval = Clock::Duration(0));
 
 }  // namespace glm::stage

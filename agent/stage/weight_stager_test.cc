@@ -13,7 +13,6 @@
 
 #include "agent/stage/file_hash.h"
 #include "agent/stage/nccl_stage.h"
-#include "agent/stage/stage_protocol.h"
 #include "agent/stage/stage_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -172,6 +171,81 @@ TEST_F(WeightStagerTest, ProtocolRejectsUnsafePaths) {
   auto r = StageFiles(o);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("refused the request"));
+}
+
+TEST_F(WeightStagerTest, SymlinksOutOfTheRootAndPartialFilesAreNotServed) {
+  fs::path served = root_ / "served";
+  fs::create_directories(served / "sub");
+  std::ofstream(root_ / "secret.txt") << "not for peers";
+  fs::create_symlink(root_ / "secret.txt", served / "leak.txt");
+  fs::create_directory_symlink(root_, served / "sub" / "up");
+  std::ofstream(served / "half.bin.partial") << "0123";
+  fs::create_symlink(served / "half.bin.partial", served / "half.bin");
+  std::ofstream(served / "ok.txt") << "fine";
+  fs::create_symlink(served / "ok.txt", served / "alias.txt");  // inside the root: served
+  auto server = Serve(served);
+  auto fetch = [&](const std::string& path, uint64_t size) {
+    StageOptions o = Options(root_ / "n", {}, {Peer("p", *server)});
+    o.manifest.files = {ManifestFile{path, size, std::string(32, '0')}};
+    o.files = {path};
+    o.prune = false;
+    o.rounds = 1;
+    return StageFiles(o);
+  };
+  for (const char* p : {"leak.txt", "sub/up/secret.txt", "half.bin"}) {
+    auto r = fetch(p, 13);
+    ASSERT_FALSE(r.ok()) << p;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("refused the request")) << p;
+  }
+  // alias.txt is served (its bytes fail this fake hash, which proves they arrived).
+  auto alias = fetch("alias.txt", 4);
+  ASSERT_FALSE(alias.ok());
+  EXPECT_THAT(std::string(alias.status().message()), HasSubstr("data failed verification"));
+  EXPECT_EQ(server->bytes_served(), 4u);
+}
+
+// Every reading of this clock is 100 ms after the previous one.
+class SteppingClock : public Clock {
+ public:
+  TimePoint Now() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    now_ += std::chrono::milliseconds(100);
+    return now_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable TimePoint now_{};
+};
+
+TEST_F(WeightStagerTest, ProgressIsThrottledAndTheFinalStateAlwaysReported) {
+  const std::string big = "big.safetensors";
+  WriteRandom(src_ / big, 24 * kMiB + 5, 3);
+  manifest_ = *BuildManifest(src_.string());
+  auto server = Serve(src_);
+  auto run = [&](Clock::Duration interval) {
+    fs::remove_all(root_ / "node");
+    StageOptions o = Options(root_ / "node", {big}, {Peer("src", *server)});
+    o.prune = false;
+    SteppingClock clock;  // ~100 ms per chunk
+    o.clock = &clock;
+    o.progress_interval = interval;
+    std::vector<StageProgress> progress;
+    o.on_progress = [&](const StageProgress& p) { progress.push_back(p); };
+    auto r = StageFiles(o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(progress.empty());
+    if (!progress.empty()) {
+      EXPECT_EQ(progress.back().bytes_done, progress.back().bytes_total);
+    }
+    return progress.size();
+  };
+  size_t every_chunk = run(Clock::Duration(0));
+  size_t throttled = run(std::chrono::milliseconds(250));
+  EXPECT_GE(every_chunk, 25u);  // 25 chunks + the completed file
+  // One report per ~3 chunks (each chunk is one clock step of 100 ms), plus the final one.
+  EXPECT_LE(throttled, every_chunk / 2);
+  EXPECT_GE(throttled, 5u);
 }
 
 TEST_F(WeightStagerTest, RepairsCorruptAndTruncatedFilesFromSeveralPeersAndPrunes) {
@@ -387,6 +461,46 @@ TEST_F(WeightStagerTest, NcclLibraryStagedFromAPeer) {
   EXPECT_EQ(r->library->version(), "2.30.4");
   EXPECT_EQ(r->library->table().GetVersion != nullptr, true);
   EXPECT_EQ(ListFiles(root_ / "node"), std::set<std::string>{"opt/libnccl.so.2"});
+}
+
+TEST_F(WeightStagerTest, NcclLibraryFetchedFromAPeersOwnLibrary) {
+  // The peer holds the pinned build at its nccl.library (here behind a versioned symlink, as
+  // NCCL installs it); the node asks for "your NCCL library", not for a stage-root path.
+  fs::path peer = root_ / "peer";
+  fs::create_directories(peer / "lib");
+  fs::copy_file(GLM_FAKE_NCCL_23004, peer / "lib/libnccl.so.2.30.4");
+  fs::create_symlink("libnccl.so.2.30.4", peer / "lib/libnccl.so.2");
+  auto hash = HashFile((peer / "lib/libnccl.so.2").string());
+  ASSERT_TRUE(hash.ok());
+  StageServer::Options so;
+  so.root = (root_ / "empty").string();
+  so.nccl_library = (peer / "lib/libnccl.so.2").string();
+  auto server = StageServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  NcclStageOptions o;
+  o.dest_path = (root_ / "node/opt/libnccl.so.2").string();
+  o.expected_version = "2.30.4";
+  o.expected_hash = hash->xxh3_128;
+  std::vector<StageProgress> progress;
+  o.fetch = FetchFromPeers({Peer("peer", **server)}, ManifestFile{"", hash->size, hash->xxh3_128},
+                           nullptr, [&](const StageProgress& p) { progress.push_back(p); });
+  auto r = StageAndLoadNccl(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->copied);
+  EXPECT_EQ(r->library->version(), "2.30.4");
+  EXPECT_EQ(ListFiles(root_ / "node"), std::set<std::string>{"opt/libnccl.so.2"});
+  EXPECT_EQ((*server)->bytes_served(), hash->size);
+  ASSERT_FALSE(progress.empty());
+  EXPECT_EQ(progress.back().bytes_done, hash->size);
+
+  // A peer whose copy differs from the pinned hash: the fetched bytes are refused.
+  fs::remove(o.dest_path);
+  o.expected_hash = std::string(32, 'a');
+  o.fetch = FetchFromPeers({Peer("peer", **server)}, ManifestFile{"", hash->size, o.expected_hash});
+  auto bad = StageAndLoadNccl(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("data failed verification"));
+  EXPECT_FALSE(fs::exists(o.dest_path));
 }
 
 }  // namespace
