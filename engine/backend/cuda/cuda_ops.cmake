@@ -18,3 +18,7 @@ set_source_files_properties(${glm_cuda_ops_sources} PROPERTIES
 
 glm_add_test(NAME cuda_ops_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_test.cc
   LIBS glm_backend_cuda glm_backend_cpu LABELS gpu)
+
+add_executable(cuda_ops_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_bench.cc)
+target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda)
+glm_set_warnings(cuda_ops_bench)

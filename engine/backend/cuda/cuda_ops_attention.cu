@@ -1,11 +1,411 @@
+// Sparse MLA attention (AttentionArgs, backend.h), fp32.
+//
+// Algorithm: flash-decoding. One CTA owns (query row t, a group of G heads, one split of the
+// row's selected positions); it walks its split in tiles of kTile keys with an online softmax
+// (running max m, running sum l, rescaled accumulators) and either writes out[t, h] directly
+// (one split) or a partial (acc, m, l) that AttentionCombine merges (several splits, so that a
+// decode step with few rows still fills the GPU).
+// Tiling: 256 threads = 8 warps. Scores: warp w takes keys w, w+8, ... of the tile, lanes stride
+// the head dim in float4s, each lane dots one key chunk with the G queries held in shared memory;
+// a reduce-scatter over the warp (16 shuffles for G = 16) leaves one head's score per lane pair.
+// P.V: thread i owns value columns i, i+256, ... for all G heads (G x CPT register accumulators).
+// G = 16 when k_a, k_b and v all broadcast (head_stride 0: MLA absorbed decode, k = v = c_kv):
+// a key row is read once for 16 heads. Otherwise G = 1 (per-head keys, expanded prefill).
+// Limits: da, db, dv multiples of 4 and every view 16-byte aligned with strides multiple of 4
+// (float4 loads); dv <= 1024; (G * (da + db) + ...) * 4 bytes of shared memory must fit the
+// device's opt-in limit (G falls back to 1). Positions outside [0, num_keys(t)) are skipped like
+// the CPU backend; a row with no position gets zeros.
+// NOTE: shared memory per block is read from the device (GB10 ~99 KiB, H200 ~227 KiB opt-in);
+// absorbed GLM-5 decode (da 512 + db 64, G 16) needs ~41 KiB.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
 
-namespace glm::engine::cuda {
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
 
-absl::Status Attention(const AttentionArgs&, Scratch&, cudaStream_t) {
-  return absl::UnimplementedError("cuda Attention: kernel not written yet");
+#include "common/status_util.h"
+#include "engine/backend/cuda/cuda_ops_util.h"
+
+namespace glm::engine::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 64;       // keys per tile
+constexpr int kMaxSplits = 64;  // partials per (row, head)
+constexpr const char* kOp = "Attention";
+
+struct Params {
+  const float* q_a;
+  int64_t q_a_rs, q_a_hs;
+  const float* q_b;
+  int64_t q_b_rs, q_b_hs;
+  const float* k_a;
+  int64_t k_a_rs, k_a_hs;
+  const float* k_b;
+  int64_t k_b_rs, k_b_hs;
+  const float* v;
+  int64_t v_rs, v_hs;
+  float* out;
+  int64_t out_rs, out_hs;
+  const int32_t* slots;
+  const int32_t* row_offset;
+  const int32_t* row_num_keys;
+  const int32_t* indices;
+  int32_t index_width;
+  int32_t num_heads, da, db, dv;
+  float scale;
+  int32_t head_groups, num_splits, split_len;
+  float* part_acc;  // [rows, heads, splits, dv]
+  float* part_ml;   // [rows, heads, splits, 2]
+};
+
+__device__ __forceinline__ float Dot4(float4 a, float4 b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+// Sums vals[g] over the warp. On return, lanes whose low (5 - log2 G) bits are zero hold the
+// total of head g = lane >> (5 - log2 G) in vals[0].
+template <int G>
+__device__ __forceinline__ void WarpReduceScatter(float (&vals)[G], int lane) {
+  int offset = 16;
+#pragma unroll
+  for (int c = G; c > 1; c /= 2) {
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int i = 0; i < c / 2; ++i) {
+      const float send = upper ? vals[i] : vals[i + c / 2];
+      const float keep = upper ? vals[i + c / 2] : vals[i];
+      vals[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+    offset /= 2;
+  }
+  for (; offset > 0; offset /= 2) vals[0] += __shfl_xor_sync(0xffffffffu, vals[0], offset);
+}
+
+template <int G>
+constexpr int HeadShift() {
+  return G == 1 ? 5 : G == 2 ? 4 : G == 4 ? 3 : G == 8 ? 2 : G == 16 ? 1 : 0;
+}
+
+// grid: rows * head_groups * num_splits CTAs; block kThreads; dynamic smem SmemBytes(G, da+db).
+template <int G, int CPT>
+__global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
+  extern __shared__ __align__(16) float smem[];
+  const int dq = p.da + p.db;
+  float4* q_s = reinterpret_cast<float4*>(smem);  // [G][dq / 4]
+  float* s_s = smem + G * dq;                     // [kTile][G] scores, then probabilities
+  int* row_s = reinterpret_cast<int*>(s_s + kTile * G);  // [kTile] key row or -1
+  float* m_s = reinterpret_cast<float*>(row_s + kTile);  // [G]
+  float* l_s = m_s + G;                                  // [G]
+  float* corr_s = l_s + G;                               // [G]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t bid = blockIdx.x;
+  const int split = static_cast<int>(bid % p.num_splits);
+  const int hg = static_cast<int>((bid / p.num_splits) % p.head_groups);
+  const int64_t t = bid / (int64_t{p.num_splits} * p.head_groups);
+  const int h0 = hg * G;
+
+  // Queries of the group's heads (zeros for heads past num_heads).
+  const int dq4 = dq / 4, da4 = p.da / 4, db4 = p.db / 4;
+  for (int i = tid; i < G * dq4; i += kThreads) {
+    const int g = i / dq4, d4 = i % dq4, h = h0 + g;
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (h < p.num_heads) {
+      val = d4 < da4 ? reinterpret_cast<const float4*>(p.q_a + t * p.q_a_rs + h * p.q_a_hs)[d4]
+                     : reinterpret_cast<const float4*>(p.q_b + t * p.q_b_rs + h * p.q_b_hs)[d4 - da4];
+    }
+    q_s[i] = val;
+  }
+  if (tid < G) {
+    m_s[tid] = -INFINITY;
+    l_s[tid] = 0.f;
+  }
+
+  const int num_keys = p.row_num_keys[t];
+  const int n_pos = p.indices != nullptr ? p.index_width : num_keys;
+  const int begin = split * p.split_len;
+  const int end = min(n_pos, begin + p.split_len);
+  const int32_t* slots = p.slots + p.row_offset[t];
+  // G > 1 only with broadcast keys (head strides 0), so h0 * stride is the group's key head.
+  const float* k_a = p.k_a + h0 * p.k_a_hs;
+  const float* k_b = p.k_b + h0 * p.k_b_hs;
+  const float* v = p.v + h0 * p.v_hs;
+
+  float acc[G][CPT];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) acc[g][c] = 0.f;
+
+  for (int tile = begin; tile < end; tile += kTile) {
+    __syncthreads();  // previous tile's row_s / s_s fully consumed (and q_s, m_s written)
+    if (tid < kTile) {
+      const int i = tile + tid;
+      int r = -1;
+      if (i < end) {
+        const int pos = p.indices != nullptr ? p.indices[t * p.index_width + i] : i;
+        if (pos >= 0 && pos < num_keys) r = slots[pos];
+      }
+      row_s[tid] = r;
+    }
+    __syncthreads();
+
+    // Scores of the tile's keys.
+    for (int kt = warp; kt < kTile; kt += kWarps) {
+      const int r = row_s[kt];
+      if (r < 0) {
+        if (lane < G) s_s[kt * G + lane] = -INFINITY;
+        continue;
+      }
+      float part[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) part[g] = 0.f;
+      const float4* ka = reinterpret_cast<const float4*>(k_a + r * p.k_a_rs);
+      for (int d4 = lane; d4 < da4; d4 += 32) {
+        const float4 kv = ka[d4];
+#pragma unroll
+        for (int g = 0; g < G; ++g) part[g] += Dot4(q_s[g * dq4 + d4], kv);
+      }
+      const float4* kb = reinterpret_cast<const float4*>(k_b + r * p.k_b_rs);
+      for (int d4 = lane; d4 < db4; d4 += 32) {
+        const float4 kv = kb[d4];
+#pragma unroll
+        for (int g = 0; g < G; ++g) part[g] += Dot4(q_s[g * dq4 + da4 + d4], kv);
+      }
+      WarpReduceScatter<G>(part, lane);
+      constexpr int kShift = HeadShift<G>();
+      if ((lane & ((1 << kShift) - 1)) == 0) s_s[kt * G + (lane >> kShift)] = part[0] * p.scale;
+    }
+    __syncthreads();
+
+    // Online softmax update, warp w owns heads w, w+8, ...
+    for (int g = warp; g < G; g += kWarps) {
+      float mx = -INFINITY;
+      for (int kt = lane; kt < kTile; kt += 32) mx = fmaxf(mx, s_s[kt * G + g]);
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_old = m_s[g];
+      const float m_new = fmaxf(m_old, mx);
+      float sum = 0.f;
+      for (int kt = lane; kt < kTile; kt += 32) {
+        const float s = s_s[kt * G + g];
+        const float e = s == -INFINITY ? 0.f : expf(s - m_new);
+        s_s[kt * G + g] = e;
+        sum += e;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane == 0) {
+        const float corr = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+        corr_s[g] = corr;
+        l_s[g] = l_s[g] * corr + sum;
+        m_s[g] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // acc = acc * corr + P . V over the tile.
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float corr = corr_s[g];
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) acc[g][c] *= corr;
+    }
+    for (int kt = 0; kt < kTile; ++kt) {
+      const int r = row_s[kt];
+      if (r < 0) continue;
+      const float* vr = v + r * p.v_rs;
+      float vv[CPT];
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) {
+        const int col = tid + c * kThreads;
+        vv[c] = col < p.dv ? vr[col] : 0.f;
+      }
+      float pr[G];
+      if constexpr (G % 4 == 0) {
+#pragma unroll
+        for (int g4 = 0; g4 < G / 4; ++g4) {
+          const float4 x = reinterpret_cast<const float4*>(s_s + kt * G)[g4];
+          pr[4 * g4] = x.x;
+          pr[4 * g4 + 1] = x.y;
+          pr[4 * g4 + 2] = x.z;
+          pr[4 * g4 + 3] = x.w;
+        }
+      } else {
+#pragma unroll
+        for (int g = 0; g < G; ++g) pr[g] = s_s[kt * G + g];
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int c = 0; c < CPT; ++c) acc[g][c] += pr[g] * vv[c];
+    }
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int h = h0 + g;
+    if (h >= p.num_heads) break;
+    if (p.num_splits == 1) {
+      const float l = l_s[g];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float* o = p.out + t * p.out_rs + h * p.out_hs;
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) {
+        const int col = tid + c * kThreads;
+        if (col < p.dv) o[col] = acc[g][c] * inv;
+      }
+    } else {
+      const int64_t part = (t * p.num_heads + h) * p.num_splits + split;
+      float* o = p.part_acc + part * p.dv;
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) {
+        const int col = tid + c * kThreads;
+        if (col < p.dv) o[col] = acc[g][c];
+      }
+      if (tid == 0) {
+        p.part_ml[2 * part] = m_s[g];
+        p.part_ml[2 * part + 1] = l_s[g];
+      }
+    }
+  }
+}
+
+// Merges the splits of one (row, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// grid: rows * heads; block kThreads over dv.
+__global__ void __launch_bounds__(kThreads) AttentionCombineKernel(Params p) {
+  const int64_t rh = blockIdx.x;
+  const int64_t t = rh / p.num_heads;
+  const int h = static_cast<int>(rh % p.num_heads);
+  const float* ml = p.part_ml + rh * p.num_splits * 2;
+  float m = -INFINITY;
+  for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, ml[2 * s]);
+  float l = 0.f;
+  for (int s = 0; s < p.num_splits; ++s) {
+    if (ml[2 * s] != -INFINITY) l += ml[2 * s + 1] * expf(ml[2 * s] - m);
+  }
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const float* acc = p.part_acc + rh * p.num_splits * p.dv;
+  float* o = p.out + t * p.out_rs + h * p.out_hs;
+  for (int col = threadIdx.x; col < p.dv; col += kThreads) {
+    float sum = 0.f;
+    for (int s = 0; s < p.num_splits; ++s) {
+      if (ml[2 * s] != -INFINITY) sum += acc[s * p.dv + col] * expf(ml[2 * s] - m);
+    }
+    o[col] = sum * inv;
+  }
+}
+
+int64_t SmemBytes(int g, int dq) {
+  return int64_t{4} * (int64_t{g} * dq + int64_t{kTile} * g + kTile + 3 * g);
+}
+
+template <int G, int CPT>
+absl::Status Launch(const Params& p, int64_t num_ctas, const detail::DeviceInfo& info,
+                    cudaStream_t stream) {
+  const int64_t smem = SmemBytes(G, p.da + p.db);
+  GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(AttentionSplitKernel<G, CPT>, smem, info, kOp));
+  AttentionSplitKernel<G, CPT><<<static_cast<unsigned>(num_ctas), kThreads, smem, stream>>>(p);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "AttentionSplitKernel launch");
+}
+
+template <int G>
+absl::Status LaunchCpt(const Params& p, int64_t num_ctas, const detail::DeviceInfo& info,
+                       cudaStream_t stream) {
+  const int cpt = static_cast<int>(detail::CeilDiv(p.dv, kThreads));
+  if (cpt <= 1) return Launch<G, 1>(p, num_ctas, info, stream);
+  if (cpt <= 2) return Launch<G, 2>(p, num_ctas, info, stream);
+  return Launch<G, 4>(p, num_ctas, info, stream);
+}
+
+bool VecOk(const HeadsView& x) {
+  return detail::Aligned16(x.data) && x.row_stride % 4 == 0 && x.head_stride % 4 == 0 &&
+         x.dim % 4 == 0;
+}
+
+}  // namespace
+
+absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t stream) {
+  const int64_t rows = a.q_a.rows, heads = a.q_a.heads;
+  if (rows == 0 || heads == 0) return absl::OkStatus();
+  if (a.k_a.dim != a.q_a.dim || a.k_b.dim != a.q_b.dim || a.out.dim != a.v.dim ||
+      a.q_b.heads != heads || a.out.heads != heads || a.out.rows != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda Attention: mismatched shapes q_a dim ", a.q_a.dim, " k_a dim ", a.k_a.dim,
+        ", q_b dim ", a.q_b.dim, " k_b dim ", a.k_b.dim, ", v dim ", a.v.dim, " out dim ",
+        a.out.dim, ", heads q_a/q_b/out ", heads, "/", a.q_b.heads, "/", a.out.heads));
+  }
+  for (const HeadsView* x : {&a.q_a, &a.q_b, &a.k_a, &a.k_b, &a.v, &a.out}) {
+    if (!VecOk(*x) && x->dim > 0) {
+      return absl::InvalidArgumentError(
+          "cuda Attention: every view needs 16-byte aligned data, row/head strides and dims that "
+          "are multiples of 4 floats (float4 loads)");
+    }
+  }
+  if (a.v.dim > 4 * kThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda Attention: dv ", a.v.dim,
+                                                   " > 1024 is not supported"));
+  }
+  GLM_ASSIGN_OR_RETURN(const detail::DeviceInfo info, detail::CurrentDeviceInfo(kOp));
+
+  Params p{};
+  p.q_a = a.q_a.data, p.q_a_rs = a.q_a.row_stride, p.q_a_hs = a.q_a.head_stride;
+  p.q_b = a.q_b.data, p.q_b_rs = a.q_b.row_stride, p.q_b_hs = a.q_b.head_stride;
+  p.k_a = a.k_a.data, p.k_a_rs = a.k_a.row_stride, p.k_a_hs = a.k_a.head_stride;
+  p.k_b = a.k_b.data, p.k_b_rs = a.k_b.row_stride, p.k_b_hs = a.k_b.head_stride;
+  p.v = a.v.data, p.v_rs = a.v.row_stride, p.v_hs = a.v.head_stride;
+  p.out = a.out.data, p.out_rs = a.out.row_stride, p.out_hs = a.out.head_stride;
+  p.slots = a.table.slots, p.row_offset = a.table.row_offset;
+  p.row_num_keys = a.table.row_num_keys;
+  p.indices = a.indices, p.index_width = a.indices != nullptr ? a.index_width : 0;
+  p.num_heads = static_cast<int32_t>(heads);
+  p.da = static_cast<int32_t>(a.q_a.dim), p.db = static_cast<int32_t>(a.q_b.dim);
+  p.dv = static_cast<int32_t>(a.v.dim);
+  p.scale = a.scale;
+
+  const int dq = p.da + p.db;
+  const bool broadcast = a.k_a.head_stride == 0 && a.k_b.head_stride == 0 && a.v.head_stride == 0;
+  const int g = broadcast && heads >= 16 && SmemBytes(16, dq) <= info.smem_optin ? 16 : 1;
+  p.head_groups = static_cast<int32_t>(detail::CeilDiv(heads, g));
+
+  const int64_t n_max = a.indices != nullptr ? a.index_width : a.table.max_num_keys;
+  const int64_t base_ctas = rows * p.head_groups;
+  int64_t splits = 1;
+  if (base_ctas < 2 * info.num_sms && n_max > 2 * kTile) {
+    splits = std::min<int64_t>({detail::CeilDiv(2 * info.num_sms, base_ctas),
+                                detail::CeilDiv(n_max, 2 * kTile), kMaxSplits});
+  }
+  const int64_t split_len = std::max<int64_t>(
+      kTile, detail::CeilDiv(detail::CeilDiv(std::max<int64_t>(n_max, 1), splits), kTile) * kTile);
+  splits = std::max<int64_t>(1, detail::CeilDiv(n_max, split_len));
+  p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
+  if (splits > 1) {
+    const size_t parts = static_cast<size_t>(rows * heads * splits);
+    GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
+    GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
+    p.part_acc = static_cast<float*>(acc);
+    p.part_ml = static_cast<float*>(ml);
+  }
+  const int64_t num_ctas = base_ctas * splits;
+  if (num_ctas > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda Attention: ", num_ctas,
+                                                   " CTAs exceed the grid limit"));
+  }
+  if (g == 16) {
+    GLM_RETURN_IF_ERROR(LaunchCpt<16>(p, num_ctas, info, stream));
+  } else {
+    GLM_RETURN_IF_ERROR(LaunchCpt<1>(p, num_ctas, info, stream));
+  }
+  if (splits > 1) {
+    AttentionCombineKernel<<<static_cast<unsigned>(rows * heads), kThreads, 0, stream>>>(p);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace glm::engine::cuda

@@ -1,12 +1,461 @@
+// Routed experts of one MoE layer (Backend::MoeExperts, backend.h), fp32, entirely on the device:
+//   out[t] += sum_j w[t, j] * down[e](silu(gate[e] x[t]) * up[e] x[t]),  e = ids[t, j].
+//
+// Kernels, all on `stream`, no host loop over experts and no host synchronization:
+// 1. MoeRouteKernel (one CTA): tokens per expert (shared-memory counts), exclusive scans into
+//    row offsets and kBM-row tile offsets per expert, then each (token, slot) pair gets a row in
+//    expert order (row_pair / pair_row). The order of rows inside an expert depends on atomics,
+//    but no result does: every row is computed independently and the combine reads by pair.
+// 2. MoeGemmKernel<fused = true>: act[row] = silu(x[token(row)] . gate[e]^T) * (x . up[e]^T).
+// 3. MoeGemmKernel<fused = false>: y[row] = act[row] . down[e]^T.
+//    Grouped GEMM: grid.x covers the worst-case tile count (ceil(pairs / kBM) + min(experts,
+//    pairs)), each CTA finds its expert by binary search over the device tile offsets and exits
+//    when past the last tile; experts without tokens have no tiles. Tile kBM x kBN x kBK =
+//    64 x 128 x 32, 256 threads, 2-stage cp.async pipeline (16-byte copies, zero-fill at the
+//    edges). Warp w computes rows 8w..8w+7 (only the rows its expert has: a decode tile with one
+//    row costs one warp-row of FMAs), lane l columns l, l+32, l+64, l+96; shared rows are padded
+//    to kBK + 4 floats so the float4 reads of 8 lanes hit 32 distinct banks.
+// 4. MoeCombineKernel: out[t] += sum_j w[t, j] * y[pair_row[t, j]], j in fixed order (no float
+//    atomics: deterministic).
+// The per-expert weight pointers are uploaded once per ExpertWeights array (keyed by device and
+// the gate array's address, re-uploaded only when the views change) and cached for the process.
+// Limits: hidden and moe_inter multiples of 4, x / out / weights 16-byte aligned with row strides
+// multiple of 4; num_experts <= 1024 (one-CTA scan); pairs (tokens * top_k) < 2^31. ids outside
+// [0, num_experts) contribute nothing. The first call for a given ExpertWeights allocates and
+// uploads its table, so it must not be the one inside a CUDA-graph capture.
+// NOTE: 2 stages of (64 + 2 * 128) x 36 floats = 92 KiB of shared memory for the fused kernel
+// (opt-in, checked against the device: GB10 99 KiB, H200 227 KiB).
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
 
-namespace glm::engine::cuda {
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
 
-absl::Status MoeExperts(const MatView&, const int32_t*, const float*, int, const ExpertWeights&,
-                        const MatView&, Scratch&, cudaStream_t) {
-  return absl::UnimplementedError("cuda MoeExperts: kernel not written yet");
+#include "common/status_util.h"
+#include "engine/backend/cuda/cuda_ops_util.h"
+
+namespace glm::engine::cuda {
+namespace {
+
+constexpr const char* kOp = "MoeExperts";
+constexpr int kMaxExperts = 1024;
+constexpr int kRouteThreads = 1024;
+constexpr int kThreads = 256;
+constexpr int kBM = 64, kBN = 128, kBK = 32, kPad = 4, kRowF = kBK + kPad;
+constexpr int kRowsPerWarp = 8;
+constexpr int kCombineThreads = 256;
+
+struct ExpertPtr {
+  const float* gate;
+  const float* up;
+  const float* down;
+  int64_t gate_ld, up_ld, down_ld;
+};
+
+// ---- 1. routing ------------------------------------------------------------------------------
+
+__device__ __forceinline__ int BlockExclusiveScan(int v, int* warp_sums, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x / 32;
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int ws = lane < nw ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int n = __shfl_up_sync(0xffffffffu, ws, o);
+      if (lane >= o) ws += n;
+    }
+    if (lane < nw) warp_sums[lane] = ws;
+  }
+  __syncthreads();
+  const int base = warp > 0 ? warp_sums[warp - 1] : 0;
+  *total = warp_sums[nw - 1];
+  __syncthreads();
+  return base + incl - v;
+}
+
+// grid 1, block kRouteThreads. expert_off/tile_off: [E + 1]; row_pair/pair_row: [pairs].
+__global__ void __launch_bounds__(kRouteThreads)
+    MoeRouteKernel(const int32_t* ids, int pairs, int num_experts, int32_t* expert_off,
+                   int32_t* tile_off, int32_t* row_pair, int32_t* pair_row) {
+  __shared__ int cnt[kMaxExperts];
+  __shared__ int cursor[kMaxExperts];
+  __shared__ int warp_sums[32];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < num_experts; e += kRouteThreads) cnt[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < pairs; i += kRouteThreads) {
+    const int e = ids[i];
+    if (e >= 0 && e < num_experts) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  const int c = tid < num_experts ? cnt[tid] : 0;
+  int total_rows, total_tiles;
+  const int row0 = BlockExclusiveScan(c, warp_sums, &total_rows);
+  const int tile0 = BlockExclusiveScan((c + kBM - 1) / kBM, warp_sums, &total_tiles);
+  if (tid < num_experts) {
+    expert_off[tid] = row0;
+    tile_off[tid] = tile0;
+    cursor[tid] = row0;
+  }
+  if (tid == 0) {
+    expert_off[num_experts] = total_rows;
+    tile_off[num_experts] = total_tiles;
+  }
+  __syncthreads();
+  for (int i = tid; i < pairs; i += kRouteThreads) {
+    const int e = ids[i];
+    int row = -1;
+    if (e >= 0 && e < num_experts) {
+      row = atomicAdd(&cursor[e], 1);
+      row_pair[row] = i;
+    }
+    pair_row[i] = row;
+  }
+}
+
+// ---- 2./3. grouped GEMM ----------------------------------------------------------------------
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(src_size));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ float Dot4(float4 a, float4 b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+struct GemmParams {
+  const float* a;  // fused: x [tokens, K] (rows gathered by token); else act [pairs, K]
+  int64_t a_ld;
+  int top_k;       // fused: token = row_pair[row] / top_k
+  const ExpertPtr* experts;
+  const int32_t* expert_off;
+  const int32_t* tile_off;
+  const int32_t* row_pair;
+  int num_experts;
+  int n, k;        // output columns, reduction length
+  float* c;        // [pairs, n]
+};
+
+template <bool kFused>
+constexpr int GemmSmemFloats() {
+  return 2 * (kBM + (kFused ? 2 : 1) * kBN) * kRowF;
+}
+
+// grid (max tiles, ceil(n / kBN)); block kThreads; dynamic smem GemmSmemFloats<kFused>() * 4.
+template <bool kFused>
+__global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
+  extern __shared__ __align__(16) float smem[];
+  const int m_tile = blockIdx.x;
+  if (m_tile >= p.tile_off[p.num_experts]) return;
+  int lo = 0, hi = p.num_experts - 1;  // last e with tile_off[e] <= m_tile
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.tile_off[mid] <= m_tile) lo = mid; else hi = mid - 1;
+  }
+  const int e = lo;
+  const int row0 = p.expert_off[e] + (m_tile - p.tile_off[e]) * kBM;
+  const int rows = min(kBM, p.expert_off[e + 1] - row0);
+  const int n0 = blockIdx.y * kBN;
+  const ExpertPtr ex = p.experts[e];
+  const float* b0 = kFused ? ex.gate : ex.down;
+  const int64_t b0_ld = kFused ? ex.gate_ld : ex.down_ld;
+
+  constexpr int kStageFloats = (kBM + (kFused ? 2 : 1) * kBN) * kRowF;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // This thread's copy sources: 2 A chunks, 4 B chunks (per B matrix), fixed rows over k.
+  constexpr int kChunksPerRow = kBK / 4;
+  const float* a_src[2];
+  bool a_ok[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = (tid + i * kThreads) / kChunksPerRow;
+    a_ok[i] = r < rows;
+    const int row = row0 + (a_ok[i] ? r : 0);
+    const int64_t a_row = kFused ? p.row_pair[row] / p.top_k : row;
+    a_src[i] = p.a + a_row * p.a_ld;
+  }
+  const float* b_src[4];
+  const float* u_src[4];
+  bool b_ok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = (tid + i * kThreads) / kChunksPerRow;
+    b_ok[i] = n0 + r < p.n;
+    const int64_t n = b_ok[i] ? n0 + r : 0;
+    b_src[i] = b0 + n * b0_ld;
+    u_src[i] = kFused ? ex.up + n * ex.up_ld : nullptr;
+  }
+  const int kc = (tid % kChunksPerRow) * 4;
+
+  auto load_stage = [&](int stage, int k0) {
+    float* s = smem + stage * kStageFloats;
+    const int k = k0 + kc;
+    const bool k_ok = k < p.k;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = (tid + i * kThreads) / kChunksPerRow;
+      const bool ok = a_ok[i] && k_ok;
+      CpAsync16(s + r * kRowF + kc, ok ? a_src[i] + k : p.a, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = (tid + i * kThreads) / kChunksPerRow;
+      const bool ok = b_ok[i] && k_ok;
+      CpAsync16(s + (kBM + r) * kRowF + kc, ok ? b_src[i] + k : b0, ok);
+      if constexpr (kFused) {
+        CpAsync16(s + (kBM + kBN + r) * kRowF + kc, ok ? u_src[i] + k : ex.up, ok);
+      }
+    }
+  };
+
+  const int my_rows = max(0, min(kRowsPerWarp, rows - warp * kRowsPerWarp));  // warp-uniform
+  float acc[kRowsPerWarp][4];
+  float acc_u[kRowsPerWarp][4];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[r][i] = acc_u[r][i] = 0.f;
+
+  const int num_k_tiles = (p.k + kBK - 1) / kBK;
+  load_stage(0, 0);
+  CpAsyncCommit();
+  for (int kt = 0; kt < num_k_tiles; ++kt) {
+    if (kt + 1 < num_k_tiles) {
+      load_stage((kt + 1) & 1, (kt + 1) * kBK);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if (my_rows > 0) {
+      const float* s = smem + (kt & 1) * kStageFloats;
+      const float* a_s = s + warp * kRowsPerWarp * kRowF;
+      const float* b_s = s + (kBM + lane) * kRowF;
+      const float* u_s = s + (kBM + kBN + lane) * kRowF;
+#pragma unroll
+      for (int kk = 0; kk < kBK; kk += 4) {
+        float4 b[4], u[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          b[i] = *reinterpret_cast<const float4*>(b_s + i * 32 * kRowF + kk);
+          if constexpr (kFused) u[i] = *reinterpret_cast<const float4*>(u_s + i * 32 * kRowF + kk);
+        }
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          if (r < my_rows) {
+            const float4 a = *reinterpret_cast<const float4*>(a_s + r * kRowF + kk);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              acc[r][i] += Dot4(a, b[i]);
+              if constexpr (kFused) acc_u[r][i] += Dot4(a, u[i]);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    if (r >= my_rows) break;
+    const int64_t row = row0 + warp * kRowsPerWarp + r;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int n = n0 + lane + 32 * i;
+      if (n < p.n) {
+        float v = acc[r][i];
+        if constexpr (kFused) v = v / (1.0f + expf(-v)) * acc_u[r][i];
+        p.c[row * p.n + n] = v;
+      }
+    }
+  }
+}
+
+// ---- 4. combine ------------------------------------------------------------------------------
+
+// grid (tokens, ceil(hidden / kCombineThreads)).
+__global__ void __launch_bounds__(kCombineThreads)
+    MoeCombineKernel(const float* y, const int32_t* pair_row, const float* weights, int top_k,
+                     int hidden, float* out, int64_t out_ld) {
+  const int64_t t = blockIdx.x;
+  const int col = blockIdx.y * kCombineThreads + threadIdx.x;
+  if (col >= hidden) return;
+  float* o = out + t * out_ld + col;
+  float acc = *o;
+  for (int j = 0; j < top_k; ++j) {
+    const int row = pair_row[t * top_k + j];
+    if (row >= 0) acc += weights[t * top_k + j] * y[int64_t{row} * hidden + col];
+  }
+  *o = acc;
+}
+
+// ---- expert table cache ----------------------------------------------------------------------
+
+struct TableEntry {
+  std::vector<ExpertPtr> host;
+  ExpertPtr* device = nullptr;
+  int64_t inter = 0, hidden = 0;
+};
+
+absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream_t stream) {
+  static std::mutex* mu = new std::mutex;
+  // Never destroyed: device memory outlives static destruction order concerns.
+  static auto* cache = new std::map<std::tuple<int, const MatView*, int32_t>, TableEntry>;
+  int device = 0;
+  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetDevice(&device));
+  std::vector<ExpertPtr> host(w.num_experts);
+  const int64_t inter = w.gate[0].rows, hidden = w.gate[0].cols;
+  for (int32_t e = 0; e < w.num_experts; ++e) {
+    host[e] = {w.gate[e].data, w.up[e].data, w.down[e].data, w.gate[e].ld, w.up[e].ld,
+               w.down[e].ld};
+  }
+  std::lock_guard<std::mutex> lock(*mu);
+  TableEntry& entry = (*cache)[{device, w.gate, w.num_experts}];
+  if (entry.device != nullptr && entry.host.size() == host.size() &&
+      std::memcmp(entry.host.data(), host.data(), host.size() * sizeof(ExpertPtr)) == 0) {
+    return &entry;
+  }
+  for (int32_t e = 0; e < w.num_experts; ++e) {
+    const MatView &g = w.gate[e], &u = w.up[e], &d = w.down[e];
+    if (g.rows != inter || u.rows != inter || g.cols != hidden || u.cols != hidden ||
+        d.rows != hidden || d.cols != inter) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda MoeExperts: expert ", e, " has gate [", g.rows, ", ", g.cols, "], up [", u.rows,
+          ", ", u.cols, "], down [", d.rows, ", ", d.cols, "]; expert 0 has moe_inter ", inter,
+          " and hidden ", hidden, " (all experts must have the same shapes)"));
+    }
+    for (const MatView* m : {&g, &u, &d}) {
+      if (!detail::Aligned16(m->data) || m->ld % 4 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cuda MoeExperts: expert ", e, " weights must be 16-byte aligned with row strides "
+            "that are multiples of 4 floats (cp.async 16-byte copies)"));
+      }
+    }
+  }
+  if (entry.device == nullptr) {
+    GLM_CUDA_OPS_RETURN_IF_ERROR(
+        kOp, cudaMalloc(&entry.device, host.size() * sizeof(ExpertPtr)));
+  }
+  entry.host = std::move(host);
+  entry.inter = inter, entry.hidden = hidden;
+  // entry.host lives on in the cache, so the async copy's source stays valid.
+  GLM_CUDA_OPS_RETURN_IF_ERROR(
+      kOp, cudaMemcpyAsync(entry.device, entry.host.data(), entry.host.size() * sizeof(ExpertPtr),
+                           cudaMemcpyHostToDevice, stream));
+  return &entry;
+}
+
+void* Carve(void*& p, size_t bytes) {
+  void* r = p;
+  p = static_cast<char*>(p) + (bytes + 255) / 256 * 256;
+  return r;
+}
+
+}  // namespace
+
+absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                        const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                        cudaStream_t stream) {
+  const int64_t tokens = x.rows;
+  if (tokens == 0) return absl::OkStatus();
+  if (top_k <= 0 || experts.num_experts <= 0 || experts.num_experts > kMaxExperts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeExperts: top_k ", top_k, " and num_experts ", experts.num_experts,
+        " must be positive, num_experts at most ", kMaxExperts, " (one-CTA routing scan)"));
+  }
+  const int64_t pairs = tokens * top_k;
+  if (pairs >= 0x7fffffff || tokens > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda MoeExperts: ", pairs,
+                                                   " (token, expert) pairs exceed 2^31 - 1"));
+  }
+  GLM_ASSIGN_OR_RETURN(const TableEntry* table, ExpertTable(experts, stream));
+  const int64_t hidden = table->hidden, inter = table->inter;
+  if (x.cols != hidden || out.cols != hidden || out.rows != tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeExperts: x [", x.rows, ", ", x.cols, "] and out [", out.rows, ", ", out.cols,
+        "] must be [tokens, hidden ", hidden, "]"));
+  }
+  if (hidden % 4 != 0 || inter % 4 != 0 || x.ld % 4 != 0 || !detail::Aligned16(x.data)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeExperts: hidden (", hidden, "), moe_inter (", inter, ") and x's row stride (",
+        x.ld, ") must be multiples of 4 with x 16-byte aligned (cp.async 16-byte copies)"));
+  }
+  GLM_ASSIGN_OR_RETURN(const detail::DeviceInfo info, detail::CurrentDeviceInfo(kOp));
+
+  const int num_experts = experts.num_experts;
+  auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t int_bytes = 2 * rounded((num_experts + 1) * sizeof(int32_t)) +
+                           2 * rounded(static_cast<size_t>(pairs) * sizeof(int32_t));
+  GLM_ASSIGN_OR_RETURN(void* ints, scratch.Get(0, int_bytes));
+  void* cur = ints;
+  auto* expert_off = static_cast<int32_t*>(Carve(cur, (num_experts + 1) * sizeof(int32_t)));
+  auto* tile_off = static_cast<int32_t*>(Carve(cur, (num_experts + 1) * sizeof(int32_t)));
+  auto* row_pair = static_cast<int32_t*>(Carve(cur, pairs * sizeof(int32_t)));
+  auto* pair_row = static_cast<int32_t*>(Carve(cur, pairs * sizeof(int32_t)));
+  GLM_ASSIGN_OR_RETURN(void* act, scratch.Get(1, static_cast<size_t>(pairs * inter) * 4));
+  GLM_ASSIGN_OR_RETURN(void* y, scratch.Get(2, static_cast<size_t>(pairs * hidden) * 4));
+
+  MoeRouteKernel<<<1, kRouteThreads, 0, stream>>>(ids, static_cast<int>(pairs), num_experts,
+                                                  expert_off, tile_off, row_pair, pair_row);
+  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+
+  const int64_t max_tiles = detail::CeilDiv(pairs, kBM) + std::min<int64_t>(num_experts, pairs);
+  GemmParams p{};
+  p.top_k = top_k;
+  p.experts = table->device;
+  p.expert_off = expert_off, p.tile_off = tile_off, p.row_pair = row_pair;
+  p.num_experts = num_experts;
+
+  p.a = x.data, p.a_ld = x.ld;
+  p.n = static_cast<int>(inter), p.k = static_cast<int>(hidden);
+  p.c = static_cast<float*>(act);
+  const int64_t smem1 = GemmSmemFloats<true>() * 4;
+  GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGemmKernel<true>, smem1, info, kOp));
+  MoeGemmKernel<true><<<dim3(static_cast<unsigned>(max_tiles),
+                             static_cast<unsigned>(detail::CeilDiv(inter, kBN))),
+                        kThreads, smem1, stream>>>(p);
+  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+
+  p.a = static_cast<const float*>(act), p.a_ld = inter;
+  p.n = static_cast<int>(hidden), p.k = static_cast<int>(inter);
+  p.c = static_cast<float*>(y);
+  const int64_t smem2 = GemmSmemFloats<false>() * 4;
+  GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGemmKernel<false>, smem2, info, kOp));
+  MoeGemmKernel<false><<<dim3(static_cast<unsigned>(max_tiles),
+                              static_cast<unsigned>(detail::CeilDiv(hidden, kBN))),
+                         kThreads, smem2, stream>>>(p);
+  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+
+  MoeCombineKernel<<<dim3(static_cast<unsigned>(tokens),
+                          static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
+                     kCombineThreads, 0, stream>>>(static_cast<const float*>(y), pair_row,
+                                                   weights, top_k, static_cast<int>(hidden),
+                                                   out.data, out.ld);
+  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  return absl::OkStatus();
 }
 
 }  // namespace glm::engine::cuda

@@ -1,0 +1,66 @@
+// Host helpers shared by the heavy CUDA ops (cuda_ops_*.cu): CUDA errors as absl::Status naming
+// the op, the current device's limits, and the opt-in shared-memory setting for one kernel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace glm::engine::cuda::detail {
+
+inline absl::Status CudaCheck(cudaError_t err, const char* op, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cuda ", op, ": ", what, " failed: ",
+                                          cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                                          ")"));
+}
+
+#define GLM_CUDA_OPS_RETURN_IF_ERROR(op, expr)                                         \
+  do {                                                                                  \
+    if (const cudaError_t glm_ops_err_ = (expr); glm_ops_err_ != cudaSuccess)           \
+      return ::glm::engine::cuda::detail::CudaCheck(glm_ops_err_, op, #expr);          \
+  } while (0)
+
+struct DeviceInfo {
+  int num_sms = 0;
+  int smem_optin = 0;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, bytes
+};
+
+// Attribute queries only: no synchronization, legal during stream capture.
+inline absl::StatusOr<DeviceInfo> CurrentDeviceInfo(const char* op) {
+  int device = 0;
+  DeviceInfo info;
+  GLM_CUDA_OPS_RETURN_IF_ERROR(op, cudaGetDevice(&device));
+  GLM_CUDA_OPS_RETURN_IF_ERROR(
+      op, cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, device));
+  GLM_CUDA_OPS_RETURN_IF_ERROR(
+      op, cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return info;
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory (opt-in above 48 KiB); FailedPrecondition
+// naming the op when the device cannot give that much.
+template <typename Kernel>
+absl::Status UseDynamicSmem(Kernel kernel, int64_t bytes, const DeviceInfo& info, const char* op) {
+  if (bytes > info.smem_optin) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda ", op, ": needs ", bytes, " bytes of shared memory per block, device "
+                     "allows ", info.smem_optin, " (reduce the head dims / head count)"));
+  }
+  if (bytes > 48 * 1024) {
+    GLM_CUDA_OPS_RETURN_IF_ERROR(
+        op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes)));
+  }
+  return absl::OkStatus();
+}
+
+inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace glm::engine::cuda::detail
