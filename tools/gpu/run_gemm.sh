@@ -11,14 +11,14 @@
 # The binaries link cuBLASLt dynamically (libcublasLt.so.13); if the loader does not find it,
 # this looks in the CUDA toolkit and in Python's nvidia-* wheels (torch bundles one).
 # Steps: tests (device limits as reported), the fp8 test with the SM count capped to GB10's 48
-# (own kernel's split-K plan changes), compute-sanitizer memcheck on the fp8 and quant tests,
-# gemm_bench. Logs go to $OUT (or /tmp/glm-gpu-out); a summary is printed last.
-# Env: STAGE_DIR (default .gpurun-h6), STEPS (default "tests sm48 memcheck bench").
+# (own kernel's split-K plan changes), gemm_bench, compute-sanitizer memcheck on the quant and
+# fp8 tests. Logs go to $OUT (or /tmp/glm-gpu-out); a summary is printed last.
+# Env: STAGE_DIR (default .gpurun-h6), STEPS (default "tests sm48 bench memcheck").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/glm-gpu-out}
 stage=${STAGE_DIR:-.gpurun-h6}
-steps=${STEPS:-tests sm48 memcheck bench}
+steps=${STEPS:-tests sm48 bench memcheck}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [[ -d $stage/bin ]]; then bin=$stage/bin; else bin=build-h6/kernels; fi
@@ -70,13 +70,13 @@ for s in $steps; do
         "$bin/gemm_fp8_block_test" --gtest_filter='*Sweep*:*Tiling*'
       ;;
     memcheck)
-      for t in quant_fp8_group gemm_fp8_block; do
-        step "memcheck $t" "memcheck-$t.log" 120 compute-sanitizer --tool memcheck \
-          --error-exitcode 7 "$bin/${t}_test"
-      done
+      step "memcheck quant_fp8_group" memcheck.log 40 compute-sanitizer --tool memcheck \
+        --error-exitcode 7 "$bin/quant_fp8_group_test"
+      step "memcheck gemm_fp8_block" memcheck.log 110 compute-sanitizer --tool memcheck \
+        --error-exitcode 7 "$bin/gemm_fp8_block_test"
       ;;
     bench)
-      step "gemm_bench" bench.log 150 "$bin/gemm_bench"
+      step "gemm_bench" bench.log 120 "$bin/gemm_bench"
       ;;
   esac
 done
