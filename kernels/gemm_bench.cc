@@ -22,6 +22,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_fp8_block.h"
+#include "kernels/quant_fp8_group.h"
 
 namespace glm::kernels {
 namespace {
@@ -261,6 +262,19 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
                                            : std::string());
       PrintRow(p.name, m, p, path == GemmFp8Path::kCublasLt ? "fp8-lt" : "fp8-own", us,
                static_cast<double>(w8) + scale_bytes + act_bytes, c, note.c_str());
+    }
+    // the activation quantization alone (part of every fp8 time above)
+    {
+      const int64_t groups = (p.k + 127) / 128;
+      void* q = Alloc(static_cast<size_t>(m) * p.k);
+      float* qs = static_cast<float*>(Alloc(static_cast<size_t>(groups) * m * 4));
+      const double us = TimeCalls(
+          [&](int) { return QuantizeFp8Group(x, p.k, m, p.k, q, p.k, qs, m, stream); }, 16,
+          trials, stream);
+      cudaFree(q);
+      cudaFree(qs);
+      PrintRow(p.name, m, p, "quant", us, static_cast<double>(m) * p.k * 3, c,
+               "quantization of x only (TFLOP/s columns n/a)");
     }
     // bf16 through cuBLASLt on the same shape
     auto bplan = GemmBf16Plan::Create(lt, GemmBf16Shape{m, p.n, p.k});

@@ -104,11 +104,90 @@ GemmFp8OwnTiling PlanGemmFp8Own(int64_t m, int64_t n, int64_t k, const DeviceLim
 
 std::string GemmFp8BlockPlan::DebugString() const {
   if (path_ == GemmFp8Path::kCublasLt) {
-    return absl::StrCat("cublaslt ", shape_.DebugString(), " ws=", workspace_bytes_);
+    return absl::StrCat("cublaslt ", shape_.DebugString(), " variant=", lt_variant_,
+                        " ws=", workspace_bytes_);
   }
   return absl::StrCat("own ", shape_.DebugString(), " mt=", m_tiles_per_warp_,
                       " splits=", splits_, " kb/split=", kblocks_per_split_,
                       " ws=", workspace_bytes_);
+}
+
+absl::Status GemmFp8BlockPlan::SetUpCublasLt(int variant, size_t max_workspace_bytes) {
+  const GemmFp8BlockShape& s = shape_;
+  const cudaDataType_t out_type = s.out == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  cublasLtMatmulDesc_t desc = nullptr;
+  GLM_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                                   "cublasLtMatmulDescCreate"));
+  desc_.reset(desc);
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  // Variants 0-2: A = w (128x128 blocks), B = xq (1x128 groups), D column-major [n, m] = y.
+  // Variant 3: A = xq, B = w, D row-major [m, n] = y (the operand roles of NVIDIA's sample).
+  const bool swapped = variant == 3;
+  const int32_t w_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  const int32_t x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  const int32_t a_mode = swapped ? x_mode : w_mode;
+  const int32_t b_mode = swapped ? w_mode : x_mode;
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t n,
+                 const char* what) {
+    return CublasStatus(cublasLtMatmulDescSetAttribute(desc, attr, v, n), what);
+  };
+  GLM_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t), "set TRANSA"));
+  GLM_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n), "set TRANSB"));
+  GLM_RETURN_IF_ERROR(
+      set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode), "set A_SCALE_MODE"));
+  GLM_RETURN_IF_ERROR(
+      set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode), "set B_SCALE_MODE"));
+  if (variant != 2) {
+    const void* placeholder = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+    GLM_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
+                            sizeof(placeholder), "set A_SCALE_POINTER"));
+    GLM_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
+                            sizeof(placeholder), "set B_SCALE_POINTER"));
+  }
+  // Column-major view: A = w as [k, n] (ld k), B = xq as [k, m] (ld k), C = D = y as [n, m].
+  GLM_ASSIGN_OR_RETURN(a_, MakeLtLayout(CUDA_R_8F_E4M3, s.k, swapped ? s.m : s.n, s.k));
+  GLM_ASSIGN_OR_RETURN(b_, MakeLtLayout(CUDA_R_8F_E4M3, s.k, swapped ? s.n : s.m, s.k));
+  if (swapped) {
+    GLM_ASSIGN_OR_RETURN(c_, MakeLtLayout(out_type, s.m, s.n, s.ldy));
+    const int32_t order = CUBLASLT_ORDER_ROW;
+    GLM_RETURN_IF_ERROR(CublasStatus(
+        cublasLtMatrixLayoutSetAttribute(c_.get(), CUBLASLT_MATRIX_LAYOUT_ORDER, &order,
+                                         sizeof(order)),
+        "set D ORDER_ROW"));
+  } else {
+    GLM_ASSIGN_OR_RETURN(c_, MakeLtLayout(out_type, s.n, s.m, s.ldy));
+  }
+  cublasLtMatmulPreference_t pref_raw = nullptr;
+  GLM_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulPreferenceCreate(&pref_raw), "cublasLtMatmulPreferenceCreate"));
+  LtPreference pref(pref_raw);
+  const uint64_t ws = max_workspace_bytes;
+  GLM_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                           sizeof(ws)),
+      "set MAX_WORKSPACE_BYTES"));
+  if (variant == 0) {
+    const uint32_t align = 16;
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      GLM_RETURN_IF_ERROR(CublasStatus(
+          cublasLtMatmulPreferenceSetAttribute(pref_raw, attr, &align, sizeof(align)),
+          "set MIN_ALIGNMENT"));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      handle_, desc, a_.get(), b_.get(), c_.get(), c_.get(), pref_raw, 1, &result, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    return absl::UnimplementedError(absl::StrCat("heuristic status ", static_cast<int>(st), ", ",
+                                                 found, " results"));
+  }
+  algo_ = result.algo;
+  lt_workspace_bytes_ = result.workspaceSize;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<GemmFp8BlockPlan>> GemmFp8BlockPlan::Create(
@@ -161,76 +240,28 @@ absl::StatusOr<std::unique_ptr<GemmFp8BlockPlan>> GemmFp8BlockPlan::Create(
                      rule, "; use GemmFp8Path::kAuto or kOwnKernel"));
   }
   if (path != GemmFp8Path::kOwnKernel && rule.empty()) {
-    absl::Status lt = [&]() -> absl::Status {
-      const cudaDataType_t out_type = s.out == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
-      cublasLtMatmulDesc_t desc = nullptr;
-      GLM_RETURN_IF_ERROR(CublasStatus(
-          cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-          "cublasLtMatmulDescCreate"));
-      plan->desc_.reset(desc);
-      const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-      const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-      const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-      GLM_RETURN_IF_ERROR(CublasStatus(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
-          "set TRANSA"));
-      GLM_RETURN_IF_ERROR(CublasStatus(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
-          "set TRANSB"));
-      GLM_RETURN_IF_ERROR(CublasStatus(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
-                                         sizeof(a_mode)),
-          "set A_SCALE_MODE"));
-      GLM_RETURN_IF_ERROR(CublasStatus(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
-                                         sizeof(b_mode)),
-          "set B_SCALE_MODE"));
-      // Column-major view: A = w as [k, n] (ld k), B = xq as [k, m] (ld k), C = D = y [n, m].
-      GLM_ASSIGN_OR_RETURN(plan->a_, MakeLtLayout(CUDA_R_8F_E4M3, s.k, s.n, s.k));
-      GLM_ASSIGN_OR_RETURN(plan->b_, MakeLtLayout(CUDA_R_8F_E4M3, s.k, s.m, s.k));
-      GLM_ASSIGN_OR_RETURN(plan->c_, MakeLtLayout(out_type, s.n, s.m, s.ldy));
-      cublasLtMatmulPreference_t pref_raw = nullptr;
-      GLM_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&pref_raw),
-                                       "cublasLtMatmulPreferenceCreate"));
-      LtPreference pref(pref_raw);
-      const uint64_t ws = max_cublas_workspace_bytes;
-      GLM_RETURN_IF_ERROR(CublasStatus(
-          cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                               &ws, sizeof(ws)),
-          "set MAX_WORKSPACE_BYTES"));
-      const uint32_t align = 16;
-      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-        GLM_RETURN_IF_ERROR(CublasStatus(
-            cublasLtMatmulPreferenceSetAttribute(pref_raw, attr, &align, sizeof(align)),
-            "set MIN_ALIGNMENT"));
+    // The heuristic is asked in up to four ways, first success wins (lt_variant_ records it):
+    // 0: placeholder scale pointers + 16-byte alignment preferences; 1: placeholders only;
+    // 2: neither; 3: placeholders, operands swapped (A = xq) with a row-major D.
+    // A null block-scale pointer may make cuBLASLt reject the descriptor
+    // (CUBLAS_STATUS_INVALID_VALUE); the heuristic does not read the scales, and Run sets the
+    // real pointers before every matmul.
+    std::string tried;
+    for (int variant = 0; variant < 4; ++variant) {
+      const absl::Status lt = plan->SetUpCublasLt(variant, max_cublas_workspace_bytes);
+      if (lt.ok()) {
+        plan->path_ = GemmFp8Path::kCublasLt;
+        plan->lt_variant_ = variant;
+        plan->lt_offset_ = after_scales;
+        plan->workspace_bytes_ = after_scales + AlignUp(plan->lt_workspace_bytes_, 256);
+        return plan;
       }
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-          plan->handle_, desc, plan->a_.get(), plan->b_.get(), plan->c_.get(), plan->c_.get(),
-          pref_raw, 1, &result, &found);
-      if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        return absl::UnimplementedError(absl::StrCat(
-            "cuBLASLt found no block-scaled fp8 algorithm (heuristic status ",
-            static_cast<int>(st), ", ", found, " results)"));
-      }
-      plan->algo_ = result.algo;
-      plan->lt_workspace_bytes_ = result.workspaceSize;
-      return absl::OkStatus();
-    }();
-    if (lt.ok()) {
-      plan->path_ = GemmFp8Path::kCublasLt;
-      plan->lt_offset_ = after_scales;
-      plan->workspace_bytes_ = after_scales + AlignUp(plan->lt_workspace_bytes_, 256);
-      return plan;
+      absl::StrAppend(&tried, " [", variant, "] ", lt.message());
     }
     if (path == GemmFp8Path::kCublasLt) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "GemmFp8BlockPlan: ", s.DebugString(), ": ", lt.message(),
-          "; use GemmFp8Path::kAuto or kOwnKernel"));
+          "GemmFp8BlockPlan: ", s.DebugString(), ": cuBLASLt found no block-scaled fp8 "
+          "algorithm:", tried, "; use GemmFp8Path::kAuto or kOwnKernel"));
     }
     plan->desc_.reset();
     plan->a_.reset();
@@ -278,8 +309,9 @@ absl::Status GemmFp8BlockPlan::Run(const void* x, const void* w, const float* w_
 
   if (path_ == GemmFp8Path::kCublasLt) {
     cublasLtMatmulDesc_t desc = desc_.get();
-    const void* a_scale = w_scale;
-    const void* b_scale = xs;
+    const bool swapped = lt_variant_ == 3;
+    const void* a_scale = swapped ? static_cast<const void*>(xs) : w_scale;
+    const void* b_scale = swapped ? static_cast<const void*>(w_scale) : xs;
     GLM_RETURN_IF_ERROR(CublasStatus(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
                                        sizeof(a_scale)),
@@ -290,7 +322,9 @@ absl::Status GemmFp8BlockPlan::Run(const void* x, const void* w, const float* w_
         "set B_SCALE_POINTER"));
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     return CublasStatus(
-        cublasLtMatmul(handle_, desc, &alpha, w, a_.get(), xq, b_.get(), &beta, y, c_.get(), y,
+        cublasLtMatmul(handle_, desc, &alpha, swapped ? static_cast<const void*>(xq) : w,
+                       a_.get(), swapped ? w : static_cast<const void*>(xq), b_.get(), &beta, y,
+                       c_.get(), y,
                        c_.get(), &algo_, lt_workspace_bytes_ > 0 ? ws + lt_offset_ : nullptr,
                        lt_workspace_bytes_, stream),
         "GemmFp8Block: cublasLtMatmul");

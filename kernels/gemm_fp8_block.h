@@ -73,6 +73,8 @@ class GemmFp8BlockPlan {
 
  private:
   GemmFp8BlockPlan() = default;
+  // Builds the cuBLASLt descriptors and asks the heuristic (variant: see Create).
+  absl::Status SetUpCublasLt(int variant, size_t max_workspace_bytes);
 
   GemmFp8BlockShape shape_;
   GemmFp8Path path_ = GemmFp8Path::kOwnKernel;
@@ -90,6 +92,7 @@ class GemmFp8BlockPlan {
   LtMatmulDesc desc_;
   LtLayout a_, b_, c_;
   cublasLtMatmulAlgo_t algo_{};
+  int lt_variant_ = -1;
 };
 
 // Own-kernel launch planning, pure function of the shape and the device (tested without a GPU):

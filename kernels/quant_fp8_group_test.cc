@@ -58,7 +58,7 @@ TEST_F(QuantFp8GroupTest, BitExactWithHost) {
     }
     if (s.k >= 256) {
       for (int64_t c = 128; c < 256; ++c) x[c] = 0.0f;  // an all-zero group (scale 0)
-      x[ldx * (s.m - 1) + 3] = 1e30f;                   // an outlier
+      x[ldx * (s.m - 1) + 3] = Bf16ToFloat(FloatToBf16(1e30f));  // an outlier
     }
     std::vector<uint16_t> xb(x.size());
     for (size_t i = 0; i < x.size(); ++i) xb[i] = FloatToBf16(x[i]);
