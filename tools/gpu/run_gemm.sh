@@ -11,8 +11,7 @@
 # The binaries link cuBLASLt dynamically (libcublasLt.so.13); if the loader does not find it,
 # this looks in the CUDA toolkit and in Python's nvidia-* wheels (torch bundles one).
 # Steps: tests (device limits as reported), the fp8 test with the SM count capped to GB10's 48
-# (own kernel's split-K plan changes), gemm_bench, compute-sanitizer memcheck on the quant and
-# fp8 tests. Logs go to $OUT (or /tmp/glm-gpu-out); a summary is printed last.
+# (own kernel's split-K plan changes), gemm_bench, compute-sanitizer memcheck on the three tests. Logs go to $OUT (or /tmp/glm-gpu-out); a summary is printed last.
 # Env: STAGE_DIR (default .gpurun-h6), STEPS (default "tests sm48 bench memcheck").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -74,6 +73,8 @@ for s in $steps; do
         --error-exitcode 7 "$bin/quant_fp8_group_test"
       step "memcheck gemm_fp8_block" memcheck.log 110 compute-sanitizer --tool memcheck \
         --error-exitcode 7 "$bin/gemm_fp8_block_test"
+      step "memcheck gemm_bf16" memcheck.log 60 compute-sanitizer --tool memcheck \
+        --error-exitcode 7 "$bin/gemm_bf16_test"
       ;;
     bench)
       step "gemm_bench" bench.log 120 "$bin/gemm_bench"
