@@ -11,7 +11,8 @@
 # The binaries link cuBLASLt dynamically (libcublasLt.so.13); if the loader does not find it,
 # this looks in the CUDA toolkit and in Python's nvidia-* wheels (torch bundles one).
 # Steps: tests (device limits as reported), the fp8 test with the SM count capped to GB10's 48
-# (own kernel's split-K plan changes), gemm_bench, compute-sanitizer memcheck on the three tests. Logs go to $OUT (or /tmp/glm-gpu-out); a summary is printed last.
+# (own kernel's split-K plan changes), gemm_bench, compute-sanitizer memcheck on the three tests.
+# Logs go to $OUT (or /tmp/glm-gpu-out); a summary is printed last.
 # Env: STAGE_DIR (default .gpurun-h6), STEPS (default "tests sm48 bench memcheck").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
