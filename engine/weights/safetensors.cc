@@ -308,6 +308,16 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBuffer(
   return file;
 }
 
+void SafetensorsFile::ReleaseMappedRange(uint64_t offset, uint64_t length) const {
+  if (mapping_ == nullptr || length == 0 || offset >= file_.size()) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t end = std::min<uint64_t>(offset + length, file_.size());
+  const uint64_t begin = offset / page * page;
+  const uint64_t span = (end - begin + page - 1) / page * page;
+  // Advisory: a failure only means the pages stay mapped (and cached) a while longer.
+  ::madvise(static_cast<char*>(mapping_) + begin, span, MADV_DONTNEED);
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (mapping_ != nullptr) ::munmap(mapping_, file_.size());
 }

@@ -82,6 +82,18 @@ class SafetensorsFile {
   // kNotFound naming the file when absent.
   absl::StatusOr<TensorView> Get(std::string_view name) const;
 
+  // Byte offset of `entry`'s data in the file (header.data_offset + entry.begin).
+  uint64_t FileOffset(const SafetensorsEntry& entry) const {
+    return header_.data_offset + entry.begin;
+  }
+  // Drops this file's own mapping of the pages covering [offset, offset + length) of the file
+  // (madvise MADV_DONTNEED, widened to whole pages; neighbouring tensors on those pages simply
+  // fault back in when read). The mapping is read-only and private, so nothing is lost: later
+  // reads fault the bytes back from the file. The kernel never evicts a mapped page, so this is
+  // what lets posix_fadvise(POSIX_FADV_DONTNEED) free a loaded range from the page cache.
+  // No-op for FromBuffer files. Thread-safe.
+  void ReleaseMappedRange(uint64_t offset, uint64_t length) const;
+
  private:
   SafetensorsFile() = default;
 

@@ -215,6 +215,44 @@ std::string WeightStore::FileOf(std::string_view name) const {
   return location == nullptr ? std::string() : location->file->path();
 }
 
+std::pair<const SafetensorsFile*, const SafetensorsEntry*> WeightStore::FindEntry(
+    std::string_view name) const {
+  if (const Location* location = Locate(name)) return {location->file, location->entry};
+  if (EndsWith(name, kScaleSuffix)) {  // a scale the index forgot: in its weight's shard
+    const std::string weight_name(name.substr(0, name.size() - kScaleSuffix.size() +
+                                                  kWeightSuffix.size()));
+    if (const Location* weight = Locate(weight_name)) {
+      if (const SafetensorsEntry* entry = weight->file->Find(name)) return {weight->file, entry};
+    }
+  }
+  return {nullptr, nullptr};
+}
+
+std::optional<WeightStore::TensorLocation> WeightStore::LocationOf(std::string_view name) const {
+  auto [file, entry] = FindEntry(name);
+  if (file == nullptr) return std::nullopt;
+  return TensorLocation{file->path(), file->FileOffset(*entry), entry->end - entry->begin};
+}
+
+void WeightStore::ReleaseMappedPages(std::string_view name) const {
+  auto [file, entry] = FindEntry(name);
+  if (file != nullptr) file->ReleaseMappedRange(file->FileOffset(*entry), entry->end - entry->begin);
+}
+
+std::optional<uint64_t> WeightStore::DataOffsetOf(std::string_view path) const {
+  for (const auto& file : files_) {
+    if (file->path() == path) return file->header().data_offset;
+  }
+  return std::nullopt;
+}
+
+void WeightStore::ReleaseMappedRange(std::string_view path, uint64_t offset,
+                                     uint64_t length) const {
+  for (const auto& file : files_) {
+    if (file->path() == path) file->ReleaseMappedRange(offset, length);
+  }
+}
+
 std::vector<std::string> WeightStore::TensorNames() const {
   std::vector<std::string> names;
   names.reserve(tensors_.size());

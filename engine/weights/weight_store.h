@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -58,6 +59,27 @@ class WeightStore {
   // The file holding `name` ("" when absent), for messages.
   std::string FileOf(std::string_view name) const;
 
+  // Where a tensor's bytes are on disk, for page-cache management (a loader drops each range
+  // from the cache once the tensor is on the device).
+  struct TensorLocation {
+    std::string path;     // the .safetensors file
+    uint64_t offset = 0;  // byte offset of the tensor's data in that file
+    uint64_t length = 0;  // bytes
+  };
+  // nullopt when the tensor is absent or filtered out. A block scale missing from the index is
+  // found in its weight's shard, as ScaleFor does.
+  std::optional<TensorLocation> LocationOf(std::string_view name) const;
+  // Unmaps the store's pages of `name` (SafetensorsFile::ReleaseMappedRange) so that
+  // posix_fadvise(DONTNEED) on LocationOf(name) can evict them. Reading the tensor again later
+  // still works (the bytes fault back in). No-op when absent. Thread-safe.
+  void ReleaseMappedPages(std::string_view name) const;
+  // The data section's start in the opened file `path` (8 + header length: the bytes before it
+  // are the header, read once at Open), or nullopt when the store did not open `path`.
+  std::optional<uint64_t> DataOffsetOf(std::string_view path) const;
+  // Unmaps the store's pages of [offset, offset + length) of the opened file `path`
+  // (SafetensorsFile::ReleaseMappedRange). No-op for a file the store did not open.
+  void ReleaseMappedRange(std::string_view path, uint64_t offset, uint64_t length) const;
+
   // Selected tensor names, sorted.
   std::vector<std::string> TensorNames() const;
   size_t num_tensors() const { return tensors_.size(); }
@@ -92,6 +114,8 @@ class WeightStore {
   absl::Status OpenSharded(const std::string& dir, const std::string& index_path);
   bool Selected(std::string_view name) const;
   const Location* Locate(std::string_view name) const;
+  // Locate, plus a block scale missing from the index found in its weight's shard.
+  std::pair<const SafetensorsFile*, const SafetensorsEntry*> FindEntry(std::string_view name) const;
   absl::StatusOr<std::vector<float>> ReadRegion(std::string_view name, bool by_rows,
                                                 int64_t begin, int64_t end) const;
 

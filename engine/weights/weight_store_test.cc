@@ -1,5 +1,6 @@
 #include "engine/weights/weight_store.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -144,6 +145,41 @@ TEST(WeightStoreTest, OpensShardedCheckpoint) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()),
               AllOf(HasSubstr(ckpt.dir), HasSubstr("model.layers.9.mlp.gate.weight")));
+}
+
+TEST(WeightStoreTest, LocationOfPointsAtTheTensorBytesInItsFile) {
+  ShardedCheckpoint ckpt("location");
+  ckpt.WriteIndex(ckpt.tensor_bytes);
+  auto store = WeightStore::Open(ckpt.dir, Fp8Options());
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const std::string name : {"lm_head.weight", "model.layers.1.mlp.down_proj.weight",
+                                 "model.layers.1.mlp.down_proj.weight_scale_inv"}) {
+    std::optional<WeightStore::TensorLocation> where = (*store)->LocationOf(name);
+    ASSERT_TRUE(where.has_value()) << name;
+    EXPECT_EQ(where->path, (*store)->FileOf(name)) << name;
+    auto view = (*store)->Get(name);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_EQ(where->length, view->nbytes) << name;
+    // The bytes at [offset, offset + length) of the file are the tensor's.
+    std::ifstream in(where->path, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(where->offset));
+    std::string bytes(where->length, '\0');
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    EXPECT_EQ(0, std::memcmp(bytes.data(), view->data, view->nbytes)) << name;
+    // Dropping the store's mapping keeps the tensor readable (it faults back in).
+    (*store)->ReleaseMappedPages(name);
+  }
+  EXPECT_EQ((*store)->ReadFloat("lm_head.weight", {8, 4}).value(), Iota(32, 1.0f));
+  EXPECT_FALSE((*store)->LocationOf("model.layers.9.mlp.gate.weight").has_value());
+  // The header ends where the data section starts; every tensor lies after it.
+  const std::string shard3 = (*store)->FileOf("lm_head.weight");
+  std::optional<uint64_t> data = (*store)->DataOffsetOf(shard3);
+  ASSERT_TRUE(data.has_value());
+  EXPECT_LE(*data, (*store)->LocationOf("lm_head.weight")->offset);
+  EXPECT_FALSE((*store)->DataOffsetOf(ckpt.dir + "/nope.safetensors").has_value());
+  (*store)->ReleaseMappedRange(shard3, 0, *data);
+  EXPECT_EQ((*store)->ReadFloat("lm_head.weight", {8, 4}).value(), Iota(32, 1.0f));
+  (*store)->ReleaseMappedPages("model.layers.9.mlp.gate.weight");  // absent: no-op
 }
 
 TEST(WeightStoreTest, AcceptsTotalSizeAsFileBytes) {
