@@ -1,41 +1,105 @@
-// Hosts this node's engine shard in-process (DESIGN.md §1). The lifecycle is
-// None -> Loading -> Loaded -> Running -> Draining -> Stopped (Failed from anywhere).
+// Hosts this node's engine shard in-process (DESIGN.md §1). Lifecycle:
+//   None/Stopped/Failed --Load--> Loading --> Loaded (or Failed, with last_error)
+//   Loaded --Stop--> Stopped (model and KV cache freed)
+//   Running/Draining: not reached yet (Start/Drain answer UNIMPLEMENTED: serving is missing).
 //
-// The engine runtime is not wired in yet: Load/Start/Drain/Stop return UNIMPLEMENTED naming the
-// milestone, and the state stays None. The agent service already routes the shard RPCs here, so
-// the engine issue replaces these bodies without touching the gRPC layer.
-// Thread-safe.
+// Load reads this node's PP stage from the staged model directory: decoder layers
+// first_layer..last_layer, the embedding when the stage is first (or holds the MTP layer), the
+// final norm and lm_head (and the MTP layer when asked) when it is last. Weights come from
+// engine/weights (mmap'd safetensors) through ReleasingWeights into engine/model
+// (CreateGlmMoeDsa) on the CPU backend; each tensor's range is dropped from the page cache once
+// loaded, and the cluster's page-cache policy (off/periodic/adaptive) runs while loading
+// (agent/pagecache). The KV cache gets the plan's per-node bytes.
+//
+// Tensor parallelism: the engine has no TP sharding yet. With tp_size > 1 every TP rank loads its
+// stage's full layers; ShardStatus.tp_replicated says so (and the load's last progress line).
+//
+// Load of the shard already loaded with an identical request is a no-op; any other request on a
+// loaded shard fails (FAILED_PRECONDITION: Stop first). Errors name the node, the file/tensor and
+// the fix, and leave the shard Failed with last_error.
+//
+// Thread-safe: one Load/Stop at a time (a concurrent one fails with FAILED_PRECONDITION);
+// status() and state() may be called any time, also while a load runs.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
+#include "agent/pagecache/page_cache_manager.h"
+#include "common/clock.h"
 #include "glm/v1/agent.pb.h"
 
+namespace glm::engine {
+class Backend;
+class Model;
+}  // namespace glm::engine
+
 namespace glm::agent {
+
+struct ShardHostOptions {
+  std::string node;
+  Clock* clock = Clock::Real();
+  // <proc_root>/meminfo (memory check, adaptive policy) and <proc_root>/sys/vm/drop_caches.
+  std::string proc_root = "/proc";
+  // The page-cache policy's kernel operations; null = the real ones (sync(2), drop_caches under
+  // proc_root). Called once per load.
+  std::function<std::unique_ptr<pagecache::KernelCacheOps>()> make_kernel_ops;
+  // The policy is evaluated every tick_interval while a load runs: by the load loop whenever
+  // `clock` moved that far since the last tick, and (tick_thread) by a thread on a real timer, so
+  // a load stuck inside one read still gets its stall drop. Tests turn the thread off and move a
+  // FakeClock from on_tensor.
+  Clock::Duration tick_interval = std::chrono::seconds(1);
+  bool tick_thread = true;
+  // Adaptive policy: a load with no progress for this long counts as stalled.
+  Clock::Duration stall_timeout = std::chrono::seconds(20);
+  int num_threads = 0;  // CPU backend threads; 0 = hardware concurrency
+  // --model-dir: load from here instead of the request's model_dir (nodes keep their own copy).
+  std::string model_dir;
+  // Runs after each tensor is read (tests).
+  std::function<void(const std::string& tensor)> on_tensor;
+  // Called with the new status whenever it changes (state, progress, page-cache actions); the
+  // agent publishes it. From the thread doing the work; must not call back into the host.
+  std::function<void(const glm::v1::ShardStatus&)> on_status;
+};
 
 class ShardHost {
  public:
   // Receives progress lines while an operation runs (the gRPC layer streams them).
   using ProgressFn = std::function<void(const glm::v1::Progress&)>;
 
-  explicit ShardHost(std::string node) : node_(std::move(node)) {}
+  explicit ShardHost(ShardHostOptions options);
+  // Node name only: the real clock, /proc, the real kernel operations.
+  explicit ShardHost(std::string node);
+  ~ShardHost();
 
   glm::v1::ShardState state() const;
+  glm::v1::ShardStatus status() const;
 
   absl::Status Load(const glm::v1::LoadShardRequest& req, const ProgressFn& progress);
   absl::Status Start(const glm::v1::StartShardRequest& req, const ProgressFn& progress);
   absl::Status Drain(const glm::v1::DrainShardRequest& req, const ProgressFn& progress);
   absl::Status Stop(const glm::v1::StopShardRequest& req, const ProgressFn& progress);
 
- private:
-  absl::Status NotYet(const char* operation) const;
+  // The loaded model (null unless Loaded). Owned by the host; valid until Stop.
+  engine::Model* model() const;
 
-  const std::string node_;
+ private:
+  struct Loaded;
+  absl::Status DoLoad(const glm::v1::LoadShardRequest& req, const ProgressFn& progress);
+  absl::Status Fail(const absl::Status& status);
+  void Publish();
+  void UpdatePageCache(const pagecache::PageCacheManager& pages);
+
+  const ShardHostOptions options_;
   mutable std::mutex mu_;
-  glm::v1::ShardState state_ = glm::v1::SHARD_STATE_NONE;
+  bool busy_ = false;                        // a Load or Stop is running
+  glm::v1::ShardStatus status_;              // guarded by mu_
+  glm::v1::LoadShardRequest loaded_request_; // the request of the loaded shard
+  std::unique_ptr<Loaded> loaded_;           // model + backend while Loaded
 };
 
 }  // namespace glm::agent
