@@ -89,9 +89,11 @@ GemmFp8OwnTiling PlanGemmFp8Own(int64_t m, int64_t n, int64_t k, const DeviceLim
   const int64_t num_kblocks = CeilDiv(k, 128);
   const int64_t ctas = CeilDiv(n, detail::kFp8CtaCols) * CeilDiv(std::max<int64_t>(m, 1),
                                                                   16 * t.m_tiles_per_warp);
-  // Aim for 4 CTAs (16 warps) per SM so enough weight bytes are in flight to saturate HBM.
-  const int64_t target = 4 * static_cast<int64_t>(std::max(limits.num_sms, 1));
-  int64_t splits = std::clamp<int64_t>(CeilDiv(target, ctas), 1, num_kblocks);
+  // Fill one wave of resident CTAs (limits.max_blocks_per_sm_cap: the kernel's occupancy; 4 when
+  // unknown), never more: a partial second wave of a memory-bound call costs a whole wave.
+  const int64_t per_sm = limits.max_blocks_per_sm_cap > 0 ? limits.max_blocks_per_sm_cap : 4;
+  const int64_t target = per_sm * static_cast<int64_t>(std::max(limits.num_sms, 1));
+  int64_t splits = std::clamp<int64_t>(target / ctas, 1, num_kblocks);
   while (splits > 1 &&
          static_cast<size_t>(splits) * m * n * sizeof(float) > kMaxPartialBytes) {
     --splits;
@@ -109,6 +111,7 @@ std::string GemmFp8BlockPlan::DebugString() const {
   }
   return absl::StrCat("own ", shape_.DebugString(), " mt=", m_tiles_per_warp_,
                       " splits=", splits_, " kb/split=", kblocks_per_split_,
+                      " ctas/sm=", own_blocks_per_sm_,
                       " ws=", workspace_bytes_);
 }
 
@@ -269,8 +272,27 @@ absl::StatusOr<std::unique_ptr<GemmFp8BlockPlan>> GemmFp8BlockPlan::Create(
     plan->c_.reset();
   }
 
-  GLM_ASSIGN_OR_RETURN(const DeviceLimits limits, QueryDeviceLimits());
+  GLM_ASSIGN_OR_RETURN(DeviceLimits limits, QueryDeviceLimits());
+  {
+    const int mt = s.m > 64 ? 2 : 1;  // the instantiation Run will launch (PlanGemmFp8Own's rule)
+    int per_sm = 0;
+    const cudaError_t occ =
+        s.out == DType::kF32
+            ? (mt == 1 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                             &per_sm, detail::GemmFp8BlockKernel<1, 3, float>, detail::kFp8Threads, 0)
+                       : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                             &per_sm, detail::GemmFp8BlockKernel<2, 2, float>, detail::kFp8Threads, 0))
+            : (mt == 1 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                             &per_sm, detail::GemmFp8BlockKernel<1, 3, __nv_bfloat16>,
+                             detail::kFp8Threads, 0)
+                       : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                             &per_sm, detail::GemmFp8BlockKernel<2, 2, __nv_bfloat16>,
+                             detail::kFp8Threads, 0));
+    GLM_RETURN_IF_ERROR(CudaStatus(occ, "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+    limits.max_blocks_per_sm_cap = std::max(per_sm, 1);
+  }
   const GemmFp8OwnTiling tiling = PlanGemmFp8Own(s.m, s.n, s.k, limits);
+  plan->own_blocks_per_sm_ = limits.max_blocks_per_sm_cap;
   plan->path_ = GemmFp8Path::kOwnKernel;
   plan->m_tiles_per_warp_ = tiling.m_tiles_per_warp;
   plan->splits_ = tiling.splits;

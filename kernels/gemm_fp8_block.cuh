@@ -17,7 +17,8 @@
 // This gives coalesced 64-byte row segments without shared memory or ldmatrix. DEPTH chunks
 // are in flight per warp (register ring) to keep HBM busy at decode sizes; K is split across
 // CTAs (grid.z) when N·M alone gives too few CTAs, and a second kernel sums the fp32 partials
-// in split order (deterministic).
+// in split order (deterministic). The split count fills one wave of resident CTAs (occupancy
+// queried for the kernel): a partial second wave would double the time of a memory-bound call.
 //
 // Limits: K % 16 == 0 (16-byte loads; rows of w contiguous), 16-byte aligned w and xq; any M, N.
 // Rows/columns past M/N and k past K load zeros and are not stored.
@@ -117,8 +118,11 @@ __device__ __forceinline__ void LoadFrag(Fp8Frag<MT>& f, const Fp8GemmArgs& p, i
   }
 }
 
+// rows_left = m - row0: m tiles (or their upper 8 rows) past M hold zeros; their conversions are
+// skipped (warp-uniform branches), which matters at decode sizes (M <= 8).
 template <int MT>
-__device__ __forceinline__ void MmaChunk(const Fp8Frag<MT>& f, float (&blk)[MT][kFp8NTiles][4]) {
+__device__ __forceinline__ void MmaChunk(const Fp8Frag<MT>& f, float (&blk)[MT][kFp8NTiles][4],
+                                         int64_t rows_left) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     uint32_t b0[kFp8NTiles], b1[kFp8NTiles];
@@ -130,9 +134,15 @@ __device__ __forceinline__ void MmaChunk(const Fp8Frag<MT>& f, float (&blk)[MT][
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      const uint32_t lo = Word(f.a[mt][0], j), hi = Word(f.a[mt][1], j);
+      if (mt * 16 >= rows_left) break;
+      const uint32_t lo = Word(f.a[mt][0], j);
       const uint32_t a0 = E4m3x2ToHalf2(lo), a2 = E4m3x2ToHalf2(lo >> 16);
-      const uint32_t a1 = E4m3x2ToHalf2(hi), a3 = E4m3x2ToHalf2(hi >> 16);
+      uint32_t a1 = 0, a3 = 0;
+      if (mt * 16 + 8 < rows_left) {
+        const uint32_t hi = Word(f.a[mt][1], j);
+        a1 = E4m3x2ToHalf2(hi);
+        a3 = E4m3x2ToHalf2(hi >> 16);
+      }
 #pragma unroll
       for (int nt = 0; nt < kFp8NTiles; ++nt) {
         MmaF16F32(blk[mt][nt], a0, a1, a2, a3, b0[nt], b1[nt]);
@@ -186,7 +196,7 @@ __global__ void __launch_bounds__(kFp8Threads) GemmFp8BlockKernel(const Fp8GemmA
     for (int s = 0; s < DEPTH; ++s) {
       const int c = c0 + s;
       if (c < c_end) {
-        MmaChunk<MT>(ring[s], blk);
+        MmaChunk<MT>(ring[s], blk, p.m - row0);
         if (c + DEPTH < c_end) LoadFrag(ring[s], p, row0, col0, c + DEPTH, g, t);
         if ((c & 1) != 0 || c + 1 == c_end) {  // end of K block c/2: apply both scales
           const int kb = c >> 1;

@@ -87,6 +87,7 @@ class GemmFp8BlockPlan {
   int m_tiles_per_warp_ = 1;
   int splits_ = 1;
   int kblocks_per_split_ = 0;
+  int own_blocks_per_sm_ = 0;  // resident CTAs per SM of the launched instantiation
   // cuBLASLt state.
   cublasLtHandle_t handle_ = nullptr;
   LtMatmulDesc desc_;
@@ -97,7 +98,8 @@ class GemmFp8BlockPlan {
 
 // Own-kernel launch planning, pure function of the shape and the device (tested without a GPU):
 // m_tiles_per_warp: 16-row MMA tiles each warp covers (1 for small M, 2 for large);
-// splits: K split across CTAs so that the grid covers the SMs at decode sizes.
+// splits: K split across CTAs so that the grid fills one wave of resident CTAs at decode sizes
+// (limits.max_blocks_per_sm_cap = the kernel's occupancy; 4 when 0).
 struct GemmFp8OwnTiling {
   int m_tiles_per_warp = 1;
   int splits = 1;

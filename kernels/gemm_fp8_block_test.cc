@@ -376,7 +376,7 @@ TEST_F(GemmFp8BlockTest, RejectsBadShapesAndArguments) {
 }
 
 // Launch planning is a pure function of the shape and the device limits.
-TEST(GemmFp8OwnTilingTest, SplitsKToCoverTheSms) {
+TEST(GemmFp8OwnTilingTest, SplitsKToFillOneWave) {
   for (const DeviceLimits& lim : {Gb10Limits(), H200Limits()}) {
     // decode: q_a / expert gate-up (N=2048, K=6144) at M=1 -> 16 CTAs before splitting
     GemmFp8OwnTiling t = PlanGemmFp8Own(1, 2048, 6144, lim);
@@ -385,6 +385,10 @@ TEST(GemmFp8OwnTilingTest, SplitsKToCoverTheSms) {
     EXPECT_LE(t.splits * t.kblocks_per_split, 48 + t.kblocks_per_split - 1);
     EXPECT_GE(t.splits * t.kblocks_per_split, 48);
     EXPECT_GE(16 * t.splits, 2 * lim.num_sms) << lim.DebugString();
+    EXPECT_LE(16 * t.splits, 4 * lim.num_sms) << "more than one wave of 4 CTAs per SM";
+    DeviceLimits two_per_sm = lim;  // an occupancy of 2 CTAs per SM halves the wave
+    two_per_sm.max_blocks_per_sm_cap = 2;
+    EXPECT_LE(16 * PlanGemmFp8Own(1, 2048, 6144, two_per_sm).splits, 2 * lim.num_sms);
     // prefill: enough CTAs without splitting
     t = PlanGemmFp8Own(4096, 6144, 6144, lim);
     EXPECT_EQ(t.m_tiles_per_warp, 2);
