@@ -154,31 +154,46 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
     }
     __syncthreads();
 
-    // Scores of the tile's keys.
-    for (int kt = warp; kt < kTile; kt += kWarps) {
-      const int r = row_s[kt];
-      if (r < 0) {
-        if (lane < G) s_s[kt * G + lane] = -INFINITY;
-        continue;
-      }
-      float part[G];
+    // Scores of the tile's keys: warp w takes keys w + 16i and w + 16i + 8 together, so two
+    // keys' loads are in flight per lane and each shared query float4 serves both.
+    for (int kt = warp; kt < kTile; kt += 2 * kWarps) {
+      const int r0 = row_s[kt], r1 = row_s[kt + kWarps];
+      float part0[G], part1[G];
 #pragma unroll
-      for (int g = 0; g < G; ++g) part[g] = 0.f;
-      const float4* ka = reinterpret_cast<const float4*>(k_a + r * p.k_a_rs);
+      for (int g = 0; g < G; ++g) part0[g] = part1[g] = 0.f;
+      const float4* ka0 = reinterpret_cast<const float4*>(k_a + max(r0, 0) * p.k_a_rs);
+      const float4* ka1 = reinterpret_cast<const float4*>(k_a + max(r1, 0) * p.k_a_rs);
+      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
       for (int d4 = lane; d4 < da4; d4 += 32) {
-        const float4 kv = ka[d4];
+        const float4 kv0 = r0 >= 0 ? ka0[d4] : zero;
+        const float4 kv1 = r1 >= 0 ? ka1[d4] : zero;
 #pragma unroll
-        for (int g = 0; g < G; ++g) part[g] += Dot4(q_s[g * dq4 + d4], kv);
+        for (int g = 0; g < G; ++g) {
+          const float4 qv = q_s[g * dq4 + d4];
+          part0[g] += Dot4(qv, kv0);
+          part1[g] += Dot4(qv, kv1);
+        }
       }
-      const float4* kb = reinterpret_cast<const float4*>(k_b + r * p.k_b_rs);
+      const float4* kb0 = reinterpret_cast<const float4*>(k_b + max(r0, 0) * p.k_b_rs);
+      const float4* kb1 = reinterpret_cast<const float4*>(k_b + max(r1, 0) * p.k_b_rs);
       for (int d4 = lane; d4 < db4; d4 += 32) {
-        const float4 kv = kb[d4];
+        const float4 kv0 = r0 >= 0 ? kb0[d4] : zero;
+        const float4 kv1 = r1 >= 0 ? kb1[d4] : zero;
 #pragma unroll
-        for (int g = 0; g < G; ++g) part[g] += Dot4(q_s[g * dq4 + da4 + d4], kv);
+        for (int g = 0; g < G; ++g) {
+          const float4 qv = q_s[g * dq4 + da4 + d4];
+          part0[g] += Dot4(qv, kv0);
+          part1[g] += Dot4(qv, kv1);
+        }
       }
-      WarpReduceScatter<G>(part, lane);
+      WarpReduceScatter<G>(part0, lane);
+      WarpReduceScatter<G>(part1, lane);
       constexpr int kShift = HeadShift<G>();
-      if ((lane & ((1 << kShift) - 1)) == 0) s_s[kt * G + (lane >> kShift)] = part[0] * p.scale;
+      if ((lane & ((1 << kShift) - 1)) == 0) {
+        const int g = lane >> kShift;
+        s_s[kt * G + g] = r0 >= 0 ? part0[0] * p.scale : -INFINITY;
+        s_s[(kt + kWarps) * G + g] = r1 >= 0 ? part1[0] * p.scale : -INFINITY;
+      }
     }
     __syncthreads();
 
@@ -199,6 +214,7 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
       }
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      __syncwarp();  // every lane has read m_s[g] before lane 0 rewrites it
       if (lane == 0) {
         const float corr = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
         corr_s[g] = corr;
@@ -215,34 +231,42 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
 #pragma unroll
       for (int c = 0; c < CPT; ++c) acc[g][c] *= corr;
     }
-    for (int kt = 0; kt < kTile; ++kt) {
-      const int r = row_s[kt];
-      if (r < 0) continue;
-      const float* vr = v + r * p.v_rs;
-      float vv[CPT];
+    // Batches of kBatch keys: all value loads of a batch are issued before the FMAs.
+    constexpr int kBatch = 8;
+    for (int kt0 = 0; kt0 < kTile; kt0 += kBatch) {
+      float vv[kBatch][CPT];
 #pragma unroll
-      for (int c = 0; c < CPT; ++c) {
-        const int col = tid + c * kThreads;
-        vv[c] = col < p.dv ? vr[col] : 0.f;
-      }
-      float pr[G];
-      if constexpr (G % 4 == 0) {
+      for (int u = 0; u < kBatch; ++u) {
+        const int r = row_s[kt0 + u];
+        const float* vr = v + max(r, 0) * p.v_rs;
 #pragma unroll
-        for (int g4 = 0; g4 < G / 4; ++g4) {
-          const float4 x = reinterpret_cast<const float4*>(s_s + kt * G)[g4];
-          pr[4 * g4] = x.x;
-          pr[4 * g4 + 1] = x.y;
-          pr[4 * g4 + 2] = x.z;
-          pr[4 * g4 + 3] = x.w;
+        for (int c = 0; c < CPT; ++c) {
+          const int col = tid + c * kThreads;
+          vv[u][c] = r >= 0 && col < p.dv ? vr[col] : 0.f;
         }
-      } else {
-#pragma unroll
-        for (int g = 0; g < G; ++g) pr[g] = s_s[kt * G + g];
       }
 #pragma unroll
-      for (int g = 0; g < G; ++g)
+      for (int u = 0; u < kBatch; ++u) {
+        const int kt = kt0 + u;
+        float pr[G];
+        if constexpr (G % 4 == 0) {
 #pragma unroll
-        for (int c = 0; c < CPT; ++c) acc[g][c] += pr[g] * vv[c];
+          for (int g4 = 0; g4 < G / 4; ++g4) {
+            const float4 x = reinterpret_cast<const float4*>(s_s + kt * G)[g4];
+            pr[4 * g4] = x.x;
+            pr[4 * g4 + 1] = x.y;
+            pr[4 * g4 + 2] = x.z;
+            pr[4 * g4 + 3] = x.w;
+          }
+        } else {
+#pragma unroll
+          for (int g = 0; g < G; ++g) pr[g] = s_s[kt * G + g];
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+          for (int c = 0; c < CPT; ++c) acc[g][c] += pr[g] * vv[u][c];
+      }
     }
   }
   __syncthreads();
@@ -376,9 +400,9 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
   const int64_t n_max = a.indices != nullptr ? a.index_width : a.table.max_num_keys;
   const int64_t base_ctas = rows * p.head_groups;
   int64_t splits = 1;
-  if (base_ctas < 2 * info.num_sms && n_max > 2 * kTile) {
+  if (base_ctas < 2 * info.num_sms && n_max > kTile) {
     splits = std::min<int64_t>({detail::CeilDiv(2 * info.num_sms, base_ctas),
-                                detail::CeilDiv(n_max, 2 * kTile), kMaxSplits});
+                                detail::CeilDiv(n_max, kTile), kMaxSplits});
   }
   const int64_t split_len = std::max<int64_t>(
       kTile, detail::CeilDiv(detail::CeilDiv(std::max<int64_t>(n_max, 1), splits), kTile) * kTile);

@@ -3,23 +3,26 @@
 // Two kernels.
 // IndexerScoreKernel: I[t, s] = sum_h w[t, h] * weight_scale * relu(q[t, h] . k[s] * score_scale)
 //   for s < num_keys(t), into scratch [rows, ld]. One CTA per (row, chunk of kChunk keys); the
-//   row's queries sit in shared memory (row stride dim + 1: conflict-free when lane = head), the
-//   chunk goes through shared memory kTileKeys keys at a time (coalesced float4 loads through
-//   slots). Lane = head (32 heads per pass, more heads loop), each warp scores 8 keys of the tile:
-//   per 32-dim slice the lane keeps its head's 32 query values in registers and reads the keys
-//   as broadcast float4s; relu, weight and a warp sum finish each key.
+//   row's queries sit in shared memory (row stride dim + 1: conflict-free when lane = head). Each
+//   warp walks its keys 8 at a time through its own shared rows (coalesced float4 loads through
+//   slots, all 8 in flight). Lane = head (32 heads per pass, more heads loop): per 32-dim slice
+//   the lane keeps its head's 32 query values in registers and reads the keys as broadcast
+//   float4s; relu, weight and a warp sum finish each key. The CTA also adds the histogram of the
+//   scores' top radix byte into [rows, 256] scratch (the select kernel's first pass).
 // IndexerSelectKernel: one CTA (1024 threads) per row. Exact radix select on the order-preserving
-//   uint32 image of the scores (4 passes of 8 bits, warp-aggregated shared-memory histograms)
-//   finds the k-th largest value T and how many of the values equal to T are taken; a last
-//   ordered pass (block scan) writes every position with score > T plus the lowest-position ties,
-//   in ascending position order: exactly the CPU backend's output, ties to the lower position.
-//   Rows with num_keys <= top_k get 0..num_keys-1 then -1 without scoring.
+//   uint32 image of the scores: pass 0 from the score kernel's histogram, then up to 3 more
+//   8-bit passes over the row (16 scores per thread per step, float4 loads; warps with no key
+//   matching the prefix skip the warp-aggregated histogram update; stops early when the chosen
+//   bin is taken whole). That gives the k-th largest value T (at the resolved bits) and how many
+//   keys equal to T are taken; a last ordered pass (block scan) writes every position above T
+//   plus the lowest-position ties, in ascending position order: exactly the CPU backend's
+//   output. Rows with num_keys <= top_k get 0..num_keys-1 then -1 without scoring.
 // Limits: index_head_dim a multiple of 4 (float4 loads) with 16-byte aligned q / keys and
 //   strides that are multiples of 4; the queries (ceil(heads / 32) * 32 x (dim + 1) floats) plus
 //   one key tile must fit the device's shared memory (GLM-5: 32 x 128 -> ~49 KiB). num_keys up to
 //   2^31 - 1; one CTA selects a row, so a decode step with few very long rows is bound by one SM
-//   reading its row 5 times from L2 (~20 us for 128K keys on an H200, see bench). -0.0 ranks
-//   equal to +0.0; NaN ranks below -inf.
+//   reading its row up to 4 times from L2. Scratch: rows x max_num_keys floats + rows x 1 KiB.
+//   -0.0 ranks equal to +0.0; NaN ranks below -inf.
 // NOTE: shared memory is sized from the device's opt-in limit, never a fixed chip constant.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
@@ -41,7 +44,15 @@ constexpr int kKeysPerWarp = 8;
 constexpr int kTileKeys = kScoreWarps * kKeysPerWarp;  // 64
 constexpr int kChunk = 8 * kTileKeys;                   // keys per CTA
 constexpr int kSelectThreads = 1024;
-constexpr int kItemsPerThread = 4;
+constexpr int kItems = 16;  // scores per thread per step of the select kernel
+
+// Larger float -> larger key; -0.0 == +0.0; NaN lowest.
+__device__ __forceinline__ uint32_t OrderedKey(float f) {
+  if (f != f) return 0u;
+  if (f == 0.f) f = 0.f;
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
 
 struct ScoreParams {
   const float* q;
@@ -55,13 +66,18 @@ struct ScoreParams {
   const int32_t* row_num_keys;
   int32_t heads, dim, dim_pad, heads_pad, top_k, chunks;
   float weight_scale, score_scale;
-  float* scores;  // [rows, ld]
+  float* scores;   // [rows, ld]
   int64_t ld;
+  uint32_t* hist;  // [rows, 256] top-byte histogram of the scores, zeroed before the launch
 };
 
-// grid: rows * chunks; block kScoreThreads; dynamic smem ScoreSmemBytes.
+// grid: rows * chunks; block kScoreThreads; dynamic smem ScoreSmemBytes. Each warp owns 8 key
+// rows of shared memory and walks the chunk's keys 8 at a time (warp w: keys w*8 + 64i ...), so
+// warps never wait for each other inside the chunk. Also adds the chunk's histogram of the top
+// byte of OrderedKey(score) into hist[t] (the select kernel's first radix pass).
 __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams p) {
   extern __shared__ __align__(16) float smem[];
+  __shared__ uint32_t hist_s[256];
   const int qstride = p.dim_pad + 1;
   float* k_s = smem;                                  // [kTileKeys][dim_pad]
   float* q_s = k_s + kTileKeys * p.dim_pad;           // [heads_pad][dim_pad + 1]
@@ -82,20 +98,33 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
   for (int h = tid; h < p.heads_pad; h += kScoreThreads) {
     w_s[h] = h < p.heads ? p.w[t * p.w_ld + h] * p.weight_scale : 0.f;
   }
+  for (int i = tid; i < 256; i += kScoreThreads) hist_s[i] = 0;
+  __syncthreads();
   const int32_t* slots = p.slots + p.row_offset[t];
   const int dp4 = p.dim_pad / 4, d4 = p.dim / 4;
+  float* k_w = k_s + warp * kKeysPerWarp * p.dim_pad;  // this warp's 8 key rows
 
-  for (int tile = begin; tile < end; tile += kTileKeys) {
-    __syncthreads();  // previous tile consumed; q_s / w_s written
-    for (int i = tid; i < kTileKeys * dp4; i += kScoreThreads) {
-      const int kk = i / dp4, c = i % dp4, s = tile + kk;
-      float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (s < end && c < d4) {
-        val = reinterpret_cast<const float4*>(p.keys + int64_t{slots[s]} * p.keys_ld)[c];
+  for (int key0 = begin + warp * kKeysPerWarp; key0 < end; key0 += kTileKeys) {
+    const int my_slot = lane < kKeysPerWarp && key0 + lane < end ? slots[key0 + lane] : -1;
+    // All lanes shuffle here: the copy loop below leaves lanes out when dim_pad < 128.
+    int slot[kKeysPerWarp];
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerWarp; ++kk) slot[kk] = __shfl_sync(0xffffffffu, my_slot, kk);
+    __syncwarp();  // the previous keys' reads of k_w are done
+    for (int c4 = lane; c4 < dp4; c4 += 32) {
+      float4 val[kKeysPerWarp];
+#pragma unroll
+      for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+        val[kk] = slot[kk] >= 0 && c4 < d4
+                      ? reinterpret_cast<const float4*>(p.keys + int64_t{slot[kk]} * p.keys_ld)[c4]
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
       }
-      reinterpret_cast<float4*>(k_s)[i] = val;
+#pragma unroll
+      for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+        reinterpret_cast<float4*>(k_w + kk * p.dim_pad)[c4] = val[kk];
+      }
     }
-    __syncthreads();
+    __syncwarp();
 
     float score[kKeysPerWarp];
 #pragma unroll
@@ -111,8 +140,7 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
         for (int j = 0; j < 32; ++j) qr[j] = q_s[h * qstride + c + j];
 #pragma unroll
         for (int kk = 0; kk < kKeysPerWarp; ++kk) {
-          const float4* kp =
-              reinterpret_cast<const float4*>(k_s + (warp * kKeysPerWarp + kk) * p.dim_pad + c);
+          const float4* kp = reinterpret_cast<const float4*>(k_w + kk * p.dim_pad + c);
           float acc = part[kk];
 #pragma unroll
           for (int j4 = 0; j4 < 8; ++j4) {
@@ -132,20 +160,21 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
         score[kk] += val;
       }
     }
+    float mine = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < kKeysPerWarp; ++kk) {
-      const int s = tile + warp * kKeysPerWarp + kk;
-      if (lane == kk && s < end) p.scores[t * p.ld + s] = score[kk];
+    for (int kk = 0; kk < kKeysPerWarp; ++kk) mine = lane == kk ? score[kk] : mine;
+    uint32_t digit = 256;  // no bin
+    if (lane < kKeysPerWarp && key0 + lane < end) {
+      p.scores[t * p.ld + key0 + lane] = mine;
+      digit = OrderedKey(mine) >> 24;
     }
+    const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+    if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist_s[digit], __popc(peers));
   }
-}
-
-// Larger float -> larger key; -0.0 == +0.0; NaN lowest.
-__device__ __forceinline__ uint32_t OrderedKey(float f) {
-  if (f != f) return 0u;
-  if (f == 0.f) f = 0.f;
-  const uint32_t u = __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  __syncthreads();
+  for (int i = tid; i < 256; i += kScoreThreads) {
+    if (hist_s[i] != 0) atomicAdd(&p.hist[t * 256 + i], hist_s[i]);
+  }
 }
 
 // Exclusive scan of `v` over the block; *total gets the block sum. `warp_sums` holds 32 values.
@@ -177,13 +206,46 @@ __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, uint32_t* war
   return warp_base + incl - v;
 }
 
-// grid: rows; block kSelectThreads.
+// Loads the 16 scores [i0, i0 + 16) of a row of length n (i0 a multiple of 4, row 16-byte
+// aligned); positions past n read as NaN (key 0, never counted: callers check i < n).
+__device__ __forceinline__ void Load16(const float* s, int i0, int n, float (&v)[kItems]) {
+#pragma unroll
+  for (int j4 = 0; j4 < kItems / 4; ++j4) {
+    const int i = i0 + 4 * j4;
+    if (i + 3 < n) {
+      const float4 x = *reinterpret_cast<const float4*>(s + i);
+      v[4 * j4] = x.x, v[4 * j4 + 1] = x.y, v[4 * j4 + 2] = x.z, v[4 * j4 + 3] = x.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[4 * j4 + j] = i + j < n ? s[i + j] : __int_as_float(0x7fffffff);
+    }
+  }
+}
+
+// Given the histogram of the current digit (hist[d], d < 256, of the keys matching the prefix),
+// picks the digit holding the `remaining`-th largest: *digit, the new remaining, and whether that
+// bin holds exactly `remaining` keys (then the selection is complete). All threads call.
+__device__ __forceinline__ void PickDigit(const uint32_t* hist, uint32_t remaining,
+                                          uint32_t* warp_sums, uint32_t* sel) {
+  const int tid = threadIdx.x;
+  const uint32_t c = tid < 256 ? hist[255 - tid] : 0u;
+  uint32_t total;
+  const uint32_t before = BlockExclusiveScan(c, warp_sums, &total);
+  if (tid < 256 && before < remaining && remaining <= before + c) {
+    sel[0] = 255u - tid;
+    sel[1] = remaining - before;
+    sel[2] = c == remaining - before ? 1u : 0u;
+  }
+  __syncthreads();
+}
+
+// grid: rows; block kSelectThreads. hist: [rows, 256] top-byte histograms from the score kernel.
 __global__ void __launch_bounds__(kSelectThreads)
-    IndexerSelectKernel(const float* scores, int64_t ld, const int32_t* row_num_keys, int top_k,
-                        int32_t* out) {
+    IndexerSelectKernel(const float* scores, int64_t ld, const uint32_t* row_hist,
+                        const int32_t* row_num_keys, int top_k, int32_t* out) {
   __shared__ uint32_t hist[256];
   __shared__ uint32_t warp_sums[32];
-  __shared__ uint32_t sel_digit, sel_remaining;
+  __shared__ uint32_t sel[3];  // digit, remaining, bin complete
   const int64_t t = blockIdx.x;
   const int n = row_num_keys[t];
   const int tid = threadIdx.x, lane = tid & 31;
@@ -194,47 +256,55 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
   const float* s = scores + t * ld;
 
+  // Radix select: pass 0 from the score kernel's histogram, then passes over the row that
+  // count only keys matching the prefix (warps with no match skip the histogram update).
   uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(top_k);
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < 256; i += kSelectThreads) hist[i] = 0;
-    __syncthreads();
-    for (int base = 0; base < n; base += kSelectThreads) {
-      const int i = base + tid;
-      uint32_t digit = 256;  // no bin
-      if (i < n) {
-        const uint32_t u = OrderedKey(s[i]);
-        if ((u & mask) == prefix) digit = (u >> shift) & 255u;
+    if (shift == 24) {
+      if (tid < 256) hist[tid] = row_hist[t * 256 + tid];
+    } else {
+      if (tid < 256) hist[tid] = 0;
+      __syncthreads();
+      for (int base = 0; base < n; base += kSelectThreads * kItems) {
+        float v[kItems];
+        const int i0 = base + tid * kItems;
+        Load16(s, i0, n, v);
+#pragma unroll
+        for (int j = 0; j < kItems; ++j) {
+          const uint32_t u = OrderedKey(v[j]);
+          const uint32_t digit =
+              i0 + j < n && (u & mask) == prefix ? (u >> shift) & 255u : 256u;
+          if (__any_sync(0xffffffffu, digit < 256)) {
+            const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+            if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+          }
+        }
       }
-      const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-      if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
     }
     __syncthreads();
-    // Descending digits: thread i looks at digit 255 - i.
-    uint32_t c = 0;
-    if (tid < 256) c = hist[255 - tid];
-    uint32_t total;
-    const uint32_t before = BlockExclusiveScan(c, warp_sums, &total);
-    if (tid < 256 && before < remaining && remaining <= before + c) {
-      sel_digit = 255u - tid;
-      sel_remaining = remaining - before;
-    }
-    __syncthreads();
-    prefix |= sel_digit << shift;
+    PickDigit(hist, remaining, warp_sums, sel);
+    prefix |= sel[0] << shift;
     mask |= 255u << shift;
-    remaining = sel_remaining;
-    __syncthreads();  // sel_* read by all before the next pass writes them
+    remaining = sel[1];
+    const bool complete = sel[2] != 0;
+    __syncthreads();  // sel and hist read by all before they are rewritten
+    if (complete) break;  // every key of the chosen bin is taken: no need to refine it
   }
-  // prefix = key of the k-th largest; take every key > prefix and the first `remaining` equal.
+
+  // Every key whose masked value is above the prefix, plus the first `remaining` equal to it,
+  // in ascending position order (block scan over tiles of kSelectThreads * kItems positions).
   const uint32_t need = remaining;
-  uint32_t base_gt = 0, base_eq = 0;
   const uint32_t num_gt = static_cast<uint32_t>(top_k) - need;
-  for (int base = 0; base < n; base += kSelectThreads * kItemsPerThread) {
-    const int i0 = base + tid * kItemsPerThread;
+  uint32_t base_gt = 0, base_eq = 0;
+  for (int base = 0; base < n; base += kSelectThreads * kItems) {
+    float v[kItems];
+    const int i0 = base + tid * kItems;
+    Load16(s, i0, n, v);
     uint32_t gt_flags = 0, eq_flags = 0;
 #pragma unroll
-    for (int j = 0; j < kItemsPerThread; ++j) {
+    for (int j = 0; j < kItems; ++j) {
+      const uint32_t u = OrderedKey(v[j]) & mask;
       if (i0 + j < n) {
-        const uint32_t u = OrderedKey(s[i0 + j]);
         gt_flags |= (u > prefix ? 1u : 0u) << j;
         eq_flags |= (u == prefix ? 1u : 0u) << j;
       }
@@ -244,7 +314,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     const uint32_t excl = BlockExclusiveScan(packed, warp_sums, &total);
     uint32_t gt_before = base_gt + (excl >> 16), eq_before = base_eq + (excl & 0xffffu);
 #pragma unroll
-    for (int j = 0; j < kItemsPerThread; ++j) {
+    for (int j = 0; j < kItems; ++j) {
       if ((gt_flags >> j) & 1u) {
         o[gt_before + min(eq_before, need)] = i0 + j;
         ++gt_before;
@@ -301,6 +371,10 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     GLM_ASSIGN_OR_RETURN(void* scores,
                          scratch.Get(0, static_cast<size_t>(rows * p.ld) * sizeof(float)));
     p.scores = static_cast<float*>(scores);
+    GLM_ASSIGN_OR_RETURN(void* hist, scratch.Get(1, static_cast<size_t>(rows) * 256 * 4));
+    p.hist = static_cast<uint32_t*>(hist);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(
+        kOp, cudaMemsetAsync(hist, 0, static_cast<size_t>(rows) * 256 * 4, stream));
     const int64_t smem = ScoreSmemBytes(p.heads_pad, p.dim_pad);
     GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(IndexerScoreKernel, smem, info, kOp));
     const int64_t ctas = rows * p.chunks;
@@ -311,10 +385,10 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     IndexerScoreKernel<<<static_cast<unsigned>(ctas), kScoreThreads, smem, stream>>>(p);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-        p.scores, p.ld, a.table.row_num_keys, a.top_k, a.out);
+        p.scores, p.ld, p.hist, a.table.row_num_keys, a.top_k, a.out);
   } else {
     IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-        nullptr, 0, a.table.row_num_keys, a.top_k, a.out);
+        nullptr, 0, nullptr, a.table.row_num_keys, a.top_k, a.out);
   }
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   return absl::OkStatus();

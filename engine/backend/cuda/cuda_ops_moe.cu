@@ -11,7 +11,8 @@
 //    Grouped GEMM: grid.x covers the worst-case tile count (ceil(pairs / kBM) + min(experts,
 //    pairs)), each CTA finds its expert by binary search over the device tile offsets and exits
 //    when past the last tile; experts without tokens have no tiles. Tile kBM x kBN x kBK =
-//    64 x 128 x 32, 256 threads, 2-stage cp.async pipeline (16-byte copies, zero-fill at the
+//    64 x 128 x 32, 256 threads, 4-stage cp.async ring (2 stages where shared memory is
+//    short), 16-byte copies with zero-fill at the
 //    edges). Warp w computes rows 8w..8w+7 (only the rows its expert has: a decode tile with one
 //    row costs one warp-row of FMAs), lane l columns l, l+32, l+64, l+96; shared rows are padded
 //    to kBK + 4 floats so the float4 reads of 8 lanes hit 32 distinct banks.
@@ -23,8 +24,8 @@
 // multiple of 4; num_experts <= 1024 (one-CTA scan); pairs (tokens * top_k) < 2^31. ids outside
 // [0, num_experts) contribute nothing. The first call for a given ExpertWeights allocates and
 // uploads its table, so it must not be the one inside a CUDA-graph capture.
-// NOTE: 2 stages of (64 + 2 * 128) x 36 floats = 92 KiB of shared memory for the fused kernel
-// (opt-in, checked against the device: GB10 99 KiB, H200 227 KiB).
+// NOTE: a stage of the fused kernel is (64 + 2 * 128) x 36 floats = 46 KiB: 4 stages (184 KiB)
+// fit an H200's 227 KiB opt-in shared memory, GB10's 99 KiB takes 2 (read from the device).
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
@@ -156,13 +157,14 @@ struct GemmParams {
   float* c;        // [pairs, n]
 };
 
-template <bool kFused>
+template <bool kFused, int kStages>
 constexpr int GemmSmemFloats() {
-  return 2 * (kBM + (kFused ? 2 : 1) * kBN) * kRowF;
+  return kStages * (kBM + (kFused ? 2 : 1) * kBN) * kRowF;
 }
 
-// grid (max tiles, ceil(n / kBN)); block kThreads; dynamic smem GemmSmemFloats<kFused>() * 4.
-template <bool kFused>
+// grid (max tiles, ceil(n / kBN)); block kThreads; dynamic smem GemmSmemFloats<...>() * 4.
+// kStages-deep cp.async ring: kStages - 1 k-tiles in flight while one is computed.
+template <bool kFused, int kStages>
 __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
   extern __shared__ __align__(16) float smem[];
   const int m_tile = blockIdx.x;
@@ -238,19 +240,19 @@ __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
     for (int i = 0; i < 4; ++i) acc[r][i] = acc_u[r][i] = 0.f;
 
   const int num_k_tiles = (p.k + kBK - 1) / kBK;
-  load_stage(0, 0);
-  CpAsyncCommit();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_k_tiles) load_stage(st, st * kBK);
+    CpAsyncCommit();  // empty groups keep the group count uniform
+  }
   for (int kt = 0; kt < num_k_tiles; ++kt) {
-    if (kt + 1 < num_k_tiles) {
-      load_stage((kt + 1) & 1, (kt + 1) * kBK);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+    CpAsyncWait<kStages - 2>();  // k-tile kt has landed (this thread's copies)
+    __syncthreads();             // ... everyone's; and slot (kt - 1) % kStages is free
+    const int next = kt + kStages - 1;
+    if (next < num_k_tiles) load_stage(next % kStages, next * kBK);
+    CpAsyncCommit();
     if (my_rows > 0) {
-      const float* s = smem + (kt & 1) * kStageFloats;
+      const float* s = smem + (kt % kStages) * kStageFloats;
       const float* a_s = s + warp * kRowsPerWarp * kRowF;
       const float* b_s = s + (kBM + lane) * kRowF;
       const float* u_s = s + (kBM + kBN + lane) * kRowF;
@@ -275,7 +277,6 @@ __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
         }
       }
     }
-    __syncthreads();
   }
 
 #pragma unroll
@@ -368,6 +369,24 @@ absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream
   return &entry;
 }
 
+// Deepest pipeline whose shared memory the device allows: 4 stages (H200: 184 KiB fused), else 2
+// (GB10's 99 KiB: 92 KiB fused).
+template <bool kFused>
+absl::Status LaunchGemm(const GemmParams& p, int64_t max_tiles, const detail::DeviceInfo& info,
+                        cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>(detail::CeilDiv(p.n, kBN)));
+  constexpr int64_t kSmem4 = GemmSmemFloats<kFused, 4>() * 4;
+  constexpr int64_t kSmem2 = GemmSmemFloats<kFused, 2>() * 4;
+  if (kSmem4 <= info.smem_optin) {
+    GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGemmKernel<kFused, 4>, kSmem4, info, kOp));
+    MoeGemmKernel<kFused, 4><<<grid, kThreads, kSmem4, stream>>>(p);
+  } else {
+    GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGemmKernel<kFused, 2>, kSmem2, info, kOp));
+    MoeGemmKernel<kFused, 2><<<grid, kThreads, kSmem2, stream>>>(p);
+  }
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGemmKernel launch");
+}
+
 void* Carve(void*& p, size_t bytes) {
   void* r = p;
   p = static_cast<char*>(p) + (bytes + 255) / 256 * 256;
@@ -432,22 +451,11 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   p.a = x.data, p.a_ld = x.ld;
   p.n = static_cast<int>(inter), p.k = static_cast<int>(hidden);
   p.c = static_cast<float*>(act);
-  const int64_t smem1 = GemmSmemFloats<true>() * 4;
-  GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGemmKernel<true>, smem1, info, kOp));
-  MoeGemmKernel<true><<<dim3(static_cast<unsigned>(max_tiles),
-                             static_cast<unsigned>(detail::CeilDiv(inter, kBN))),
-                        kThreads, smem1, stream>>>(p);
-  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-
+  GLM_RETURN_IF_ERROR(LaunchGemm<true>(p, max_tiles, info, stream));
   p.a = static_cast<const float*>(act), p.a_ld = inter;
   p.n = static_cast<int>(hidden), p.k = static_cast<int>(inter);
   p.c = static_cast<float*>(y);
-  const int64_t smem2 = GemmSmemFloats<false>() * 4;
-  GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGemmKernel<false>, smem2, info, kOp));
-  MoeGemmKernel<false><<<dim3(static_cast<unsigned>(max_tiles),
-                              static_cast<unsigned>(detail::CeilDiv(hidden, kBN))),
-                         kThreads, smem2, stream>>>(p);
-  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  GLM_RETURN_IF_ERROR(LaunchGemm<false>(p, max_tiles, info, stream));
 
   MoeCombineKernel<<<dim3(static_cast<unsigned>(tokens),
                           static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,7 +31,8 @@ struct DeviceInfo {
   int smem_optin = 0;  // cudaDevAttrMaxSharedMemoryPerBlockOptin, bytes
 };
 
-// Attribute queries only: no synchronization, legal during stream capture.
+// Attribute queries only: no synchronization, legal during stream capture. A positive
+// GLM_KERNELS_SMEM_CAP_BYTES in the environment lowers smem_optin (read once per process).
 inline absl::StatusOr<DeviceInfo> CurrentDeviceInfo(const char* op) {
   int device = 0;
   DeviceInfo info;
@@ -39,6 +41,12 @@ inline absl::StatusOr<DeviceInfo> CurrentDeviceInfo(const char* op) {
       op, cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, device));
   GLM_CUDA_OPS_RETURN_IF_ERROR(
       op, cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // Same cap as the kernels/ launchers (device_limits.h), so an H200 can run GB10's plans.
+  static const long env_cap = [] {
+    const char* v = std::getenv("GLM_KERNELS_SMEM_CAP_BYTES");
+    return v != nullptr ? std::strtol(v, nullptr, 10) : 0L;
+  }();
+  if (env_cap > 0 && env_cap < info.smem_optin) info.smem_optin = static_cast<int>(env_cap);
   return info;
 }
 
