@@ -87,6 +87,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   }
   load.kv.num_blocks = static_cast<int>(std::min<int64_t>(num_blocks, 1 << 30));
   load.num_threads = options.num_threads;
+  load.backend = options.backend;
+  load.device = options.device;
   GLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadGlmMoeDsa(load));
   return CreateWithModel(std::move(model), options);
 #else

@@ -36,7 +36,7 @@ namespace glm::engine {
 struct EngineOptions {
   std::string model_dir;  // HF layout: config.json, *.safetensors
   // KV cache: kv_num_blocks > 0 gives the block count directly; otherwise kv_cache_bytes is
-  // divided by the per-block size of this model (CPU backend, fp32 latent + indexer keys).
+  // divided by the per-block size of this model (fp32 latent + indexer keys on every backend).
   int kv_block_size = 16;
   int kv_num_blocks = 0;
   int64_t kv_cache_bytes = int64_t{1} << 30;
@@ -46,6 +46,10 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   int max_model_len = 0;          // 0 = the model's max_position_embeddings
   int num_threads = 0;            // CPU backend threads; 0 = hardware concurrency
+  // "cpu", "cuda" or "auto" (cuda when built with it and a GPU is usable; else cpu). Asking for
+  // cuda where it cannot work fails Create with a message naming the fix.
+  std::string backend = "auto";
+  int device = 0;                 // CUDA device ordinal (backend cuda)
   int mtp_draft_tokens = 0;       // k > 0: MTP speculative decoding with k drafts per step
   int max_queued_requests = 4096; // admission control: Submit fails with kUnavailable beyond it
   uint64_t seed = 0;              // seeds requests without SamplingParams::seed (0 = random)
@@ -102,7 +106,7 @@ struct RequestHandle {
 
 class Engine {
  public:
-  // Loads the model from options.model_dir (CPU backend) and starts the step loop.
+  // Loads the model from options.model_dir onto options.backend and starts the step loop.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
   // Runs `model` (tests inject fakes). The KV geometry is the model's; options.kv_* are ignored.
   static absl::StatusOr<std::unique_ptr<Engine>> CreateWithModel(std::unique_ptr<Model> model,

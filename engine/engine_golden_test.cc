@@ -2,9 +2,13 @@
 // several concurrent requests with chunked prefill, prefix-cache hits, MTP, prompt logits, and
 // the glm-run binary. Each fixture's reference.json holds prompt_ids, greedy_ids (32 tokens),
 // extra_cases (more prompts with their greedy ids) and logits.f32 [num_prompt, vocab].
+// Every test runs on the cpu backend and again on the cuda backend (skipped, with the reason,
+// where this build has no CUDA backend or no GPU is usable). Env GLM_GOLDEN_DIR / GLM_RUN_BINARY
+// override the build-time paths (a build staged onto another machine).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/create_backend.h"
 #include "engine/engine.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "gtest/gtest.h"
@@ -35,9 +40,31 @@ struct Fixture {
   std::vector<Case> extra;
 };
 
+std::string GoldenDir() {
+  const char* env = std::getenv("GLM_GOLDEN_DIR");
+  return env != nullptr && *env != '\0' ? env : GLM_GOLDEN_DIR;
+}
+
+std::string GlmRunBinary() {
+  const char* env = std::getenv("GLM_RUN_BINARY");
+  return env != nullptr && *env != '\0' ? env : GLM_RUN_BINARY;
+}
+
+// Every backend the tests run on (cuda ones skip where it cannot run).
+#define GLM_GOLDEN_BACKENDS ::testing::Values("cpu", "cuda")
+
+// In a test body: skips (printing why) when `backend` cannot run here.
+#define GLM_SKIP_UNLESS_BACKEND(backend)                                          \
+  do {                                                                            \
+    if (std::string(backend) == "cuda") {                                         \
+      const absl::Status glm_avail_ = CudaBackendAvailable();                     \
+      if (!glm_avail_.ok()) GTEST_SKIP() << "backend cuda: " << glm_avail_.message(); \
+    }                                                                             \
+  } while (0)
+
 std::vector<Fixture> LoadFixtures() {
   std::vector<Fixture> out;
-  for (const auto& entry : fs::directory_iterator(GLM_GOLDEN_DIR)) {
+  for (const auto& entry : fs::directory_iterator(GoldenDir())) {
     const fs::path ref = entry.path() / "reference.json";
     if (!entry.is_directory() || !fs::exists(ref) || !fs::exists(entry.path() / "config.json")) {
       continue;
@@ -87,9 +114,10 @@ Request GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens) {
   return r;
 }
 
-EngineOptions SmallChunks(const std::string& dir, int mtp = 0) {
+EngineOptions SmallChunks(const std::string& dir, const std::string& backend, int mtp = 0) {
   EngineOptions eo;
   eo.model_dir = dir;
+  eo.backend = backend;
   eo.kv_block_size = 4;
   eo.kv_num_blocks = 256;
   eo.max_num_batched_tokens = 7;  // prompts of 12+ tokens are split across steps
@@ -99,19 +127,24 @@ EngineOptions SmallChunks(const std::string& dir, int mtp = 0) {
   return eo;
 }
 
-class GoldenEngineTest : public ::testing::TestWithParam<std::string> {
+// Param: (fixture name, backend).
+class GoldenEngineTest
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
+    backend_ = std::get<1>(GetParam());
+    GLM_SKIP_UNLESS_BACKEND(backend_);
     for (auto& fx : LoadFixtures()) {
-      if (fx.name == GetParam()) fixture_ = std::move(fx);
+      if (fx.name == std::get<0>(GetParam())) fixture_ = std::move(fx);
     }
-    ASSERT_FALSE(fixture_.name.empty()) << "fixture " << GetParam() << " not found";
+    ASSERT_FALSE(fixture_.name.empty()) << "fixture " << std::get<0>(GetParam()) << " not found";
   }
   Fixture fixture_;
+  std::string backend_;
 };
 
 TEST_P(GoldenEngineTest, ConcurrentChunkedGreedyMatchesReference) {
-  auto engine = Engine::Create(SmallChunks(fixture_.dir));
+  auto engine = Engine::Create(SmallChunks(fixture_.dir, backend_));
   ASSERT_TRUE(engine.ok()) << engine.status();
   const Case& m = fixture_.main;
   // Truncated variants of the prompt: no reference of their own, so each must equal the same
@@ -139,7 +172,7 @@ TEST_P(GoldenEngineTest, ConcurrentChunkedGreedyMatchesReference) {
     }
   }
   // The truncated variants, alone.
-  EngineOptions alone = SmallChunks(fixture_.dir);
+  EngineOptions alone = SmallChunks(fixture_.dir, backend_);
   alone.max_num_batched_tokens = 4096;
   alone.enable_prefix_caching = false;
   auto solo = Engine::Create(alone);
@@ -162,7 +195,7 @@ TEST_P(GoldenEngineTest, ConcurrentChunkedGreedyMatchesReference) {
 }
 
 TEST_P(GoldenEngineTest, PromptLogitsMatchReference) {
-  auto engine = Engine::Create(SmallChunks(fixture_.dir));
+  auto engine = Engine::Create(SmallChunks(fixture_.dir, backend_));
   ASSERT_TRUE(engine.ok()) << engine.status();
   Request r = GreedyRequest(fixture_.main.prompt, 1);
   r.return_prompt_logits = true;
@@ -173,20 +206,34 @@ TEST_P(GoldenEngineTest, PromptLogitsMatchReference) {
   const auto ref = ReadF32(fixture_.dir + "/logits.f32");
   ASSERT_EQ(ev.prompt_logits.size(), ref.size());
   const double rel = RelDiff(ev.prompt_logits, ref);
-  std::printf("%s prompt logits rel diff %.3g\n", fixture_.name.c_str(), rel);
+  std::printf("%s [%s] prompt logits rel diff %.3g\n", fixture_.name.c_str(), backend_.c_str(),
+              rel);
   EXPECT_LT(rel, 1e-4) << fixture_.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenEngineTest, ::testing::ValuesIn([] {
-                           std::vector<std::string> names;
-                           for (auto& fx : LoadFixtures()) names.push_back(fx.name);
-                           return names;
-                         }()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenEngineTest,
+                         ::testing::Combine(::testing::ValuesIn([] {
+                                              std::vector<std::string> names;
+                                              for (auto& fx : LoadFixtures()) {
+                                                names.push_back(fx.name);
+                                              }
+                                              return names;
+                                            }()),
+                                            GLM_GOLDEN_BACKENDS),
                          [](const auto& param_info) {
-                           std::string n = param_info.param;
+                           std::string n = std::get<0>(param_info.param) + "_" +
+                                           std::get<1>(param_info.param);
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// Param: backend.
+class GoldenMtpTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { GLM_SKIP_UNLESS_BACKEND(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(Backends, GoldenMtpTest, GLM_GOLDEN_BACKENDS,
+                         [](const auto& p) { return p.param; });
 
 Fixture FindMtpFixture() {
   for (auto& fx : LoadFixtures()) {
@@ -197,11 +244,11 @@ Fixture FindMtpFixture() {
   return {};
 }
 
-TEST(GoldenMtpTest, SpeculativeGreedyEqualsPlainGreedy) {
+TEST_P(GoldenMtpTest, SpeculativeGreedyEqualsPlainGreedy) {
   Fixture fx = FindMtpFixture();
   if (fx.name.empty()) GTEST_SKIP() << "no fixture with an MTP layer";
   for (int k : {1, 2, 3}) {
-    auto engine = Engine::Create(SmallChunks(fx.dir, k));
+    auto engine = Engine::Create(SmallChunks(fx.dir, GetParam(), k));
     ASSERT_TRUE(engine.ok()) << engine.status();
     std::vector<RequestHandle> hs;
     std::vector<std::vector<int32_t>> want;
@@ -268,7 +315,7 @@ class MtpRecordingModel : public Model {
 // The MTP layer's KV must not depend on scheduling: draft logits at every position are the same
 // whether the prompt was prefilled whole or in chunks, from the prefix cache, or recomputed after
 // preemption.
-TEST(GoldenMtpTest, DraftLogitsDoNotDependOnScheduling) {
+TEST_P(GoldenMtpTest, DraftLogitsDoNotDependOnScheduling) {
   Fixture fx = FindMtpFixture();
   if (fx.name.empty()) GTEST_SKIP() << "no fixture with an MTP layer";
   struct Variant {
@@ -289,6 +336,7 @@ TEST(GoldenMtpTest, DraftLogitsDoNotDependOnScheduling) {
     lo.kv.block_size = 4;
     lo.kv.num_blocks = v.num_blocks;
     lo.num_threads = 2;
+    lo.backend = GetParam();
     lo.load_mtp = true;
     auto model = LoadGlmMoeDsa(lo);
     ASSERT_TRUE(model.ok()) << model.status();
@@ -377,14 +425,22 @@ std::string Join(const std::vector<int32_t>& v) {
   return o.str();
 }
 
-TEST(GlmRunTest, LastLineIsGreedyIdsAndDumpedLogitsMatch) {
+class GlmRunTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { GLM_SKIP_UNLESS_BACKEND(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(Backends, GlmRunTest, GLM_GOLDEN_BACKENDS,
+                         [](const auto& p) { return p.param; });
+
+TEST_P(GlmRunTest, LastLineIsGreedyIdsAndDumpedLogitsMatch) {
   const std::string tmp = ::testing::TempDir();
   for (const Fixture& fx : LoadFixtures()) {
     for (int mtp : {0, 2}) {
       std::ifstream f(fx.dir + "/config.json");
       if (mtp > 0 && nlohmann::json::parse(f).value("num_nextn_predict_layers", 0) == 0) continue;
-      const std::string logits_path = tmp + "/glm_run_" + fx.name + ".f32";
-      const std::string cmd = std::string(GLM_RUN_BINARY) + " --model " + fx.dir + " --tokens " +
+      const std::string logits_path = tmp + "/glm_run_" + fx.name + "_" + GetParam() + ".f32";
+      const std::string cmd = GlmRunBinary() + " --backend " + GetParam() + " --model " + fx.dir +
+                              " --tokens " +
                               Join(fx.main.prompt) + " --max-tokens " +
                               std::to_string(fx.main.greedy.size()) + " --ignore-eos --threads 2" +
                               " --mtp " + std::to_string(mtp) + " --dump-logits " + logits_path;
@@ -395,15 +451,18 @@ TEST(GlmRunTest, LastLineIsGreedyIdsAndDumpedLogitsMatch) {
       const auto got = ReadF32(logits_path);
       const auto ref = ReadF32(fx.dir + "/logits.f32");
       ASSERT_EQ(got.size(), ref.size()) << fx.name;
-      EXPECT_LT(RelDiff(got, ref), 1e-4) << fx.name;
+      const double rel = RelDiff(got, ref);
+      std::printf("glm-run %s [%s] mtp=%d prompt logits rel diff %.3g\n", fx.name.c_str(),
+                  GetParam().c_str(), mtp, rel);
+      EXPECT_LT(rel, 1e-4) << fx.name;
     }
   }
 }
 
-TEST(GlmRunTest, PromptTextIsTokenizedAndDecoded) {
+TEST_P(GlmRunTest, PromptTextIsTokenizedAndDecoded) {
   for (const Fixture& fx : LoadFixtures()) {
     if (!fs::exists(fx.dir + "/tokenizer.json")) continue;
-    const std::string cmd = std::string(GLM_RUN_BINARY) + " --model " + fx.dir +
+    const std::string cmd = GlmRunBinary() + " --backend " + GetParam() + " --model " + fx.dir +
                             " --prompt 'Hello world' --max-tokens 5 --ignore-eos --threads 2";
     int rc = -1;
     const std::string out = RunCommand(cmd, &rc);

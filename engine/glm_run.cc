@@ -2,6 +2,7 @@
 //
 //   glm-run --model DIR --tokens 1,2,3 [--max-tokens N] [--dump-logits FILE] [--mtp K]
 //           [--prompt TEXT] [--temperature T --top-p P --top-k K --seed S]
+//           [--backend cpu|cuda|auto] [--device N]
 //
 // The last line on stdout is the generated token ids, comma-separated. --dump-logits writes the
 // logits of every prompt position as float32 little-endian, row-major
@@ -49,7 +50,7 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"glm-run: run a GlmMoeDsa checkpoint on the CPU engine"};
+  CLI::App app{"glm-run: run a GlmMoeDsa checkpoint on the engine (cpu or cuda backend)"};
   glm::engine::EngineOptions opts;
   std::string tokens_text, prompt_text, dump_logits, log_level = "warn";
   glm::engine::SamplingParams sp;
@@ -74,6 +75,11 @@ int main(int argc, char** argv) {
   app.add_option("--min-tokens", sp.min_tokens)->capture_default_str();
   app.add_flag("--ignore-eos", sp.ignore_eos, "do not stop at the model's EOS tokens");
   app.add_option("--threads", opts.num_threads, "CPU threads (0 = all)")->capture_default_str();
+  app.add_option("--backend", opts.backend,
+                 "cpu, cuda, or auto (cuda when built with it and a GPU is usable)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  app.add_option("--device", opts.device, "CUDA device ordinal")->capture_default_str();
   app.add_option("--kv-mib", kv_mib,
                  "KV cache budget in MiB (default: just enough blocks for this request)");
   app.add_option("--block-size", opts.kv_block_size)->capture_default_str();

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/create_backend.h"
 #include "engine/model/kv_storage.h"
 #include "engine/model/layers.h"
 #include "engine/model/weight_source.h"
@@ -110,6 +111,8 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
   for (int l = first_layer_; l <= last_layer_; ++l) {
     GLM_ASSIGN_OR_RETURN(DecoderLayer layer, DecoderLayer::Load(w, c, l));
     layers_.push_back(std::move(layer));
+    // Stop reading weights once the backend failed (device out of memory).
+    GLM_RETURN_IF_ERROR(Annotate(backend_->status(), absl::StrCat("loading layer ", l)));
   }
   if (last_stage()) {
     GLM_ASSIGN_OR_RETURN(final_norm_.weight, w.Vector("model.norm.weight", c.hidden_size));
@@ -144,7 +147,9 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
   }
   inv_freq_ = w.Upload(inv_freq, 1, num_freqs);
   GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, options_.kv, kv_layers));
-  return absl::OkStatus();
+  backend_->Synchronize();
+  return Annotate(backend_->status(), absl::StrCat("loading the model onto the ",
+                                                   backend_->name(), " backend"));
 }
 
 absl::StatusOr<StepPlan> GlmMoeDsaModel::Plan(const ForwardBatch& batch) const {
@@ -273,6 +278,7 @@ void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBa
 }
 
 absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* result) {
+  GLM_RETURN_IF_ERROR(backend_->status());
   GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
   const int64_t H = config_.hidden_size, K = config_.index_topk;
   const bool needs_topk = !first_stage() && !config_.HasIndexer(first_layer_);
@@ -312,7 +318,7 @@ absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* r
   for (const DecoderLayer& layer : layers_) layer.Forward(ctx, h, kv_->layer(layer.layer_idx));
   if (last_stage()) {
     Finish(ctx, plan, batch, h, final_norm_, nullptr, result);
-    return absl::OkStatus();
+    return backend_->status();
   }
   // A middle stage: hand the residual stream (and the top-k for a shared next layer) on.
   const bool pass_topk = !config_.HasIndexer(last_layer_ + 1);
@@ -332,7 +338,7 @@ absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* r
     }
   }
   backend_->Synchronize();
-  return absl::OkStatus();
+  return backend_->status();
 }
 
 absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,
@@ -343,6 +349,7 @@ absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,
         "this model has no MTP layer (num_nextn_predict_layers is 0, the checkpoint lacks "
         "model.layers.<num_hidden_layers>.eh_proj, or load_mtp was false)");
   }
+  GLM_RETURN_IF_ERROR(backend_->status());
   GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
   const int64_t H = config_.hidden_size;
   if (hidden.size() != batch.seqs.size()) {
@@ -377,7 +384,7 @@ absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,
   mtp_->layer->Forward(ctx, x, kv_->layer(config_.num_hidden_layers));
   // want_hidden returns the MTP layer output before shared_head.norm (the next draft step's h).
   Finish(ctx, plan, batch, x, mtp_->head_norm, &x, result);
-  return absl::OkStatus();
+  return backend_->status();
 }
 
 #ifdef GLM_HAVE_WEIGHTS
@@ -440,7 +447,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& opt
   auto store = WeightStore::Open(options.model_dir, std::move(store_options));
   if (!store.ok()) return Annotate(store.status(), options.model_dir);
   StoreWeights weights(std::move(store).value());
-  auto backend = CreateCpuBackend(options.num_threads);
+  auto created = CreateBackend(options.backend, options.num_threads, options.device);
+  if (!created.ok()) return Annotate(created.status(), options.model_dir);
+  std::unique_ptr<Backend> backend = std::move(created).value();
   auto model = std::make_unique<GlmMoeDsaModel>(config, options, backend.get());
   if (absl::Status s = model->Load(weights); !s.ok()) return Annotate(s, options.model_dir);
   model->owned_backend = std::move(backend);

@@ -21,7 +21,9 @@
 //   output before shared_head.norm (the h of the next draft step). Positions are those of the
 //   hidden rows (t), the tokens are t+1; the MTP layer's KV lives in the same blocks.
 // - Not thread-safe: one Forward at a time. Errors are InvalidArgument for malformed batches
-//   (bad block ids, short block tables, token ids outside the vocabulary).
+//   (bad block ids, short block tables, token ids outside the vocabulary), and the backend's
+//   sticky error (Backend::status(): a CUDA fault, out of memory) after a step that hit one;
+//   every later step returns it too.
 // - Device backends (issue 4): a step allocates nothing once its workspace has grown to the
 //   step's size; per-step host work is building the int tables (positions, slots, key tables)
 //   that are copied in, so a decode step of fixed batch shape can be captured as a CUDA graph
@@ -45,6 +47,11 @@ struct ModelLoadOptions {
   std::string model_dir;     // HF layout: config.json + *.safetensors (+ index)
   KvCacheGeometry kv;        // paged KV storage the model allocates for every layer it holds
   int num_threads = 0;       // CPU backend threads; 0 = hardware concurrency
+  // Backend LoadGlmMoeDsa creates (engine/backend/create_backend.h): "cpu", "cuda", or "auto"
+  // (cuda when the build has it and a GPU is usable). cuda without CUDA support compiled in or
+  // without a device is an error naming the fix.
+  std::string backend = "cpu";
+  int device = 0;            // CUDA device ordinal (backend cuda)
   int first_layer = 0;       // first decoder layer of this shard (PP)
   int last_layer = -1;       // inclusive, -1 = last decoder layer
   bool load_mtp = true;      // load layer num_hidden_layers (MTP) when the checkpoint has it
@@ -56,12 +63,13 @@ struct ModelLoadOptions {
 
 // Bytes of paged KV storage per token position (per block: times kv.block_size) that a model
 // loaded with `options` allocates: the layers in [first_layer, last_layer], plus the MTP layer
-// when options.load_mtp and the config has one and last_layer is the last layer. fp32 on the CPU
+// when options.load_mtp and the config has one and last_layer is the last layer. fp32 on every
 // backend. Use it to turn a memory budget into KvCacheGeometry::num_blocks.
 int64_t KvCacheBytesPerToken(const ModelConfig& config, const ModelLoadOptions& options);
 
-// Loads config.json and the weights from options.model_dir onto a CPU backend.
-// Errors name the file and tensor (missing tensor, wrong shape, bad KV geometry).
+// Loads config.json and the weights from options.model_dir onto the backend options.backend
+// names (the model owns it). Errors name the file and tensor (missing tensor, wrong shape, bad
+// KV geometry), or the backend failure (no GPU, device out of memory).
 absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& options);
 
 // Same, from an already parsed config and an arbitrary weight source (tests, synthetic models).
