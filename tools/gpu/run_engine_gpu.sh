@@ -2,16 +2,20 @@
 # Runs the CUDA backend's tests and the golden fixtures through the CUDA backend on a GPU machine,
 # over a build made elsewhere. Builds nothing. On the CPU machine first:
 #   cmake -S . -B build-h1 -G Ninja -DGLM_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
-#   cmake --build build-h1 -j2 --target cuda_backend_test create_backend_test engine_golden_test \
-#     glm-run layernorm_test rows_test moe_route_test rmsnorm_test rope_test silu_mul_test
+#   cmake --build build-h1 -j2 --target cuda_backend_test create_backend_test cuda_model_test \
+#     engine_golden_test glm-run layernorm_test rows_test moe_route_test rmsnorm_test rope_test \
+#     silu_mul_test
 #   BUILD_DIR=build-h1 STAGE_DIR=.gpurun-h1 BINS="<those binaries>" tools/gpu/stage_build.sh
+#   cp -L /lib/x86_64-linux-gnu/libpcre2-8.so.0 .gpurun-h1/lib/   # glm-run's tokenizer needs it
 # then, from the repo root on the GPU machine: tools/gpu/run_engine_gpu.sh .gpurun-h1
 # cuBLASLt is not staged (0.5 GiB): the machine's own libcublasLt.so.13 is found (ldconfig, the
 # CUDA toolkit, or a pip wheel under site-packages/nvidia) and put on LD_LIBRARY_PATH.
 # Steps: kernel tests of the ops the backend uses; cuda_backend_test (every op vs the CPU backend);
-# create_backend_test; engine_golden_test on the cuda backend (fixtures in tests/golden: prompt
+# create_backend_test; cuda_model_test (the model on random weights, cuda vs cpu);
+# engine_golden_test on the cuda backend (fixtures in tests/golden: prompt
 # logits, greedy ids, chunked/concurrent/prefix-cache/MTP, glm-run); compute-sanitizer memcheck of
-# glm-run on one fixture. Logs go to $OUT (or /tmp/glm-engine-gpu-out); a summary is printed last.
+# cuda_model_test, the new kernels' tests and glm-run on one fixture. Logs go to $OUT (or
+# /tmp/glm-engine-gpu-out); a summary is printed last.
 # Env: STEPS (default "kernels backend golden memcheck"), GOLDEN_FILTER (default '*cuda*').
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -83,6 +87,7 @@ for s in $steps; do
     backend)
       step cuda_backend_test backend.log 180 "$bin/cuda_backend_test"
       step create_backend_test backend.log 60 "$bin/create_backend_test"
+      step cuda_model_test backend.log 120 "$bin/cuda_model_test"
       ;;
     golden)
       step "engine_golden_test ${GOLDEN_FILTER:-*cuda*}" golden.log 240 env \
@@ -91,6 +96,10 @@ for s in $steps; do
       ;;
     memcheck)
       if command -v compute-sanitizer >/dev/null; then
+        for t in cuda_model_test layernorm_test rows_test moe_route_test; do
+          step "memcheck $t" memcheck.log 120 compute-sanitizer --tool memcheck \
+            --error-exitcode 7 "$bin/$t"
+        done
         fx=$golden_dir/tiny-sparse
         ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$fx/reference.json'))['prompt_ids'])))")
         step "memcheck glm-run tiny-sparse" memcheck.log 120 compute-sanitizer --tool memcheck \
