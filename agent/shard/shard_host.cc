@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/status_util.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/create_backend.h"
 #include "engine/config/model_config.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/weights/tensor_filter.h"
@@ -243,7 +244,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
     status_.set_pp_rank(req.shard().pp_rank());
     status_.set_tp_rank(req.shard().tp_rank());
     status_.set_tp_size(tp_size);
-    status_.set_backend("cpu");
+    status_.set_backend(engine::ModelLoadOptions().backend);
     status_.mutable_page_cache()->set_policy(policy_name);
     if (tp_size > 1) {
       status_.set_tp_replicated(true);
@@ -355,7 +356,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
           absl::StatusCode::kResourceExhausted,
           absl::StrCat("not enough memory for the plan: layers ", req.first_layer(), "-",
                        req.last_layer(), " need ", Bytes(need), " (weights ", Bytes(fp32_estimate),
-                       " as fp32 on the cpu backend + KV cache ", Bytes(kv_alloc),
+                       " as fp32 on the ", mo.backend, " backend + KV cache ", Bytes(kv_alloc),
                        ") but MemAvailable is ", Bytes(*available), " (", options_.proc_root,
                        "/meminfo)"),
           "lower model.kv_cache_bytes, spread the layers over more PP stages "
@@ -437,8 +438,15 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   {
     PolicyTicker ticker(&pages, options_.tick_interval,
                         options_.tick_thread && po.policy != pagecache::Policy::kOff);
-    loaded->backend = engine::CreateCpuBackend(options_.num_threads);
-    model = engine::CreateGlmMoeDsa(*config, weights, loaded->backend.get(), mo);
+    // The engine's default backend kind (ModelLoadOptions::backend: "cpu" today).
+    absl::StatusOr<std::unique_ptr<engine::Backend>> backend =
+        engine::CreateBackend(mo.backend, options_.num_threads, mo.device);
+    if (backend.ok()) {
+      loaded->backend = *std::move(backend);
+      model = engine::CreateGlmMoeDsa(*config, weights, loaded->backend.get(), mo);
+    } else {
+      model = backend.status();
+    }
     if (absl::Status released = weights.Finish(); !released.ok()) {
       GLM_LOG_WARN("shard load node={}: page-cache release: {}", options_.node,
                    ToStd(released.message()));
