@@ -17,8 +17,8 @@ set_source_files_properties(${glm_cuda_ops_sources} PROPERTIES
   COMPILE_OPTIONS "--expt-relaxed-constexpr;-lineinfo;-Xptxas=-warn-spills")
 
 glm_add_test(NAME cuda_ops_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_test.cc
-  LIBS glm_backend_cuda glm_backend_cpu LABELS gpu)
+  LIBS glm_backend_cuda glm_backend_cpu glm_kernels LABELS gpu)
 
 add_executable(cuda_ops_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_bench.cc)
-target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda)
+target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda glm_kernels)
 glm_set_warnings(cuda_ops_bench)
