@@ -17,6 +17,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 
 namespace glm::engine::cuda {
