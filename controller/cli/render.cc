@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/cli/shard_render.h"
 
 namespace glm::cli {
 namespace {
@@ -135,7 +136,8 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
                           {"last_heartbeat_age_ms", n.last_heartbeat_age_ms()},
                           {"last_error", n.last_error()},
                           {"replica", n.replica()},
-                          {"gid", n.has_gid() ? GidToJson(n.gid()) : nlohmann::json(nullptr)}});
+                          {"gid", n.has_gid() ? GidToJson(n.gid()) : nlohmann::json(nullptr)},
+                          {"shard", ShardToJson(n)}});
   }
   j["replicas"] = nlohmann::json::array();
   for (const auto& r : s.replicas()) {
@@ -179,6 +181,8 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
       out << "  " << n.name() << " degraded: " << n.last_error() << "\n";
     }
   }
+  out << "\n";
+  PrintShardTable(out, s);
   out << "\n";
   if (s.replicas_size() == 0) {
     out << "no replicas planned yet (run glmctl up)\n";

@@ -1,0 +1,142 @@
+#include "controller/cli/shard_render.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iomanip>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace glm::cli {
+namespace {
+
+// "730 KiB", "1.4 GiB", "12 B".
+std::string ShardBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  return absl::StrFormat(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+// "Loaded", "Loading", ... from SHARD_STATE_*.
+std::string ShardStateWord(glm::v1::ShardState s) {
+  std::string name = glm::v1::ShardState_Name(s);
+  const size_t prefix = strlen("SHARD_STATE_");
+  if (name.size() <= prefix) return "-";
+  std::string out;
+  for (size_t i = prefix; i < name.size(); ++i) {
+    char c = name[i];
+    out.push_back(i == prefix ? c : static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return out;
+}
+
+bool HasShard(const glm::v1::NodeStatus& n) {
+  return n.has_shard() && n.shard().state() != glm::v1::SHARD_STATE_UNSPECIFIED &&
+         n.shard().state() != glm::v1::SHARD_STATE_NONE;
+}
+
+std::string PageCacheCell(const glm::v1::PageCacheStatus& p) {
+  std::string cell = absl::StrCat(p.policy().empty() ? "off" : p.policy(), ": fadvise freed ",
+                                  ShardBytes(p.fadvise_bytes_freed()), " (", p.fadvise_ranges(),
+                                  " ranges), drop_caches ", p.drop_caches_count());
+  if (p.drop_caches_count() > 0) {
+    absl::StrAppend(&cell, " (", ShardBytes(p.drop_caches_bytes_freed()), ")");
+  }
+  if (p.drop_not_permitted()) absl::StrAppend(&cell, ", drop NOT PERMITTED");
+  return cell;
+}
+
+}  // namespace
+
+nlohmann::json ShardToJson(const glm::v1::NodeStatus& node) {
+  if (!HasShard(node)) return nullptr;
+  const glm::v1::ShardStatus& s = node.shard();
+  const glm::v1::PageCacheStatus& p = s.page_cache();
+  return {{"state", ShardStateWord(s.state())},
+          {"model_dir", s.model_dir()},
+          {"layers", {s.first_layer(), s.last_layer()}},
+          {"pp_rank", s.pp_rank()},
+          {"tp_rank", s.tp_rank()},
+          {"tp_size", s.tp_size()},
+          {"tp_replicated", s.tp_replicated()},
+          {"tp_note", s.tp_note()},
+          {"bytes_loaded", s.bytes_loaded()},
+          {"bytes_total", s.bytes_total()},
+          {"tensors_loaded", s.tensors_loaded()},
+          {"tensors_total", s.tensors_total()},
+          {"load_time_ms", s.load_time_ms()},
+          {"weight_memory_bytes", s.weight_memory_bytes()},
+          {"kv_cache_bytes", s.kv_cache_bytes()},
+          {"kv_capacity_tokens", s.kv_capacity_tokens()},
+          {"backend", s.backend()},
+          {"last_error", s.last_error()},
+          {"page_cache",
+           {{"policy", p.policy()},
+            {"fadvise_bytes_freed", p.fadvise_bytes_freed()},
+            {"fadvise_ranges", p.fadvise_ranges()},
+            {"drop_caches_count", p.drop_caches_count()},
+            {"drop_caches_bytes_freed", p.drop_caches_bytes_freed()},
+            {"drop_not_permitted", p.drop_not_permitted()},
+            {"drop_not_permitted_message", p.drop_not_permitted_message()},
+            {"last_drop_reason", p.last_drop_reason()}}}};
+}
+
+void PrintShardTable(std::ostream& out, const glm::v1::ClusterStatus& status) {
+  std::vector<std::vector<std::string>> rows = {{"SHARD", "STATE", "LAYERS", "TP", "LOADED",
+                                                 "LOAD TIME", "KV CACHE", "PAGE CACHE"}};
+  std::vector<std::string> notes;
+  std::string tp_note;
+  for (const auto& n : status.nodes()) {
+    if (!HasShard(n)) continue;
+    const glm::v1::ShardStatus& s = n.shard();
+    std::string tp = s.tp_size() > 1 ? absl::StrCat(s.tp_rank(), "/", s.tp_size(),
+                                                    s.tp_replicated() ? " full copy" : "")
+                                     : "-";
+    rows.push_back({n.name(), ShardStateWord(s.state()),
+                    absl::StrCat(s.first_layer(), "-", s.last_layer()), tp,
+                    absl::StrCat(ShardBytes(s.bytes_loaded()), "/", ShardBytes(s.bytes_total()),
+                                 " (", s.tensors_loaded(), "/", s.tensors_total(), " tensors)"),
+                    absl::StrFormat("%.2fs", s.load_time_ms() / 1000.0),
+                    s.kv_cache_bytes() > 0
+                        ? absl::StrCat(ShardBytes(s.kv_cache_bytes()), " (",
+                                       s.kv_capacity_tokens(), " tok)")
+                        : "-",
+                    PageCacheCell(s.page_cache())});
+    if (s.tp_replicated() && tp_note.empty()) tp_note = s.tp_note();
+    if (s.page_cache().drop_not_permitted()) {
+      notes.push_back(absl::StrCat(n.name(), ": ", s.page_cache().drop_not_permitted_message()));
+    }
+    if (s.state() == glm::v1::SHARD_STATE_FAILED && !s.last_error().empty()) {
+      notes.push_back(absl::StrCat(n.name(), " load failed: ", s.last_error()));
+    }
+  }
+  if (rows.size() == 1) {
+    out << "shards: none loaded yet\n";
+    return;
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      out << std::left << std::setw(static_cast<int>(i + 1 == r.size() ? 0 : width[i] + 2))
+          << r[i];
+    }
+    out << "\n";
+  }
+  if (!tp_note.empty()) {
+    out << "  note: TP is not sharded yet: every TP rank holds its stage's full layers ("
+        << tp_note << ")\n";
+  }
+  for (const auto& line : notes) out << "  " << line << "\n";
+}
+
+}  // namespace glm::cli
