@@ -227,47 +227,56 @@ absl::Status TcpCommunicator::Connect(Rendezvous* rendezvous) {
                                 deadline, absl::StrCat("hello to rank ", peer)));
   }
 
-  // Accept every higher rank; each names itself in its hello.
-  for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
-    int fd = -1;
-    while (fd < 0) {
-      pollfd p{listener, POLLIN, 0};
-      int ms = RemainingMs(deadline);
-      if (ms == 0 || ::poll(&p, 1, ms) == 0) {
-        std::vector<int> missing;
-        for (int r = rank + 1; r < size; ++r) {
-          if (fds_[r] < 0) missing.push_back(r);
-        }
-        return absl::DeadlineExceededError(absl::StrCat(
-            "ranks [", absl::StrJoin(missing, ","), "] did not connect within ",
-            options_.connect_timeout.count(), " ms; did they start with the same key prefix?"));
+  // Accept every higher rank; each names itself in its hello. A connection that does not say a
+  // valid, new rank of this group is closed and remembered for the timeout message.
+  std::string rejected;
+  int accepted = 0;
+  while (accepted < size - 1 - rank) {
+    pollfd p{listener, POLLIN, 0};
+    int ms = RemainingMs(deadline);
+    if (ms == 0 || ::poll(&p, 1, ms) == 0) {
+      std::vector<int> missing;
+      for (int r = rank + 1; r < size; ++r) {
+        if (fds_[r] < 0) missing.push_back(r);
       }
-      fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return absl::InternalError(Errno("accept"));
-      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "ranks [", absl::StrJoin(missing, ","), "] did not connect within ",
+          options_.connect_timeout.count(), " ms",
+          rejected.empty() ? "" : absl::StrCat("; rejected a connection: ", rejected,
+                                               " (two groups share a key prefix?)")));
     }
-    absl::Status configured = configure(fd);
+    int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
+        continue;
+      }
+      return absl::InternalError(Errno("accept"));
+    }
     Hello hello{};
-    if (configured.ok()) {
-      configured = IoExact(fd, reinterpret_cast<char*>(&hello), sizeof(hello), false, deadline,
-                           "hello from a connecting rank");
+    absl::Status read = configure(fd);
+    if (read.ok()) {
+      // A short bound per connection, so a silent stray connection cannot hold up setup.
+      auto hello_deadline = std::min(deadline, SteadyClock::now() + std::chrono::seconds(5));
+      read = IoExact(fd, reinterpret_cast<char*>(&hello), sizeof(hello), false, hello_deadline,
+                     "hello from a connecting rank");
     }
-    if (!configured.ok()) {
+    if (!read.ok()) {
       ::close(fd);
-      return configured;
+      rejected = std::string(read.message());
+      continue;
     }
     if (hello.magic != kHelloMagic || hello.version != kProtocolVersion ||
         hello.size != static_cast<uint32_t>(size) || hello.rank <= static_cast<uint32_t>(rank) ||
         hello.rank >= static_cast<uint32_t>(size) || fds_[hello.rank] >= 0) {
       ::close(fd);
-      return absl::FailedPreconditionError(absl::StrCat(
-          "unexpected hello (magic ", hello.magic, ", version ", hello.version, ", rank ",
-          hello.rank, ", size ", hello.size, "); expected a new rank in (", rank, ", ", size,
-          ") of a group of ", size, " speaking version ", kProtocolVersion,
-          "; two groups share a key prefix or ports?"));
+      rejected = absl::StrCat("hello (magic ", hello.magic, ", version ", hello.version,
+                              ", rank ", hello.rank, ", size ", hello.size,
+                              ") is not a new rank in (", rank, ", ", size, ") speaking version ",
+                              kProtocolVersion);
+      continue;
     }
     fds_[hello.rank] = fd;
+    ++accepted;
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,10 @@
 #include "engine/dist/tcp_communicator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -225,6 +230,45 @@ TEST(TcpCommunicatorTest, SetupFailsWithinTheTimeoutWhenAPeerNeverStarts) {
   EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(comm.status().message(), HasSubstr("address of rank 0"));
   EXPECT_THAT(comm.status().message(), HasSubstr("rank 1 of 2"));
+}
+
+TEST(TcpCommunicatorTest, AStrayConnectionDoesNotBreakSetup) {
+  InProcessRendezvous rendezvous;
+  std::string prefix = UniquePrefix();
+  auto options = [&](int rank) {
+    TcpCommunicatorOptions o;
+    o.rank = rank;
+    o.size = 2;
+    o.key_prefix = prefix;
+    o.connect_timeout = std::chrono::seconds(20);
+    return o;
+  };
+  absl::StatusOr<std::unique_ptr<TcpCommunicator>> rank0 = absl::UnknownError("not run");
+  std::thread t0([&] { rank0 = TcpCommunicator::Create(&rendezvous, options(0)); });
+  // Something else connects to rank 0 first and sends 16 bytes that are not a hello.
+  auto address = rendezvous.Get(prefix + "/tcp/0", std::chrono::seconds(20));
+  ASSERT_TRUE(address.ok()) << address.status();
+  int stray = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address->substr(address->find(':') + 1))));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(::connect(stray, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  char junk[16] = "GET / HTTP/1.0";
+  ASSERT_EQ(::send(stray, junk, sizeof(junk), 0), 16);
+  auto rank1 = TcpCommunicator::Create(&rendezvous, options(1));
+  t0.join();
+  ::close(stray);
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  float a = 1, b = 2;
+  absl::Status s0;
+  std::thread t([&] { s0 = (*rank0)->AllReduceSum(&a, 1); });
+  ASSERT_TRUE((*rank1)->AllReduceSum(&b, 1).ok());
+  t.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  EXPECT_EQ(a, 3.0f);
+  EXPECT_EQ(b, 3.0f);
 }
 
 TEST(TcpCommunicatorTest, RejectsBadRanksAndPeers) {
