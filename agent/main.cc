@@ -2,22 +2,26 @@
 //   glm-agent serve --listen ADDR --node NAME [--tls-ca F --tls-cert F --tls-key F]
 //                   [--heartbeat-ms N] [--threads N] [--log-level L] [--allow-no-gpu]
 //                   [--sysfs-root DIR] [--proc-root DIR] [--dev-root DIR] [--gid-watch-ms N]
-//                   [--fabric-ip IP [--mtu-echo-port N] [--stage-root DIR [--stage-port N]]]
-//   With --fabric-ip the agent serves the path-MTU UDP echo (peers' mtu.path checks) and, with
-//   --stage-root, the weight-stage server on that address; Info reports their ports.
+//                   [--fabric-ip IP [--mtu-echo-port N] [--stage-port N]] [--stage-root DIR]
+//                   [--model-dir DIR] [--nccl-library FILE]
+//   With --fabric-ip the agent serves the path-MTU UDP echo (peers' mtu.path checks) there and
+//   adds a second listening port of its gRPC server (same service, same credentials) on
+//   fabric_ip:--stage-port, through which peers fetch staged files (FetchFile); Info reports the
+//   ports. The agent fetches from peers with its own certificate (--tls-*) as client identity.
 //   glm-agent preflight ...   (agent/preflight: checks this node locally, no controller needed)
 // Only this file wires concrete implementations together (DESIGN.md §2).
 #include <signal.h>
 
+#include <atomic>
 #include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "agent/preflight/path_mtu.h"
 #include "agent/service/agent_service.h"
-#include "agent/stage/stage_server.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -50,6 +54,7 @@ struct ServeFlags {
   std::string stage_root;
   int stage_port = 47191;
   std::string model_dir;
+  std::string nccl_library;
 };
 
 int Serve(const ServeFlags& flags) {
@@ -67,6 +72,12 @@ int Serve(const ServeFlags& flags) {
     std::cerr << "glm-agent: " << creds.status().message() << "\n";
     return 2;
   }
+  // Peers are fetched from with this node's own certificate (it carries clientAuth).
+  auto peer_creds = glm::rpc::MakeChannelCredentials(flags.tls);
+  if (!peer_creds.ok()) {
+    std::cerr << "glm-agent: " << peer_creds.status().message() << "\n";
+    return 2;
+  }
   glm::agent::AgentServiceOptions options;
   options.node = flags.node;
   options.version = GLM_VERSION;
@@ -79,9 +90,12 @@ int Serve(const ServeFlags& flags) {
   // Netlink events are about the real kernel; a fixture tree only changes by re-reading.
   options.gid_netlink = flags.sysfs_root == "/sys";
 
+  options.model_dir = flags.model_dir;
+  options.stage_root = flags.stage_root;
+  options.nccl_library = flags.nccl_library;
+  options.peer_credentials = *peer_creds;
   // Fabric services on the fabric IP, before the gRPC server (Info reports their ports).
   std::unique_ptr<glm::preflight::UdpEchoResponder> echo;
-  std::unique_ptr<glm::stage::StageServer> stage_server;
   if (!flags.fabric_ip.empty()) {
     auto started = glm::preflight::UdpEchoResponder::Start(
         flags.fabric_ip, static_cast<uint16_t>(flags.mtu_echo_port));
@@ -93,34 +107,25 @@ int Serve(const ServeFlags& flags) {
       return 1;
     }
     echo = *std::move(started);
-    options.model_dir = flags.model_dir;
     options.fabric_ip = flags.fabric_ip;
     options.mtu_echo_port = echo->port();
-    if (!flags.stage_root.empty()) {
-      glm::stage::StageServer::Options so;
-      so.root = flags.stage_root;
-      so.bind_address = flags.fabric_ip;
-      so.port = static_cast<uint16_t>(flags.stage_port);
-      auto stage = glm::stage::StageServer::Start(so);
-      if (!stage.ok()) {
-        std::cerr << "glm-agent: cannot start the weight-stage server on " << flags.fabric_ip
-                  << ":" << flags.stage_port << ": " << stage.status().message()
-                  << "; pick another --stage-port or fix --stage-root\n";
-        return 1;
-      }
-      stage_server = *std::move(stage);
-      options.stage_port = stage_server->port();
-    }
-  } else if (!flags.stage_root.empty()) {
-    std::cerr << "glm-agent: --stage-root needs --fabric-ip (the address peers fetch from)\n";
-    return 2;
   }
-  glm::agent::AgentService service(options, glm::Clock::Real());
-  service.StartGidWatchThread();
 
   grpc::ServerBuilder builder;
   int bound_port = 0;
+  int stage_port = 0;
   builder.AddListeningPort(flags.listen, *creds, &bound_port);
+  if (!flags.fabric_ip.empty()) {
+    // Staging traffic on the fabric: the same server and credentials on a second port.
+    builder.AddListeningPort(absl::StrCat(flags.fabric_ip, ":", flags.stage_port), *creds,
+                             &stage_port);
+  }
+  // Info reports stage_port; the port is only known after BuildAndStart, so the service reads
+  // it through this cell.
+  auto stage_port_cell = std::make_shared<std::atomic<int>>(0);
+  options.stage_port_fn = [stage_port_cell] { return stage_port_cell->load(); };
+  glm::agent::AgentService service(options, glm::Clock::Real());
+  service.StartGidWatchThread();
   builder.RegisterService(&service);
   grpc::ResourceQuota quota("glm-agent");
   quota.SetMaxThreads(flags.threads);
@@ -133,10 +138,16 @@ int Serve(const ServeFlags& flags) {
                  "nodes[].address in cluster.yaml\n";
     return 1;
   }
+  if (!flags.fabric_ip.empty() && stage_port == 0) {
+    std::cerr << "glm-agent: cannot listen on " << flags.fabric_ip << ":" << flags.stage_port
+              << " for staging: pick another --stage-port or fix --fabric-ip\n";
+    return 1;
+  }
+  stage_port_cell->store(stage_port);
   GLM_LOG_INFO("agent started node={} listen={} port={} tls={} version={} instance={} "
                "fabric_ip={} mtu_echo_port={} stage_port={}",
                flags.node, flags.listen, bound_port, flags.tls.enabled(), GLM_VERSION,
-               service.instance_id(), flags.fabric_ip, options.mtu_echo_port, options.stage_port);
+               service.instance_id(), flags.fabric_ip, options.mtu_echo_port, stage_port);
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -144,7 +155,6 @@ int Serve(const ServeFlags& flags) {
   service.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
-  if (stage_server) stage_server->Stop();
   echo.reset();
   GLM_LOG_INFO("agent stopped node={}", flags.node);
   return 0;
@@ -192,9 +202,13 @@ int main(int argc, char** argv) {
   serve->add_option("--mtu-echo-port", flags.mtu_echo_port, "UDP port of the path-MTU echo (0: any)")
       ->check(CLI::Range(0, 65535));
   serve->add_option("--stage-root", flags.stage_root,
-                    "directory the weight-stage server serves to peers (needs --fabric-ip)");
-  serve->add_option("--stage-port", flags.stage_port, "TCP port of the weight-stage server (0: any)")
+                    "directory whose files peers may fetch (FetchFile); default: --model-dir, "
+                    "else the directory this node staged weights into");
+  serve->add_option("--stage-port", flags.stage_port,
+                    "second gRPC port on --fabric-ip for staging traffic (0: any)")
       ->check(CLI::Range(0, 65535));
+  serve->add_option("--nccl-library", flags.nccl_library,
+                    "this node's NCCL library path (instead of cluster.yaml's nccl.library)");
   serve->add_option("--model-dir", flags.model_dir,
                     "where this node keeps the model (StageWeights stages into it instead of "
                     "cluster.yaml's model.path; for nodes that mount the model elsewhere)");

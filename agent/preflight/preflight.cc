@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 
 #include "absl/strings/match.h"
@@ -353,10 +354,18 @@ CheckResult CheckGpu(const absl::StatusOr<std::vector<GpuInfo>>& gpus, bool requ
   return Result("gpu.present", CheckStatus::kPass, message, "", "");
 }
 
-CheckResult CheckNcclVersion(const std::string& library, const std::string& expected_version) {
+CheckResult CheckNcclVersion(const std::string& library, const std::string& expected_version,
+                             bool stageable) {
   if (library.empty()) {
     return Result("nccl.version", CheckStatus::kWarn, "nccl.library is not configured",
                   "", "set nccl: library: and expected_version: in the cluster YAML to pin NCCL");
+  }
+  std::error_code ec;
+  if (stageable && !std::filesystem::exists(library, ec)) {
+    return Result("nccl.version", CheckStatus::kWarn,
+                  absl::StrCat(library, " is missing; will be staged from a node holding the pinned "
+                               "build (hash and version are verified in the Stage phase)"),
+                  "no such file", "");
   }
   absl::StatusOr<std::unique_ptr<stage::NcclLibrary>> lib =
       stage::NcclLibrary::Load(library, expected_version);
@@ -366,6 +375,14 @@ CheckResult CheckNcclVersion(const std::string& library, const std::string& expe
     if (size_t pos = message.find("; fix: "); pos != std::string::npos) {
       fix = message.substr(pos + 7);
       message.resize(pos);
+    }
+    if (stageable) {
+      // Staging replaces a copy that differs from the pinned build; the controller turns this
+      // back into a failure when this copy is the pinned build or no node holds it.
+      return Result("nccl.version", CheckStatus::kWarn,
+                    absl::StrCat(message, "; will be replaced by the pinned build in the Stage "
+                                          "phase"),
+                    library, fix);
     }
     return Result("nccl.version", CheckStatus::kFail, message, library, fix);
   }
@@ -481,7 +498,7 @@ PreflightReport RunNodePreflight(const PreflightOptions& options) {
       options.gpu_probe ? options.gpu_probe() : ProbeGpus(options.roots), options.require_gpu));
   report.checks.push_back(CheckNcclVersion(
       options.nccl_library_override.empty() ? node.nccl_library : options.nccl_library_override,
-      node.nccl_expected_version));
+      node.nccl_expected_version, options.nccl_stageable));
   report.checks.push_back(CheckMemFree(options.roots, options.min_mem_available_bytes));
   report.checks.push_back(
       CheckDiskFree(options.disk_path.empty() ? "/" : options.disk_path, options.min_disk_free_bytes));

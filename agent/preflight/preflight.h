@@ -35,6 +35,10 @@ struct PreflightOptions {
   std::string disk_path;               // where weights go; empty = "/".
   uint64_t min_disk_free_bytes = 0;    // from the plan; 0 = report only.
   std::string nccl_library_override;   // non-empty: load this instead of node.nccl_library.
+  // The Stage phase installs the pinned NCCL build when the library is missing or unusable here
+  // (the controller sets this; it fails preflight itself when no node holds the build), so
+  // nccl.version warns instead of failing.
+  bool nccl_stageable = false;
   // Peers' UDP echo responders (fabric IP + port); one "mtu.path" check each, at fabric.mtu.
   struct MtuPeer {
     std::string name;
@@ -59,7 +63,10 @@ CheckResult CheckPortMtu(const SystemRoots& roots, const NodePreflightConfig& no
 CheckResult CheckMemlock(const SystemRoots& roots, uint64_t memlock_min_bytes, bool* unlimited);
 CheckResult CheckCapIpcLock(const SystemRoots& roots, bool memlock_unlimited);
 CheckResult CheckGpu(const absl::StatusOr<std::vector<GpuInfo>>& gpus, bool require_gpu);
-CheckResult CheckNcclVersion(const std::string& library, const std::string& expected_version);
+// With `stageable`, a missing or unusable library is a warning ("will be staged"): the Stage
+// phase replaces it and verifies hash and version.
+CheckResult CheckNcclVersion(const std::string& library, const std::string& expected_version,
+                             bool stageable = false);
 CheckResult CheckMemFree(const SystemRoots& roots, uint64_t min_bytes);
 CheckResult CheckDiskFree(const std::string& path, uint64_t min_bytes);
 

@@ -212,6 +212,34 @@ TEST(PreflightTest, GpuNcclMemDiskFailures) {
   EXPECT_EQ(Get(RunNodePreflight(o), "gpu.present").status, CheckStatus::kWarn);
 }
 
+TEST(PreflightTest, NcclMissingFailsUnlessStagingCanProvideIt) {
+  // Alone (glm-agent preflight), a missing library fails; when the controller stages NCCL it is a
+  // warning saying so, and a wrong version is one too (staging replaces the copy; the
+  // controller fails preflight when this copy is the pinned build or nobody holds it).
+  CheckResult missing = CheckNcclVersion("/nonexistent/libnccl.so.2", "2.30.4");
+  EXPECT_EQ(missing.status, CheckStatus::kFail);
+  EXPECT_THAT(missing.message, HasSubstr("cannot load NCCL library /nonexistent/libnccl.so.2"));
+
+  CheckResult staged = CheckNcclVersion("/nonexistent/libnccl.so.2", "2.30.4", /*stageable=*/true);
+  EXPECT_EQ(staged.id, "nccl.version");
+  EXPECT_EQ(staged.status, CheckStatus::kWarn);
+  EXPECT_THAT(staged.message, HasSubstr("/nonexistent/libnccl.so.2 is missing; will be staged"));
+
+  CheckResult wrong = CheckNcclVersion(GLM_FAKE_NCCL_GOOD, "2.27.7", /*stageable=*/true);
+  EXPECT_EQ(wrong.status, CheckStatus::kWarn);
+  EXPECT_THAT(wrong.message, HasSubstr("is version 2.30.4 (code 23004), expected 2.27.7"));
+  EXPECT_THAT(wrong.message, HasSubstr("will be replaced by the pinned build"));
+
+  CheckResult right = CheckNcclVersion(GLM_FAKE_NCCL_GOOD, "2.30.4", /*stageable=*/true);
+  EXPECT_EQ(right.status, CheckStatus::kPass);
+
+  PreflightOptions o = Options("healthy");
+  o.node.nccl_library = "/nonexistent/libnccl.so.2";
+  EXPECT_EQ(Get(RunNodePreflight(o), "nccl.version").status, CheckStatus::kFail);
+  o.nccl_stageable = true;
+  EXPECT_EQ(Get(RunNodePreflight(o), "nccl.version").status, CheckStatus::kWarn);
+}
+
 TEST(PreflightTest, PathMtuPerPeer) {
   auto wide = UdpEchoResponder::Start("127.0.0.1", 0);
   auto narrow = UdpEchoResponder::Start("127.0.0.1", 0, 1500 - 28);

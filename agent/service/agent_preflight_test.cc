@@ -119,6 +119,36 @@ TEST(AgentPreflightTest, PeerWithoutEchoResponderIsAWarning) {
   EXPECT_NE(path->message().find("spark2"), std::string::npos);
 }
 
+TEST(AgentPreflightTest, MissingNcclWarnsWhenStagedAndReportsWhatTheNodeHolds) {
+  FakeClock clock;
+  glm::v1::PreflightRequest req = FabricRequest("192.168.100.1", 3);
+  req.set_nccl_library("/nonexistent/libnccl.so.2");
+  req.set_nccl_expected_version("2.30.4");
+  {
+    AgentService service(FixtureOptions(Fixture("healthy")), &clock);
+    glm::v1::PreflightResponse resp = RunPreflight(service, req);
+    ASSERT_NE(Find(resp, "nccl.version"), nullptr);
+    EXPECT_EQ(Find(resp, "nccl.version")->status(), glm::v1::CHECK_STATUS_FAIL);
+    EXPECT_FALSE(resp.nccl().present());
+    req.set_nccl_stage_if_missing(true);
+    resp = RunPreflight(service, req);
+    EXPECT_EQ(Find(resp, "nccl.version")->status(), glm::v1::CHECK_STATUS_WARN);
+    EXPECT_NE(Find(resp, "nccl.version")->message().find("is missing; will be staged"),
+              std::string::npos);
+  }
+  // --nccl-library points this node at its own copy: it is inspected and reported.
+  AgentServiceOptions options = FixtureOptions(Fixture("healthy"));
+  options.nccl_library = GLM_FAKE_NCCL_23004;
+  AgentService service(options, &clock);
+  glm::v1::PreflightResponse resp = RunPreflight(service, req);
+  EXPECT_EQ(Find(resp, "nccl.version")->status(), glm::v1::CHECK_STATUS_PASS);
+  EXPECT_TRUE(resp.nccl().present());
+  EXPECT_EQ(resp.nccl().path(), GLM_FAKE_NCCL_23004);
+  EXPECT_EQ(resp.nccl().version(), "2.30.4");
+  EXPECT_EQ(resp.nccl().xxh3_128().size(), 32u);
+  EXPECT_EQ(resp.nccl().size(), static_cast<int64_t>(fs::file_size(GLM_FAKE_NCCL_23004)));
+}
+
 TEST(AgentPreflightTest, GidWatcherPublishesAChangeAsDegraded) {
   // A private copy of the healthy tree, modified while the "agent" runs.
   fs::path root = fs::temp_directory_path() /

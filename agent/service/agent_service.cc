@@ -63,7 +63,9 @@ AgentService::AgentService(AgentServiceOptions options, Clock* clock)
       start_(clock->Now()),
       start_unix_ms_(UnixMillisNow()),
       publisher_(options_.node, instance_id_, clock),
-      shard_(options_.node) {
+      shard_(options_.node),
+      files_(stage::FileServer::Options{[this] { return ServedRoot(); },
+                                        [this] { return ServedNccl(); }}) {
   glm::v1::HostFacts facts = GatherHostFacts(options_.probe_paths);
   publisher_.Update([&](glm::v1::AgentStatus& s) {
     s.set_mem_available_bytes(facts.mem_available_bytes());
@@ -186,12 +188,42 @@ grpc::Status AgentService::Info(grpc::ServerContext*, const glm::v1::InfoRequest
   *resp->mutable_host() = GatherHostFacts(options_.probe_paths);
   resp->set_fabric_ip(options_.fabric_ip);
   resp->set_mtu_echo_port(options_.mtu_echo_port);
-  resp->set_stage_port(options_.stage_port);
+  resp->set_stage_port(options_.stage_port_fn ? options_.stage_port_fn() : options_.stage_port);
   return grpc::Status::OK;
 }
 
-grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::PreflightRequest* req,
+std::string AgentService::NcclPath(const std::string& requested) const {
+  if (requested.empty()) return "";  // the cluster pins no NCCL library
+  return options_.nccl_library.empty() ? requested : options_.nccl_library;
+}
+
+std::string AgentService::ServedRoot() const {
+  if (!options_.stage_root.empty()) return options_.stage_root;
+  if (!options_.model_dir.empty()) return options_.model_dir;
+  std::lock_guard<std::mutex> lock(served_mu_);
+  return staged_root_;
+}
+
+std::string AgentService::ServedNccl() const {
+  if (!options_.nccl_library.empty()) return options_.nccl_library;
+  std::lock_guard<std::mutex> lock(served_mu_);
+  return known_nccl_;
+}
+
+grpc::Status AgentService::FetchFile(grpc::ServerContext* ctx, const glm::v1::FetchFileRequest* req,
+                                     grpc::ServerWriter<glm::v1::FileChunk>* writer) {
+  return files_.FetchFile(ctx, req, writer);
+}
+
+grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::PreflightRequest* req_in,
                                      glm::v1::PreflightResponse* resp) {
+  glm::v1::PreflightRequest effective = *req_in;
+  effective.set_nccl_library(NcclPath(req_in->nccl_library()));
+  const glm::v1::PreflightRequest* req = &effective;
+  if (!req->nccl_library().empty()) {
+    std::lock_guard<std::mutex> lock(served_mu_);
+    known_nccl_ = req->nccl_library();
+  }
   HostRequirements host_req;
   host_req.model_dir = options_.model_dir.empty() ? req->model_dir() : options_.model_dir;
   host_req.required_disk_bytes = req->required_disk_bytes();
@@ -201,6 +233,7 @@ grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::Prefli
   NodePreflightOutcome node =
       RunAgentNodePreflight(options_.node, *req, options_.roots, host_req.require_gpu);
   for (auto& c : node.checks) checks.push_back(std::move(c));
+  if (node.nccl) *resp->mutable_nccl() = *node.nccl;
   if (node.gid) {
     *resp->mutable_gid() = ToProto(*node.gid);
     if (node.gid_input) ArmGidWatch(*node.gid_input, *node.gid);
@@ -234,7 +267,7 @@ std::vector<stage::PeerAddress> ToPeers(
   std::vector<stage::PeerAddress> out;
   for (const auto& p : peers) {
     if (p.host().empty() || p.port() <= 0 || p.port() > 65535) continue;
-    out.push_back({p.node(), p.host(), static_cast<uint16_t>(p.port())});
+    out.push_back({p.node(), p.host(), static_cast<uint16_t>(p.port()), p.tls_name()});
   }
   return out;
 }
@@ -261,41 +294,65 @@ grpc::Status StageError(const std::string& rpc, const std::string& node,
 
 grpc::Status AgentService::StageNccl(grpc::ServerContext*, const glm::v1::StageNcclRequest* req,
                                      grpc::ServerWriter<glm::v1::Progress>* writer) {
-  if (req->library_path().empty()) {
+  const std::string library_path = NcclPath(req->library_path());
+  if (library_path.empty()) {
     writer->Write(MakeProgress("skip", "nccl: cluster.yaml names no NCCL library; skipped", 0, 0,
                                true));
     return grpc::Status::OK;
   }
-  writer->Write(MakeProgress("verify", absl::StrCat("nccl: checking ", req->library_path())));
+  {
+    std::lock_guard<std::mutex> lock(served_mu_);
+    known_nccl_ = library_path;
+  }
+  writer->Write(MakeProgress("verify", absl::StrCat("nccl: checking ", library_path)));
   std::unique_ptr<stage::NcclLibrary> library;
   bool copied = false;
+  std::string from;
   if (req->expected_hash().empty() && req->source_path().empty()) {
     // Nothing to compare against: the file in place must load and have the expected version.
     absl::StatusOr<std::unique_ptr<stage::NcclLibrary>> loaded =
-        stage::NcclLibrary::Load(req->library_path(), req->expected_version());
+        stage::NcclLibrary::Load(library_path, req->expected_version());
     if (!loaded.ok()) return StageError("StageNccl", options_.node, loaded.status());
     library = std::move(*loaded);
   } else {
     stage::NcclStageOptions o;
-    o.dest_path = req->library_path();
+    o.dest_path = library_path;
     o.expected_version = req->expected_version();
     o.expected_hash = req->expected_hash();
     o.source_path = req->source_path();
     std::vector<stage::PeerAddress> peers = ToPeers(req->peers());
-    if (o.source_path.empty() && !peers.empty() && !req->peer_path().empty() &&
-        !o.expected_hash.empty()) {
+    for (const auto& p : peers) from += (from.empty() ? "" : ", ") + p.name;
+    if (o.source_path.empty() && !peers.empty() && !o.expected_hash.empty()) {
+      auto on_progress = [writer, library_path](const stage::StageProgress& p) {
+        std::string line = absl::StrFormat("nccl: fetching %s %s / %s", library_path,
+                                           HumanBytes(p.bytes_done), HumanBytes(p.bytes_total));
+        if (p.rate_bytes_per_s > 0) {
+          absl::StrAppend(&line, ", ", HumanBytes(static_cast<uint64_t>(p.rate_bytes_per_s)), "/s");
+        }
+        writer->Write(MakeProgress("fetch", line, static_cast<int64_t>(p.bytes_done),
+                                   static_cast<int64_t>(p.bytes_total)));
+      };
       o.fetch = stage::FetchFromPeers(
-          peers, stage::ManifestFile{req->peer_path(), static_cast<uint64_t>(req->peer_size()),
-                                     o.expected_hash});
+          peers,
+          stage::ManifestFile{req->peer_path(), static_cast<uint64_t>(req->peer_size()),
+                              o.expected_hash},
+          options_.peer_credentials, on_progress, clock_, options_.stage_progress_interval);
+    } else if (o.source_path.empty()) {
+      o.fetch = [library_path](const std::string&) {
+        return absl::NotFoundError(absl::StrCat(
+            library_path, " is missing or differs from the pinned build and no peer holds it"));
+      };
     }
     absl::StatusOr<stage::NcclStageResult> staged = stage::StageAndLoadNccl(o);
     if (!staged.ok()) return StageError("StageNccl", options_.node, staged.status());
     copied = staged->copied;
     library = std::move(staged->library);
   }
-  std::string line = absl::StrCat("nccl: ", req->library_path(), " ",
-                                  copied ? "staged and verified" : "present and verified",
-                                  ", version ", library ? library->version() : std::string("?"));
+  std::string line = absl::StrCat(
+      "nccl: ", library_path, " ",
+      copied ? absl::StrCat("staged from ", from.empty() ? "the source" : from, " and verified")
+             : std::string("present and verified"),
+      ", version ", library ? library->version() : std::string("?"));
   GLM_LOG_INFO("stage-nccl node={} {}", options_.node, line);
   writer->Write(MakeProgress("done", line, 0, 0, true));
   return grpc::Status::OK;
@@ -308,11 +365,17 @@ grpc::Status AgentService::StageWeights(grpc::ServerContext*, const glm::v1::Sta
     return StageError("StageWeights", options_.node,
                       absl::InvalidArgumentError("model_dir is empty; set model.path in cluster.yaml"));
   }
+  {
+    std::lock_guard<std::mutex> lock(served_mu_);
+    staged_root_ = model_dir;
+  }
   stage::StageOptions o;
   o.dest_dir = model_dir;
   o.peers = ToPeers(req->peers());
   o.prune = false;  // nodes may share one model directory; never delete another shard's files.
   o.clock = clock_;
+  o.credentials = options_.peer_credentials;
+  o.progress_interval = options_.stage_progress_interval;
   if (req->manifest_json().empty()) {
     writer->Write(MakeProgress("hash", absl::StrCat("weights: hashing ", model_dir)));
     absl::StatusOr<stage::Manifest> built = stage::BuildManifest(model_dir);

@@ -1,6 +1,7 @@
 // glm.v1.Agent served by glm-agent: identity, preflight, status stream; shard RPCs delegate to
-// ShardHost; StageNccl/StageWeights run agent/stage; generation answers UNIMPLEMENTED until its
-// milestone lands.
+// ShardHost; StageNccl/StageWeights run agent/stage (fetching from peers' FetchFile with the
+// node's client credentials); FetchFile serves this node's stage root and NCCL library to peers;
+// generation answers UNIMPLEMENTED until its milestone lands.
 // There is deliberately no RPC that runs an arbitrary command on the node.
 // Thread-safe (gRPC calls handlers from its thread pool).
 #pragma once
@@ -21,6 +22,7 @@
 #include "agent/service/host_facts.h"
 #include "agent/service/status_publisher.h"
 #include "agent/shard/shard_host.h"
+#include "agent/stage/stage_server.h"
 #include "common/clock.h"
 #include "glm/v1/agent.grpc.pb.h"
 
@@ -48,9 +50,23 @@ struct AgentServiceOptions {
   std::string fabric_ip;
   int mtu_echo_port = 0;
   int stage_port = 0;
+  // When set, Info reports this instead of stage_port (the port is bound after the service is
+  // built).
+  std::function<int()> stage_port_fn;
   // --model-dir: this node's model directory; StageWeights stages into it instead of the
   // request's model_dir (model.path). Empty: the request's.
   std::string model_dir;
+  // What FetchFile serves to peers: --stage-root; empty: model_dir; empty too: the model dir of
+  // the last StageWeights request (the directory this node staged into).
+  std::string stage_root;
+  // --nccl-library: this node's NCCL library path instead of cluster.yaml's nccl.library (nodes
+  // that install it elsewhere). Empty: the requests' path.
+  std::string nccl_library;
+  // Client credentials for fetching from peers (the node's cluster certificate under mTLS);
+  // null = insecure.
+  std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
+  // At most one byte-progress message per interval per staging stream (plus the final one).
+  Clock::Duration stage_progress_interval = std::chrono::milliseconds(250);
 };
 
 class AgentService final : public glm::v1::Agent::Service {
@@ -91,6 +107,9 @@ class AgentService final : public glm::v1::Agent::Service {
                            grpc::ServerWriter<glm::v1::AgentStatus>* writer) override;
   grpc::Status Generate(grpc::ServerContext* ctx, const glm::v1::GenerateRequest* req,
                         grpc::ServerWriter<glm::v1::TokenEvent>* writer) override;
+  grpc::Status FetchFile(grpc::ServerContext* ctx, const glm::v1::FetchFileRequest* req,
+                         grpc::ServerWriter<glm::v1::FileChunk>* writer) override;
+  uint64_t bytes_served() const { return files_.bytes_served(); }
 
  private:
   const AgentServiceOptions options_;
@@ -100,6 +119,15 @@ class AgentService final : public glm::v1::Agent::Service {
   const int64_t start_unix_ms_;
   StatusPublisher publisher_;
   ShardHost shard_;
+
+  // The NCCL library path on this node for a request's path (--nccl-library wins).
+  std::string NcclPath(const std::string& requested) const;
+  std::string ServedRoot() const;
+  std::string ServedNccl() const;
+  mutable std::mutex served_mu_;
+  std::string staged_root_;   // model dir of the last StageWeights
+  std::string known_nccl_;    // NCCL library path of the last Preflight/StageNccl
+  stage::FileServer files_;
 
   // GID watch: armed by a preflight that resolved an entry (the entry bring-up validated).
   void ArmGidWatch(const preflight::GidCheckInput& input, const preflight::GidEntry& validated);

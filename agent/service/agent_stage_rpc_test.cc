@@ -1,9 +1,11 @@
-// StageWeights / StageNccl over a real in-process gRPC server on 127.0.0.1 (port 0), with a peer
-// StageServer serving a complete copy of tests/golden/tiny-sharded.
+// StageWeights / StageNccl / FetchFile over a real in-process gRPC server on 127.0.0.1 (port 0),
+// with a peer StageServer serving a complete copy of tests/golden/tiny-sharded, or a second agent
+// serving its NCCL library.
 #include <filesystem>
 #include <fstream>
 
 #include "agent/service/agent_service.h"
+#include "agent/stage/file_hash.h"
 #include "agent/stage/manifest.h"
 #include "agent/stage/stage_server.h"
 #include "grpcpp/grpcpp.h"
@@ -131,13 +133,135 @@ TEST_F(AgentStageRpcTest, NcclIsCopiedFromSourceAndVersionChecked) {
   req.set_expected_version("2.30.4");
   Result r = Stream(req, &glm::v1::Agent::Stub::StageNccl);
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-  EXPECT_NE(r.progress.back().message().find("staged and verified"), std::string::npos);
+  EXPECT_NE(r.progress.back().message().find("staged from the source and verified"),
+            std::string::npos)
+      << r.progress.back().message();
   EXPECT_NE(r.progress.back().message().find("2.30.4"), std::string::npos);
 
   req.set_expected_version("2.27.7");
   r = Stream(req, &glm::v1::Agent::Stub::StageNccl);
   EXPECT_FALSE(r.status.ok());
   EXPECT_NE(r.status.error_message().find("2.27.7"), std::string::npos) << r.status.error_message();
+}
+
+// A second agent ("n1") holding the pinned NCCL build at its --nccl-library and a stage root.
+class PeerAgent {
+ public:
+  PeerAgent(const std::string& nccl_library, const std::string& stage_root) {
+    AgentServiceOptions options;
+    options.node = "n1";
+    options.nccl_library = nccl_library;
+    options.stage_root = stage_root;
+    service_ = std::make_unique<AgentService>(options, Clock::Real());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+  }
+  ~PeerAgent() {
+    service_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  int port() const { return port_; }
+  AgentService& service() { return *service_; }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<AgentService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_F(AgentStageRpcTest, NcclMissingHereIsFetchedFromAPeerAgentAndVerified) {
+  fs::create_directories(root_ / "peer");
+  fs::copy_file(GLM_FAKE_NCCL_23004, root_ / "peer" / "libnccl.so.2");
+  auto hash = stage::HashFile((root_ / "peer" / "libnccl.so.2").string());
+  ASSERT_TRUE(hash.ok());
+  PeerAgent peer((root_ / "peer" / "libnccl.so.2").string(), (root_ / "source").string());
+  ASSERT_NE(peer.port(), 0);
+
+  glm::v1::StageNcclRequest req;
+  req.set_library_path((root_ / "lib" / "libnccl.so.2").string());
+  req.set_expected_version("2.30.4");
+  req.set_expected_hash(hash->xxh3_128);
+  req.set_peer_size(static_cast<int64_t>(hash->size));
+  auto* p = req.add_peers();
+  p->set_node("n1");
+  p->set_host("127.0.0.1");
+  p->set_port(peer.port());
+  Result r = Stream(req, &glm::v1::Agent::Stub::StageNccl);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_NE(r.progress.back().message().find("staged from n1 and verified, version 2.30.4"),
+            std::string::npos)
+      << r.progress.back().message();
+  EXPECT_EQ(stage::HashFile((root_ / "lib" / "libnccl.so.2").string())->xxh3_128, hash->xxh3_128);
+  EXPECT_EQ(peer.service().bytes_served(), hash->size);
+  // Byte progress reached the stream.
+  bool saw_bytes = false;
+  for (const auto& m : r.progress) saw_bytes = saw_bytes || m.total_bytes() == int64_t(hash->size);
+  EXPECT_TRUE(saw_bytes);
+
+  // The same, once present: verified in place, nothing fetched.
+  r = Stream(req, &glm::v1::Agent::Stub::StageNccl);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_NE(r.progress.back().message().find("present and verified"), std::string::npos);
+  EXPECT_EQ(peer.service().bytes_served(), hash->size);
+
+  // The pinned build has another version than the YAML expects: both versions are named.
+  fs::remove(root_ / "lib" / "libnccl.so.2");
+  req.set_expected_version("2.27.7");
+  r = Stream(req, &glm::v1::Agent::Stub::StageNccl);
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_NE(r.status.error_message().find("n2"), std::string::npos) << r.status.error_message();
+  EXPECT_NE(r.status.error_message().find("is version 2.30.4"), std::string::npos)
+      << r.status.error_message();
+  EXPECT_NE(r.status.error_message().find("expected 2.27.7"), std::string::npos);
+
+  // No peer and no source: the error says nobody holds it.
+  req.set_expected_version("2.30.4");
+  req.clear_peers();
+  fs::remove(root_ / "lib" / "libnccl.so.2");
+  r = Stream(req, &glm::v1::Agent::Stub::StageNccl);
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_NE(r.status.error_message().find("no peer holds it"), std::string::npos)
+      << r.status.error_message();
+}
+
+TEST_F(AgentStageRpcTest, FetchFileServesTheStageRootOnly) {
+  PeerAgent peer("", (root_ / "source").string());
+  auto stub = glm::v1::Agent::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(peer.port()), grpc::InsecureChannelCredentials()));
+  auto fetch = [&](const std::string& path, int64_t offset, std::string* data) {
+    grpc::ClientContext ctx;
+    glm::v1::FetchFileRequest req;
+    req.set_path(path);
+    req.set_offset(offset);
+    auto reader = stub->FetchFile(&ctx, req);
+    glm::v1::FileChunk chunk;
+    while (reader->Read(&chunk)) *data += chunk.data();
+    return reader->Finish();
+  };
+  std::string data;
+  ASSERT_TRUE(fetch("config.json", 0, &data).ok());
+  std::ifstream in(root_ / "source" / "config.json");
+  std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(data, expected);
+  data.clear();
+  ASSERT_TRUE(fetch("config.json", 5, &data).ok());
+  EXPECT_EQ(data, expected.substr(5));
+  EXPECT_EQ(fetch("../source/config.json", 0, &data).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(fetch("/etc/passwd", 0, &data).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(fetch("nope.bin", 0, &data).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(fetch("config.json", 1 << 30, &data).error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  // No NCCL library configured on that agent.
+  grpc::ClientContext ctx;
+  glm::v1::FetchFileRequest req;
+  req.set_nccl_library(true);
+  auto reader = stub->FetchFile(&ctx, req);
+  glm::v1::FileChunk chunk;
+  while (reader->Read(&chunk)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

@@ -1,8 +1,34 @@
 #include "agent/service/node_preflight.h"
 
+#include <sys/stat.h>
+
 #include "absl/strings/str_cat.h"
+#include "agent/stage/file_hash.h"
+#include "agent/stage/nccl_loader.h"
 
 namespace glm::agent {
+
+glm::v1::NcclLibraryState InspectNcclLibrary(const std::string& path) {
+  glm::v1::NcclLibraryState state;
+  state.set_path(path);
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    state.set_error("no such file");
+    return state;
+  }
+  state.set_present(true);
+  if (absl::StatusOr<stage::FileHash> h = stage::HashFile(path); h.ok()) {
+    state.set_xxh3_128(h->xxh3_128);
+    state.set_size(static_cast<int64_t>(h->size));
+  }
+  absl::StatusOr<std::unique_ptr<stage::NcclLibrary>> lib = stage::NcclLibrary::Load(path, "");
+  if (lib.ok()) {
+    state.set_version((*lib)->version());
+  } else {
+    state.set_error(std::string(lib.status().message()));
+  }
+  return state;
+}
 
 glm::v1::Check ToProto(const preflight::CheckResult& c) {
   glm::v1::Check out;
@@ -41,6 +67,7 @@ NodePreflightOutcome RunAgentNodePreflight(const std::string& node,
   options.node.netdev = req.netdev();
   options.node.nccl_library = req.nccl_library();
   options.node.nccl_expected_version = req.nccl_expected_version();
+  options.nccl_stageable = req.nccl_stage_if_missing();
   options.node.fabric_mtu = req.fabric_mtu();
   options.roots = roots;
   options.require_gpu = require_gpu;
@@ -79,6 +106,7 @@ NodePreflightOutcome RunAgentNodePreflight(const std::string& node,
     out.checks.push_back(std::move(c));
   }
   out.gid = report.gid;
+  if (!req.nccl_library().empty()) out.nccl = InspectNcclLibrary(req.nccl_library());
   if (rdma) {
     out.gid_input = preflight::GidCheckInput{node,          req.hca(),
                                              options.node.port, options.node.gid_index,

@@ -16,7 +16,12 @@ struct NodePreflightOutcome {
   std::vector<glm::v1::Check> checks;
   std::optional<preflight::GidEntry> gid;          // resolved entry, when found
   std::optional<preflight::GidCheckInput> gid_input;  // what the watcher re-checks (RDMA only)
+  std::optional<glm::v1::NcclLibraryState> nccl;      // when nccl_library is configured
 };
+
+// What is at `path`: present, XXH3-128, size, and the version ncclGetVersion reports (or why it
+// does not load).
+glm::v1::NcclLibraryState InspectNcclLibrary(const std::string& path);
 
 // `node` is the agent's --node; `require_gpu` already folds in --allow-no-gpu. Checks the host
 // checks already cover (mem.free, disk.free) are left out. Without an hca in the request (no

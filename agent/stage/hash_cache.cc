@@ -69,6 +69,7 @@ void HashCache::Load() {
 
 absl::Status HashCache::Save() {
   if (store_.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> save_lock(save_mu_);
   nlohmann::json files = nlohmann::json::object();
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -67,6 +67,7 @@ class HashCache : public FileHasher {
   DirectHasher direct_;
   FileHasher* const inner_;
   std::mutex mu_;
+  std::mutex save_mu_;  // one Save at a time (one temp file)
   std::map<std::string, Entry> entries_;
   std::atomic<int> misses_{0};
   std::atomic<int> hits_{0};
