@@ -24,6 +24,6 @@ for b in "${bins[@]}"; do
 done
 for b in "${bins[@]}"; do
   ldd "$b"
-done | awk '/=> \//{print $3}' | sort -u | grep -E "absl|spdlog|fmt|gtest|gmock|yaml|xxhash" |
+done | awk '/=> \//{print $3}' | sort -u | grep -E "absl|spdlog|fmt|gtest|gmock|yaml|xxhash|pcre2" |
   xargs -r -I{} cp -L {} "$stage/lib/"
 du -sh "$stage"
