@@ -34,6 +34,17 @@ class AgentClient {
     (void)request, (void)on_progress, (void)timeout;
     return absl::UnimplementedError("StageWeights is not implemented by this client");
   }
+  // Shard lifecycle streams (the Load phase; `glmctl down`), same contract as staging.
+  virtual absl::Status LoadShard(const glm::v1::LoadShardRequest& request,
+                                 const ProgressFn& on_progress, Clock::Duration timeout) {
+    (void)request, (void)on_progress, (void)timeout;
+    return absl::UnimplementedError("LoadShard is not implemented by this client");
+  }
+  virtual absl::Status StopShard(const glm::v1::StopShardRequest& request,
+                                 const ProgressFn& on_progress, Clock::Duration timeout) {
+    (void)request, (void)on_progress, (void)timeout;
+    return absl::UnimplementedError("StopShard is not implemented by this client");
+  }
 };
 
 // Makes a client for a node (cheap: no I/O; connecting happens on the first call).

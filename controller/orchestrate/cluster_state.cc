@@ -84,6 +84,14 @@ void ClusterState::RecordInfo(const std::string& node, const glm::v1::InfoRespon
   it->second.status.set_uptime_ms(info.uptime_ms());
 }
 
+void ClusterState::SetNodeShard(const std::string& node, const glm::v1::ShardStatus& shard) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  *it->second.status.mutable_shard() = shard;
+  it->second.status.set_shard_state(shard.state());
+}
+
 void ClusterState::RecordStatus(const std::string& node, const glm::v1::AgentStatus& status) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(node);
@@ -95,6 +103,7 @@ void ClusterState::RecordStatus(const std::string& node, const glm::v1::AgentSta
   n.status.set_shard_state(status.shard_state());
   if (!status.last_error().empty()) n.status.set_last_error(status.last_error());
   if (status.has_gid()) *n.status.mutable_gid() = status.gid();
+  if (status.has_shard()) *n.status.mutable_shard() = status.shard();
   n.has_heartbeat = true;
   n.last_heartbeat = clock_->Now();
 }

@@ -36,6 +36,10 @@ class ClusterState {
   // The node's resolved GID entry (preflight; later the agent's watcher via RecordStatus).
   void SetNodeGid(const std::string& node, const glm::v1::GidEntry& gid);
 
+  // The node's engine shard as its agent reported it (the Load phase's last progress message;
+  // afterwards RecordStatus keeps it current).
+  void SetNodeShard(const std::string& node, const glm::v1::ShardStatus& shard);
+
   void RecordInfo(const std::string& node, const glm::v1::InfoResponse& info);
   // Records a status message's fields and the time it arrived (heartbeat age).
   void RecordStatus(const std::string& node, const glm::v1::AgentStatus& status);

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_util.h"
 #include "controller/orchestrate/bring_up_context.h"
@@ -50,8 +51,9 @@ ControllerService::ControllerService(ControllerServiceOptions options,
   steps.push_back(std::make_unique<PreflightStep>());
   steps.push_back(std::make_unique<PlanStep>(options_.planner));
   steps.push_back(std::make_unique<StageStep>(options_.stage_manifest));
-  // Later milestones add their steps here, in phase order: LoadShardsStep (kLoad),
-  // CanaryStep (kCanary), GatewayStep (kGateway).
+  steps.push_back(std::make_unique<LoadStep>());
+  // Later milestones add their steps here, in phase order: CanaryStep (kCanary),
+  // GatewayStep (kGateway).
   auto machine = BringUpMachine::Create(
       std::move(steps), [this](Phase, Phase to, const std::string& message) {
         state_.SetPhase(ToProto(to), message);
@@ -113,6 +115,10 @@ grpc::Status ControllerService::Up(grpc::ServerContext*, const glm::v1::UpReques
   });
   GLM_LOG_INFO("bring-up start cluster={}", cluster_name_);
   absl::Status result = machine_->Run(ctx);
+  if (!ctx.topology.nodes.empty()) {
+    std::lock_guard<std::mutex> lock(topology_mu_);
+    last_topology_ = ctx.topology;  // what `down` stops shards on
+  }
   if (result.ok()) {
     for (const auto& node : ctx.topology.nodes) {
       state_.SetNodeState(node.name, glm::v1::NODE_STATE_READY);
@@ -176,11 +182,26 @@ grpc::Status ControllerService::Down(grpc::ServerContext*, const glm::v1::DownRe
   if (!s.ok()) return rpc::ToGrpc(s);
   watchers_.Stop();
   monitor_.DisarmAll();
+  // Stop every node's shard (frees its weights and KV cache). The nodes of the last bring-up, or
+  // of cluster.yaml when this controller never ran one.
+  std::optional<ClusterTopology> topology;
+  {
+    std::lock_guard<std::mutex> lock(topology_mu_);
+    if (last_topology_) topology = last_topology_;
+  }
+  if (!topology && options_.loader) {
+    if (auto loaded = options_.loader(); loaded.ok()) topology = *std::move(loaded);
+  }
+  int stopped = 0;
+  std::vector<std::string> lines;
+  if (topology) lines = StopShards(*topology, &factory_, std::chrono::seconds(5), &stopped);
   glm::v1::ClusterStatus snap = state_.Snapshot();
   for (const auto& n : snap.nodes()) state_.SetNodeState(n.name(), glm::v1::NODE_STATE_PENDING);
   resp->set_message(absl::StrCat("cluster '", cluster_name_,
-                                 "' is down: health watching stopped (no shards were running)"));
-  GLM_LOG_INFO("cluster down cluster={}", cluster_name_);
+                                 "' is down: health watching stopped; shards stopped on ", stopped,
+                                 " of ", topology ? topology->nodes.size() : 0, " node(s)",
+                                 lines.empty() ? "" : ":\n  ", absl::StrJoin(lines, "\n  ")));
+  GLM_LOG_INFO("cluster down cluster={} shards_stopped={}", cluster_name_, stopped);
   return grpc::Status::OK;
 }
 

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -12,6 +13,7 @@
 #include "controller/orchestrate/cluster_state.h"
 #include "controller/orchestrate/grpc_agent_client.h"
 #include "controller/orchestrate/health_monitor.h"
+#include "controller/orchestrate/load_step.h"
 #include "controller/orchestrate/stage_step.h"
 #include "controller/orchestrate/steps.h"
 #include "controller/rendezvous/rendezvous_store.h"
@@ -80,6 +82,9 @@ class ControllerService final : public glm::v1::Controller::Service {
   StatusWatchers watchers_;
   rendezvous::RendezvousStore rendezvous_;
   std::unique_ptr<BringUpMachine> machine_;
+  // The topology of the last bring-up (Down stops the shards of its nodes).
+  std::mutex topology_mu_;
+  std::optional<ClusterTopology> last_topology_;
   // Events of the run in progress go to the current Up stream (null when none is attached).
   std::mutex sink_mu_;
   grpc::ServerWriter<glm::v1::UpEvent>* sink_ = nullptr;

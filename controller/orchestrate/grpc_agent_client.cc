@@ -103,6 +103,24 @@ absl::Status GrpcAgentClient::StageWeights(const glm::v1::StageWeightsRequest& r
   return Describe(rpc::ToGrpc(st), node_, address_);
 }
 
+absl::Status GrpcAgentClient::LoadShard(const glm::v1::LoadShardRequest& request,
+                                        const ProgressFn& on_progress, Clock::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  absl::Status st = Drain(stub_->LoadShard(&ctx, request), &ctx, on_progress);
+  if (st.ok()) return st;
+  return Describe(rpc::ToGrpc(st), node_, address_);
+}
+
+absl::Status GrpcAgentClient::StopShard(const glm::v1::StopShardRequest& request,
+                                        const ProgressFn& on_progress, Clock::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  absl::Status st = Drain(stub_->StopShard(&ctx, request), &ctx, on_progress);
+  if (st.ok()) return st;
+  return Describe(rpc::ToGrpc(st), node_, address_);
+}
+
 StatusWatchers::StatusWatchers(GrpcAgentClientFactory* factory, HealthMonitor* monitor,
                                std::chrono::milliseconds heartbeat,
                                std::chrono::milliseconds tick)

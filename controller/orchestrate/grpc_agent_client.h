@@ -39,6 +39,10 @@ class GrpcAgentClient : public AgentClient {
                          Clock::Duration timeout) override;
   absl::Status StageWeights(const glm::v1::StageWeightsRequest& request,
                             const ProgressFn& on_progress, Clock::Duration timeout) override;
+  absl::Status LoadShard(const glm::v1::LoadShardRequest& request, const ProgressFn& on_progress,
+                         Clock::Duration timeout) override;
+  absl::Status StopShard(const glm::v1::StopShardRequest& request, const ProgressFn& on_progress,
+                         Clock::Duration timeout) override;
 
  private:
   const std::string node_;

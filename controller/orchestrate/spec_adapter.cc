@@ -39,6 +39,12 @@ ClusterTopology TopologyFromSpec(const controller::ClusterSpec& spec, const std:
   t.model_dir = spec.ResolvePath(spec.model.path);
   // Production clusters need a GPU on every node; the local demo runs on the CPU backend.
   t.require_gpu = !spec.local;
+  t.tensor = spec.parallel.tensor;
+  t.pipeline = spec.parallel.pipeline;
+  t.mtp = spec.model.mtp_draft_tokens > 0;
+  t.page_cache.policy = std::string(controller::PageCachePolicyName(spec.page_cache.policy));
+  t.page_cache.interval_s = spec.page_cache.interval_s;
+  t.page_cache.min_available_bytes = spec.page_cache.min_available_bytes.value_or(0);
   return t;
 }
 
@@ -57,7 +63,12 @@ absl::StatusOr<ClusterTopology> LoadTopology(const std::string& path) {
       node.required_disk_bytes = it->second->weight_bytes;
       node.required_memory_bytes =
           it->second->weight_bytes + it->second->kv_cache_bytes + it->second->reserve_bytes;
+      node.replica = it->second->replica;
+      node.pp_rank = it->second->pp_rank;
+      node.tp_rank = it->second->tp_rank;
+      node.kv_cache_bytes = it->second->kv_cache_bytes;
     }
+    t.mtp = plan->mtp;
     // The shard each node stages (Stage phase): its PP stage's layer range.
     for (const auto& stage : plan->stages) {
       for (const auto& name : stage.nodes) {

@@ -30,6 +30,19 @@ struct NodeEndpoint {
   int layer_end = 0;
   bool first_stage = true;  // holds the embedding
   bool last_stage = true;   // holds final norm and lm_head
+  // Its place in the plan (the Load phase sends them): replica, PP stage, TP rank, and the KV
+  // cache bytes the plan gives it (0 = not known: the engine's default).
+  int replica = 0;
+  int pp_rank = 0;
+  int tp_rank = 0;
+  int64_t kv_cache_bytes = 0;
+};
+
+// cluster.yaml page_cache: (the policy the agents run while loading their shards).
+struct PageCacheSettings {
+  std::string policy = "off";        // off | periodic | adaptive
+  double interval_s = 30.0;
+  int64_t min_available_bytes = 0;   // 0 = the agent's default
 };
 
 struct ClusterTopology {
@@ -48,6 +61,11 @@ struct ClusterTopology {
   int fabric_mtu = 0;                 // fabric.mtu; 0 = not configured
   std::string nccl_library;           // nccl.library resolved; empty = not configured
   std::string nccl_expected_version;  // nccl.expected_version
+  // Load inputs: parallel.tensor / parallel.pipeline, MTP drafting on, page_cache:.
+  int tensor = 1;
+  int pipeline = 1;
+  bool mtp = false;
+  PageCacheSettings page_cache;
 
   const NodeEndpoint* FindNode(const std::string& name) const {
     for (const auto& n : nodes)
