@@ -49,6 +49,23 @@ std::string HumanBytes(uint64_t bytes) {
 
 }  // namespace
 
+ShardHostOptions ShardOptions(const AgentServiceOptions& options, Clock* clock,
+                              StatusPublisher* publisher) {
+  ShardHostOptions o = options.shard;
+  o.node = options.node;
+  o.clock = clock;
+  o.model_dir = options.model_dir;
+  if (o.proc_root == "/proc") o.proc_root = options.probe_paths.proc_root;
+  o.on_status = [publisher](const glm::v1::ShardStatus& shard) {
+    publisher->Update([&](glm::v1::AgentStatus& s) {
+      *s.mutable_shard() = shard;
+      s.set_shard_state(shard.state());
+      if (!shard.last_error().empty()) s.set_last_error(shard.last_error());
+    });
+  };
+  return o;
+}
+
 std::string NewInstanceId() {
   std::random_device rd;
   std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
@@ -63,7 +80,7 @@ AgentService::AgentService(AgentServiceOptions options, Clock* clock)
       start_(clock->Now()),
       start_unix_ms_(UnixMillisNow()),
       publisher_(options_.node, instance_id_, clock),
-      shard_(options_.node),
+      shard_(ShardOptions(options_, clock, &publisher_)),
       files_(stage::FileServer::Options{[this] { return ServedRoot(); },
                                         [this] { return ServedNccl(); }}) {
   glm::v1::HostFacts facts = GatherHostFacts(options_.probe_paths);

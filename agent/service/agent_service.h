@@ -56,6 +56,11 @@ struct AgentServiceOptions {
   // --model-dir: this node's model directory; StageWeights stages into it instead of the
   // request's model_dir (model.path). Empty: the request's.
   std::string model_dir;
+  // The engine shard host (LoadShard/StopShard). The service fills in node, clock, model_dir and
+  // on_status (the shard's status goes into AgentStatus.shard); proc_root defaults to
+  // probe_paths.proc_root when left at "/proc". Tests inject kernel cache ops and turn the tick
+  // thread off.
+  ShardHostOptions shard;
   // What FetchFile serves to peers: --stage-root; empty: model_dir; empty too: the model dir of
   // the last StageWeights request (the directory this node staged into).
   std::string stage_root;
@@ -141,5 +146,10 @@ class AgentService final : public glm::v1::Agent::Service {
 
 // A random 16-hex-digit id.
 std::string NewInstanceId();
+
+// The shard host's options: options.shard with the service's node, clock, model dir and a status
+// callback that publishes AgentStatus.shard (and shard_state, last_error) through `publisher`.
+ShardHostOptions ShardOptions(const AgentServiceOptions& options, Clock* clock,
+                              StatusPublisher* publisher);
 
 }  // namespace glm::agent

@@ -138,7 +138,19 @@ TEST_F(AgentServiceTest, UnbuiltOperationsAreUnimplementedNotFakeSuccess) {
   {
     grpc::ClientContext ctx;
     Bound(&ctx);
+    // Loading is implemented (agent_shard_rpc_test.cc); a request without a model is refused.
     auto reader = stub_->LoadShard(&ctx, {});
+    glm::v1::Progress p;
+    EXPECT_FALSE(reader->Read(&p));
+    auto status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("n1"), std::string::npos);
+  }
+  {
+    grpc::ClientContext ctx;
+    Bound(&ctx);
+    // Serving is not: StartShard says so instead of pretending.
+    auto reader = stub_->StartShard(&ctx, {});
     glm::v1::Progress p;
     EXPECT_FALSE(reader->Read(&p));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
