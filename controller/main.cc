@@ -1,5 +1,8 @@
 // glm-controller: the cluster's control-plane daemon.
 //   glm-controller --config cluster.yaml [--listen ADDR] [--heartbeat-ms N] [--log-level L]
+//                  [--state-dir DIR]
+// State (the hash cache of the source's weight files and NCCL build, so `up` re-hashes only what
+// changed): --state-dir, default <cluster.yaml dir>/.glmctl/<cluster>/source-hashes.json.
 // Serves glm.v1.Controller on controller.listen (mTLS when controller.tls is set), drives
 // bring-up on `Up`, watches every agent's status stream, and is the shard groups' rendezvous.
 // Only this file wires concrete implementations together (DESIGN.md §2).
@@ -10,6 +13,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "agent/stage/hash_cache.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "controller/orchestrate/controller_service.h"
@@ -29,12 +33,15 @@ int main(int argc, char** argv) {
   std::string listen;
   int heartbeat_ms = 1000;
   std::string log_level = "info";
+  std::string state_dir;
   app.set_version_flag("--version", GLM_VERSION);
   app.add_option("--config", config, "cluster.yaml this controller serves")->required();
   app.add_option("--listen", listen, "override controller.listen from cluster.yaml");
   app.add_option("--heartbeat-ms", heartbeat_ms, "agent status heartbeat interval")
       ->check(CLI::Range(50, 60000));
   app.add_option("--log-level", log_level, "debug|info|warn|error");
+  app.add_option("--state-dir", state_dir,
+                 "controller state (hash cache); default <cluster.yaml dir>/.glmctl/<cluster>");
   CLI11_PARSE(app, argc, argv);
   glm::InitLogging("glm-controller", glm::ParseLogLevel(log_level));
 
@@ -68,7 +75,19 @@ int main(int argc, char** argv) {
     return glm::orchestrate::PlanReplicas(config_path, t);
   };
   options.plan_text = glm::orchestrate::PlanText;
-  options.stage_manifest = glm::orchestrate::SourceManifestJson;
+  std::string state = glm::orchestrate::ControllerStateDir(*topology, state_dir);
+  if (state.empty()) {
+    GLM_LOG_WARN("no writable state directory (--state-dir); source files are hashed on every up");
+  }
+  auto hashes = std::make_shared<glm::stage::HashCache>(
+      state.empty() ? std::string() : state + "/source-hashes.json");
+  hashes->Load();
+  options.stage_manifest = [hashes](const glm::orchestrate::ClusterTopology& t) {
+    return glm::orchestrate::SourceManifestJson(t, hashes.get());
+  };
+  options.nccl_source = [hashes](const glm::orchestrate::ClusterTopology& t) {
+    return glm::orchestrate::ControllerNcclSource(t, hashes.get());
+  };
   options.heartbeat = std::chrono::milliseconds(heartbeat_ms);
   glm::orchestrate::ControllerService service(options, *topology, glm::Clock::Real());
 

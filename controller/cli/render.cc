@@ -36,17 +36,29 @@ std::string OneLine(std::string s, size_t max) {
   return s;
 }
 
-// " [#####-----]  52% 1.2/2.3 GiB" for byte progress; "" without a total.
+// " [#####-----]  52% 1.2 GiB/2.3 GiB" for byte progress; "" without a total.
 std::string Bar(const glm::v1::Progress& p) {
   if (p.total_bytes() <= 0) return "";
   double frac = std::clamp(static_cast<double>(p.done_bytes()) / p.total_bytes(), 0.0, 1.0);
   int filled = static_cast<int>(frac * 20);
-  return absl::StrFormat(" [%s%s] %3d%% %.1f/%.1f GiB", std::string(filled, '#'),
+  return absl::StrFormat(" [%s%s] %3d%% %s/%s", std::string(filled, '#'),
                          std::string(20 - filled, '-'), static_cast<int>(frac * 100),
-                         p.done_bytes() / 1073741824.0, p.total_bytes() / 1073741824.0);
+                         HumanBytes(p.done_bytes()), HumanBytes(p.total_bytes()));
 }
 
 }  // namespace
+
+std::string HumanBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return absl::StrFormat(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
 
 std::string NodeStateName(glm::v1::NodeState s) {
   return Pascal(glm::v1::NodeState_Name(s), strlen("NODE_STATE_"));

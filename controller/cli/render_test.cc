@@ -75,8 +75,24 @@ TEST(RenderTest, ByteProgressShowsABar) {
   e.mutable_progress()->set_done_bytes(1LL << 30);
   e.mutable_progress()->set_total_bytes(4LL << 30);
   p.OnEvent(e);
-  EXPECT_NE(out.str().find("[#####---------------]  25% 1.0/4.0 GiB"), std::string::npos)
+  EXPECT_NE(out.str().find("[#####---------------]  25% 1.00 GiB/4.00 GiB"), std::string::npos)
       << out.str();
+
+  // A tiny file (a config, the test checkpoints) reads in bytes, not "0.00 GiB".
+  out.str("");
+  e.mutable_progress()->set_done_bytes(700);
+  e.mutable_progress()->set_total_bytes(2900);
+  p.OnEvent(e);
+  EXPECT_NE(out.str().find("24% 700 B/2.83 KiB"), std::string::npos) << out.str();
+}
+
+TEST(RenderTest, HumanBytesPicksTheUnit) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1536), "1.50 KiB");
+  EXPECT_EQ(HumanBytes(37LL * 1024 * 1024 + 300 * 1024), "37.3 MiB");
+  EXPECT_EQ(HumanBytes(742LL << 30), "742 GiB");
+  EXPECT_EQ(HumanBytes(3LL << 40), "3.00 TiB");
 }
 
 TEST(RenderTest, TtyProgressRedrawsInPlace) {

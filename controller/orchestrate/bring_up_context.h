@@ -11,6 +11,7 @@
 
 #include "controller/orchestrate/agent_client.h"
 #include "controller/orchestrate/cluster_state.h"
+#include "controller/orchestrate/nccl_source.h"
 #include "controller/orchestrate/topology.h"
 #include "glm/v1/controller.pb.h"
 
@@ -25,6 +26,7 @@ class BringUpContext {
   ClusterTopology topology;
   std::map<std::string, std::shared_ptr<AgentClient>> agents;  // by node name
   std::map<std::string, glm::v1::InfoResponse> infos;          // by node name (Connect)
+  NcclStagePlan nccl_plan;  // the pinned NCCL build and its holders (Preflight, for Stage)
 
   ClusterState& state() { return *state_; }
 

@@ -48,7 +48,7 @@ ControllerService::ControllerService(ControllerServiceOptions options,
   steps.push_back(std::make_unique<ConnectStep>(
       &factory_, options_.connect_policy,
       [](Clock::Duration d) { std::this_thread::sleep_for(d); }));
-  steps.push_back(std::make_unique<PreflightStep>());
+  steps.push_back(std::make_unique<PreflightStep>(std::chrono::seconds(60), options_.nccl_source));
   steps.push_back(std::make_unique<PlanStep>(options_.planner));
   steps.push_back(std::make_unique<StageStep>(options_.stage_manifest));
   steps.push_back(std::make_unique<LoadStep>());
@@ -250,7 +250,7 @@ grpc::Status ControllerService::Preflight(grpc::ServerContext*,
   policy.max_attempts = std::min(policy.max_attempts, 3);
   *resp = RunClusterPreflight(*topology, &factory_, policy,
                               [](Clock::Duration d) { std::this_thread::sleep_for(d); },
-                              std::chrono::seconds(60));
+                              std::chrono::seconds(60), options_.nccl_source);
   GLM_LOG_INFO("cluster preflight cluster={} ok={} gid_warning=\"{}\"", cluster_name_, resp->ok(),
                resp->gid_warning());
   return grpc::Status::OK;

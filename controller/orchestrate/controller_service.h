@@ -29,6 +29,8 @@ struct ControllerServiceOptions {
   PlanStep::Planner planner;
   // The source's weight manifest for the Stage phase (null or "": agents verify their own copy).
   StageStep::ManifestProvider stage_manifest;
+  // The controller host's copy of the pinned NCCL build (null: none; nccl_source.h).
+  NcclSourceProvider nccl_source;
   // Offline plan/validate for the Plan and Validate RPCs: (path, json) -> text.
   std::function<absl::StatusOr<std::string>(const std::string& path, bool json)> plan_text;
   RetryPolicy connect_policy;

@@ -1,9 +1,16 @@
 #include "controller/orchestrate/spec_adapter.h"
 
-#include "agent/stage/manifest.h"
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+
+#include "agent/stage/file_hash.h"
+#include "agent/stage/hash_cache.h"
+#include "agent/stage/manifest.h"
+#include "common/logging.h"
+#include "common/status_util.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,6 +37,7 @@ ClusterTopology TopologyFromSpec(const controller::ClusterSpec& spec, const std:
   }
   t.fabric_mtu = spec.fabric.mtu.value_or(0);
   t.nccl_library = spec.nccl.library.empty() ? "" : spec.ResolvePath(spec.nccl.library);
+  t.nccl_source = spec.nccl.source.empty() ? "" : spec.ResolvePath(spec.nccl.source);
   t.nccl_expected_version = spec.nccl.expected_version;
   if (spec.controller.tls) {
     t.tls.ca = spec.ResolvePath(spec.controller.tls->ca);
@@ -85,14 +93,67 @@ absl::StatusOr<ClusterTopology> LoadTopology(const std::string& path) {
   return t;
 }
 
-absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology) {
+absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology,
+                                               stage::HashCache* cache) {
   std::error_code ec;
   if (topology.model_dir.empty() || !std::filesystem::is_directory(topology.model_dir, ec)) {
     return std::string();  // not on this machine: each agent verifies its own copy.
   }
-  absl::StatusOr<stage::Manifest> manifest = stage::BuildManifest(topology.model_dir);
+  const int misses_before = cache != nullptr ? cache->misses() : 0;
+  absl::StatusOr<stage::Manifest> manifest = stage::BuildManifest(topology.model_dir, cache);
+  if (cache != nullptr) {
+    if (absl::Status s = cache->Save(); !s.ok()) {
+      GLM_LOG_WARN("hash cache not saved ({}); the next up hashes again", glm::ToStd(s.message()));
+    }
+    GLM_LOG_INFO("source manifest dir={} files_hashed={}", topology.model_dir,
+                 cache->misses() - misses_before);
+  }
   if (!manifest.ok()) return manifest.status();
   return manifest->ToJson().dump();
+}
+
+absl::StatusOr<std::optional<NcclSourceFile>> ControllerNcclSource(
+    const ClusterTopology& topology, stage::HashCache* cache) {
+  if (topology.nccl_library.empty()) return std::optional<NcclSourceFile>();
+  const std::string path = topology.nccl_source.empty() ? topology.nccl_library
+                                                        : topology.nccl_source;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    if (!topology.nccl_source.empty()) {
+      return absl::NotFoundError(absl::StrCat("nccl.source ", path,
+                                              " does not exist on the controller's host"));
+    }
+    return std::optional<NcclSourceFile>();  // the nodes' copies decide
+  }
+  absl::StatusOr<stage::FileHash> h =
+      cache != nullptr ? cache->Hash(path) : stage::HashFile(path);
+  if (!h.ok()) return h.status();
+  if (cache != nullptr) cache->Save().IgnoreError();
+  return std::optional<NcclSourceFile>(NcclSourceFile{path, h->xxh3_128, h->size});
+}
+
+std::string ControllerStateDir(const ClusterTopology& topology, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  if (!flag.empty()) {
+    candidates.push_back(flag);
+  } else {
+    std::error_code ec;
+    candidates.push_back(fs::absolute(topology.config_path, ec).parent_path() / ".glmctl" /
+                         topology.cluster_name);
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+      candidates.push_back(fs::path(xdg) / "glmctl" / topology.cluster_name);
+    }
+    if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+      candidates.push_back(fs::path(home) / ".cache" / "glmctl" / topology.cluster_name);
+    }
+  }
+  for (const fs::path& dir : candidates) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK) == 0) return dir.string();
+  }
+  return "";
 }
 
 absl::StatusOr<PlanStep::Outcome> PlanReplicas(const std::string& config_path,

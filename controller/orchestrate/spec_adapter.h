@@ -5,10 +5,17 @@
 
 #include <string>
 
+#include <optional>
+
 #include "absl/status/statusor.h"
+#include "controller/orchestrate/nccl_source.h"
 #include "controller/orchestrate/steps.h"
 #include "controller/orchestrate/topology.h"
 #include "controller/spec/cluster_spec.h"
+
+namespace glm::stage {
+class HashCache;
+}  // namespace glm::stage
 
 namespace glm::orchestrate {
 
@@ -24,8 +31,21 @@ absl::StatusOr<PlanStep::Outcome> PlanReplicas(const std::string& config_path,
                                                const ClusterTopology& topology);
 
 // The source's weight manifest (JSON) when model.path is a directory on this machine (the
-// controller runs on the source node, or the local demo); "" otherwise. Hashes every file.
-absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology);
+// controller runs on the source node, or the local demo); "" otherwise. Hashes through `cache`
+// (re-reading only files whose size, mtime or inode changed) and saves it; null: hashes every
+// file.
+absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology,
+                                               stage::HashCache* cache = nullptr);
+
+// The controller host's copy of the pinned NCCL build: nccl.source, else nccl.library, when that
+// file exists here (nullopt otherwise, or when no library is configured); hashed through `cache`.
+absl::StatusOr<std::optional<NcclSourceFile>> ControllerNcclSource(
+    const ClusterTopology& topology, stage::HashCache* cache = nullptr);
+
+// Where the controller keeps its state (the hash cache): `flag` (--state-dir) when set, else the
+// first writable of <cluster.yaml dir>/.glmctl/<cluster> (the run dir glmctl uses),
+// $XDG_CACHE_HOME/glmctl/<cluster>, ~/.cache/glmctl/<cluster>; "" when none is (no cache).
+std::string ControllerStateDir(const ClusterTopology& topology, const std::string& flag);
 
 // `glmctl plan` output: PlanToText, or PlanToJson when `json`.
 absl::StatusOr<std::string> PlanText(const std::string& config_path, bool json);

@@ -160,6 +160,129 @@ TEST_F(StageStepTest, ManifestErrorStopsBeforeAnyAgentCall) {
   EXPECT_TRUE(agents_["n1"]->calls.empty());
 }
 
+TEST_F(StageStepTest, PeersUseTheFabricStagePortElseTheAgentAddress) {
+  ctx_.infos["n1"].set_fabric_ip("192.168.100.1");
+  ctx_.infos["n2"].set_stage_port(0);  // serves FetchFile on its agent port only
+  auto n1 = StagePeerFor(ctx_.topology.nodes[0], ctx_.infos);
+  ASSERT_TRUE(n1.has_value());
+  EXPECT_EQ(n1->host(), "192.168.100.1");
+  EXPECT_EQ(n1->port(), 7001);
+  EXPECT_EQ(n1->tls_name(), "127.0.0.1");  // its certificate names the agent host
+  auto n2 = StagePeerFor(ctx_.topology.nodes[1], ctx_.infos);
+  ASSERT_TRUE(n2.has_value());
+  EXPECT_EQ(n2->host(), "127.0.0.1");
+  EXPECT_EQ(n2->port(), 2);
+  EXPECT_EQ(n2->tls_name(), "");
+}
+
+glm::v1::PreflightResponse NcclResponse(const std::string& path, bool present,
+                                        const std::string& hash, const std::string& version,
+                                        glm::v1::CheckStatus status, const std::string& message) {
+  glm::v1::PreflightResponse r;
+  r.set_ok(status != glm::v1::CHECK_STATUS_FAIL);
+  auto* c = r.add_checks();
+  c->set_id("nccl.version");
+  c->set_status(status);
+  c->set_message(message);
+  auto* n = r.mutable_nccl();
+  n->set_path(path);
+  n->set_present(present);
+  n->set_xxh3_128(hash);
+  n->set_size(present ? 4096 : 0);
+  n->set_version(version);
+  return r;
+}
+
+const std::string kLib = "/opt/nccl/libnccl.so.2";
+const std::string kHash(32, 'a');
+const std::string kMissing =
+    kLib + " is missing; will be staged from a node holding the pinned build (hash and version "
+           "are verified in the Stage phase)";
+
+TEST_F(StageStepTest, NcclMissingOnANodeIsStagedFromTheHolder) {
+  ctx_.topology.nccl_library = kLib;
+  ctx_.topology.nccl_expected_version = "2.30.4";
+  std::map<std::string, glm::v1::PreflightResponse> responses;
+  responses["n1"] = NcclResponse(kLib, true, kHash, "2.30.4", glm::v1::CHECK_STATUS_PASS,
+                                 kLib + " is NCCL 2.30.4 as expected");
+  responses["n2"] = NcclResponse(kLib, false, "", "", glm::v1::CHECK_STATUS_WARN, kMissing);
+  // No copy on the controller's host: n1's copy (loads as 2.30.4) is the pinned build.
+  NcclStagePlan plan = ApplyNcclStaging(ctx_.topology, std::nullopt, &responses);
+  EXPECT_EQ(plan.expected_hash, kHash);
+  EXPECT_EQ(plan.size, 4096u);
+  EXPECT_EQ(plan.holders, std::vector<std::string>{"n1"});
+  EXPECT_NE(plan.source.find("n1's copy"), std::string::npos);
+  const glm::v1::Check& c = responses["n2"].checks(0);
+  EXPECT_EQ(c.status(), glm::v1::CHECK_STATUS_WARN);
+  EXPECT_NE(c.message().find(kLib + " is missing; will be staged from n1"), std::string::npos)
+      << c.message();
+  EXPECT_TRUE(responses["n2"].ok());
+
+  // The Stage requests: n2 gets the hash, the size and n1 as its peer; n1 checks in place.
+  glm::v1::StageNcclRequest r2 =
+      BuildStageNcclRequest(ctx_.topology, ctx_.topology.nodes[1], ctx_.infos, plan);
+  EXPECT_EQ(r2.library_path(), kLib);
+  EXPECT_EQ(r2.expected_version(), "2.30.4");
+  EXPECT_EQ(r2.expected_hash(), kHash);
+  EXPECT_EQ(r2.peer_size(), 4096);
+  EXPECT_TRUE(r2.peer_path().empty());  // the peer's own library
+  ASSERT_EQ(r2.peers_size(), 1);
+  EXPECT_EQ(r2.peers(0).node(), "n1");
+  EXPECT_EQ(r2.peers(0).port(), 7001);
+  glm::v1::StageNcclRequest r1 =
+      BuildStageNcclRequest(ctx_.topology, ctx_.topology.nodes[0], ctx_.infos, plan);
+  EXPECT_EQ(r1.expected_hash(), kHash);
+  EXPECT_EQ(r1.peers_size(), 0);
+
+  // The controller's copy wins when there is one; a node with another build is replaced.
+  std::map<std::string, glm::v1::PreflightResponse> again;
+  again["n1"] = NcclResponse(kLib, true, kHash, "2.30.4", glm::v1::CHECK_STATUS_PASS, "ok");
+  again["n2"] = NcclResponse(kLib, true, std::string(32, 'b'), "2.30.4",
+                             glm::v1::CHECK_STATUS_PASS, "ok");
+  plan = ApplyNcclStaging(ctx_.topology, NcclSourceFile{"/srv/libnccl.so.2", kHash, 4096}, &again);
+  EXPECT_NE(plan.source.find("the controller's copy /srv/libnccl.so.2"), std::string::npos);
+  EXPECT_EQ(plan.holders, std::vector<std::string>{"n1"});
+  EXPECT_EQ(again["n2"].checks(0).status(), glm::v1::CHECK_STATUS_WARN);
+  EXPECT_NE(again["n2"].checks(0).message().find("differs from the pinned build"),
+            std::string::npos);
+}
+
+TEST_F(StageStepTest, NcclNobodyHoldsFailsAndAWrongPinnedBuildFailsNamingBothVersions) {
+  ctx_.topology.nccl_library = kLib;
+  ctx_.topology.nccl_expected_version = "2.30.4";
+  std::map<std::string, glm::v1::PreflightResponse> responses;
+  responses["n1"] = NcclResponse(kLib, false, "", "", glm::v1::CHECK_STATUS_WARN, kMissing);
+  responses["n2"] = NcclResponse(kLib, false, "", "", glm::v1::CHECK_STATUS_WARN, kMissing);
+  NcclStagePlan plan = ApplyNcclStaging(ctx_.topology, std::nullopt, &responses);
+  EXPECT_TRUE(plan.expected_hash.empty());
+  for (const auto& [name, r] : responses) {
+    EXPECT_FALSE(r.ok()) << name;
+    EXPECT_EQ(r.checks(0).status(), glm::v1::CHECK_STATUS_FAIL);
+    EXPECT_NE(r.checks(0).message().find("no node holds the pinned build"), std::string::npos)
+        << r.checks(0).message();
+    EXPECT_NE(r.checks(0).fix().find("install NCCL 2.30.4 at " + kLib), std::string::npos);
+  }
+
+  // The controller's copy is 2.27.7 and n1 holds that very build: staging cannot fix n1.
+  std::map<std::string, glm::v1::PreflightResponse> wrong;
+  wrong["n1"] = NcclResponse(
+      kLib, true, kHash, "2.27.7", glm::v1::CHECK_STATUS_WARN,
+      "NCCL library " + kLib + " is version 2.27.7 (code 22707), expected 2.30.4 (code 23004); "
+      "will be replaced by the pinned build in the Stage phase");
+  wrong["n1"].mutable_checks(0)->set_fix("stage NCCL 2.30.4 at that path");
+  wrong["n2"] = NcclResponse(kLib, false, "", "", glm::v1::CHECK_STATUS_WARN, kMissing);
+  plan = ApplyNcclStaging(ctx_.topology, NcclSourceFile{kLib, kHash, 4096}, &wrong);
+  const glm::v1::Check& c = wrong["n1"].checks(0);
+  EXPECT_EQ(c.status(), glm::v1::CHECK_STATUS_FAIL);
+  EXPECT_NE(c.message().find("n1: NCCL library " + kLib + " is version 2.27.7 (code 22707), "
+                                                        "expected 2.30.4 (code 23004)"),
+            std::string::npos)
+      << c.message();
+  EXPECT_NE(c.message().find("staging cannot fix it"), std::string::npos);
+  EXPECT_EQ(c.fix(), "stage NCCL 2.30.4 at that path");
+  EXPECT_FALSE(wrong["n1"].ok());
+}
+
 // A step that does nothing, for the phases before Stage.
 struct NopStep : BringUpStep {
   explicit NopStep(Phase p) : p_(p) {}

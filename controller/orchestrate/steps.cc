@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -111,6 +112,7 @@ absl::Status PreflightStep::Run(BringUpContext& ctx) {
   std::mutex mu;
   std::vector<std::string> failures;
   std::vector<std::pair<std::string, glm::v1::GidEntry>> gids;
+  std::map<std::string, glm::v1::PreflightResponse> responses;
   ParallelFor(ctx.topology.nodes, [&](const NodeEndpoint& node) {
     auto it = ctx.agents.find(node.name);
     if (it == ctx.agents.end()) {
@@ -129,6 +131,28 @@ absl::Status PreflightStep::Run(BringUpContext& ctx) {
       failures.push_back(msg);
       return;
     }
+    std::lock_guard<std::mutex> lock(mu);
+    responses[node.name] = *std::move(resp);
+  });
+  // NCCL: which build is pinned and who holds it decides whether a node's missing library is a
+  // warning (staged later) or a failure (nobody can provide it).
+  std::optional<NcclSourceFile> controller_copy;
+  if (nccl_source_ && !ctx.topology.nccl_library.empty()) {
+    absl::StatusOr<std::optional<NcclSourceFile>> copy = nccl_source_(ctx.topology);
+    if (!copy.ok()) {
+      failures.push_back(absl::StrCat("reading the NCCL source on the controller's host: ",
+                                      copy.status().message(),
+                                      " Fix: make nccl.source (or nccl.library) readable there, "
+                                      "or remove it from this host"));
+    } else {
+      controller_copy = *std::move(copy);
+    }
+  }
+  ctx.nccl_plan = ApplyNcclStaging(ctx.topology, controller_copy, &responses);
+  for (const NodeEndpoint& node : ctx.topology.nodes) {
+    auto found = responses.find(node.name);
+    if (found == responses.end()) continue;
+    const glm::v1::PreflightResponse* resp = &found->second;
     std::vector<std::string> node_failures;
     std::vector<std::string> warnings;
     for (const auto& check : resp->checks()) {
@@ -146,7 +170,6 @@ absl::Status PreflightStep::Run(BringUpContext& ctx) {
     for (const auto& check : resp->checks()) *e.add_checks() = check;
     if (resp->has_gid()) {
       ctx.state().SetNodeGid(node.name, resp->gid());
-      std::lock_guard<std::mutex> lock(mu);
       gids.emplace_back(node.name, resp->gid());
     }
     if (node_failures.empty()) {
@@ -156,16 +179,15 @@ absl::Status PreflightStep::Run(BringUpContext& ctx) {
                                  warnings.empty() ? "" : "; warnings: ",
                                  absl::StrJoin(warnings, "; "), ")"));
       ctx.Emit(e);
-      return;
+      continue;
     }
     std::string msg = absl::StrJoin(node_failures, "\n");
     ctx.state().SetNodeState(node.name, glm::v1::NODE_STATE_FAILED, msg);
     e.set_node_state(glm::v1::NODE_STATE_FAILED);
     e.set_message(msg);
     ctx.Emit(e);
-    std::lock_guard<std::mutex> lock(mu);
     for (auto& f : node_failures) failures.push_back(std::move(f));
-  });
+  }
   if (std::string warning = GidDisagreement(gids); !warning.empty()) {
     glm::v1::UpEvent e;
     e.set_phase(glm::v1::BRING_UP_PHASE_PREFLIGHT);
@@ -196,6 +218,9 @@ glm::v1::PreflightRequest BuildPreflightRequest(
   request.set_fabric_mtu(topology.fabric_mtu);
   request.set_nccl_library(topology.nccl_library);
   request.set_nccl_expected_version(topology.nccl_expected_version);
+  // The Stage phase installs the pinned build where it is missing (ApplyNcclStaging decides
+  // whether some node can provide it).
+  request.set_nccl_stage_if_missing(!topology.nccl_library.empty());
   for (const auto& peer : topology.nodes) {
     if (peer.name == node.name || peer.fabric_ip.empty()) continue;
     glm::v1::PreflightRequest::MtuPeer* p = request.add_mtu_peers();
@@ -233,7 +258,8 @@ glm::v1::ClusterPreflightResponse RunClusterPreflight(const ClusterTopology& top
                                                       AgentClientFactory* factory,
                                                       const RetryPolicy& policy,
                                                       const Sleeper& sleeper,
-                                                      Clock::Duration timeout) {
+                                                      Clock::Duration timeout,
+                                                      const NcclSourceProvider& nccl_source) {
   glm::v1::ClusterPreflightResponse out;
   std::mutex mu;
   std::map<std::string, std::shared_ptr<AgentClient>> clients;
@@ -277,6 +303,7 @@ glm::v1::ClusterPreflightResponse RunClusterPreflight(const ClusterTopology& top
         ". Fix: start it (glm-agent serve --listen ", node.address, " --node ", node.name, ")"));
   });
   std::vector<std::pair<std::string, glm::v1::GidEntry>> gids;
+  std::map<std::string, glm::v1::PreflightResponse> responses;
   ParallelFor(topology.nodes, [&](const NodeEndpoint& node) {
     std::shared_ptr<AgentClient> client;
     {
@@ -292,13 +319,22 @@ glm::v1::ClusterPreflightResponse RunClusterPreflight(const ClusterTopology& top
       r.set_error(absl::StrCat("preflight call failed: ", resp.status().message()));
       return;
     }
-    r.set_ok(resp->ok());
-    *r.mutable_checks() = resp->checks();
-    if (resp->has_gid()) {
-      *r.mutable_gid() = resp->gid();
-      gids.emplace_back(node.name, resp->gid());
-    }
+    responses[node.name] = *std::move(resp);
   });
+  std::optional<NcclSourceFile> controller_copy;
+  if (nccl_source && !topology.nccl_library.empty()) {
+    if (auto copy = nccl_source(topology); copy.ok()) controller_copy = *std::move(copy);
+  }
+  ApplyNcclStaging(topology, controller_copy, &responses);
+  for (auto& [name, resp] : responses) {
+    glm::v1::NodePreflightResult& r = results[name];
+    r.set_ok(resp.ok());
+    *r.mutable_checks() = resp.checks();
+    if (resp.has_gid()) {
+      *r.mutable_gid() = resp.gid();
+      gids.emplace_back(name, resp.gid());
+    }
+  }
   bool ok = true;
   for (const auto& node : topology.nodes) {
     glm::v1::NodePreflightResult& r = results[node.name];

@@ -59,14 +59,20 @@ class ConnectStep : public BringUpStep {
 
 // Runs preflight on every node in parallel; any failed check stops bring-up with the node, the
 // check id, the evidence and the fix. Warnings are reported and do not stop it.
+// The nodes' NCCL answers go through ApplyNcclStaging (nccl_source.h): a library that is missing
+// where another node holds the pinned build is a warning (Stage installs it), and the plan it
+// returns is left in BringUpContext::nccl_plan for the Stage phase.
 class PreflightStep : public BringUpStep {
  public:
-  explicit PreflightStep(Clock::Duration timeout = std::chrono::seconds(60)) : timeout_(timeout) {}
+  explicit PreflightStep(Clock::Duration timeout = std::chrono::seconds(60),
+                         NcclSourceProvider nccl_source = nullptr)
+      : timeout_(timeout), nccl_source_(std::move(nccl_source)) {}
   Phase phase() const override { return Phase::kPreflight; }
   absl::Status Run(BringUpContext& ctx) override;
 
  private:
   const Clock::Duration timeout_;
+  NcclSourceProvider nccl_source_;
 };
 
 // Plans ranks and replicas from the spec and model; refuses plans that do not fit.
@@ -106,7 +112,8 @@ glm::v1::ClusterPreflightResponse RunClusterPreflight(const ClusterTopology& top
                                                       AgentClientFactory* factory,
                                                       const RetryPolicy& policy,
                                                       const Sleeper& sleeper,
-                                                      Clock::Duration timeout);
+                                                      Clock::Duration timeout,
+                                                      const NcclSourceProvider& nccl_source = nullptr);
 
 // Runs `fn` for every element on its own thread and waits for all (nodes are few: 4-8).
 template <typename T, typename Fn>

@@ -60,6 +60,7 @@ struct ClusterTopology {
   bool require_gpu = false;
   int fabric_mtu = 0;                 // fabric.mtu; 0 = not configured
   std::string nccl_library;           // nccl.library resolved; empty = not configured
+  std::string nccl_source;            // nccl.source resolved (controller host); empty = nccl_library
   std::string nccl_expected_version;  // nccl.expected_version
   // Load inputs: parallel.tensor / parallel.pipeline, MTP drafting on, page_cache:.
   int tensor = 1;

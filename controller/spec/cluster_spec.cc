@@ -153,7 +153,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() 
                  "kv_cache_memory_fraction", "activation_reserve_bytes", "max_num_seqs",
                  "mtp_draft_tokens"}},
       {"parallel", {"tensor", "pipeline", "replicas", "layer_partition"}},
-      {"nccl", {"library", "expected_version", "env"}},
+      {"nccl", {"library", "source", "expected_version", "env"}},
       {"fabric", {"mtu", "subnet"}},
       {"node_defaults", {"hca", "port", "gid_index", "netdev", "memory_budget_bytes"}},
       {"nodes[]", {"name", "agent", "fabric_ip", "hca", "port", "gid_index", "netdev",
@@ -629,6 +629,7 @@ void ParseNccl(Parser& p, const Field* f, NcclSpec* nccl) {
   if (f == nullptr || f->value.IsNull()) return;
   MapView m = p.Map(f->value, "nccl", "nccl", f->key_loc);
   p.String(m, "library", false, &nccl->library);
+  p.String(m, "source", false, &nccl->source);
   std::string version;
   if (p.String(m, "expected_version", false, &version) && !version.empty()) {
     int parts = 0;

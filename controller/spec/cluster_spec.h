@@ -28,7 +28,13 @@
 //     replicas: 1                         # nodes = tensor * pipeline * replicas
 //     layer_partition: [11, 10, ...]      # layers per PP stage (length = pipeline)
 //   nccl:
-//     library: /opt/nccl/lib/libnccl.so.2
+//     library: /opt/nccl/lib/libnccl.so.2 # where every node loads NCCL from
+//     source: /srv/nccl/libnccl.so.2      # the pinned build on the controller's host (default:
+//                                         #   `library` there). Its XXH3-128 defines the build;
+//                                         #   without a copy there, the first node (YAML order)
+//                                         #   whose `library` loads with expected_version defines
+//                                         #   it. Nodes missing it (or holding another build)
+//                                         #   fetch it in Stage from a node holding it.
 //     expected_version: "2.30.4"
 //     env: {NCCL_IB_HCA: "rocep1s0f1"}
 //   fabric:
@@ -108,6 +114,7 @@ struct ParallelSpec {
 
 struct NcclSpec {
   std::string library;                    // empty: the NCCL the agent finds
+  std::string source;                     // on the controller's host; empty: `library` there
   std::string expected_version;           // "2.30.4"; empty: any
   std::map<std::string, std::string> env;
 };

@@ -83,6 +83,7 @@ TEST(ClusterSpec, FullSchema) {
                      "  api_key_file: keys\n"
                      "nccl:\n"
                      "  library: /opt/nccl/libnccl.so.2\n"
+                     "  source: /srv/nccl/libnccl.so.2\n"
                      "  expected_version: \"2.30.4\"\n"
                      "  env: {NCCL_IB_HCA: rocep1s0f1, NCCL_DEBUG: WARN, NCCL_IB_GID_INDEX: 3}\n"
                      "page_cache: {policy: adaptive, interval_s: 5, min_available_bytes: 8GiB}\n"
@@ -102,6 +103,7 @@ TEST(ClusterSpec, FullSchema) {
   EXPECT_EQ(spec->model.mtp_draft_tokens, 2);
   EXPECT_EQ(spec->nccl.env.at("NCCL_IB_GID_INDEX"), "3");
   EXPECT_EQ(spec->nccl.expected_version, "2.30.4");
+  EXPECT_EQ(spec->nccl.source, "/srv/nccl/libnccl.so.2");
   EXPECT_EQ(spec->fabric.mtu, 9000);
   EXPECT_EQ(spec->page_cache.policy, PageCachePolicy::kAdaptive);
   EXPECT_EQ(spec->page_cache.min_available_bytes, int64_t{8} << 30);
