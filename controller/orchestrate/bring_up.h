@@ -1,6 +1,6 @@
 // The bring-up state machine (DESIGN.md §3).
 //
-//   Idle ──► Validate ──► Connect ──► Preflight ──► Plan ──► Stage ──► [Load ──► Canary ──►
+//   Idle ──► Validate ──► Connect ──► Preflight ──► Plan ──► Stage ──► Load ──► [Canary ──►
 //   Gateway] ──► Ready        (bracketed: phases whose steps do not exist yet)
 //   any step ──► Failed;   Failed | Ready | Down ──► Validate (re-run; idempotent);
 //   Idle | Ready | Failed ──► Down;   Down ──► Validate
