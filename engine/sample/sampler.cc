@@ -7,18 +7,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/sample_rule.h"
 
 namespace glm::engine {
 namespace {
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-constexpr float kGreedyTemperature = 1e-5f;
+constexpr float kGreedyTemperature = sample_rule::kGreedyTemperature;
 
 }  // namespace
 
@@ -64,8 +58,7 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size)
 }
 
 double UniformDraw(uint64_t seed, int64_t index) {
-  const uint64_t x = SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(index));
-  return static_cast<double>(x >> 11) * 0x1.0p-53;
+  return static_cast<double>(sample_rule::DrawBits(seed, index)) * 0x1.0p-53;
 }
 
 bool IsGreedy(const SamplingParams& p) {
@@ -95,48 +88,9 @@ int32_t SampleToken(absl::Span<const float> logits, const SamplingParams& params
     }
     if (num_banned < vocab) logits = masked;
   }
-  if (IsGreedy(params)) return ArgMax(logits);
-
-  // Candidates ordered by probability descending, id ascending (the documented order).
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  auto better = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  int64_t keep = vocab;
-  if (params.top_k > 0 && params.top_k < vocab) {
-    keep = params.top_k;
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), better);
-  } else {
-    std::sort(order.begin(), order.end(), better);
-  }
-  const double inv_t = 1.0 / params.temperature;
-  const double max_logit = logits[order[0]];
-  std::vector<double> probs(keep);
-  double total = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((static_cast<double>(logits[order[i]]) - max_logit) * inv_t);
-    total += probs[i];
-  }
-  if (params.top_p < 1.0f) {
-    double mass = 0.0;
-    int64_t n = 0;
-    while (n < keep) {
-      mass += probs[n] / total;
-      ++n;
-      if (mass >= params.top_p) break;
-    }
-    keep = n;
-    total = 0.0;
-    for (int64_t i = 0; i < keep; ++i) total += probs[i];
-  }
-  const double u = UniformDraw(seed, output_index) * total;
-  double acc = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += probs[i];
-    if (u < acc) return order[i];
-  }
-  return order[keep - 1];
+  // The rule shared with the CPU backend's Sample op and the CUDA kernel (kernels/sample.h).
+  return sample_rule::SampleRowHost(logits.data(), vocab, params.temperature, params.top_k,
+                                    params.top_p, seed, output_index);
 }
 
 }  // namespace glm::engine
