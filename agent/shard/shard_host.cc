@@ -401,7 +401,8 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
 
   Clock::TimePoint last_tick = start;
   uint64_t last_reported = 0;
-  const uint64_t report_step = std::max<uint64_t>(bytes_total / 50, 1);
+  // A progress line (and a published status) per 5 % of the bytes, plus the last tensor.
+  const uint64_t report_step = std::max<uint64_t>(bytes_total / 20, 1);
   auto on_tensor = [&](const std::string& name, int64_t tensors_read, uint64_t bytes_read) {
     pages.ReportProgress(bytes_read);
     if (options_.on_tensor) options_.on_tensor(name);

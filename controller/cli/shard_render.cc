@@ -93,7 +93,7 @@ void PrintShardTable(std::ostream& out, const glm::v1::ClusterStatus& status) {
   std::vector<std::vector<std::string>> rows = {{"SHARD", "STATE", "LAYERS", "TP", "LOADED",
                                                  "LOAD TIME", "KV CACHE", "PAGE CACHE"}};
   std::vector<std::string> notes;
-  std::string tp_note;
+  int tp_copies = 0;
   for (const auto& n : status.nodes()) {
     if (!HasShard(n)) continue;
     const glm::v1::ShardStatus& s = n.shard();
@@ -110,7 +110,7 @@ void PrintShardTable(std::ostream& out, const glm::v1::ClusterStatus& status) {
                                        s.kv_capacity_tokens(), " tok)")
                         : "-",
                     PageCacheCell(s.page_cache())});
-    if (s.tp_replicated() && tp_note.empty()) tp_note = s.tp_note();
+    if (s.tp_replicated()) tp_copies = std::max(tp_copies, s.tp_size());
     if (s.page_cache().drop_not_permitted()) {
       notes.push_back(absl::StrCat(n.name(), ": ", s.page_cache().drop_not_permitted_message()));
     }
@@ -132,9 +132,10 @@ void PrintShardTable(std::ostream& out, const glm::v1::ClusterStatus& status) {
     }
     out << "\n";
   }
-  if (!tp_note.empty()) {
-    out << "  note: TP is not sharded yet: every TP rank holds its stage's full layers ("
-        << tp_note << ")\n";
+  if (tp_copies > 1) {
+    out << "  note: TP is not sharded yet: each of the " << tp_copies
+        << " TP ranks of a stage holds the stage's full layers (" << tp_copies
+        << " identical copies, " << tp_copies << "x the plan's weight memory)\n";
   }
   for (const auto& line : notes) out << "  " << line << "\n";
 }

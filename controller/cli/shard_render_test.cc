@@ -65,7 +65,7 @@ TEST(ShardRenderTest, TableShowsStateBytesLoadTimeAndPageCache) {
                           HasSubstr("periodic: fadvise freed 744 KiB (106 ranges), drop_caches 2 "
                                     "(3.00 GiB)"),
                           HasSubstr("drop NOT PERMITTED"),
-                          HasSubstr("note: TP is not sharded yet"),
+                          HasSubstr("note: TP is not sharded yet: each of the 2 TP ranks"),
                           HasSubstr("local-2: drop_caches not permitted")));
 }
 
