@@ -1,5 +1,5 @@
 // The Stage phase through the daemons: two agents started by the test on loopback, each with its
-// own model directory (--model-dir) and a stage server on it; node-2's copy of
+// own model directory (--model-dir), served to peers over gRPC (FetchFile); node-2's copy of
 // tests/golden/tiny-sharded lacks a shard file that node-1 has. `glmctl up` passes through Stage,
 // node-2 fetches the file from node-1 and verifies it, and the cluster reaches Ready.
 #include <unistd.h>
