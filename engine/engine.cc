@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   load.num_threads = options.num_threads;
   load.backend = options.backend;
   load.device = options.device;
+  load.weight_dtype = options.weight_dtype;
   GLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadGlmMoeDsa(load));
   return CreateWithModel(std::move(model), options);
 #else

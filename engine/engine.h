@@ -50,6 +50,9 @@ struct EngineOptions {
   // cuda where it cannot work fails Create with a message naming the fix.
   std::string backend = "auto";
   int device = 0;                 // CUDA device ordinal (backend cuda)
+  // Linear weight storage: "fp32" (reference), "bf16", "auto" (fp8 checkpoints stay e4m3 with
+  // block scales, else bf16). Not fp32 needs the cuda backend (ModelLoadOptions::weight_dtype).
+  std::string weight_dtype = "fp32";
   int mtp_draft_tokens = 0;       // k > 0: MTP speculative decoding with k drafts per step
   int max_queued_requests = 4096; // admission control: Submit fails with kUnavailable beyond it
   uint64_t seed = 0;              // seeds requests without SamplingParams::seed (0 = random)

@@ -2,7 +2,7 @@
 //
 //   glm-run --model DIR --tokens 1,2,3 [--max-tokens N] [--dump-logits FILE] [--mtp K]
 //           [--prompt TEXT] [--temperature T --top-p P --top-k K --seed S]
-//           [--backend cpu|cuda|auto] [--device N]
+//           [--backend cpu|cuda|auto] [--device N] [--dtype fp32|bf16|auto]
 //
 // The last line on stdout is the generated token ids, comma-separated. --dump-logits writes the
 // logits of every prompt position as float32 little-endian, row-major
@@ -80,6 +80,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   app.add_option("--device", opts.device, "CUDA device ordinal")->capture_default_str();
+  app.add_option("--dtype", opts.weight_dtype,
+                 "Linear weight storage: fp32, bf16, or auto (fp8 checkpoints keep e4m3 + block "
+                 "scales, else bf16); bf16/auto need the cuda backend")
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
+      ->capture_default_str();
   app.add_option("--kv-mib", kv_mib,
                  "KV cache budget in MiB (default: just enough blocks for this request)");
   app.add_option("--block-size", opts.kv_block_size)->capture_default_str();

@@ -10,7 +10,8 @@
 // - Ops are enqueued in order on the backend's stream and may run asynchronously; CopyToHost and
 //   Synchronize() wait. The cpu backend runs each op to completion, multi-threaded inside.
 // - Every op takes its shapes from the views; preconditions (matching shapes, strides) are checked
-//   by the caller at setup, not per op (hot path). All arithmetic is fp32 with fp32 accumulation.
+//   by the caller at setup, not per op (hot path). All arithmetic is fp32 with fp32 accumulation,
+//   except Linear with a narrow weight (WeightDType; bf16 / fp8 inputs, fp32 accumulation).
 // - A Backend is used from one thread at a time (the engine's step thread).
 // - Errors: ops return void (hot path). A device backend keeps the first failure (CUDA error,
 //   kernel launch check, cuBLAS error, out of memory) in status() and skips every later op; the
@@ -37,12 +38,27 @@ class Buffer {
   int32_t* i32() { return static_cast<int32_t*>(data()); }
 };
 
+// How a Linear weight is stored (MatView::dtype). Activations, norms, biases and embeddings are
+// always fp32; only weights passed as Linear's `w` or in ExpertWeights may be narrower.
+enum class WeightDType : uint8_t {
+  kF32,             // float elements
+  kBF16,            // bf16 elements (data points at them; ld counts bf16 elements)
+  kF8E4M3Block128,  // e4m3 bytes with fp32 block scales: W[i][j] = q[i][j] * scales[(i / 128) *
+                    // scale_ld + j / 128] (DeepSeek-V3 / GLM-5 weight_scale_inv, a multiplier)
+};
+
 // A row-major fp32 matrix view [rows, cols] with row stride `ld` (elements, >= cols).
+// A Linear weight may instead be stored as `dtype` (see WeightDType; `data` then points at the
+// bf16 / e4m3 elements and must not be dereferenced as floats). Rows()/Cols()/Row() are for fp32
+// views only.
 struct MatView {
   float* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t ld = 0;
+  WeightDType dtype = WeightDType::kF32;
+  const float* scales = nullptr;  // kF8E4M3Block128: [ceil(rows / 128), scale_ld] fp32
+  int64_t scale_ld = 0;           // >= ceil(cols / 128)
 
   MatView Rows(int64_t first, int64_t n) const { return {data + first * ld, n, cols, ld}; }
   MatView Cols(int64_t first, int64_t n) const { return {data + first, rows, n, ld}; }
@@ -119,6 +135,7 @@ struct AttentionArgs {
 
 // Routed experts of one MoE layer. Expert e's weights: gate[e], up[e] [moe_inter, hidden],
 // down[e] [hidden, moe_inter]; arrays of num_experts views (backend memory behind the views).
+// The views carry their WeightDType (all experts of a layer share one).
 struct ExpertWeights {
   const MatView* gate = nullptr;
   const MatView* up = nullptr;
@@ -140,10 +157,18 @@ class Backend {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() = 0;
 
-  // y[M, N] = x[M, K] . w[N, K]^T (+ y when accumulate). w is a Linear weight [out, in].
+  // Whether Linear's `w` and MoeExperts' weights may be stored as `dtype` (the model's loader
+  // asks before keeping weights narrower than fp32). Default: fp32 only (the cpu backend).
+  virtual bool SupportsWeightDType(WeightDType dtype) const { return dtype == WeightDType::kF32; }
+
+  // y[M, N] = x[M, K] . w[N, K]^T (+ y when accumulate). w is a Linear weight [out, in], of any
+  // dtype SupportsWeightDType accepts. With a bf16 weight x is rounded to bf16; with an fp8
+  // block-scaled weight x is rounded to bf16 and quantized per row per 128 columns to e4m3
+  // (kernels/quant_fp8_group.h); products accumulate in fp32 and y is fp32 either way.
   virtual void Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) = 0;
   // Per head h: y[:, h, :] = x[:, h, :] . w[h]^T, w[h] = weights + h * weight_head_stride
-  // viewed as [out_dim, in_dim] with row stride w_ld (MLA absorption: W_UK^T, W_UV).
+  // viewed as [out_dim, in_dim] with row stride w_ld (MLA absorption: W_UK^T, W_UV). fp32 weights
+  // on every backend.
   virtual void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
                              int64_t w_ld, const HeadsView& y) = 0;
   // y = w * x * rsqrt(mean(x^2) + eps), per row. y may alias x.
@@ -179,6 +204,7 @@ class Backend {
                         int top_k, bool renormalize, float scale, int32_t* ids,
                         float* weights) = 0;
   // out[t] += sum_j weights[t, j] * down[e](silu(gate[e] x[t]) * up[e] x[t]), e = ids[t, j].
+  // Narrow expert weights (SupportsWeightDType) are widened to fp32 inside the op; x stays fp32.
   virtual void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                           const ExpertWeights& experts, const MatView& out) = 0;
 };

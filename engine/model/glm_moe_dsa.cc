@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_util.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
@@ -52,6 +53,7 @@ class GlmMoeDsaModel : public Model {
                           ForwardResult* result) override;
 
   std::unique_ptr<Backend> owned_backend;
+  ModelWeightMemory weight_memory;
 
  private:
   absl::StatusOr<StepPlan> Plan(const ForwardBatch& batch) const;
@@ -99,7 +101,14 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
     return absl::UnimplementedError(absl::StrCat("rope_type `", c.rope_type,
                                                  "` is not supported; only `default` RoPE"));
   }
-  WeightLoader w(source, backend_);
+  GLM_ASSIGN_OR_RETURN(const LinearWeightMode mode, ParseLinearWeightMode(options_.weight_dtype));
+  if (mode != LinearWeightMode::kF32 && !backend_->SupportsWeightDType(WeightDType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weight dtype ", options_.weight_dtype, " is not supported by the ", backend_->name(),
+        " backend, which computes with fp32 weights only; use --dtype fp32 (weight_dtype "
+        "\"fp32\") or the cuda backend (--backend cuda)"));
+  }
+  WeightLoader w(source, backend_, mode);
   const std::string mtp_prefix = absl::StrCat("model.layers.", L);
   const bool with_mtp = options_.load_mtp && c.num_nextn_predict_layers > 0 && last_stage() &&
                         w.Has(mtp_prefix + ".eh_proj.weight");
@@ -120,7 +129,7 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
     const std::string head_name = c.tie_word_embeddings && !w.Has("lm_head.weight")
                                       ? "model.embed_tokens.weight"
                                       : "lm_head.weight";
-    GLM_ASSIGN_OR_RETURN(lm_head_, w.Matrix(head_name, c.vocab_size, c.hidden_size));
+    GLM_ASSIGN_OR_RETURN(lm_head_, w.Linear(head_name, c.vocab_size, c.hidden_size));
   }
   std::vector<int> kv_layers;
   for (int l = first_layer_; l <= last_layer_; ++l) kv_layers.push_back(l);
@@ -131,8 +140,8 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
     GLM_ASSIGN_OR_RETURN(mtp->head_norm.weight,
                          w.Vector(mtp_prefix + ".shared_head.norm.weight", c.hidden_size));
     mtp->enorm.eps = mtp->hnorm.eps = mtp->head_norm.eps = static_cast<float>(c.rms_norm_eps);
-    GLM_ASSIGN_OR_RETURN(mtp->eh_proj,
-                         w.Matrix(mtp_prefix + ".eh_proj.weight", c.hidden_size, 2 * c.hidden_size));
+    GLM_ASSIGN_OR_RETURN(mtp->eh_proj, w.Linear(mtp_prefix + ".eh_proj.weight", c.hidden_size,
+                                                2 * c.hidden_size));
     GLM_ASSIGN_OR_RETURN(DecoderLayer layer, DecoderLayer::Load(w, c, L));
     mtp->layer = std::make_unique<DecoderLayer>(std::move(layer));
     mtp_ = std::move(mtp);
@@ -147,6 +156,13 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
   }
   inv_freq_ = w.Upload(inv_freq, 1, num_freqs);
   GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, options_.kv, kv_layers));
+  const WeightBytes& wb = w.bytes();
+  weight_memory = {wb.total,         wb.linear,        wb.linear_fp32,   wb.fp8_scales,
+                   wb.fp8_payload,   wb.num_linear[0], wb.num_linear[1], wb.num_linear[2]};
+  GLM_LOG_INFO("model weights on {}: {} bytes; Linear weights ({}) {} bytes, {} in fp32; "
+               "{} fp32 / {} bf16 / {} fp8 tensors",
+               backend_->name(), wb.total, options_.weight_dtype, wb.linear, wb.linear_fp32,
+               wb.num_linear[0], wb.num_linear[1], wb.num_linear[2]);
   backend_->Synchronize();
   return Annotate(backend_->status(), absl::StrCat("loading the model onto the ",
                                                    backend_->name(), " backend"));
@@ -398,6 +414,26 @@ class StoreWeights : public WeightSource {
     if (shape != nullptr) *shape = view.shape;
     return store_->ReadFloat(name);
   }
+  bool IsFp8Block(const std::string& name) const override {
+    auto view = store_->Get(name);
+    if (!view.ok() || view->dtype != DType::kF8E4M3 || view->shape.size() != 2) return false;
+    const BlockSize b = store_->options().block;
+    return b.rows == 128 && b.cols == 128 && store_->ScaleFor(name).has_value();
+  }
+  absl::StatusOr<Fp8BlockTensor> ReadFp8Block(const std::string& name) override {
+    GLM_ASSIGN_OR_RETURN(TensorView view, store_->Get(name));
+    std::optional<TensorView> scale = store_->ScaleFor(name);
+    if (view.dtype != DType::kF8E4M3 || view.shape.size() != 2 || !scale.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", name, " is not a 2-D F8_E4M3 weight with a weight_scale_inv block scale"));
+    }
+    Fp8BlockTensor t;
+    t.shape = view.shape;
+    t.data.resize(view.nbytes);
+    std::memcpy(t.data.data(), view.data, view.nbytes);
+    GLM_ASSIGN_OR_RETURN(t.scales, store_->ReadFloat(scale->name));
+    return t;
+  }
 
  private:
   std::unique_ptr<WeightStore> store_;
@@ -417,6 +453,12 @@ int64_t KvCacheBytesPerToken(const ModelConfig& config, const ModelLoadOptions& 
   for (int l = std::max(0, options.first_layer); l <= last; ++l) add(l);
   if (options.load_mtp && config.num_nextn_predict_layers > 0 && last == L - 1) add(L);
   return floats * static_cast<int64_t>(sizeof(float));
+}
+
+std::optional<ModelWeightMemory> WeightMemoryOf(const Model& model) {
+  const auto* m = dynamic_cast<const GlmMoeDsaModel*>(&model);
+  if (m == nullptr) return std::nullopt;
+  return m->weight_memory;
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateGlmMoeDsa(const ModelConfig& config,

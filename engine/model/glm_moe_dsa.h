@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -59,7 +60,25 @@ struct ModelLoadOptions {
   // token; the absorbed (latent) form otherwise. Both give the same result (tested); false forces
   // the absorbed form everywhere.
   bool expanded_prefill = true;
+  // Storage of Linear weights (attention, indexer and MLP/expert projections, eh_proj, lm_head):
+  // "fp32" (the reference), "bf16", or "auto" (e4m3 + 128x128 block scales where the checkpoint
+  // is fp8, bf16 otherwise). Norm weights, biases, the embedding, the MoE router and kv_b_proj
+  // (read per head by the absorbed attention) stay fp32. Narrow dtypes need a backend that
+  // supports them (cuda); the cpu backend fails the load naming the fix.
+  std::string weight_dtype = "fp32";
 };
+
+// Bytes of backend memory the parameters of a model created here take (weights only), and how
+// many Linear weights were stored per dtype. nullopt for a Model not created by this file.
+struct ModelWeightMemory {
+  int64_t total_bytes = 0;
+  int64_t linear_bytes = 0;       // Linear weights as stored (fp8: e4m3 bytes + block scales)
+  int64_t linear_fp32_bytes = 0;  // the same weights in fp32
+  int64_t fp8_scale_bytes = 0;
+  int64_t fp8_payload_bytes = 0;  // e4m3 bytes of the fp8 Linear weights
+  int64_t num_linear_f32 = 0, num_linear_bf16 = 0, num_linear_fp8 = 0;
+};
+std::optional<ModelWeightMemory> WeightMemoryOf(const Model& model);
 
 // Bytes of paged KV storage per token position (per block: times kv.block_size) that a model
 // loaded with `options` allocates: the layers in [first_layer, last_layer], plus the MTP layer

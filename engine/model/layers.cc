@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,87 @@ DeviceMatrix WeightLoader::Upload(const std::vector<float>& data, int64_t rows, 
   m.buffer = backend_->Allocate(data.size() * sizeof(float));
   backend_->CopyToDevice(m.buffer->data(), data.data(), data.size() * sizeof(float));
   m.view = {m.buffer->f32(), rows, cols, cols};
+  bytes_.total += static_cast<int64_t>(data.size() * sizeof(float));
+  return m;
+}
+
+absl::StatusOr<LinearWeightMode> ParseLinearWeightMode(const std::string& s) {
+  if (s == "fp32") return LinearWeightMode::kF32;
+  if (s == "bf16") return LinearWeightMode::kBF16;
+  if (s == "auto") return LinearWeightMode::kAuto;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight dtype `", s, "` is not one of fp32, bf16, auto (--dtype / weight_dtype)"));
+}
+
+namespace {
+
+// fp32 -> bf16 bits, round to nearest even (NaN stays NaN).
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceMatrix> WeightLoader::Linear(const std::string& name, int64_t rows,
+                                                  int64_t cols) {
+  if (mode_ == LinearWeightMode::kF32) {
+    GLM_ASSIGN_OR_RETURN(DeviceMatrix m, Matrix(name, rows, cols));
+    bytes_.linear += rows * cols * 4;
+    bytes_.linear_fp32 += rows * cols * 4;
+    ++bytes_.num_linear[0];
+    return m;
+  }
+  DeviceMatrix m;
+  if (mode_ == LinearWeightMode::kAuto && cols % 16 == 0 && source_.IsFp8Block(name)) {
+    GLM_ASSIGN_OR_RETURN(Fp8BlockTensor t, source_.ReadFp8Block(name));
+    const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+    if (t.shape != std::vector<int64_t>{rows, cols} ||
+        static_cast<int64_t>(t.scales.size()) != srows * scols) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", name, " has shape ", ShapeString(t.shape), " with ", t.scales.size(),
+          " block scales; config.json implies ", ShapeString({rows, cols}), " and ", srows * scols,
+          ". Check that config.json belongs to this checkpoint"));
+    }
+    const int64_t scale_ld = (scols + 3) / 4 * 4;  // cuBLASLt's block-scaling stride rule
+    std::vector<float> scales(srows * scale_ld, 0.0f);
+    for (int64_t r = 0; r < srows; ++r) {
+      std::copy_n(t.scales.data() + r * scols, scols, scales.data() + r * scale_ld);
+    }
+    m.buffer = backend_->Allocate(t.data.size());
+    backend_->CopyToDevice(m.buffer->data(), t.data.data(), t.data.size());
+    m.scale_buffer = backend_->Allocate(scales.size() * sizeof(float));
+    backend_->CopyToDevice(m.scale_buffer->data(), scales.data(), scales.size() * sizeof(float));
+    m.view = {m.buffer->f32(), rows, cols, cols};
+    m.view.dtype = WeightDType::kF8E4M3Block128;
+    m.view.scales = m.scale_buffer->f32();
+    m.view.scale_ld = scale_ld;
+    const int64_t b = static_cast<int64_t>(t.data.size() + scales.size() * sizeof(float));
+    bytes_.total += b;
+    bytes_.linear += b;
+    bytes_.fp8_scales += static_cast<int64_t>(scales.size() * sizeof(float));
+    bytes_.fp8_payload += static_cast<int64_t>(t.data.size());
+    ++bytes_.num_linear[2];
+  } else {
+    GLM_ASSIGN_OR_RETURN(std::vector<float> data, Host(name, rows, cols));
+    const int64_t ld = (cols + 7) / 8 * 8;  // 16-byte rows for cuBLASLt and 8-byte loads
+    std::vector<uint16_t> h(rows * ld, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) h[r * ld + c] = ToBf16(data[r * cols + c]);
+    }
+    m.buffer = backend_->Allocate(h.size() * sizeof(uint16_t));
+    backend_->CopyToDevice(m.buffer->data(), h.data(), h.size() * sizeof(uint16_t));
+    m.view = {m.buffer->f32(), rows, cols, ld};
+    m.view.dtype = WeightDType::kBF16;
+    const int64_t b = static_cast<int64_t>(h.size() * sizeof(uint16_t));
+    bytes_.total += b;
+    bytes_.linear += b;
+    ++bytes_.num_linear[1];
+  }
+  bytes_.linear_fp32 += rows * cols * 4;
   return m;
 }
 
@@ -75,9 +157,9 @@ absl::StatusOr<DeviceMatrix> WeightLoader::Vector(const std::string& name, int64
 absl::StatusOr<DenseMlp> DenseMlp::Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
                                         int64_t inter) {
   DenseMlp m;
-  GLM_ASSIGN_OR_RETURN(m.gate, w.Matrix(prefix + ".gate_proj.weight", inter, hidden));
-  GLM_ASSIGN_OR_RETURN(m.up, w.Matrix(prefix + ".up_proj.weight", inter, hidden));
-  GLM_ASSIGN_OR_RETURN(m.down, w.Matrix(prefix + ".down_proj.weight", hidden, inter));
+  GLM_ASSIGN_OR_RETURN(m.gate, w.Linear(prefix + ".gate_proj.weight", inter, hidden));
+  GLM_ASSIGN_OR_RETURN(m.up, w.Linear(prefix + ".up_proj.weight", inter, hidden));
+  GLM_ASSIGN_OR_RETURN(m.down, w.Linear(prefix + ".down_proj.weight", hidden, inter));
   return m;
 }
 
@@ -152,13 +234,13 @@ void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const 
 absl::StatusOr<Indexer> Indexer::Load(WeightLoader& w, const ModelConfig& c,
                                       const std::string& prefix) {
   Indexer ix;
-  GLM_ASSIGN_OR_RETURN(ix.wq_b, w.Matrix(prefix + ".wq_b.weight", c.index_n_heads * c.index_head_dim,
-                                         c.q_lora_rank));
-  GLM_ASSIGN_OR_RETURN(ix.wk, w.Matrix(prefix + ".wk.weight", c.index_head_dim, c.hidden_size));
+  GLM_ASSIGN_OR_RETURN(ix.wq_b, w.Linear(prefix + ".wq_b.weight",
+                                         c.index_n_heads * c.index_head_dim, c.q_lora_rank));
+  GLM_ASSIGN_OR_RETURN(ix.wk, w.Linear(prefix + ".wk.weight", c.index_head_dim, c.hidden_size));
   GLM_ASSIGN_OR_RETURN(ix.k_norm_w, w.Vector(prefix + ".k_norm.weight", c.index_head_dim));
   GLM_ASSIGN_OR_RETURN(ix.k_norm_b, w.Vector(prefix + ".k_norm.bias", c.index_head_dim));
   GLM_ASSIGN_OR_RETURN(ix.weights_proj,
-                       w.Matrix(prefix + ".weights_proj.weight", c.index_n_heads, c.hidden_size));
+                       w.Linear(prefix + ".weights_proj.weight", c.index_n_heads, c.hidden_size));
   return ix;
 }
 
@@ -201,11 +283,11 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
   MlaAttention m;
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
                 rope = c.qk_rope_head_dim, vd = c.v_head_dim, kvr = c.kv_lora_rank;
-  GLM_ASSIGN_OR_RETURN(m.q_a, w.Matrix(prefix + ".q_a_proj.weight", c.q_lora_rank, H));
+  GLM_ASSIGN_OR_RETURN(m.q_a, w.Linear(prefix + ".q_a_proj.weight", c.q_lora_rank, H));
   GLM_ASSIGN_OR_RETURN(m.q_a_norm, w.Vector(prefix + ".q_a_layernorm.weight", c.q_lora_rank));
-  GLM_ASSIGN_OR_RETURN(m.q_b, w.Matrix(prefix + ".q_b_proj.weight", nh * (nope + rope),
+  GLM_ASSIGN_OR_RETURN(m.q_b, w.Linear(prefix + ".q_b_proj.weight", nh * (nope + rope),
                                        c.q_lora_rank));
-  GLM_ASSIGN_OR_RETURN(m.kv_a, w.Matrix(prefix + ".kv_a_proj_with_mqa.weight", kvr + rope, H));
+  GLM_ASSIGN_OR_RETURN(m.kv_a, w.Linear(prefix + ".kv_a_proj_with_mqa.weight", kvr + rope, H));
   GLM_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector(prefix + ".kv_a_layernorm.weight", kvr));
   GLM_ASSIGN_OR_RETURN(std::vector<float> kv_b,
                        w.Host(prefix + ".kv_b_proj.weight", nh * (nope + vd), kvr));
@@ -219,7 +301,7 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
   }
   m.w_uk_t = w.Upload(uk_t, nh * kvr, nope);
   m.kv_b = w.Upload(kv_b, nh * (nope + vd), kvr);
-  GLM_ASSIGN_OR_RETURN(m.o_proj, w.Matrix(prefix + ".o_proj.weight", H, nh * vd));
+  GLM_ASSIGN_OR_RETURN(m.o_proj, w.Linear(prefix + ".o_proj.weight", H, nh * vd));
   if (has_indexer) {
     GLM_ASSIGN_OR_RETURN(Indexer ix, Indexer::Load(w, c, prefix + ".indexer"));
     m.indexer = std::make_unique<Indexer>(std::move(ix));

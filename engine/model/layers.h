@@ -41,29 +41,60 @@ class Workspace {
   size_t offset_ = 0;
 };
 
-// A parameter in backend memory.
+// A parameter in backend memory. view.dtype says how a Linear weight is stored (fp32 for every
+// other parameter); scale_buffer holds the block scales of an fp8 weight.
 struct DeviceMatrix {
   std::unique_ptr<Buffer> buffer;
+  std::unique_ptr<Buffer> scale_buffer;
   MatView view;  // [rows, cols]
   const float* data() const { return view.data; }
+};
+
+// How WeightLoader::Linear stores Linear weights (ModelLoadOptions::weight_dtype).
+enum class LinearWeightMode {
+  kF32,   // "fp32": everything fp32 (the reference)
+  kBF16,  // "bf16": every Linear weight bf16 (fp8 checkpoints dequantized, then rounded)
+  kAuto,  // "auto": e4m3 + 128x128 scales kept where the checkpoint has them, else bf16
+};
+// Parses "fp32" | "bf16" | "auto"; InvalidArgument naming the accepted values otherwise.
+absl::StatusOr<LinearWeightMode> ParseLinearWeightMode(const std::string& s);
+
+// Bytes of backend memory the loaded parameters take (weights only; no KV, no workspace).
+struct WeightBytes {
+  int64_t total = 0;          // every parameter, incl. scales and fp32 copies
+  int64_t linear = 0;         // Linear weights loaded through WeightLoader::Linear, as stored
+  int64_t linear_fp32 = 0;    // the same weights in fp32 (rows * cols * 4)
+  int64_t fp8_scales = 0;     // block scales of fp8 weights (included in linear and total)
+  int64_t fp8_payload = 0;    // e4m3 bytes of fp8 weights (included in linear and total)
+  int64_t num_linear[3] = {0, 0, 0};  // Linear weights per WeightDType (f32, bf16, fp8)
 };
 
 // Reads parameters from a WeightSource, checks their shapes, and copies them to the backend.
 class WeightLoader {
  public:
-  WeightLoader(WeightSource& source, Backend* backend) : source_(source), backend_(backend) {}
-  // A tensor of shape [rows, cols] (a Linear weight [out, in]).
+  WeightLoader(WeightSource& source, Backend* backend,
+               LinearWeightMode mode = LinearWeightMode::kF32)
+      : source_(source), backend_(backend), mode_(mode) {}
+  // A tensor of shape [rows, cols] in fp32 (embeddings, the router, weights used per head).
   absl::StatusOr<DeviceMatrix> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A Linear weight [out, in] = [rows, cols] stored as the loader's mode says: fp32; bf16 (row
+  // stride rounded up to 8 elements, 16-byte rows); or e4m3 + fp32 block scales (mode kAuto, the
+  // tensor is e4m3 with 128x128 scales in the checkpoint and cols % 16 == 0; scale_ld rounded up
+  // to 4), else bf16.
+  absl::StatusOr<DeviceMatrix> Linear(const std::string& name, int64_t rows, int64_t cols);
   // A 1-D tensor of `size` elements, viewed as [1, size].
   absl::StatusOr<DeviceMatrix> Vector(const std::string& name, int64_t size);
   // Host copy of a tensor (load-time transforms such as MLA absorption).
   absl::StatusOr<std::vector<float>> Host(const std::string& name, int64_t rows, int64_t cols);
   DeviceMatrix Upload(const std::vector<float>& data, int64_t rows, int64_t cols);
   bool Has(const std::string& name) const { return source_.Has(name); }
+  const WeightBytes& bytes() const { return bytes_; }
 
  private:
   WeightSource& source_;
   Backend* backend_;
+  LinearWeightMode mode_;
+  WeightBytes bytes_;
 };
 
 // Per-step row bookkeeping shared by all layers (device arrays unless said otherwise).
@@ -118,7 +149,7 @@ struct DenseMlp {
 
 // Sigmoid-routed MoE with a shared expert (spec §3.4).
 struct Moe {
-  DeviceMatrix router;  // [n_routed_experts, H]
+  DeviceMatrix router;  // [n_routed_experts, H], fp32 (routing is computed in fp32)
   DeviceMatrix bias;    // [1, n_routed_experts] e_score_correction_bias
   std::vector<DenseMlp> experts;
   std::vector<MatView> gate_views, up_views, down_views;
@@ -146,7 +177,9 @@ struct Indexer {
 // Multi-head latent attention with DSA sparsity (spec §3.2).
 struct MlaAttention {
   DeviceMatrix q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o_proj;
-  DeviceMatrix w_uk_t;  // [num_heads, kv_lora_rank, qk_nope_head_dim] (absorbed query)
+  // kv_b stays fp32 in every mode: LinearPerHead reads W_UV from it (and the expanded form's
+  // Linear uses it too).
+  DeviceMatrix w_uk_t;  // [num_heads, kv_lora_rank, qk_nope_head_dim] (absorbed query), fp32
   std::unique_ptr<Indexer> indexer;  // null on IndexShare "shared" layers
   static absl::StatusOr<MlaAttention> Load(WeightLoader& w, const ModelConfig& c,
                                            const std::string& prefix, bool has_indexer);

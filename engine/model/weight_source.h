@@ -11,6 +11,13 @@
 
 namespace glm::engine {
 
+// A 2-D e4m3 weight as stored in an fp8 checkpoint, with its 128 x 128 block scales.
+struct Fp8BlockTensor {
+  std::vector<int64_t> shape;        // [rows, cols]
+  std::vector<uint8_t> data;         // e4m3 bytes, row-major [rows, cols]
+  std::vector<float> scales;         // [ceil(rows / 128), ceil(cols / 128)] (weight_scale_inv)
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -19,6 +26,15 @@ class WeightSource {
   // NotFound names the tensor when it is absent.
   virtual absl::StatusOr<std::vector<float>> ReadFloat(const std::string& name,
                                                        std::vector<int64_t>* shape) = 0;
+  // True when `name` is a 2-D e4m3 tensor with a 128 x 128 block scale (ReadFp8Block works).
+  virtual bool IsFp8Block(const std::string& name) const {
+    (void)name;
+    return false;
+  }
+  // The raw e4m3 bytes and scales of such a tensor (weights kept in fp8 on the device).
+  virtual absl::StatusOr<Fp8BlockTensor> ReadFp8Block(const std::string& name) {
+    return absl::UnimplementedError("tensor " + name + ": this weight source has no fp8 tensors");
+  }
 };
 
 // A WeightSource over tensors held in memory (tests, synthetic benchmark models).
