@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
                     "re-read period of the GID table after bring-up")
       ->check(CLI::Range(50, 3600000));
   serve->add_option("--fabric-ip", flags.fabric_ip,
-                    "this node's fabric IP: serve the path-MTU echo (and stage server) there");
+                    "this node's fabric IP: serve the path-MTU echo and a staging gRPC port there");
   serve->add_option("--mtu-echo-port", flags.mtu_echo_port, "UDP port of the path-MTU echo (0: any)")
       ->check(CLI::Range(0, 65535));
   serve->add_option("--stage-root", flags.stage_root,
