@@ -21,11 +21,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#if !defined(__CUDACC__)
 #include <algorithm>
+#include <cstring>
 #include <vector>
-#endif
 
 #if defined(__CUDACC__)
 #define GLM_SAMPLE_HD __host__ __device__ __forceinline__
@@ -198,10 +196,9 @@ GLM_SAMPLE_HD bool IsGreedy(float temperature, int32_t top_k) {
   return !(temperature > kGreedyTemperature) || top_k == 1;
 }
 
-#if !defined(__CUDACC__)
 // The host implementation of the rule: the reference the kernel is tested against, used by
 // engine/sample SampleToken and the CPU backend's Sample op. O(vocab) plus a sort of the tokens
-// with q > 0 (top_k off) or of the top_k tokens.
+// with q > 0 (top_k off) or of the top_k tokens. Host code (also parsed, not run, under nvcc).
 inline int32_t SampleRowHost(const float* logits, int64_t vocab, float temperature, int32_t top_k,
                              float top_p, uint64_t seed, int64_t index) {
   int32_t best = 0;
@@ -274,6 +271,5 @@ inline float LogProbHost(const float* logits, int64_t vocab, int32_t id) {
   }
   return static_cast<float>(l - m - std::log(sum));
 }
-#endif  // !defined(__CUDACC__)
 
 }  // namespace glm::sample_rule

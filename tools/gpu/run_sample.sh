@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Device sampling on a GPU machine over a build made elsewhere (builds nothing). On the CPU
+# machine first:
+#   cmake -S . -B build-h9 -G Ninja -DGLM_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
+#   cmake --build build-h9 -j2 --target sample_test sample_backend_test engine_golden_test
+#   BUILD_DIR=build-h9 STAGE_DIR=.gpurun-h9 BINS="<those binaries>" tools/gpu/stage_build.sh
+# then from the repo root there: tools/gpu/run_sample.sh .gpurun-h9
+# Steps (whichever binaries are staged): sample_test (kernel vs the host rule, batch freedom,
+# 20K-draw distribution, guards) with its bench (us per step, batch 1 and 64, vocab 154,880);
+# sample_backend_test (cuda backend vs cpu backend); GoldenSamplingTest (seeded engine on cpu and
+# cuda); compute-sanitizer memcheck and synccheck of sample_test.
+# Logs go to $OUT (or /tmp/glm-sample-out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+stage=${1:-.gpurun-h9}
+bin=$stage/bin
+out=${OUT:-/tmp/glm-sample-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuBLASLt (the cuda backend links it; not staged): run_engine_gpu.sh's finder.
+eval "$(sed -n '/^find_cublaslt() {/,/^}/p' tools/gpu/run_engine_gpu.sh)"
+find_cublaslt || echo "cublasLt not found: sample_backend_test / golden_sampling will fail to load"
+export LD_LIBRARY_PATH
+export PATH=$PATH:/usr/local/cuda/bin
+export GLM_GOLDEN_DIR=$PWD/tests/golden
+summary=()
+step() {  # step NAME TIMEOUT_S CMD...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "== $name: $*" >>"$out/$name.log"
+  timeout "$limit" "$@" >>"$out/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
+  grep -E "FAILED|Failure|ERROR SUMMARY|us/step|tokens equal|PASSED|SKIPPED" "$out/$name.log" | head -n 30
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if [[ -x $bin/sample_test ]]; then
+  step sample_test 60 "$bin/sample_test" --gtest_also_run_disabled_tests
+fi
+if [[ -x $bin/sample_backend_test ]]; then
+  step sample_backend_test 120 "$bin/sample_backend_test"
+fi
+if [[ -x $bin/engine_golden_test ]]; then
+  step golden_sampling 120 "$bin/engine_golden_test" --gtest_filter='GoldenSamplingTest.*'
+fi
+if [[ -x $bin/sample_test ]] && command -v compute-sanitizer >/dev/null; then
+  step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 1 "$bin/sample_test" \
+    --gtest_filter='-*Distribution*:*Bench*'
+  step synccheck 60 compute-sanitizer --tool synccheck --error-exitcode 1 "$bin/sample_test" \
+    --gtest_filter='*MatchesHostRule*'
+fi
+printf '%s\n' "${summary[@]}"
