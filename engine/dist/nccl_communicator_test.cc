@@ -51,6 +51,8 @@ const Fake& GetFake() {
   return *fake;
 }
 
+int Load(int* counter) { return __atomic_load_n(counter, __ATOMIC_SEQ_CST); }
+
 // A DeviceStream over the fake's streams (cudaStreamQuery's role).
 class FakeStream : public DeviceStream {
  public:
@@ -133,13 +135,13 @@ TEST_P(NcclAllReduceTest, GoesThroughTheTableAndSumsOnEveryRank) {
   for (int r = 1; r < n; ++r) {
     for (size_t i = 0; i < kCount; ++i) expected[i] += data[r][i];
   }
-  const int calls_before = *GetFake().calls;
+  const int calls_before = Load(GetFake().calls);
   std::vector<absl::Status> issued(n), synced(n);
   OnRanks(n, [&](int r) {
     issued[r] = g->comms[r]->AllReduceSum(data[r].data(), kCount);
     synced[r] = g->comms[r]->Synchronize();
   });
-  EXPECT_EQ(*GetFake().calls - calls_before, n) << "one ncclAllReduce per rank, via the table";
+  EXPECT_EQ(Load(GetFake().calls) - calls_before, n) << "one ncclAllReduce per rank, via the table";
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(issued[r].ok()) << issued[r];
     ASSERT_TRUE(synced[r].ok()) << synced[r];
@@ -169,14 +171,14 @@ TEST(NcclCommunicatorTest, SendRecvRingIsGroupedAndDelivers) {
   auto g = MakeGroup(kRanks);
   std::vector<std::vector<float>> out(kRanks), in(kRanks, std::vector<float>(kCount));
   for (int r = 0; r < kRanks; ++r) out[r] = RandomData(r, kCount);
-  const int groups_before = *GetFake().group_calls;
+  const int groups_before = Load(GetFake().group_calls);
   std::vector<absl::Status> statuses(kRanks);
   OnRanks(kRanks, [&](int r) {
     absl::Status s = g->comms[r]->SendRecv(out[r].data(), kCount, (r + 1) % kRanks, in[r].data(),
                                            kCount, (r + kRanks - 1) % kRanks);
     statuses[r] = s.ok() ? g->comms[r]->Synchronize() : s;
   });
-  EXPECT_EQ(*GetFake().group_calls - groups_before, kRanks) << "ncclGroupStart per SendRecv";
+  EXPECT_EQ(Load(GetFake().group_calls) - groups_before, kRanks) << "ncclGroupStart per SendRecv";
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_TRUE(statuses[r].ok()) << statuses[r];
     EXPECT_EQ(in[r], out[(r + kRanks - 1) % kRanks]) << "rank " << r;

@@ -158,6 +158,7 @@ typedef struct {
   char internal[128];
 } ncclUniqueId;
 
+// Counters a test reads through dlsym (with __atomic_load_n: ranks call from several threads).
 int fake_nccl_calls = 0;        // Collective and p2p calls that reached this library.
 int fake_nccl_group_calls = 0;  // ncclGroupStart calls.
 
@@ -235,22 +236,22 @@ const char* ncclGetErrorString(int result) {
 }
 
 int ncclAllReduce(const void* s, void* r, size_t n, int t, int op, void* c, void* st) {
-  ++fake_nccl_calls;
+  __atomic_fetch_add(&fake_nccl_calls, 1, __ATOMIC_SEQ_CST);
   return Enqueue(c, kAllReduce, s, r, n, t, op, 0, st);
 }
 
 int ncclBroadcast(const void* s, void* r, size_t n, int t, int root, void* c, void* st) {
-  ++fake_nccl_calls;
+  __atomic_fetch_add(&fake_nccl_calls, 1, __ATOMIC_SEQ_CST);
   return Enqueue(c, kBroadcast, s, r, n, t, kSum, root, st);
 }
 
 int ncclSend(const void* s, size_t n, int t, int peer, void* c, void* st) {
-  ++fake_nccl_calls;
+  __atomic_fetch_add(&fake_nccl_calls, 1, __ATOMIC_SEQ_CST);
   return EnqueueP2p(c, true, s, nullptr, n, t, peer, st);
 }
 
 int ncclRecv(void* r, size_t n, int t, int peer, void* c, void* st) {
-  ++fake_nccl_calls;
+  __atomic_fetch_add(&fake_nccl_calls, 1, __ATOMIC_SEQ_CST);
   return EnqueueP2p(c, false, nullptr, r, n, t, peer, st);
 }
 
@@ -259,7 +260,7 @@ int ncclAllGather(const void*, void*, size_t, int, void*, void*) { return kInval
 int ncclReduceScatter(const void*, void*, size_t, int, int, void*, void*) { return kInvalidUsage; }
 
 int ncclGroupStart(void) {
-  ++fake_nccl_group_calls;
+  __atomic_fetch_add(&fake_nccl_group_calls, 1, __ATOMIC_SEQ_CST);
   return kSuccess;
 }
 int ncclGroupEnd(void) { return kSuccess; }
