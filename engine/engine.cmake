@@ -29,4 +29,10 @@ if(TARGET glm_model)
     GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden"
     GLM_RUN_BINARY="$<TARGET_FILE:glm-run>")
   add_dependencies(engine_golden_test glm-run)
+  # The same fixtures through the cuda backend with bf16 / fp8 Linear weights (issue 4).
+  glm_add_test(NAME engine_golden_narrow_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_golden_narrow_test.cc
+    LIBS glm_engine glm_model nlohmann_json::nlohmann_json LABELS golden)
+  target_compile_definitions(engine_golden_narrow_test PRIVATE
+    GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
 endif()

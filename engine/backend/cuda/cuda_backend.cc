@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "engine/backend/cuda/cublaslt_matmul.h"
+#include "engine/backend/cuda/cuda_linear.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "kernels/cuda_util.h"
 #include "kernels/layernorm.h"
@@ -96,17 +97,24 @@ class DeviceScratch : public cuda::Scratch {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<cuda::LtMatmul> matmul)
-      : device_(device), stream_(stream), matmul_(std::move(matmul)), scratch_(stream) {}
+  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<cuda::LtMatmul> matmul,
+              std::unique_ptr<cuda::NarrowLinear> narrow)
+      : device_(device),
+        stream_(stream),
+        matmul_(std::move(matmul)),
+        narrow_(std::move(narrow)),
+        scratch_(stream) {}
   ~CudaBackend() override {
     if (Bind()) cudaStreamSynchronize(stream_);
     matmul_.reset();
+    narrow_.reset();
     cudaStreamDestroy(stream_);
   }
 
   std::string name() const override { return "cuda"; }
   int num_threads() const override { return 1; }
   absl::Status status() const override { return status_; }
+  bool SupportsWeightDType(WeightDType) const override { return true; }
 
   std::unique_ptr<Buffer> Allocate(size_t bytes) override {
     void* p = nullptr;
@@ -148,6 +156,10 @@ class CudaBackend : public Backend {
     if (x.rows == 0 || w.rows == 0 || !Bind()) return;
     if (x.cols == 0) {
       if (!accumulate) Fill(y, 0.0f);
+      return;
+    }
+    if (w.dtype != WeightDType::kF32) {  // bf16 / fp8 weights: cuda_linear.h
+      Record(Annotate(narrow_->Run(x, w, y, accumulate, scratch_, stream_), "Linear"));
       return;
     }
     cuda::GemmShape s;
@@ -278,6 +290,7 @@ class CudaBackend : public Backend {
   const int device_;
   cudaStream_t stream_;
   std::unique_ptr<cuda::LtMatmul> matmul_;
+  std::unique_ptr<cuda::NarrowLinear> narrow_;
   DeviceScratch scratch_;
   absl::Status status_;
 };
@@ -314,8 +327,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal) {
     cudaStreamDestroy(stream);
     return Annotate(matmul.status(), "CUDA backend: cuBLASLt setup");
   }
-  return std::unique_ptr<Backend>(
-      std::make_unique<CudaBackend>(device_ordinal, stream, std::move(*matmul)));
+  auto narrow = cuda::NarrowLinear::Create();
+  if (!narrow.ok()) {
+    cudaStreamDestroy(stream);
+    return Annotate(narrow.status(), "CUDA backend: cuBLASLt setup (bf16/fp8 Linear)");
+  }
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
+      device_ordinal, stream, std::move(*matmul), std::move(*narrow)));
 }
 
 }  // namespace glm::engine

@@ -3,7 +3,8 @@
 // - Memory: Allocate is cudaMalloc + zero-fill on the backend's stream. Copies are stream-ordered
 //   (CopyToHost waits for them); every op is enqueued on the backend's own non-blocking stream.
 // - Linear / LinearPerHead: cuBLASLt, CUBLAS_COMPUTE_32F (cublaslt_matmul.h), plans cached per
-//   shape. Small ops: the kernels in kernels/ (rmsnorm, layernorm, rope, silu_mul, rows,
+//   shape. Linear with bf16 / fp8 block-scaled weights (backend.h WeightDType): cuda_linear.h;
+//   MoeExperts widens bf16 / fp8 expert weights inside its tiles. Small ops: the kernels in kernels/ (rmsnorm, layernorm, rope, silu_mul, rows,
 //   moe_route). Attention, IndexerTopK, MoeExperts: cuda_ops.h. Temporary device memory of those
 //   comes from a grow-only scratch (cuda_ops.h Scratch) owned by the backend.
 // - Errors: ops return void (hot path). The first CUDA / cuBLAS / launch-check error is kept

@@ -11,13 +11,19 @@ set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
 set(glm_cuda_ops_sources
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_attention.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_indexer.cu
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_moe.cu)
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_moe.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_linear.cu)
 target_sources(glm_backend_cuda PRIVATE ${glm_cuda_ops_sources})
+# bf16 / fp8 Linear (cuda_linear.cu): gemm_bf16, gemm_fp8_block, quant_fp8_group.
+target_link_libraries(glm_backend_cuda PRIVATE glm_kernels_gemm)
 set_source_files_properties(${glm_cuda_ops_sources} PROPERTIES
   COMPILE_OPTIONS "--expt-relaxed-constexpr;-lineinfo;-Xptxas=-warn-spills")
 
 glm_add_test(NAME cuda_ops_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_test.cc
   LIBS glm_backend_cuda glm_backend_cpu glm_kernels LABELS gpu)
+# bf16 / fp8 block-scaled weights (Linear via cuda_linear.h, MoeExperts) vs the CPU backend.
+glm_add_test(NAME cuda_narrow_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_narrow_test.cc
+  LIBS glm_backend_cuda glm_backend_cpu glm_kernels_gemm LABELS gpu)
 
 add_executable(cuda_ops_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_bench.cc)
 target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda glm_kernels)

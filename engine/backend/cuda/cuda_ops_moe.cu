@@ -20,6 +20,12 @@
 //    atomics: deterministic).
 // The per-expert weight pointers are uploaded once per ExpertWeights array (keyed by device and
 // the gate array's address, re-uploaded only when the views change) and cached for the process.
+// Expert weights may be fp32, bf16 or fp8 e4m3 with 128x128 block scales (backend.h WeightDType,
+// one dtype per layer): fp32 tiles come in by cp.async; bf16 / fp8 tiles are loaded 4 elements
+// at a time (8 / 4 bytes), widened to fp32 (fp8: times the block's scale, the same product as
+// the CPU's dequantization) and stored into the same fp32 shared-memory stage, so the FMA loop,
+// the deterministic combine and every limit are unchanged. bf16 / fp8 rows need ld % 4 == 0 and
+// 8 / 4-byte aligned data.
 // Limits: hidden and moe_inter multiples of 4, x / out / weights 16-byte aligned with row strides
 // multiple of 4; num_experts <= 1024 (one-CTA scan); pairs (tokens * top_k) < 2^31. ids outside
 // [0, num_experts) contribute nothing. The first call for a given ExpertWeights allocates and
@@ -29,6 +35,9 @@
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstring>
@@ -51,11 +60,19 @@ constexpr int kBM = 64, kBN = 128, kBK = 32, kPad = 4, kRowF = kBK + kPad;
 constexpr int kRowsPerWarp = 8;
 constexpr int kCombineThreads = 256;
 
+// Weight element types of the GEMM kernel (template argument): WeightDType as an int.
+constexpr int kWF32 = 0, kWBF16 = 1, kWFP8 = 2;
+constexpr int ElemBytes(int wt) { return wt == kWF32 ? 4 : wt == kWBF16 ? 2 : 1; }
+
 struct ExpertPtr {
-  const float* gate;
-  const float* up;
-  const float* down;
+  const void* gate;
+  const void* up;
+  const void* down;
   int64_t gate_ld, up_ld, down_ld;
+  const float* gate_s;  // fp8 block scales (null otherwise)
+  const float* up_s;
+  const float* down_s;
+  int64_t gate_sld, up_sld, down_sld;
 };
 
 // ---- 1. routing ------------------------------------------------------------------------------
@@ -144,6 +161,26 @@ __device__ __forceinline__ float Dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
+// Weight elements k..k+3 of one row at byte address p, widened to fp32; fp8 times the row's
+// block scale srow[k / 128] (k % 4 == 0, so the 4 share a block).
+template <int kWT>
+__device__ __forceinline__ float4 LoadW4(const char* p, const float* srow, int k) {
+  if constexpr (kWT == kWBF16) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    __nv_bfloat162 lo, hi;
+    memcpy(&lo, &v.x, 4);
+    memcpy(&hi, &v.y, 4);
+    const float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+    return make_float4(a.x, a.y, b.x, b.y);
+  } else {
+    __nv_fp8x4_e4m3 q;
+    q.__x = *reinterpret_cast<const __nv_fp8x4_storage_t*>(p);
+    const float4 f = static_cast<float4>(q);
+    const float sc = srow[k >> 7];
+    return make_float4(f.x * sc, f.y * sc, f.z * sc, f.w * sc);
+  }
+}
+
 struct GemmParams {
   const float* a;  // fused: x [tokens, K] (rows gathered by token); else act [pairs, K]
   int64_t a_ld;
@@ -164,7 +201,7 @@ constexpr int GemmSmemFloats() {
 
 // grid (max tiles, ceil(n / kBN)); block kThreads; dynamic smem GemmSmemFloats<...>() * 4.
 // kStages-deep cp.async ring: kStages - 1 k-tiles in flight while one is computed.
-template <bool kFused, int kStages>
+template <bool kFused, int kStages, int kWT>
 __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
   extern __shared__ __align__(16) float smem[];
   const int m_tile = blockIdx.x;
@@ -179,8 +216,11 @@ __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
   const int rows = min(kBM, p.expert_off[e + 1] - row0);
   const int n0 = blockIdx.y * kBN;
   const ExpertPtr ex = p.experts[e];
-  const float* b0 = kFused ? ex.gate : ex.down;
+  constexpr int kEB = ElemBytes(kWT);
+  const char* b0 = static_cast<const char*>(kFused ? ex.gate : ex.down);
   const int64_t b0_ld = kFused ? ex.gate_ld : ex.down_ld;
+  const float* b0_s = kFused ? ex.gate_s : ex.down_s;
+  const int64_t b0_sld = kFused ? ex.gate_sld : ex.down_sld;
 
   constexpr int kStageFloats = (kBM + (kFused ? 2 : 1) * kBN) * kRowF;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -197,16 +237,20 @@ __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
     const int64_t a_row = kFused ? p.row_pair[row] / p.top_k : row;
     a_src[i] = p.a + a_row * p.a_ld;
   }
-  const float* b_src[4];
-  const float* u_src[4];
+  const char* b_src[4];
+  const char* u_src[4];
+  const float* b_srow[4];  // fp8: this row's block scales
+  const float* u_srow[4];
   bool b_ok[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int r = (tid + i * kThreads) / kChunksPerRow;
     b_ok[i] = n0 + r < p.n;
     const int64_t n = b_ok[i] ? n0 + r : 0;
-    b_src[i] = b0 + n * b0_ld;
-    u_src[i] = kFused ? ex.up + n * ex.up_ld : nullptr;
+    b_src[i] = b0 + n * b0_ld * kEB;
+    u_src[i] = kFused ? static_cast<const char*>(ex.up) + n * ex.up_ld * kEB : nullptr;
+    b_srow[i] = kWT == kWFP8 ? b0_s + (n >> 7) * b0_sld : nullptr;
+    u_srow[i] = kWT == kWFP8 && kFused ? ex.up_s + (n >> 7) * ex.up_sld : nullptr;
   }
   const int kc = (tid % kChunksPerRow) * 4;
 
@@ -224,9 +268,19 @@ __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
     for (int i = 0; i < 4; ++i) {
       const int r = (tid + i * kThreads) / kChunksPerRow;
       const bool ok = b_ok[i] && k_ok;
-      CpAsync16(s + (kBM + r) * kRowF + kc, ok ? b_src[i] + k : b0, ok);
-      if constexpr (kFused) {
-        CpAsync16(s + (kBM + kBN + r) * kRowF + kc, ok ? u_src[i] + k : ex.up, ok);
+      if constexpr (kWT == kWF32) {
+        CpAsync16(s + (kBM + r) * kRowF + kc, ok ? b_src[i] + k * kEB : b0, ok);
+        if constexpr (kFused) {
+          CpAsync16(s + (kBM + kBN + r) * kRowF + kc, ok ? u_src[i] + k * kEB : ex.up, ok);
+        }
+      } else {  // widen in registers; the stage's slot is free (see the loop's __syncthreads)
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        *reinterpret_cast<float4*>(s + (kBM + r) * kRowF + kc) =
+            ok ? LoadW4<kWT>(b_src[i] + k * kEB, b_srow[i], k) : zero;
+        if constexpr (kFused) {
+          *reinterpret_cast<float4*>(s + (kBM + kBN + r) * kRowF + kc) =
+              ok ? LoadW4<kWT>(u_src[i] + k * kEB, u_srow[i], k) : zero;
+        }
       }
     }
   };
@@ -319,6 +373,7 @@ struct TableEntry {
   std::vector<ExpertPtr> host;
   ExpertPtr* device = nullptr;
   int64_t inter = 0, hidden = 0;
+  int wt = kWF32;  // weight dtype of every expert
 };
 
 absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream_t stream) {
@@ -330,9 +385,11 @@ absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream
   std::vector<ExpertPtr> host(w.num_experts);
   const int64_t inter = w.gate[0].rows, hidden = w.gate[0].cols;
   for (int32_t e = 0; e < w.num_experts; ++e) {
-    host[e] = {w.gate[e].data, w.up[e].data, w.down[e].data, w.gate[e].ld, w.up[e].ld,
-               w.down[e].ld};
+    const MatView &g = w.gate[e], &u = w.up[e], &d = w.down[e];
+    host[e] = {g.data,   u.data,   d.data,   g.ld,       u.ld,       d.ld,
+               g.scales, u.scales, d.scales, g.scale_ld, u.scale_ld, d.scale_ld};
   }
+  const WeightDType dtype = w.gate[0].dtype;
   std::lock_guard<std::mutex> lock(*mu);
   TableEntry& entry = (*cache)[{device, w.gate, w.num_experts}];
   if (entry.device != nullptr && entry.host.size() == host.size() &&
@@ -349,10 +406,18 @@ absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream
           " and hidden ", hidden, " (all experts must have the same shapes)"));
     }
     for (const MatView* m : {&g, &u, &d}) {
-      if (!detail::Aligned16(m->data) || m->ld % 4 != 0) {
+      if (m->dtype != dtype) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "cuda MoeExperts: expert ", e, " weights must be 16-byte aligned with row strides "
-            "that are multiples of 4 floats (cp.async 16-byte copies)"));
+            "cuda MoeExperts: expert ", e, " weights mix dtypes; all experts of a layer must be "
+            "stored alike (fp32, bf16 or fp8)"));
+      }
+      const uintptr_t align = dtype == WeightDType::kF32 ? 16 : dtype == WeightDType::kBF16 ? 8 : 4;
+      if ((reinterpret_cast<uintptr_t>(m->data) & (align - 1)) != 0 || m->ld % 4 != 0 ||
+          (dtype == WeightDType::kF8E4M3Block128 &&
+           (m->scales == nullptr || m->scale_ld < (m->cols + 127) / 128))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cuda MoeExperts: expert ", e, " weights must be ", align, "-byte aligned with row "
+            "strides that are multiples of 4 elements (16/8/4-byte loads), fp8 with block scales"));
       }
     }
   }
@@ -362,6 +427,7 @@ absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream
   }
   entry.host = std::move(host);
   entry.inter = inter, entry.hidden = hidden;
+  entry.wt = dtype == WeightDType::kF32 ? kWF32 : dtype == WeightDType::kBF16 ? kWBF16 : kWFP8;
   // entry.host lives on in the cache, so the async copy's source stays valid.
   GLM_CUDA_OPS_RETURN_IF_ERROR(
       kOp, cudaMemcpyAsync(entry.device, entry.host.data(), entry.host.size() * sizeof(ExpertPtr),
@@ -371,20 +437,30 @@ absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream
 
 // Deepest pipeline whose shared memory the device allows: 4 stages (H200: 184 KiB fused), else 2
 // (GB10's 99 KiB: 92 KiB fused).
-template <bool kFused>
+template <bool kFused, int kWT>
 absl::Status LaunchGemm(const GemmParams& p, int64_t max_tiles, const detail::DeviceInfo& info,
                         cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>(detail::CeilDiv(p.n, kBN)));
   constexpr int64_t kSmem4 = GemmSmemFloats<kFused, 4>() * 4;
   constexpr int64_t kSmem2 = GemmSmemFloats<kFused, 2>() * 4;
   if (kSmem4 <= info.smem_optin) {
-    GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGemmKernel<kFused, 4>, kSmem4, info, kOp));
-    MoeGemmKernel<kFused, 4><<<grid, kThreads, kSmem4, stream>>>(p);
+    GLM_RETURN_IF_ERROR(
+        detail::UseDynamicSmem(MoeGemmKernel<kFused, 4, kWT>, kSmem4, info, kOp));
+    MoeGemmKernel<kFused, 4, kWT><<<grid, kThreads, kSmem4, stream>>>(p);
   } else {
-    GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGemmKernel<kFused, 2>, kSmem2, info, kOp));
-    MoeGemmKernel<kFused, 2><<<grid, kThreads, kSmem2, stream>>>(p);
+    GLM_RETURN_IF_ERROR(
+        detail::UseDynamicSmem(MoeGemmKernel<kFused, 2, kWT>, kSmem2, info, kOp));
+    MoeGemmKernel<kFused, 2, kWT><<<grid, kThreads, kSmem2, stream>>>(p);
   }
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGemmKernel launch");
+}
+
+template <bool kFused>
+absl::Status LaunchGemmFor(int wt, const GemmParams& p, int64_t max_tiles,
+                           const detail::DeviceInfo& info, cudaStream_t stream) {
+  if (wt == kWBF16) return LaunchGemm<kFused, kWBF16>(p, max_tiles, info, stream);
+  if (wt == kWFP8) return LaunchGemm<kFused, kWFP8>(p, max_tiles, info, stream);
+  return LaunchGemm<kFused, kWF32>(p, max_tiles, info, stream);
 }
 
 void* Carve(void*& p, size_t bytes) {
@@ -451,11 +527,11 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   p.a = x.data, p.a_ld = x.ld;
   p.n = static_cast<int>(inter), p.k = static_cast<int>(hidden);
   p.c = static_cast<float*>(act);
-  GLM_RETURN_IF_ERROR(LaunchGemm<true>(p, max_tiles, info, stream));
+  GLM_RETURN_IF_ERROR(LaunchGemmFor<true>(table->wt, p, max_tiles, info, stream));
   p.a = static_cast<const float*>(act), p.a_ld = inter;
   p.n = static_cast<int>(hidden), p.k = static_cast<int>(inter);
   p.c = static_cast<float*>(y);
-  GLM_RETURN_IF_ERROR(LaunchGemm<false>(p, max_tiles, info, stream));
+  GLM_RETURN_IF_ERROR(LaunchGemmFor<false>(table->wt, p, max_tiles, info, stream));
 
   MoeCombineKernel<<<dim3(static_cast<unsigned>(tokens),
                           static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),

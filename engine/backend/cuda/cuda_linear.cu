@@ -1,0 +1,125 @@
+// Narrow-weight Linear of the CUDA backend (cuda_linear.h).
+#include "engine/backend/cuda/cuda_linear.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "engine/backend/cuda/cuda_ops_util.h"
+#include "kernels/rows.h"
+
+namespace glm::engine::cuda {
+namespace {
+
+constexpr const char* kOp = "Linear";
+// Scratch slots (cuda_ops.h): the other ops use theirs only within their own call, so these may
+// overlap with them; inside one Linear they are distinct.
+constexpr int kSlotX = 5, kSlotWorkspace = 6, kSlotY = 7;
+
+__global__ void ConvertRowsToBf16Kernel(const float* __restrict__ src, int64_t src_ld,
+                                        int64_t rows, int64_t cols,
+                                        __nv_bfloat16* __restrict__ dst, int64_t dst_ld) {
+  const int64_t total = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    dst[r * dst_ld + c] = __float2bfloat16_rn(src[r * src_ld + c]);
+  }
+}
+
+int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, int64_t cols,
+                               void* dst, int64_t dst_ld, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+  const int64_t total = rows * cols;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 4096));
+  ConvertRowsToBf16Kernel<<<blocks, threads, 0, stream>>>(
+      src, src_ld, rows, cols, static_cast<__nv_bfloat16*>(dst), dst_ld);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "ConvertRowsToBf16Kernel launch");
+}
+
+absl::StatusOr<std::unique_ptr<NarrowLinear>> NarrowLinear::Create() {
+  auto l = std::unique_ptr<NarrowLinear>(new NarrowLinear());
+  GLM_ASSIGN_OR_RETURN(l->handle_, kernels::BlasLtHandle::Create());
+  return l;
+}
+
+absl::Status NarrowLinear::Run(const MatView& x, const MatView& w, const MatView& y,
+                               bool accumulate, Scratch& scratch, cudaStream_t stream) {
+  const int64_t m = x.rows, n = w.rows, k = x.cols;
+  const bool fp8 = w.dtype == WeightDType::kF8E4M3Block128;
+  if (!fp8 && w.dtype != WeightDType::kBF16) {
+    return absl::InvalidArgumentError("cuda Linear: NarrowLinear takes bf16 or fp8 weights");
+  }
+  if (w.cols != k || y.rows != m || y.cols != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda Linear: x [", m, ", ", k, "], w [", n, ", ", w.cols, "], y [", y.rows, ", ", y.cols,
+        "] do not match (y = x . w^T)"));
+  }
+  if (fp8 ? (w.ld != k || k % 16 != 0 || w.scales == nullptr || !detail::Aligned16(w.scales) ||
+             w.scale_ld < (k + 127) / 128 || !detail::Aligned16(w.data))
+          : (w.ld % 8 != 0 || !detail::Aligned16(w.data))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda Linear: ", fp8 ? "fp8" : "bf16", " weight [", n, ", ", k, "] ld ", w.ld,
+        " breaks the layout rule (bf16: 16-byte aligned, ld % 8 == 0; fp8: ld == cols, cols % 16 "
+        "== 0, 16-byte aligned data and scales); load it with WeightLoader::Linear"));
+  }
+  // x -> bf16 [m, ldx].
+  const int64_t ldx = RoundUp(k, 8);
+  GLM_ASSIGN_OR_RETURN(void* xb, scratch.Get(kSlotX, static_cast<size_t>(m * ldx) * 2));
+  GLM_RETURN_IF_ERROR(ConvertRowsToBf16(x.data, x.ld, m, k, xb, ldx, stream));
+  // y directly when cuBLASLt's alignment holds, else a staging buffer.
+  const bool direct = detail::Aligned16(y.data) && y.ld % 4 == 0;
+  const int64_t ldy = direct ? y.ld : RoundUp(n, 4);
+  float* yd = y.data;
+  if (!direct) {
+    GLM_ASSIGN_OR_RETURN(void* ys, scratch.Get(kSlotY, static_cast<size_t>(m * ldy) * 4));
+    yd = static_cast<float*>(ys);
+    if (accumulate) {
+      GLM_RETURN_IF_ERROR(
+          kernels::CopyRows(y.data, y.ld, nullptr, yd, ldy, nullptr, m, n, stream));
+    }
+  }
+  const Key key{fp8 ? 1 : 0, m, n, k, ldx, w.ld, ldy};
+  if (fp8) {
+    auto it = fp8_.find(key);
+    if (it == fp8_.end()) {
+      kernels::GemmFp8BlockShape s;
+      s.m = m, s.n = n, s.k = k, s.ldx = ldx, s.ldy = ldy, s.w_scale_ld = w.scale_ld;
+      s.out = kernels::DType::kF32;
+      GLM_ASSIGN_OR_RETURN(auto plan, kernels::GemmFp8BlockPlan::Create(*handle_, s));
+      it = fp8_.emplace(key, std::move(plan)).first;
+    }
+    const kernels::GemmFp8BlockPlan& plan = *it->second;
+    const size_t ws_bytes = std::max<size_t>(plan.workspace_bytes(), 256);
+    GLM_ASSIGN_OR_RETURN(void* ws, scratch.Get(kSlotWorkspace, ws_bytes));
+    GLM_RETURN_IF_ERROR(
+        plan.Run(xb, w.data, w.scales, yd, accumulate, ws, ws_bytes, stream));
+  } else {
+    auto it = bf16_.find(key);
+    if (it == bf16_.end()) {
+      kernels::GemmBf16Shape s;
+      s.m = m, s.n = n, s.k = k, s.ldx = ldx, s.ldw = w.ld, s.ldy = ldy;
+      s.out = kernels::DType::kF32;
+      GLM_ASSIGN_OR_RETURN(auto plan, kernels::GemmBf16Plan::Create(*handle_, s));
+      it = bf16_.emplace(key, std::move(plan)).first;
+    }
+    const kernels::GemmBf16Plan& plan = *it->second;
+    const size_t ws_bytes = std::max<size_t>(plan.workspace_bytes(), 256);
+    GLM_ASSIGN_OR_RETURN(void* ws, scratch.Get(kSlotWorkspace, ws_bytes));
+    GLM_RETURN_IF_ERROR(plan.Run(xb, w.data, yd, accumulate, ws, ws_bytes, stream));
+  }
+  if (!direct) {
+    GLM_RETURN_IF_ERROR(kernels::CopyRows(yd, ldy, nullptr, y.data, y.ld, nullptr, m, n, stream));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace glm::engine::cuda

@@ -1,0 +1,55 @@
+// Linear with narrow weights on the CUDA backend (backend.h WeightDType), fp32 activations:
+//   y[M, N] (+)= x[M, K] . W[N, K]^T
+// - kBF16: x is converted to bf16 into scratch (round to nearest even), then gemm_bf16
+//   (cuBLASLt, fp32 accumulation, fp32 output, accumulate via beta = 1).
+// - kF8E4M3Block128: x is converted to bf16, then gemm_fp8_block quantizes it per row per 128
+//   columns to e4m3 and runs the block-scaled GEMM (cuBLASLt on sm_90 where it applies, our
+//   kernel elsewhere), fp32 output.
+// Plans are made once per shape (m, n, k, strides) and cached; after that Run allocates nothing
+// on the host and takes device memory only from the backend's grow-only scratch (slots 5-7), so
+// a step of a seen shape is CUDA-graph capturable.
+// Requirements (checked, InvalidArgument naming the rule): bf16 weights 16-byte aligned with a
+// row stride multiple of 8 elements; fp8 weights with ld == cols, cols % 16 == 0 and 16-byte
+// aligned scales (WeightLoader::Linear stores them so). y may be any fp32 view: an unaligned one
+// goes through a staging buffer.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_ops.h"
+#include "kernels/cublaslt_util.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/gemm_fp8_block.h"
+
+namespace glm::engine::cuda {
+
+// dst[r, c] = bf16(src[r, c]) for r < rows, c < cols; row strides in elements. Enqueued on stream.
+absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, int64_t cols,
+                               void* dst, int64_t dst_ld, cudaStream_t stream);
+
+class NarrowLinear {
+ public:
+  static absl::StatusOr<std::unique_ptr<NarrowLinear>> Create();
+  // w.dtype must be kBF16 or kF8E4M3Block128; x.rows > 0, x.cols > 0.
+  absl::Status Run(const MatView& x, const MatView& w, const MatView& y, bool accumulate,
+                   Scratch& scratch, cudaStream_t stream);
+  size_t num_plans() const { return bf16_.size() + fp8_.size(); }
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+  NarrowLinear() = default;
+
+  std::unique_ptr<kernels::BlasLtHandle> handle_;
+  std::map<Key, std::unique_ptr<kernels::GemmBf16Plan>> bf16_;
+  std::map<Key, std::unique_ptr<kernels::GemmFp8BlockPlan>> fp8_;
+};
+
+}  // namespace glm::engine::cuda

@@ -1,0 +1,280 @@
+// bf16 and fp8 block-scaled weights on the CUDA backend (backend.h WeightDType) against the CPU
+// backend on the dequantized weights: Linear (cuda_linear.h) and MoeExperts (widened tiles).
+// The CPU reference gets the inputs the GPU path actually multiplies: for Linear, x rounded to
+// bf16 (bf16 weights) or rounded to bf16 and quantized per row per 128 columns to e4m3
+// (QuantizeFp8GroupHost, the bit-exact mirror of the device quantizer) and dequantized again
+// (fp8 weights); MoeExperts keeps x in fp32. So the tolerances are accumulation-order ones.
+// Guards around every output, non-finite checks, staging for unaligned outputs, accumulate.
+// GPU tests skip (printing why) without a usable GPU; the dtype-support test runs everywhere.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "kernels/quant_fp8_group.h"
+
+namespace glm::engine {
+namespace {
+
+constexpr int64_t kGuard = 64;
+constexpr float kGuardValue = 12345.0f;
+
+float RoundBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t Bf16Bits(float f) {  // f already representable
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// A narrow weight [rows, cols] on the device and its dequantized fp32 values on the host.
+struct NarrowWeight {
+  std::unique_ptr<Buffer> data, scales;
+  MatView view;
+  std::vector<float> deq;  // [rows, cols]
+};
+
+NarrowWeight MakeWeight(Backend& gpu, WeightDType dtype, int64_t rows, int64_t cols,
+                        std::mt19937& rng) {
+  NarrowWeight w;
+  const std::vector<float> v = Random(rows * cols, rng, 1.0f / std::sqrt(float(cols)));
+  w.deq.resize(rows * cols);
+  if (dtype == WeightDType::kBF16) {
+    const int64_t ld = (cols + 7) / 8 * 8;
+    std::vector<uint16_t> h(rows * ld, 0x7fc0);  // padding: NaN (must never be read)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        w.deq[r * cols + c] = RoundBf16(v[r * cols + c]);
+        h[r * ld + c] = Bf16Bits(w.deq[r * cols + c]);
+      }
+    }
+    w.data = gpu.Allocate(h.size() * 2);
+    gpu.CopyToDevice(w.data->data(), h.data(), h.size() * 2);
+    w.view = {w.data->f32(), rows, cols, ld};
+  } else {
+    const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+    const int64_t sld = (scols + 3) / 4 * 4;
+    std::vector<float> s(srows * sld, 0.0f);
+    std::uniform_real_distribution<float> sd(0.5f, 2.0f);
+    for (int64_t i = 0; i < srows; ++i) {
+      for (int64_t j = 0; j < scols; ++j) s[i * sld + j] = sd(rng) / 448.0f;
+    }
+    std::vector<uint8_t> q(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float sc = s[(r / 128) * sld + c / 128];
+        q[r * cols + c] = kernels::FloatToE4m3Sat(v[r * cols + c] * 100.0f / (sc * 448.0f));
+        w.deq[r * cols + c] = kernels::E4m3ToFloat(q[r * cols + c]) * sc;
+      }
+    }
+    w.data = gpu.Allocate(q.size());
+    gpu.CopyToDevice(w.data->data(), q.data(), q.size());
+    w.scales = gpu.Allocate(s.size() * 4);
+    gpu.CopyToDevice(w.scales->data(), s.data(), s.size() * 4);
+    w.view = {w.data->f32(), rows, cols, cols};
+    w.view.scales = w.scales->f32();
+    w.view.scale_ld = sld;
+  }
+  w.view.dtype = dtype;
+  return w;
+}
+
+// fp32 buffer with guards on both ends, host and device copies of the payload.
+class Guarded {
+ public:
+  Guarded(Backend& gpu, const std::vector<float>& payload) : gpu_(&gpu), n_(payload.size()) {
+    host_.assign(n_ + 2 * kGuard, kGuardValue);
+    std::copy(payload.begin(), payload.end(), host_.begin() + kGuard);
+    dev_ = gpu.Allocate(host_.size() * 4);
+    gpu.CopyToDevice(dev_->data(), host_.data(), host_.size() * 4);
+  }
+  float* h() { return host_.data() + kGuard; }
+  float* d() { return dev_->f32() + kGuard; }
+  // max |gpu - host| <= tol * max(1, max |host|); guards intact; finite.
+  void Expect(double tol, const std::string& what) {
+    std::vector<float> got(host_.size());
+    gpu_->CopyToHost(got.data(), dev_->data(), got.size() * 4);
+    ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+    double max_ref = 1.0, max_diff = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (i < kGuard || i >= kGuard + n_) {
+        ASSERT_EQ(got[i], kGuardValue) << what << ": wrote outside the buffer at " << i;
+        continue;
+      }
+      ASSERT_TRUE(std::isfinite(got[i])) << what << ": non-finite at " << i - kGuard;
+      max_ref = std::max(max_ref, std::abs(double(host_[i])));
+      max_diff = std::max(max_diff, std::abs(double(got[i]) - host_[i]));
+    }
+    EXPECT_LE(max_diff, tol * max_ref) << what << " max_diff=" << max_diff;
+    std::printf("[%s] max |gpu - cpu| = %.3g (max |ref| %.3g)\n", what.c_str(), max_diff,
+                max_ref);
+  }
+
+ private:
+  Backend* gpu_;
+  size_t n_;
+  std::vector<float> host_;
+  std::unique_ptr<Buffer> dev_;
+};
+
+TEST(NarrowWeightsTest, DTypeSupport) {
+  CpuBackend cpu(1);
+  EXPECT_TRUE(cpu.SupportsWeightDType(WeightDType::kF32));
+  EXPECT_FALSE(cpu.SupportsWeightDType(WeightDType::kBF16));
+  EXPECT_FALSE(cpu.SupportsWeightDType(WeightDType::kF8E4M3Block128));
+  if (CudaDeviceAvailable().ok()) {
+    auto gpu = CreateCudaBackend(0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_TRUE((*gpu)->SupportsWeightDType(WeightDType::kBF16));
+    EXPECT_TRUE((*gpu)->SupportsWeightDType(WeightDType::kF8E4M3Block128));
+  }
+}
+
+class CudaNarrowTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const absl::Status avail = CudaDeviceAvailable();
+    if (!avail.ok()) GTEST_SKIP() << avail.message();
+    auto b = CreateCudaBackend(0);
+    ASSERT_TRUE(b.ok()) << b.status();
+    gpu_ = std::move(*b);
+    cpu_ = std::make_unique<CpuBackend>(4);
+  }
+  void TearDown() override {
+    if (gpu_ != nullptr) EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+  }
+  // x as the GPU path multiplies it (see the file comment).
+  static std::vector<float> EffectiveX(WeightDType dtype, const std::vector<float>& x, int64_t m,
+                                       int64_t k, int64_t ldx) {
+    std::vector<float> xb(m * k);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < k; ++c) xb[r * k + c] = RoundBf16(x[r * ldx + c]);
+    }
+    if (dtype == WeightDType::kBF16) return xb;
+    const int64_t groups = (k + 127) / 128;
+    std::vector<uint8_t> q(m * k);
+    std::vector<float> s(groups * m);
+    kernels::QuantizeFp8GroupHost(xb.data(), k, m, k, q.data(), k, s.data(), m);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        xb[r * k + c] = kernels::E4m3ToFloat(q[r * k + c]) * s[(c / 128) * m + r];
+      }
+    }
+    return xb;
+  }
+
+  void CheckLinear(WeightDType dtype, int64_t m, int64_t n, int64_t k, int64_t y_off, bool acc,
+                   double tol) {
+    const std::string what =
+        absl::StrCat(dtype == WeightDType::kBF16 ? "bf16" : "fp8", " Linear m=", m, " n=", n,
+                     " k=", k, " y_off=", y_off, " acc=", acc);
+    NarrowWeight w = MakeWeight(*gpu_, dtype, n, k, rng_);
+    const int64_t ldx = k + 3, ldy = n + y_off + 1;
+    std::vector<float> x = Random(m * ldx, rng_);
+    Guarded dx(*gpu_, x);
+    Guarded y(*gpu_, Random(m * ldy, rng_));
+    const std::vector<float> xe = EffectiveX(dtype, x, m, k, ldx);
+    cpu_->Linear(MatView{const_cast<float*>(xe.data()), m, k, k},
+                 MatView{w.deq.data(), n, k, k}, MatView{y.h() + y_off, m, n, ldy}, acc);
+    gpu_->Linear(MatView{dx.d(), m, k, ldx}, w.view, MatView{y.d() + y_off, m, n, ldy}, acc);
+    y.Expect(tol, what);
+    dx.Expect(0, what + " (x untouched)");
+  }
+
+  std::unique_ptr<Backend> gpu_;
+  std::unique_ptr<CpuBackend> cpu_;
+  std::mt19937 rng_{7};
+};
+
+TEST_F(CudaNarrowTest, LinearBf16MatchesCpuOnDequantizedWeights) {
+  struct S { int64_t m, n, k, y_off; bool acc; };
+  const S shapes[] = {{1, 1, 8, 0, false},     {3, 5, 40, 1, true},     {17, 33, 160, 0, true},
+                      {64, 257, 96, 3, false},  {129, 300, 1000, 0, false}, {7, 129, 13, 1, true},
+                      {1, 4096, 512, 0, false}, {300, 1024, 1536, 0, true}};
+  for (const S& s : shapes) CheckLinear(WeightDType::kBF16, s.m, s.n, s.k, s.y_off, s.acc, 5e-5);
+}
+
+TEST_F(CudaNarrowTest, LinearFp8MatchesCpuOnDequantizedWeights) {
+  struct S { int64_t m, n, k, y_off; bool acc; };
+  const S shapes[] = {{1, 1, 16, 0, false},    {2, 7, 160, 1, true},     {17, 130, 256, 0, false},
+                      {64, 300, 1024, 0, true}, {5, 257, 528, 2, false},  {1, 4096, 512, 0, false},
+                      {256, 512, 2048, 0, false}};
+  for (const S& s : shapes) CheckLinear(WeightDType::kF8E4M3Block128, s.m, s.n, s.k, s.y_off,
+                                        s.acc, 1e-4);
+}
+
+TEST_F(CudaNarrowTest, MoeExpertsNarrowMatchCpuOnDequantizedWeights) {
+  struct S { int tokens, hidden, inter, experts, top_k; };
+  const S shapes[] = {{1, 160, 48, 8, 2}, {5, 160, 48, 8, 2}, {70, 256, 384, 16, 4},
+                      {3, 132, 260, 4, 4}};
+  for (WeightDType dtype : {WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
+    for (const S& s : shapes) {
+      if (dtype == WeightDType::kF8E4M3Block128 && (s.hidden % 16 || s.inter % 16)) continue;
+      const std::string what = absl::StrCat(dtype == WeightDType::kBF16 ? "bf16" : "fp8",
+                                            " MoeExperts tokens=", s.tokens, " hidden=", s.hidden,
+                                            " inter=", s.inter, " experts=", s.experts);
+      std::vector<NarrowWeight> g, u, d;
+      std::vector<MatView> gv, uv, dv, hg, hu, hd;
+      for (int e = 0; e < s.experts; ++e) {
+        g.push_back(MakeWeight(*gpu_, dtype, s.inter, s.hidden, rng_));
+        u.push_back(MakeWeight(*gpu_, dtype, s.inter, s.hidden, rng_));
+        d.push_back(MakeWeight(*gpu_, dtype, s.hidden, s.inter, rng_));
+      }
+      for (int e = 0; e < s.experts; ++e) {
+        gv.push_back(g[e].view), uv.push_back(u[e].view), dv.push_back(d[e].view);
+        hg.push_back({g[e].deq.data(), s.inter, s.hidden, s.hidden});
+        hu.push_back({u[e].deq.data(), s.inter, s.hidden, s.hidden});
+        hd.push_back({d[e].deq.data(), s.hidden, s.inter, s.inter});
+      }
+      std::vector<int32_t> ids;
+      for (int t = 0; t < s.tokens; ++t) {
+        std::vector<int32_t> perm(s.experts);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng_);
+        ids.insert(ids.end(), perm.begin(), perm.begin() + s.top_k);
+      }
+      std::vector<float> wts(s.tokens * s.top_k);
+      std::uniform_real_distribution<float> ud(0.f, 1.f);
+      for (float& v : wts) v = ud(rng_);
+      Guarded x(*gpu_, Random(size_t(s.tokens) * s.hidden, rng_));
+      Guarded out(*gpu_, Random(size_t(s.tokens) * s.hidden, rng_));
+      auto dids = gpu_->Allocate(ids.size() * 4);
+      gpu_->CopyToDevice(dids->data(), ids.data(), ids.size() * 4);
+      auto dw = gpu_->Allocate(wts.size() * 4);
+      gpu_->CopyToDevice(dw->data(), wts.data(), wts.size() * 4);
+      cpu_->MoeExperts(MatView{x.h(), s.tokens, s.hidden, s.hidden}, ids.data(), wts.data(),
+                       s.top_k, ExpertWeights{hg.data(), hu.data(), hd.data(), s.experts},
+                       MatView{out.h(), s.tokens, s.hidden, s.hidden});
+      gpu_->MoeExperts(MatView{x.d(), s.tokens, s.hidden, s.hidden}, dids->i32(), dw->f32(),
+                       s.top_k, ExpertWeights{gv.data(), uv.data(), dv.data(), s.experts},
+                       MatView{out.d(), s.tokens, s.hidden, s.hidden});
+      out.Expect(1e-4, what);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace glm::engine
