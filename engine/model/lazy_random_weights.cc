@@ -1,0 +1,273 @@
+#include "engine/model/lazy_random_weights.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace glm::engine {
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr float kSqrt3 = 1.7320508f;
+
+uint64_t Mix(uint64_t z) {  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t NameHash(const std::string& s) {  // FNV-1a
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
+  return h;
+}
+
+// Elements [begin, end) (begin even) of the stream `key`: pair j gives elements 2j and 2j + 1.
+void FillRange(uint64_t key, float mean, float bound, float* out, int64_t begin, int64_t end) {
+  const float scale = bound * (1.0f / 2147483648.0f);  // int32 -> [-1, 1) * bound
+  int64_t i = begin;
+  for (; i + 1 < end; i += 2) {
+    const uint64_t z = Mix(key + static_cast<uint64_t>(i / 2 + 1) * kGolden);
+    out[i] = mean + scale * static_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(z)));
+    out[i + 1] = mean + scale * static_cast<float>(static_cast<int32_t>(z >> 32));
+  }
+  if (i < end) {
+    const uint64_t z = Mix(key + static_cast<uint64_t>(i / 2 + 1) * kGolden);
+    out[i] = mean + scale * static_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(z)));
+  }
+}
+
+// e4m3 codes with exponent field <= 7 (|q| <= 1.875, no NaN), either sign: byte = sign | (b & 0x3F).
+float DecodeE4m3(uint8_t b) {
+  const int e = (b >> 3) & 0xF, m = b & 7;
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m) / 8.0f, -6)
+                         : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+// Root mean square of DecodeE4m3 over the 128 codes FillE4m3 draws from.
+float E4m3Rms() {
+  double sq = 0;
+  for (int b = 0; b < 64; ++b) sq += static_cast<double>(DecodeE4m3(b)) * DecodeE4m3(b);
+  return static_cast<float>(std::sqrt(sq / 64.0));
+}
+
+void FillBytesRange(uint64_t key, uint8_t* out, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += 8) {
+    uint64_t z = Mix(key + static_cast<uint64_t>(i / 8 + 1) * kGolden);
+    for (int64_t j = i; j < std::min(end, i + 8); ++j, z >>= 8) {
+      out[j] = static_cast<uint8_t>((z & 0x80) | (z & 0x3F));
+    }
+  }
+}
+
+class SpecBuilder {
+ public:
+  explicit SpecBuilder(std::vector<LazyRandomWeights::Spec>* out) : out_(out) {}
+  // A Linear weight [rows, cols] (out, in): standard deviation gain / sqrt(cols).
+  void Linear(const std::string& name, int64_t rows, int64_t cols, float gain = 1.0f) {
+    out_->push_back({name, {rows, cols}, 0.0f,
+                     kSqrt3 * gain / std::sqrt(static_cast<float>(cols))});
+  }
+  void Vector(const std::string& name, int64_t n, float mean, float stddev) {
+    out_->push_back({name, {n}, mean, kSqrt3 * stddev});
+  }
+
+ private:
+  std::vector<LazyRandomWeights::Spec>* out_;
+};
+
+// One decoder layer in DecoderLayer::Load's order (layers.cc); scaling as random_weights.cc.
+void LayerSpecs(const ModelConfig& c, int l, SpecBuilder& f) {
+  const std::string p = absl::StrCat("model.layers.", l);
+  const int64_t H = c.hidden_size, nh = c.num_attention_heads;
+  f.Vector(p + ".input_layernorm.weight", H, 1.0f, 0.1f);
+  f.Vector(p + ".post_attention_layernorm.weight", H, 1.0f, 0.1f);
+  const std::string a = p + ".self_attn";
+  f.Linear(a + ".q_a_proj.weight", c.q_lora_rank, H);
+  f.Vector(a + ".q_a_layernorm.weight", c.q_lora_rank, 1.0f, 0.1f);
+  f.Linear(a + ".q_b_proj.weight", nh * c.qk_head_dim(), c.q_lora_rank, 2.0f);
+  f.Linear(a + ".kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, H);
+  f.Vector(a + ".kv_a_layernorm.weight", c.kv_lora_rank, 1.0f, 0.1f);
+  f.Linear(a + ".kv_b_proj.weight", nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
+           2.0f);
+  f.Linear(a + ".o_proj.weight", H, nh * c.v_head_dim);
+  if (c.HasIndexer(l)) {
+    f.Linear(a + ".indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+    f.Linear(a + ".indexer.wk.weight", c.index_head_dim, H);
+    f.Vector(a + ".indexer.k_norm.weight", c.index_head_dim, 1.0f, 0.1f);
+    f.Vector(a + ".indexer.k_norm.bias", c.index_head_dim, 0.0f, 0.1f);
+    f.Linear(a + ".indexer.weights_proj.weight", c.index_n_heads, H);
+  }
+  const std::string m = p + ".mlp";
+  auto mlp = [&](const std::string& q, int64_t inter) {
+    f.Linear(q + ".gate_proj.weight", inter, H);
+    f.Linear(q + ".up_proj.weight", inter, H);
+    f.Linear(q + ".down_proj.weight", H, inter);
+  };
+  if (c.IsMoeLayer(l)) {
+    f.Linear(m + ".gate.weight", c.n_routed_experts, H, 2.0f);
+    f.Vector(m + ".gate.e_score_correction_bias", c.n_routed_experts, 0.0f, 0.1f);
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      mlp(absl::StrCat(m, ".experts.", e), c.moe_intermediate_size);
+    }
+    mlp(m + ".shared_experts", c.moe_intermediate_size * std::max(1, c.n_shared_experts));
+  } else {
+    mlp(m, c.intermediate_size);
+  }
+}
+
+}  // namespace
+
+int64_t LazyRandomWeights::Spec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+LazyRandomWeights::LazyRandomWeights(const ModelConfig& c, Options options) : options_(options) {
+  if (options_.num_threads <= 0) {
+    options_.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+  SpecBuilder f(&specs_);
+  const int64_t H = c.hidden_size;
+  f.Vector("model.embed_tokens.weight", c.vocab_size * H, 0.0f, 1.0f);
+  specs_.back().shape = {c.vocab_size, H};
+  for (int l = 0; l < c.num_hidden_layers; ++l) LayerSpecs(c, l, f);
+  f.Vector("model.norm.weight", H, 1.0f, 0.1f);
+  f.Linear("lm_head.weight", c.vocab_size, H, 4.0f);
+  if (c.num_nextn_predict_layers > 0) {
+    const std::string p = absl::StrCat("model.layers.", c.num_hidden_layers);
+    f.Vector(p + ".enorm.weight", H, 1.0f, 0.1f);
+    f.Vector(p + ".hnorm.weight", H, 1.0f, 0.1f);
+    f.Vector(p + ".shared_head.norm.weight", H, 1.0f, 0.1f);
+    f.Linear(p + ".eh_proj.weight", H, 2 * H);
+    LayerSpecs(c, c.num_hidden_layers, f);
+  }
+  for (size_t i = 0; i < specs_.size(); ++i) index_[specs_[i].name] = i;
+}
+
+LazyRandomWeights::~LazyRandomWeights() {
+  if (pending_.valid()) pending_.wait();
+}
+
+int64_t LazyRandomWeights::TotalBytes(const std::string& prefix) const {
+  int64_t bytes = 0;
+  for (const Spec& s : specs_) {
+    if (s.name.compare(0, prefix.size(), prefix) == 0) bytes += s.numel() * 4;
+  }
+  return bytes;
+}
+
+void LazyRandomWeights::Fill(uint64_t seed, float mean, float bound, int num_threads,
+                             std::vector<float>* out) {
+  const int64_t n = static_cast<int64_t>(out->size());
+  const uint64_t key = Mix(seed);
+  constexpr int64_t kMinPerThread = 1 << 20;
+  const int threads = static_cast<int>(
+      std::clamp<int64_t>(n / kMinPerThread, 1, std::max(1, num_threads)));
+  if (threads == 1) {
+    FillRange(key, mean, bound, out->data(), 0, n);
+    return;
+  }
+  // Chunks start at even indices so pairs never straddle two threads.
+  const int64_t chunk = ((n + threads - 1) / threads + 1) / 2 * 2;
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) {
+    const int64_t begin = std::min(n, t * chunk), end = std::min(n, (t + 1) * chunk);
+    workers.emplace_back(FillRange, key, mean, bound, out->data(), begin, end);
+  }
+  FillRange(key, mean, bound, out->data(), 0, std::min(n, chunk));
+  for (std::thread& w : workers) w.join();
+}
+
+bool LazyRandomWeights::IsLinearWeight(const std::string& name) {
+  auto ends = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends("kv_b_proj.weight") || ends("mlp.gate.weight")) return false;
+  return ends("_proj.weight") || ends(".wq_b.weight") || ends(".wk.weight") ||
+         name == "lm_head.weight";
+}
+
+bool LazyRandomWeights::IsFp8Block(const std::string& name) const {
+  auto it = index_.find(name);
+  return options_.fp8_linear && it != index_.end() && specs_[it->second].shape.size() == 2 &&
+         IsLinearWeight(name);
+}
+
+absl::StatusOr<Fp8BlockTensor> LazyRandomWeights::ReadFp8Block(const std::string& name) {
+  if (!IsFp8Block(name)) {
+    return absl::NotFoundError(absl::StrCat(
+        "tensor ", name, " is not an fp8 block-scaled tensor of this random checkpoint (",
+        options_.fp8_linear ? "not a Linear weight" : "Options::fp8_linear is off", ")"));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pending_.valid()) pending_.get();  // a prefetch of something else: discard
+  const Spec& s = specs_[index_.at(name)];
+  Fp8BlockTensor t;
+  t.shape = s.shape;
+  const int64_t rows = s.shape[0], cols = s.shape[1], n = rows * cols;
+  t.data.resize(static_cast<size_t>(n));
+  const uint64_t key = Mix(options_.seed * kGolden ^ NameHash(s.name) ^ 0xF8F8F8F8ull);
+  const int threads = static_cast<int>(
+      std::clamp<int64_t>(n / (1 << 22), 1, std::max(1, options_.num_threads)));
+  const int64_t chunk = ((n + threads - 1) / threads + 7) / 8 * 8;
+  std::vector<std::thread> workers;
+  for (int i = 1; i < threads; ++i) {
+    workers.emplace_back(FillBytesRange, key, t.data.data(), std::min(n, i * chunk),
+                         std::min(n, (i + 1) * chunk));
+  }
+  FillBytesRange(key, t.data.data(), 0, std::min(n, chunk));
+  for (std::thread& w : workers) w.join();
+  // W = q * scale with the fp32 tensor's standard deviation (bound / sqrt(3)).
+  static const float rms = E4m3Rms();
+  const float scale = s.bound / std::sqrt(3.0f) / rms;
+  t.scales.assign(static_cast<size_t>(((rows + 127) / 128) * ((cols + 127) / 128)), scale);
+  seconds_generating_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  bytes_served_ += n + static_cast<int64_t>(t.scales.size() * sizeof(float));
+  return t;
+}
+
+std::vector<float> LazyRandomWeights::Generate(size_t spec_index) const {
+  const Spec& s = specs_[spec_index];
+  std::vector<float> v(static_cast<size_t>(s.numel()));
+  Fill(options_.seed * kGolden ^ NameHash(s.name), s.mean, s.bound, options_.num_threads, &v);
+  return v;
+}
+
+absl::StatusOr<std::vector<float>> LazyRandomWeights::ReadFloat(const std::string& name,
+                                                                std::vector<int64_t>* shape) {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "tensor ", name, " is not part of the random checkpoint of this config (",
+        specs_.size(), " tensors); the model asks for a tensor the config does not imply"));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t idx = it->second;
+  std::vector<float> data;
+  if (pending_.valid()) {
+    std::vector<float> prefetched = pending_.get();
+    if (pending_index_ == idx) data = std::move(prefetched);
+  }
+  if (data.empty() && specs_[idx].numel() > 0) data = Generate(idx);
+  // Prefetch the next tensor unless the loader will take it as fp8 (ReadFp8Block, no fp32 copy).
+  if (options_.prefetch && idx + 1 < specs_.size() && !IsFp8Block(specs_[idx + 1].name)) {
+    pending_index_ = idx + 1;
+    pending_ = std::async(std::launch::async, [this, next = idx + 1] { return Generate(next); });
+  }
+  seconds_generating_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  bytes_served_ += static_cast<int64_t>(data.size() * sizeof(float));
+  if (shape != nullptr) *shape = specs_[idx].shape;
+  return data;
+}
+
+}  // namespace glm::engine
