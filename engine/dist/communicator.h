@@ -3,15 +3,16 @@
 //
 // Contract (all implementations):
 // - Memory: NcclCommunicator takes device memory (on the CUDA device its stream belongs to);
-//   TcpCommunicator takes host memory. `count` is in fp32 elements; 0 is a no-op.
+//   GlooCommunicator takes host memory. `count` is in fp32 elements; 0 is a no-op.
 // - Ordering: operations are issued in program order. NcclCommunicator enqueues them on the
 //   backend's stream, so later kernels on that stream see the result without a host wait, and
-//   returns before they complete; Synchronize() waits for completion. TcpCommunicator completes
+//   returns before they complete; Synchronize() waits for completion. GlooCommunicator completes
 //   each operation before returning (Synchronize() is then a no-op that reports the poisoned
 //   state, if any).
 // - Every rank of the group must issue the same sequence of collectives with the same counts
-//   (and matching Send/Recv pairs); a mismatch is detected where the transport can (TCP frames
-//   carry the operation and count) and is an error, never silent corruption.
+//   (and matching Send/Recv pairs); a mismatch is detected where the transport can (Gloo: each
+//   operation's slot carries its kind and count, so mismatched ranks never match and fail at the
+//   timeout) and is an error, never silent corruption.
 // - Errors are absl::Status and fail fast: a dead or stuck peer, a timeout, or a transport error
 //   poisons the communicator (every later call returns the first error) so the engine stops and
 //   reports, and the agent restarts the group. Nothing retries or limps on.
