@@ -75,7 +75,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   load.kv.block_size = options.kv_block_size;
   load.load_mtp = mtp;
   int64_t num_blocks = options.kv_num_blocks;
-  if (num_blocks <= 0) {
+  if (num_blocks <= 0 && options.gpu_memory_fraction > 0) {
+    num_blocks = 0;  // the model sizes the KV cache from the fraction after a warm-up
+  } else if (num_blocks <= 0) {
     // The model owns the KV storage, so it says how many bytes one block takes.
     const int64_t per_block = KvCacheBytesPerToken(config, load) * options.kv_block_size;
     num_blocks = per_block > 0 ? options.kv_cache_bytes / per_block : 0;
@@ -89,6 +91,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   load.num_threads = options.num_threads;
   load.backend = options.backend;
   load.device = options.device;
+  load.cuda_graphs = options.cuda_graphs;
+  load.gpu_memory_fraction = options.gpu_memory_fraction;
+  load.plan_max_num_seqs = options.max_num_seqs;
+  load.plan_max_batched_tokens = options.max_num_batched_tokens;
+  load.plan_max_model_len = options.max_model_len;
   load.weight_dtype = options.weight_dtype;
   GLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadGlmMoeDsa(load));
   return CreateWithModel(std::move(model), options);

@@ -56,6 +56,12 @@ struct EngineOptions {
   int mtp_draft_tokens = 0;       // k > 0: MTP speculative decoding with k drafts per step
   int max_queued_requests = 4096; // admission control: Submit fails with kUnavailable beyond it
   uint64_t seed = 0;              // seeds requests without SamplingParams::seed (0 = random)
+  // Decode steps as CUDA graphs on the cuda backend (ModelLoadOptions::cuda_graphs).
+  bool cuda_graphs = true;
+  // Memory planning (ModelLoadOptions, issue 4): with kv_num_blocks 0 and a fraction > 0 the KV
+  // cache takes what is left of gpu_memory_fraction of the device after weights, warm-up
+  // activations at max_num_seqs / max_num_batched_tokens and reserves (cuda backend only).
+  double gpu_memory_fraction = 0.0;
 };
 
 struct EngineStats {
@@ -129,6 +135,9 @@ class Engine {
   absl::Status Drain();
   EngineStats Stats() const;
   const ModelConfig& model_config() const { return model_->config(); }
+  // The model's memory plan (fixed at load) and decode-graph counters; any thread.
+  MemoryPlan memory_plan() const { return model_->memory_plan(); }
+  DecodeGraphStats decode_graph_stats() const { return model_->decode_graph_stats(); }
 
  private:
   Engine(std::unique_ptr<Model> model, const EngineOptions& options);

@@ -3,6 +3,7 @@
 //   glm-run --model DIR --tokens 1,2,3 [--max-tokens N] [--dump-logits FILE] [--mtp K]
 //           [--prompt TEXT] [--temperature T --top-p P --top-k K --seed S]
 //           [--backend cpu|cuda|auto] [--device N] [--dtype fp32|bf16|auto]
+//           [--cuda-graphs on|off] [--gpu-memory-fraction F] [--report-memory]
 //
 // The last line on stdout is the generated token ids, comma-separated. --dump-logits writes the
 // logits of every prompt position as float32 little-endian, row-major
@@ -85,6 +86,17 @@ int main(int argc, char** argv) {
                  "scales, else bf16); bf16/auto need the cuda backend")
       ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
       ->capture_default_str();
+  std::string cuda_graphs = "on";
+  bool report_memory = false;
+  app.add_option("--cuda-graphs", cuda_graphs, "decode steps as CUDA graphs (cuda backend)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--gpu-memory-fraction", opts.gpu_memory_fraction,
+                 "size the KV cache from this fraction of the GPU's memory (cuda; overrides "
+                 "--kv-mib and the per-request default)");
+  app.add_flag("--report-memory", report_memory,
+               "print the memory plan (weights / activations / KV bytes / blocks / max tokens) "
+               "and the decode-graph counters to stderr");
   app.add_option("--kv-mib", kv_mib,
                  "KV cache budget in MiB (default: just enough blocks for this request)");
   app.add_option("--block-size", opts.kv_block_size)->capture_default_str();
@@ -94,6 +106,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   glm::InitLogging("glm-run", glm::ParseLogLevel(log_level));
   opts.kv_cache_bytes = kv_mib << 20;
+  opts.cuda_graphs = cuda_graphs == "on";
   opts.max_num_batched_tokens = std::max(opts.max_num_batched_tokens, 1 + opts.mtp_draft_tokens);
   if (seed >= 0) sp.seed = static_cast<uint64_t>(seed);
 
@@ -118,7 +131,7 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("give --tokens 1,2,3 or --prompt TEXT"));
   }
   const size_t num_prompt = req.prompt_ids.size();
-  if (kv_mib <= 0 && opts.kv_block_size > 0) {
+  if (kv_mib <= 0 && opts.kv_block_size > 0 && opts.gpu_memory_fraction <= 0) {
     const int64_t positions =
         static_cast<int64_t>(num_prompt) + sp.max_tokens + 2 * std::max(opts.mtp_draft_tokens, 0);
     opts.kv_num_blocks = static_cast<int>((positions + opts.kv_block_size - 1) / opts.kv_block_size);
@@ -126,6 +139,10 @@ int main(int argc, char** argv) {
 
   auto engine = glm::engine::Engine::Create(opts);
   if (!engine.ok()) return Fail(engine.status());
+  if (report_memory) {
+    const glm::engine::MemoryPlan mp = (*engine)->memory_plan();
+    std::fprintf(stderr, "glm-run: memory plan: %s\n", mp.ToString().c_str());
+  }
   auto handle = (*engine)->Submit(std::move(req));
   if (!handle.ok()) return Fail(handle.status());
 
@@ -169,6 +186,15 @@ int main(int argc, char** argv) {
                std::string(glm::engine::FinishReasonName(last.finish_reason)).c_str(),
                static_cast<long long>(st.num_steps), static_cast<long long>(st.num_draft_tokens),
                static_cast<long long>(st.num_accepted_draft_tokens), st.draft_acceptance_rate);
+  if (report_memory) {
+    const glm::engine::DecodeGraphStats gs = (*engine)->decode_graph_stats();
+    std::fprintf(stderr,
+                 "glm-run: decode graphs: decode_steps=%lld eager=%lld captures=%lld "
+                 "replays=%lld invalidations=%lld\n",
+                 static_cast<long long>(gs.decode_steps), static_cast<long long>(gs.eager_steps),
+                 static_cast<long long>(gs.captures), static_cast<long long>(gs.replays),
+                 static_cast<long long>(gs.invalidations));
+  }
   std::cout << absl::StrJoin(generated, ",") << std::endl;
   return 0;
 }

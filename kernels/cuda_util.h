@@ -26,7 +26,17 @@ absl::Status CudaStatus(cudaError_t err, std::string_view what);
   } while (0)
 
 // InvalidArgument unless `ptr` is device (or managed) memory. `op` and `name` go in the message.
+// With the calling thread's pointer checks off (SetDevicePointerChecks) only the null check runs:
+// no driver query (cudaPointerGetAttributes costs ~1 us and is not allowed in every stream
+// capture mode).
 absl::Status CheckDevicePointer(const void* ptr, std::string_view op, std::string_view name);
+
+// Per-thread switch for CheckDevicePointer's driver query; on by default on every thread (the
+// kernels' own tests keep it on). A caller whose pointers are device memory by construction (the
+// CUDA backend once its owner validated a first step: engine/backend/cuda) turns it off for the
+// thread that launches. Returns the previous setting.
+bool SetDevicePointerChecks(bool enabled);
+bool DevicePointerChecks();
 
 // InvalidArgument unless `ptr` is aligned to `alignment` bytes.
 absl::Status CheckAligned(const void* ptr, size_t alignment, std::string_view op,

@@ -143,6 +143,19 @@ struct ExpertWeights {
   int32_t num_experts = 0;
 };
 
+// Device memory as the backend sees it (cudaMemGetInfo on cuda), for memory planning.
+struct DeviceMemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+  int64_t workspace_bytes = 0;  // fixed workspaces the backend allocated at creation (cuBLASLt)
+};
+
+// A recorded sequence of ops (a CUDA graph); see Backend::BeginCapture.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -207,6 +220,29 @@ class Backend {
   // Narrow expert weights (SupportsWeightDType) are widened to fp32 inside the op; x stays fp32.
   virtual void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                           const ExpertWeights& experts, const MatView& out) = 0;
+
+  // ---- Setup-time facilities of device backends (issue 4); the defaults fit the cpu backend.
+  // Device memory (free / total / fixed workspaces). Unimplemented on host backends.
+  virtual absl::Status MemoryInfo(DeviceMemoryInfo* info) {
+    (void)info;
+    return absl::UnimplementedError(name() + " backend reports no device memory");
+  }
+  // Per-launch validation of the pointers ops receive (driver queries on cuda). On by default; a
+  // caller whose pointers all come from Allocate() turns it off once a first step succeeded
+  // (the hot path then does no per-launch driver query; graph capture needs that too).
+  virtual void SetPointerChecks(bool on) { (void)on; }
+  // Graph capture: ops enqueued between BeginCapture and EndCapture are recorded, not run;
+  // ReplayGraph runs the recording again on the same memory with whatever those buffers hold
+  // then. Nothing may allocate or grow while capturing (run the same step eagerly first).
+  // EndCapture returns null after a failure (status() says why). A graph stays valid while
+  // scratch_epoch() is unchanged: the epoch moves whenever backend-internal scratch memory is
+  // reallocated (a step larger than any before), and a graph of an older epoch must be
+  // recaptured. Backends without graphs return false from SupportsGraphs.
+  virtual bool SupportsGraphs() const { return false; }
+  virtual void BeginCapture() {}
+  virtual std::unique_ptr<BackendGraph> EndCapture() { return nullptr; }
+  virtual void ReplayGraph(BackendGraph& graph) { (void)graph; }
+  virtual int64_t scratch_epoch() const { return 0; }
 };
 
 // The reference CPU backend (engine/backend/cpu). num_threads 0 = hardware concurrency.

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "engine/config/model_config.h"
+#include "engine/model/model_runtime.h"
 
 namespace glm::engine {
 
@@ -73,6 +74,11 @@ class Model {
   virtual absl::Status ForwardMtp(const ForwardBatch& batch,
                                   const std::vector<std::vector<float>>& hidden,
                                   ForwardResult* result) = 0;
+
+  // Runtime reports (engine/model/model_runtime.h; issue 4). The memory plan is fixed at load;
+  // the graph counters may be read from any thread. Defaults for models without them.
+  virtual MemoryPlan memory_plan() const { return {}; }
+  virtual DecodeGraphStats decode_graph_stats() const { return {}; }
 };
 
 }  // namespace glm::engine

@@ -11,6 +11,7 @@
 #include "common/status_util.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
+#include "engine/model/decode_graphs.h"
 #include "engine/model/kv_storage.h"
 #include "engine/model/layers.h"
 #include "engine/model/weight_source.h"
@@ -51,6 +52,8 @@ class GlmMoeDsaModel : public Model {
   absl::Status Forward(const ForwardBatch& batch, ForwardResult* result) override;
   absl::Status ForwardMtp(const ForwardBatch& batch, const std::vector<std::vector<float>>& hidden,
                           ForwardResult* result) override;
+  MemoryPlan memory_plan() const override { return plan_; }
+  DecodeGraphStats decode_graph_stats() const override { return graphs_.stats(); }
 
   std::unique_ptr<Backend> owned_backend;
   ModelWeightMemory weight_memory;
@@ -62,6 +65,15 @@ class GlmMoeDsaModel : public Model {
   // Final norm + lm_head on the selected rows of x; copies logits (and hidden) to result.
   void Finish(StepContext& ctx, const StepPlan& plan, const ForwardBatch& batch, const MatView& x,
               const RmsNormLayer& norm, const MatView* hidden_rows, ForwardResult* result);
+  // Device decode steps (decode_graphs.h): every slice one token, whole model, B <= kMaxBatch.
+  bool DecodePathApplies(const ForwardBatch& batch) const;
+  absl::Status ForwardDecode(const ForwardBatch& batch, const StepPlan& plan,
+                             ForwardResult* result);
+  // Sizes (memory planning, issue 4) and allocates the paged KV storage of `kv_layers`.
+  absl::Status AllocateKv(const std::vector<int>& kv_layers);
+  // One prefill of `tokens` tokens and one decode of `num_seqs` sequences on the current kv_
+  // (block ids from 0), so workspace and scratch grow to their peak.
+  absl::Status WarmUp(int tokens, int num_seqs);
   bool first_stage() const { return first_layer_ == 0; }
   bool last_stage() const { return last_layer_ == config_.num_hidden_layers - 1; }
 
@@ -75,6 +87,11 @@ class GlmMoeDsaModel : public Model {
   std::vector<DecoderLayer> layers_;
   std::unique_ptr<MtpLayer> mtp_;
   std::unique_ptr<PagedKvStorage> kv_;
+  DecodeGraphs graphs_{backend_};
+  bool graphs_allowed_ = true;      // false during the warm-up steps
+  DeviceMemoryInfo load_memory_;    // device memory when Load started (total 0: none reported)
+  MemoryPlan plan_;
+  std::vector<float> host_logits_;  // [B, vocab_size] decode-path staging
 };
 
 absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
@@ -108,6 +125,9 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
         " backend, which computes with fp32 weights only; use --dtype fp32 (weight_dtype "
         "\"fp32\") or the cuda backend (--backend cuda)"));
   }
+  // Device memory before any parameter is uploaded (memory plan: weights = the difference).
+  backend_->Synchronize();
+  if (!backend_->MemoryInfo(&load_memory_).ok()) load_memory_ = {};
   WeightLoader w(source, backend_, mode);
   const std::string mtp_prefix = absl::StrCat("model.layers.", L);
   const bool with_mtp = options_.load_mtp && c.num_nextn_predict_layers > 0 && last_stage() &&
@@ -155,7 +175,7 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
   }
   inv_freq_ = w.Upload(inv_freq, 1, num_freqs);
-  GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, options_.kv, kv_layers));
+  GLM_RETURN_IF_ERROR(AllocateKv(kv_layers));
   const WeightBytes& wb = w.bytes();
   weight_memory = {wb.total,         wb.linear,        wb.linear_fp32,   wb.fp8_scales,
                    wb.fp8_payload,   wb.num_linear[0], wb.num_linear[1], wb.num_linear[2]};
@@ -291,11 +311,15 @@ void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBa
     }
   }
   backend_->Synchronize();
+  // A step that succeeded validated the pointers the model passes (all from Allocate()); later
+  // steps skip the kernels' per-launch pointer queries.
+  if (backend_->status().ok()) backend_->SetPointerChecks(options_.debug_pointer_checks);
 }
 
 absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* result) {
   GLM_RETURN_IF_ERROR(backend_->status());
   GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
+  if (DecodePathApplies(batch)) return ForwardDecode(batch, plan, result);
   const int64_t H = config_.hidden_size, K = config_.index_topk;
   const bool needs_topk = !first_stage() && !config_.HasIndexer(first_layer_);
   for (const SequenceSlice& s : batch.seqs) {
@@ -355,6 +379,210 @@ absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* r
   }
   backend_->Synchronize();
   return backend_->status();
+}
+
+bool GlmMoeDsaModel::DecodePathApplies(const ForwardBatch& batch) const {
+  if (!backend_->SupportsGraphs() || !first_stage() || !last_stage() || batch.seqs.empty() ||
+      batch.seqs.size() > static_cast<size_t>(DecodeGraphs::kMaxBatch)) {
+    return false;
+  }
+  return std::all_of(batch.seqs.begin(), batch.seqs.end(),
+                     [](const SequenceSlice& s) { return s.token_ids.size() == 1; });
+}
+
+absl::Status GlmMoeDsaModel::ForwardDecode(const ForwardBatch& batch, const StepPlan& p,
+                                           ForwardResult* result) {
+  const int64_t B = static_cast<int64_t>(batch.seqs.size()), H = config_.hidden_size,
+                V = config_.vocab_size, K = config_.index_topk;
+  // Tables first, outside any captured region: the graph reads them from fixed addresses.
+  const DecodeGraphs::Tables t = graphs_.Upload(p.tokens, p.positions, p.new_slots, p.row_offset,
+                                                p.row_num_keys, p.key_slots);
+  const int32_t key_bucket = DecodeGraphs::KeyBucket(p.max_num_keys);
+  StepContext ctx;
+  ctx.backend = backend_;
+  ctx.ws = &ws_;
+  ctx.config = &config_;
+  ctx.num_rows = B;
+  ctx.positions = t.positions;
+  ctx.new_slots = t.new_slots;
+  ctx.table.slots = t.key_slots;
+  ctx.table.row_offset = t.row_offset;
+  ctx.table.row_num_keys = t.row_num_keys;
+  ctx.table.max_num_keys = key_bucket;  // a capacity: the ops read true counts from the table
+  ctx.inv_freq = inv_freq_.data();
+  ctx.seqs = p.seqs;
+  ctx.all_absorbed = true;  // one token per sequence: the absorbed form
+  MatView normed, logits;
+  // Everything enqueued here is a function of B and key_bucket only (decode_graphs.h).
+  auto body = [&] {
+    ws_.Reset();
+    ctx.topk = ws_.Ints(B * K);  // [B, index_topk]
+    ctx.topk_valid = false;
+    MatView h = ws_.Mat(B, H);  // [B, H] residual stream
+    backend_->GatherRows(embed_.view, t.tokens, h);
+    for (const DecoderLayer& layer : layers_) layer.Forward(ctx, h, kv_->layer(layer.layer_idx));
+    normed = ws_.Mat(B, H);  // [B, H] final norm
+    final_norm_.Forward(ctx, h, normed);
+    logits = ws_.Mat(B, V);  // [B, vocab_size]
+    backend_->Linear(normed, lm_head_.view, logits, false);
+  };
+  GLM_RETURN_IF_ERROR(
+      graphs_.Run(static_cast<int>(B), key_bucket, options_.cuda_graphs && graphs_allowed_, body));
+  host_logits_.resize(B * V);
+  backend_->CopyToHost(host_logits_.data(), logits.data, B * V * sizeof(float));
+  result->seqs.resize(B);
+  for (int64_t i = 0; i < B; ++i) {
+    SequenceOutput& out = result->seqs[i];
+    out.logits.assign(host_logits_.begin() + i * V, host_logits_.begin() + (i + 1) * V);
+    out.hidden.clear();
+    out.residual.clear();
+    out.topk.clear();
+    if (batch.seqs[i].want_hidden) {
+      out.hidden.resize(H);
+      backend_->CopyToHost(out.hidden.data(), normed.Row(i), H * sizeof(float));
+    }
+  }
+  GLM_RETURN_IF_ERROR(backend_->status());
+  backend_->SetPointerChecks(options_.debug_pointer_checks);
+  return absl::OkStatus();
+}
+
+absl::Status GlmMoeDsaModel::WarmUp(int tokens, int num_seqs) {
+  graphs_allowed_ = false;
+  const int bs = kv_->geometry().block_size;
+  ForwardBatch prefill;
+  SequenceSlice s;
+  s.token_ids.assign(tokens, 0);
+  for (int b = 0; b * bs < tokens; ++b) s.block_table.push_back(b);
+  prefill.seqs.push_back(s);
+  ForwardResult r;
+  absl::Status st = Forward(prefill, &r);
+  if (st.ok() && num_seqs > 0) {
+    ForwardBatch decode;  // every sequence at position 0 of block 0 (the values are discarded)
+    for (int i = 0; i < num_seqs; ++i) {
+      SequenceSlice d;
+      d.seq_id = i;
+      d.token_ids = {0};
+      d.block_table = {0};
+      decode.seqs.push_back(d);
+    }
+    st = Forward(decode, &r);
+  }
+  graphs_allowed_ = true;
+  return Annotate(st, absl::StrCat("memory-planning warm-up (prefill of ", tokens,
+                                   " tokens, decode of ", num_seqs, " sequences)"));
+}
+
+absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers) {
+  const ModelConfig& c = config_;
+  KvCacheGeometry geo = options_.kv;
+  int64_t per_token = 0;  // fp32 latent (+ indexer keys) per layer held
+  for (int l : kv_layers) {
+    per_token += (c.kv_lora_rank + c.qk_rope_head_dim + (c.HasIndexer(l) ? c.index_head_dim : 0)) *
+                 static_cast<int64_t>(sizeof(float));
+  }
+  MemoryPlan& mp = plan_;
+  mp.kv_block_size = geo.block_size;
+  mp.kv_bytes_per_block = per_token * std::max(geo.block_size, 0);
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  backend_->Synchronize();
+  GLM_RETURN_IF_ERROR(backend_->status());
+  DeviceMemoryInfo mem;
+  const bool device = load_memory_.total_bytes > 0 && backend_->MemoryInfo(&mem).ok();
+  const int64_t max_len =
+      options_.plan_max_model_len > 0 ? options_.plan_max_model_len : c.max_position_embeddings;
+  if (device) {
+    mp.measured = true;
+    mp.device_total_bytes = mem.total_bytes;
+    mp.device_free_bytes_before = load_memory_.free_bytes;
+    mp.weights_bytes = load_memory_.free_bytes - mem.free_bytes;
+    mp.backend_workspace_bytes = mem.workspace_bytes;
+    const bool warm = options_.plan_max_num_seqs > 0 && first_stage() && last_stage() &&
+                      geo.block_size > 0;
+    if (warm) {
+      mp.warmup_tokens = static_cast<int>(std::clamp<int64_t>(
+          std::max(options_.plan_max_batched_tokens, 1), 1, std::max<int64_t>(max_len, 1)));
+      mp.warmup_num_seqs = options_.plan_max_num_seqs;
+      const int blocks = (mp.warmup_tokens + geo.block_size - 1) / geo.block_size;
+      GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, {geo.block_size, blocks},
+                                                       kv_layers));
+      GLM_RETURN_IF_ERROR(WarmUp(mp.warmup_tokens, mp.warmup_num_seqs));
+      kv_.reset();
+      backend_->Synchronize();
+      GLM_RETURN_IF_ERROR(backend_->status());
+      const int64_t free_before_warmup = mem.free_bytes;
+      GLM_RETURN_IF_ERROR(backend_->MemoryInfo(&mem));
+      mp.activation_bytes = free_before_warmup - mem.free_bytes;
+      // The indexer materializes [rows, num_keys] scores: at the longest context that outgrows
+      // what the warm-up (num_keys = warm-up tokens) reached.
+      mp.indexer_reserve_bytes =
+          std::max<int64_t>(mp.warmup_num_seqs, mp.warmup_tokens) * max_len * 4;
+    }
+    mp.graph_reserve_bytes = backend_->SupportsGraphs() && options_.cuda_graphs ? 64 * kMiB : 0;
+  }
+  const int64_t reserves = mp.graph_reserve_bytes + mp.indexer_reserve_bytes;
+  const int64_t avail = device ? mem.free_bytes - reserves : 0;
+  auto fail = [&](const std::string& what) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " (device ", mp.device_total_bytes / kMiB, " MiB: weights ",
+        mp.weights_bytes / kMiB, " MiB, activations ", mp.activation_bytes / kMiB,
+        " MiB after a warm-up of ", mp.warmup_num_seqs, " decode sequences and ", mp.warmup_tokens,
+        " prefill tokens, reserves ", reserves / kMiB, " MiB, free now ", mem.free_bytes / kMiB,
+        " MiB). Fix: lower max_num_seqs or max_num_batched_tokens (activations), lower "
+        "max_model_len (", max_len, "; indexer reserve), or raise the memory budget "
+        "(gpu_memory_fraction / kv_cache_bytes)"));
+  };
+  if (geo.num_blocks > 0) {
+    mp.source = "kv_num_blocks";
+  } else if (options_.kv_cache_bytes > 0 && mp.kv_bytes_per_block > 0) {
+    mp.source = "kv_cache_bytes";
+    if (device && options_.kv_cache_bytes > avail) {
+      return fail(absl::StrCat("kv_cache_bytes ", options_.kv_cache_bytes / kMiB,
+                               " MiB does not fit: ", std::max<int64_t>(avail, 0) / kMiB,
+                               " MiB are left, short by ",
+                               (options_.kv_cache_bytes - avail) / kMiB, " MiB"));
+    }
+    geo.num_blocks = static_cast<int>(
+        std::min<int64_t>(options_.kv_cache_bytes / mp.kv_bytes_per_block, 1 << 30));
+  } else if (options_.gpu_memory_fraction > 0 && mp.kv_bytes_per_block > 0) {
+    if (!device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpu_memory_fraction needs a backend that reports device memory; the ",
+          backend_->name(), " backend does not: size the KV cache with kv_cache_bytes or "
+          "kv_num_blocks"));
+    }
+    if (options_.gpu_memory_fraction > 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpu_memory_fraction=", options_.gpu_memory_fraction, " must be in (0, 1]"));
+    }
+    mp.source = "memory_fraction";
+    mp.memory_fraction = options_.gpu_memory_fraction;
+    const int64_t budget =
+        static_cast<int64_t>(options_.gpu_memory_fraction * static_cast<double>(mem.total_bytes));
+    const int64_t used = mem.total_bytes - mem.free_bytes;
+    const int64_t kv_bytes = std::min(budget - used - reserves, avail);
+    const int64_t need_blocks = (max_len + geo.block_size - 1) / geo.block_size;
+    if (kv_bytes < need_blocks * mp.kv_bytes_per_block) {
+      return fail(absl::StrCat(
+          "gpu_memory_fraction ", options_.gpu_memory_fraction, " leaves ",
+          std::max<int64_t>(kv_bytes, 0) / kMiB, " MiB for the KV cache, less than one sequence "
+          "of max_model_len ", max_len, " tokens needs (", need_blocks * mp.kv_bytes_per_block / kMiB,
+          " MiB; short by ", (need_blocks * mp.kv_bytes_per_block - kv_bytes) / kMiB, " MiB)"));
+    }
+    geo.num_blocks =
+        static_cast<int>(std::min<int64_t>(kv_bytes / mp.kv_bytes_per_block, 1 << 30));
+  }
+  if (device && geo.num_blocks > 0 && geo.num_blocks * mp.kv_bytes_per_block > mem.free_bytes) {
+    return fail(absl::StrCat("the KV cache of ", geo.num_blocks, " blocks (",
+                             geo.num_blocks * mp.kv_bytes_per_block / kMiB,
+                             " MiB) does not fit in the free device memory"));
+  }
+  GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, geo, kv_layers));
+  mp.kv_num_blocks = geo.num_blocks;
+  mp.kv_bytes = geo.num_blocks * mp.kv_bytes_per_block;
+  mp.max_tokens = static_cast<int64_t>(geo.num_blocks) * geo.block_size;
+  GLM_LOG_INFO("memory plan on {}: {}", backend_->name(), mp.ToString());
+  return absl::OkStatus();
 }
 
 absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,

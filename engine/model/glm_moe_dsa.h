@@ -66,6 +66,25 @@ struct ModelLoadOptions {
   // (read per head by the absorbed attention) stay fp32. Narrow dtypes need a backend that
   // supports them (cuda); the cpu backend fails the load naming the fix.
   std::string weight_dtype = "fp32";
+  // Decode steps (every slice one token, whole model on this shard, batch <= 64) on a backend
+  // with graphs (cuda) run as CUDA graphs: captured on the first step of each (batch size, key
+  // bucket), replayed after (engine/model/decode_graphs.h). Replay equals eager bitwise.
+  bool cuda_graphs = true;
+  // Keep the kernels' per-launch pointer checks (a driver query per pointer) on every step
+  // instead of only on the first one (debugging; measures their cost).
+  bool debug_pointer_checks = false;
+  // Memory planning on a device backend (issue 4). After the weights are loaded the model runs
+  // warm-up steps at the largest step sizes (a prefill of plan_max_batched_tokens tokens, a decode
+  // of plan_max_num_seqs sequences) so workspace and op scratch reach their peak, measures what
+  // they took, and then sizes the KV cache when kv.num_blocks is 0: kv_cache_bytes when > 0,
+  // else gpu_memory_fraction of the device's total memory minus everything in use and the
+  // reserves (decode graphs, indexer scores at plan_max_model_len). Model::memory_plan()
+  // reports it. plan_max_num_seqs 0 skips the warm-up (then only weights are measured).
+  int64_t kv_cache_bytes = 0;
+  double gpu_memory_fraction = 0.0;
+  int plan_max_num_seqs = 0;
+  int plan_max_batched_tokens = 0;
+  int plan_max_model_len = 0;  // 0 = config max_position_embeddings
 };
 
 // Bytes of backend memory the parameters of a model created here take (weights only), and how

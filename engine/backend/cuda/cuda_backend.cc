@@ -83,8 +83,10 @@ class DeviceScratch : public cuda::Scratch {
           cudaGetErrorString(err), "; lower max_num_batched_tokens or the KV cache budget"));
     }
     s.bytes = rounded;
+    ++epoch_;  // graphs captured before this point hold the freed block
     return s.data;
   }
+  int64_t epoch() const { return epoch_; }
 
  private:
   struct Slot {
@@ -93,6 +95,18 @@ class DeviceScratch : public cuda::Scratch {
   };
   cudaStream_t stream_;
   std::array<Slot, cuda::kScratchSlots> slots_{};
+  int64_t epoch_ = 0;
+};
+
+// An instantiated CUDA graph (Backend::EndCapture).
+class CudaGraph : public BackendGraph {
+ public:
+  explicit CudaGraph(cudaGraphExec_t exec) : exec_(exec) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  cudaGraphExec_t exec() const { return exec_; }
+
+ private:
+  cudaGraphExec_t exec_;
 };
 
 class CudaBackend : public Backend {
@@ -272,11 +286,68 @@ class CudaBackend : public Backend {
                     "MoeExperts"));
   }
 
+  absl::Status MemoryInfo(DeviceMemoryInfo* info) override {
+    if (!Bind()) return status_;
+    size_t free_bytes = 0, total_bytes = 0;
+    GLM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+    info->free_bytes = static_cast<int64_t>(free_bytes);
+    info->total_bytes = static_cast<int64_t>(total_bytes);
+    info->workspace_bytes = static_cast<int64_t>(kLtWorkspaceBytes);
+    return absl::OkStatus();
+  }
+
+  void SetPointerChecks(bool on) override { pointer_checks_ = on; }
+
+  bool SupportsGraphs() const override { return true; }
+
+  // Thread-local capture mode: another thread's cudaMalloc (a second backend) does not
+  // invalidate this capture, while an allocation on this thread inside it fails loudly.
+  void BeginCapture() override {
+    if (!Bind()) return;
+    Record(CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                      "cudaStreamBeginCapture"));
+    capturing_ = status_.ok();
+  }
+
+  std::unique_ptr<BackendGraph> EndCapture() override {
+    if (!capturing_) {
+      Record(absl::FailedPreconditionError("EndCapture without a successful BeginCapture"));
+      return nullptr;
+    }
+    capturing_ = false;
+    // End the capture even after a failed op, so the stream leaves capture mode.
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    Record(CudaStatus(end, "cudaStreamEndCapture"));
+    cudaGraphExec_t exec = nullptr;
+    if (status_.ok()) {
+      Record(CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"));
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!status_.ok()) {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return std::make_unique<CudaGraph>(exec);
+  }
+
+  void ReplayGraph(BackendGraph& graph) override {
+    if (!Bind()) return;
+    Record(CudaStatus(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec(), stream_),
+                      "cudaGraphLaunch"));
+  }
+
+  int64_t scratch_epoch() const override { return scratch_.epoch(); }
+
  private:
   // False once an error is recorded (the op is skipped). Makes the backend's device current on
   // the calling thread (the engine's step thread is not the one that created the backend).
   bool Bind() {
     if (!status_.ok()) return false;
+    // Pointer checks of the kernels/ launchers follow this backend's setting on the calling
+    // thread (one thread-local store, no driver call).
+    kernels::SetDevicePointerChecks(pointer_checks_);
     int current = -1;
     if (cudaGetDevice(&current) != cudaSuccess || current != device_) {
       Record(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"));
@@ -293,6 +364,8 @@ class CudaBackend : public Backend {
   std::unique_ptr<cuda::NarrowLinear> narrow_;
   DeviceScratch scratch_;
   absl::Status status_;
+  bool pointer_checks_ = true;
+  bool capturing_ = false;
 };
 
 }  // namespace
