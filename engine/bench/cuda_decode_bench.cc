@@ -4,7 +4,7 @@
 //   glm-bench-cuda-decode [--config DIR] [--dtype fp32|bf16|fp8] [--layers auto|N1,N2]
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
-//       [--backend cuda|cpu] [--small]
+//       [--backend cuda|cpu] [--small] [--graphs on|off]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
 // 2048/512, DSA indexer 32 x 128 with index_topk 2048, 256 experts top-8 with moe_inter 2048 + a
@@ -18,8 +18,10 @@
 // only the values are zeros (every cached indexer score ties, which the exact top-k resolves to
 // the lowest positions). No prefill runs. Every step repeats the same batch (steady state).
 //
-// Timing: host wall clock around Model::Forward (which ends with the logits' copy to the host and
-// a stream synchronize); warm-up steps, then the median of --steps. The model is loaded twice,
+// Timing: host wall clock around Model::Forward + Backend::Synchronize (Forward ends with the
+// logits' copy to the host); warm-up steps, then the median of --steps. Eager steps by default;
+// --graphs on lets the model replay decode CUDA graphs (ModelLoadOptions::cuda_graphs, where the
+// build has it). The model is loaded twice,
 // with N1 and N2 layers (default 1 and the most that fit with the largest case's KV), and
 // ms/layer = (step(N2) - step(N1)) / (N2 - N1): the embedding, final norm, lm_head, logits copy
 // and the host's step planning cancel out ("fixed" = step(N1) - N1 * ms/layer).
@@ -74,6 +76,7 @@ struct Args {
   int threads = 0;
   std::string backend = "cuda";
   bool small = false;
+  bool graphs = false;
 };
 
 double Now() {
@@ -261,6 +264,12 @@ ForwardBatch MakeBatch(int batch, int context, int block_size, int64_t vocab, ui
   return fb;
 }
 
+// Turns the model's decode CUDA graphs on or off where this build has them.
+template <typename Options>
+void SetGraphs(Options& o, bool on) {
+  if constexpr (requires { o.cuda_graphs = on; }) o.cuda_graphs = on;
+}
+
 // Prints the model's decode CUDA-graph counters where this build has them.
 template <typename M>
 void PrintGraphStats(const M& model) {
@@ -288,6 +297,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   o.expanded_prefill = false;
   // fp8: "auto" keeps the e4m3 tensors the weight source serves (fp8_linear below) as they are.
   o.weight_dtype = a.dtype == "fp8" ? "auto" : a.dtype;
+  SetGraphs(o, a.graphs);
   // KV: enough blocks for the largest case that fits next to the weights and the reserve.
   const int64_t weights_est = DeviceWeightBytes(c, a.dtype);
   const int64_t block_bytes = KvCacheBytesPerToken(c, o) * a.block_size;
@@ -357,6 +367,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
       for (int i = 0; i < a.warmup + a.steps && st.ok(); ++i) {
         const double t = Now();
         st = (*model)->Forward(fb, &out);
+        backend->Synchronize();  // Forward ends with a synchronizing copy; be sure
         if (i >= a.warmup) ms.push_back((Now() - t) * 1e3);
       }
       if (!st.ok()) {
@@ -377,7 +388,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
       std::fflush(stdout);
     }
   }
-  PrintGraphStats(**model);
+  if (a.graphs) PrintGraphStats(**model);
   return true;
 }
 
@@ -417,6 +428,7 @@ int Main(int argc, char** argv) {
     else if (k == "--threads") a.threads = std::atoi(next().c_str());
     else if (k == "--backend") a.backend = next();
     else if (k == "--small") a.small = true;
+    else if (k == "--graphs") a.graphs = next() == "on";
     else {
       std::fprintf(stderr,
                    "unknown flag %s; see the usage at the top of engine/bench/cuda_decode_bench.cc\n",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -57,12 +58,14 @@ float E4m3Rms() {
 }
 
 void FillBytesRange(uint64_t key, uint8_t* out, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; i += 8) {
-    uint64_t z = Mix(key + static_cast<uint64_t>(i / 8 + 1) * kGolden);
-    for (int64_t j = i; j < std::min(end, i + 8); ++j, z >>= 8) {
-      out[j] = static_cast<uint8_t>((z & 0x80) | (z & 0x3F));
-    }
+  constexpr uint64_t kCodeMask = 0xBFBFBFBFBFBFBFBFull;  // per byte: sign | 6 low bits
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const uint64_t z = Mix(key + static_cast<uint64_t>(i / 8 + 1) * kGolden) & kCodeMask;
+    std::memcpy(out + i, &z, 8);
   }
+  uint64_t z = Mix(key + static_cast<uint64_t>(i / 8 + 1) * kGolden) & kCodeMask;
+  for (; i < end; ++i, z >>= 8) out[i] = static_cast<uint8_t>(z);
 }
 
 class SpecBuilder {
@@ -216,7 +219,7 @@ absl::StatusOr<Fp8BlockTensor> LazyRandomWeights::ReadFp8Block(const std::string
   t.data.resize(static_cast<size_t>(n));
   const uint64_t key = Mix(options_.seed * kGolden ^ NameHash(s.name) ^ 0xF8F8F8F8ull);
   const int threads = static_cast<int>(
-      std::clamp<int64_t>(n / (1 << 22), 1, std::max(1, options_.num_threads)));
+      std::clamp<int64_t>(n / (1 << 20), 1, std::max(1, options_.num_threads)));
   const int64_t chunk = ((n + threads - 1) / threads + 7) / 8 * 8;
   std::vector<std::thread> workers;
   for (int i = 1; i < threads; ++i) {
