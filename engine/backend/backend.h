@@ -23,8 +23,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/sample_rule.h"
 
 namespace glm::engine {
 
@@ -156,6 +158,18 @@ class BackendGraph {
   virtual ~BackendGraph() = default;
 };
 
+// Token selection on the backend (Backend::Sample). Every array is backend memory, [rows] each.
+struct SampleArgs {
+  MatView logits;                      // [rows, vocab] fp32
+  const float* temperature = nullptr;  // <= 1e-5: greedy
+  const int32_t* top_k = nullptr;      // 0 = off
+  const float* top_p = nullptr;        // (0, 1]; 1 = off
+  const uint64_t* seed = nullptr;      // the request's random stream
+  const int64_t* index = nullptr;      // draw number (tokens the request generated before)
+  int32_t* out_ids = nullptr;          // [rows]
+  float* out_logprobs = nullptr;       // [rows] or null: log softmax(logits)[id]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -221,6 +235,12 @@ class Backend {
   virtual void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                           const ExpertWeights& experts, const MatView& out) = 0;
 
+  // One token per logits row by the rule of kernels/sample_rule.h (engine/sample SampleToken
+  // without banned tokens), so every backend returns the same ids from the same logits, seeds and
+  // indices. The default runs the host rule on host copies (right for any backend; the cpu
+  // backend uses it as is); device backends override it with a kernel (cuda: kernels/sample.h).
+  virtual void Sample(const SampleArgs& args);
+
   // ---- Setup-time facilities of device backends (issue 4); the defaults fit the cpu backend.
   // Device memory (free / total / fixed workspaces). Unimplemented on host backends.
   virtual absl::Status MemoryInfo(DeviceMemoryInfo* info) {
@@ -244,6 +264,29 @@ class Backend {
   virtual void ReplayGraph(BackendGraph& graph) { (void)graph; }
   virtual int64_t scratch_epoch() const { return 0; }
 };
+
+inline void Backend::Sample(const SampleArgs& a) {
+  const int64_t rows = a.logits.rows, vocab = a.logits.cols, ld = a.logits.ld;
+  if (rows <= 0) return;
+  std::vector<float> logits(static_cast<size_t>((rows - 1) * ld + vocab)), t(rows), p(rows);
+  std::vector<int32_t> k(rows), ids(rows);
+  std::vector<uint64_t> seed(rows);
+  std::vector<int64_t> index(rows);
+  std::vector<float> lp(rows);
+  CopyToHost(logits.data(), a.logits.data, logits.size() * sizeof(float));
+  CopyToHost(t.data(), a.temperature, rows * sizeof(float));
+  CopyToHost(k.data(), a.top_k, rows * sizeof(int32_t));
+  CopyToHost(p.data(), a.top_p, rows * sizeof(float));
+  CopyToHost(seed.data(), a.seed, rows * sizeof(uint64_t));
+  CopyToHost(index.data(), a.index, rows * sizeof(int64_t));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * ld;
+    ids[r] = sample_rule::SampleRowHost(row, vocab, t[r], k[r], p[r], seed[r], index[r]);
+    if (a.out_logprobs != nullptr) lp[r] = sample_rule::LogProbHost(row, vocab, ids[r]);
+  }
+  CopyToDevice(a.out_ids, ids.data(), rows * sizeof(int32_t));
+  if (a.out_logprobs != nullptr) CopyToDevice(a.out_logprobs, lp.data(), rows * sizeof(float));
+}
 
 // The reference CPU backend (engine/backend/cpu). num_threads 0 = hardware concurrency.
 std::unique_ptr<Backend> CreateCpuBackend(int num_threads);

@@ -28,6 +28,19 @@ struct SequenceSlice {
   std::vector<int32_t> block_table;  // physical blocks covering positions [0, start_pos + n)
   bool all_logits = false;           // logits for every new token (else only the last one)
   bool want_hidden = false;          // return final post-norm hidden rows (MTP drafting)
+  // Pick the next token on the backend instead of returning logits (Backend::Sample, the rule of
+  // engine/sample SampleToken without banned tokens): only for a slice with one output row
+  // (!all_logits). The model then leaves SequenceOutput::logits empty and sets sampled_token; a
+  // model that does not sample returns logits as usual (the caller samples on the host).
+  struct DeviceSample {
+    bool enabled = false;
+    float temperature = 0.0f;
+    int32_t top_k = 0;
+    float top_p = 1.0f;
+    uint64_t seed = 0;
+    int64_t index = 0;  // the draw number: tokens the request generated before this one
+  };
+  DeviceSample sample;
   // Pipeline parallelism (a Model holding layers [first_layer, last_layer] only):
   // on a stage without layer 0, the residual stream entering its first layer,
   // [num_new_tokens, hidden_size] = the previous stage's SequenceOutput::residual;
@@ -43,6 +56,7 @@ struct ForwardBatch {
 
 struct SequenceOutput {
   std::vector<float> logits;  // [num_rows, vocab_size]; num_rows = n if all_logits else 1
+  int32_t sampled_token = -1;  // SequenceSlice::sample was honoured: the token (logits empty)
   std::vector<float> hidden;  // [num_rows, hidden_size] when want_hidden, else empty
   // On a stage without the last layer (no logits then): the residual stream after its last layer
   // for every new token, [num_new_tokens, hidden_size], and the current DSA top-k

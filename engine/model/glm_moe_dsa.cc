@@ -14,6 +14,7 @@
 #include "engine/model/decode_graphs.h"
 #include "engine/model/kv_storage.h"
 #include "engine/model/layers.h"
+#include "engine/model/logits_output.h"
 #include "engine/model/weight_source.h"
 #ifdef GLM_HAVE_WEIGHTS
 #include "engine/weights/tensor_filter.h"
@@ -83,6 +84,7 @@ class GlmMoeDsaModel : public Model {
   Workspace ws_;
   int first_layer_ = 0, last_layer_ = -1;
   DeviceMatrix embed_, lm_head_, inv_freq_;
+  LogitsOutput logits_out_;  // lm_head rows -> host logits or backend-sampled tokens
   RmsNormLayer final_norm_;
   std::vector<DecoderLayer> layers_;
   std::unique_ptr<MtpLayer> mtp_;
@@ -294,13 +296,11 @@ void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBa
   if (hidden_rows == nullptr) hidden_sel = sel;
   MatView logits = ctx.ws->Mat(R, V);  // [R, vocab_size]
   backend_->Linear(sel, lm_head_.view, logits, false);
-  result->seqs.resize(batch.seqs.size());
+  logits_out_.Emit(backend_, batch, p.out_begin, logits, result);
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const int64_t begin = p.out_begin[i];
     const int64_t end = i + 1 < batch.seqs.size() ? p.out_begin[i + 1] : R;
     SequenceOutput& out = result->seqs[i];
-    out.logits.resize((end - begin) * V);
-    backend_->CopyToHost(out.logits.data(), logits.Row(begin), (end - begin) * V * sizeof(float));
     out.hidden.clear();
     out.residual.clear();
     out.topk.clear();
@@ -428,12 +428,11 @@ absl::Status GlmMoeDsaModel::ForwardDecode(const ForwardBatch& batch, const Step
   };
   GLM_RETURN_IF_ERROR(
       graphs_.Run(static_cast<int>(B), key_bucket, options_.cuda_graphs && graphs_allowed_, body));
-  host_logits_.resize(B * V);
-  backend_->CopyToHost(host_logits_.data(), logits.data, B * V * sizeof(float));
-  result->seqs.resize(B);
+  std::vector<int64_t> row_begin(B);  // one lm_head row per sequence
+  for (int64_t i = 0; i < B; ++i) row_begin[i] = i;
+  logits_out_.Emit(backend_, batch, row_begin, logits, result);
   for (int64_t i = 0; i < B; ++i) {
     SequenceOutput& out = result->seqs[i];
-    out.logits.assign(host_logits_.begin() + i * V, host_logits_.begin() + (i + 1) * V);
     out.hidden.clear();
     out.residual.clear();
     out.topk.clear();

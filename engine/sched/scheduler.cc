@@ -291,6 +291,18 @@ absl::Status Scheduler::Step() {
     slice.all_logits = sc.num_drafts > 0 || k > 0 ||
                        (s->return_prompt_logits && s->num_computed < s->num_prompt);
     slice.want_hidden = k > 0;
+    // The next token is drawn in this step and nothing needs its logits on the host (no MTP
+    // verification, no prompt logits, no banned tokens): let the model sample on its backend.
+    if (!slice.all_logits && sc.num_drafts == 0 &&
+        end == static_cast<int64_t>(s->tokens.size()) &&
+        s->num_generated() >= s->sampling.min_tokens) {
+      slice.sample.enabled = true;
+      slice.sample.temperature = s->sampling.temperature;
+      slice.sample.top_k = s->sampling.top_k;
+      slice.sample.top_p = s->sampling.top_p;
+      slice.sample.seed = s->seed;
+      slice.sample.index = s->num_generated();
+    }
     batch.seqs.push_back(std::move(slice));
   }
   ForwardResult result;
@@ -311,7 +323,8 @@ absl::Status Scheduler::Step() {
     const SequenceSlice& slice = batch.seqs[j];
     SequenceOutput& out = result.seqs[j];
     const int rows = slice.all_logits ? static_cast<int>(slice.token_ids.size()) : 1;
-    if (static_cast<int64_t>(out.logits.size()) != rows * vocab_size_ ||
+    const bool sampled = slice.sample.enabled && out.sampled_token >= 0 && out.logits.empty();
+    if ((!sampled && static_cast<int64_t>(out.logits.size()) != rows * vocab_size_) ||
         (k > 0 && static_cast<int64_t>(out.hidden.size()) != rows * hidden_size_)) {
       return absl::InternalError(absl::StrCat("Model::Forward output for seq ", s->id, " has ",
                                               out.logits.size(), " logits / ", out.hidden.size(),
@@ -344,8 +357,11 @@ absl::Status Scheduler::Step() {
           banned = s->sampling.stop_token_ids;
           if (!s->sampling.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
         }
-        auto row = absl::MakeConstSpan(out.logits).subspan((base + d) * vocab_size_, vocab_size_);
-        const int32_t token = SampleToken(row, s->sampling, s->seed, s->num_generated(), banned);
+        int32_t token = out.sampled_token;
+        if (!sampled) {
+          auto row = absl::MakeConstSpan(out.logits).subspan((base + d) * vocab_size_, vocab_size_);
+          token = SampleToken(row, s->sampling, s->seed, s->num_generated(), banned);
+        }
         finished = AppendToken(s, token);  // may destroy *s
         if (finished) break;
         if (d < sc.num_drafts && drafts[d] == token) {

@@ -20,6 +20,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/rows.h"
+#include "kernels/sample.h"
 #include "kernels/silu_mul.h"
 
 namespace glm::engine {
@@ -284,6 +285,23 @@ class CudaBackend : public Backend {
     if (x.rows == 0 || !Bind()) return;
     Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, experts, out, scratch_, stream_),
                     "MoeExperts"));
+  }
+
+  void Sample(const SampleArgs& a) override {
+    if (a.logits.rows == 0 || !Bind()) return;
+    kernels::SampleRowsArgs k;
+    k.logits = a.logits.data;
+    k.ld = a.logits.ld;
+    k.rows = a.logits.rows;
+    k.vocab = a.logits.cols;
+    k.temperature = a.temperature;
+    k.top_k = a.top_k;
+    k.top_p = a.top_p;
+    k.seed = a.seed;
+    k.index = a.index;
+    k.out_ids = a.out_ids;
+    k.out_logprobs = a.out_logprobs;
+    Record(kernels::SampleRows(k, stream_));
   }
 
   absl::Status MemoryInfo(DeviceMemoryInfo* info) override {
