@@ -123,7 +123,7 @@ grpc::Status ControllerService::Up(grpc::ServerContext*, const glm::v1::UpReques
     for (const auto& node : ctx.topology.nodes) {
       state_.SetNodeState(node.name, glm::v1::NODE_STATE_READY);
       state_.ClearNodeError(node.name);
-      monitor_.Arm(node.name);
+      monitor_.Arm(node.name, /*expect_shard=*/true);  // the Load phase loaded it
       glm::v1::UpEvent ready;
       ready.set_phase(glm::v1::BRING_UP_PHASE_READY);
       ready.set_node(node.name);

@@ -14,15 +14,32 @@ bool HealthMonitor::AliveLocked(const Liveness& l, Clock::TimePoint now) const {
   return !l.broken && !l.timed_out && now - l.last_seen <= timeout_;
 }
 
+std::string HealthMonitor::ShardProblem(const std::string& node, const Liveness& l) {
+  if (!l.expect_shard || !l.shard_known) return "";
+  if (l.shard_state == glm::v1::SHARD_STATE_LOADED ||
+      l.shard_state == glm::v1::SHARD_STATE_RUNNING) {
+    return "";
+  }
+  std::string state = glm::v1::ShardState_Name(l.shard_state);
+  if (state.rfind("SHARD_STATE_", 0) == 0) state = state.substr(12);
+  return absl::StrFormat(
+      "engine shard is %s, not loaded (the agent restarted or the shard failed since bring-up); "
+      "fix: run `glmctl up` to load it again (see `glmctl status` for the shard's last error "
+      "on %s)",
+      state, node);
+}
+
 void HealthMonitor::ApplyLocked(const std::string& node, Liveness& l, const std::string& reason) {
   if (!l.armed) return;
   bool alive = AliveLocked(l, clock_->Now());
   glm::v1::NodeState current = state_->node_state(node);
-  if (alive && l.degraded) {
+  std::string shard_problem = alive ? ShardProblem(node, l) : "";
+  if (alive && (l.degraded || !shard_problem.empty())) {
+    const std::string& why = l.degraded ? l.degraded_message : shard_problem;
     if (current != glm::v1::NODE_STATE_DEGRADED) {
-      GLM_LOG_WARN("node degraded node={} reason=\"{}\"", node, l.degraded_message);
+      GLM_LOG_WARN("node degraded node={} reason=\"{}\"", node, why);
     }
-    state_->SetNodeState(node, glm::v1::NODE_STATE_DEGRADED, l.degraded_message);
+    state_->SetNodeState(node, glm::v1::NODE_STATE_DEGRADED, why);
   } else if (alive && current != glm::v1::NODE_STATE_READY) {
     state_->SetNodeState(node, glm::v1::NODE_STATE_READY);
     state_->ClearNodeError(node);
@@ -33,10 +50,12 @@ void HealthMonitor::ApplyLocked(const std::string& node, Liveness& l, const std:
   }
 }
 
-void HealthMonitor::Arm(const std::string& node) {
+void HealthMonitor::Arm(const std::string& node, bool expect_shard) {
   std::lock_guard<std::mutex> lock(mu_);
   Liveness& l = nodes_[node];
   l.armed = true;
+  l.expect_shard = expect_shard;
+  l.shard_known = false;
   l.timed_out = false;
   l.last_seen = std::max(l.last_seen, clock_->Now());
   ApplyLocked(node, l, l.broken ? "status stream broken" : "");
@@ -60,6 +79,8 @@ bool HealthMonitor::OnStatus(const std::string& node, const glm::v1::AgentStatus
   l.last_seen = clock_->Now();
   l.degraded = status.degraded();
   l.degraded_message = status.degraded_message();
+  l.shard_known = true;
+  l.shard_state = status.has_shard() ? status.shard().state() : status.shard_state();
   state_->RecordStatus(node, status);
   ApplyLocked(node, l, "");
   return true;

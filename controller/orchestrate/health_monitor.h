@@ -5,7 +5,10 @@
 // a node (bring-up finished for it) counts as having just heard from it, which gives its watcher
 // one timeout to open the stream. Once armed the monitor drives the node's state: alive -> Ready,
 // not alive -> Unreachable with a last_error saying why; alive but reporting `degraded` (its GID
-// entry moved after bring-up) -> Degraded with the agent's message as last_error. Unarmed nodes are tracked but their state
+// entry moved after bring-up) -> Degraded with the agent's message as last_error. A node armed
+// with `expect_shard` (bring-up loaded its engine shard) whose agent then reports no Loaded or
+// Running shard (it restarted, or the shard failed) is Degraded too, with a message naming the
+// shard state and the fix (`glmctl up` reloads it). Unarmed nodes are tracked but their state
 // is left to bring-up.
 //
 // Stale messages are dropped: within one agent process (instance_id) versions must not go back.
@@ -32,8 +35,8 @@ class HealthMonitor {
                 Clock::Duration heartbeat_timeout = std::chrono::seconds(3));
 
   // Starts/stops driving `node`'s state. Arm after bring-up reached Ready; disarm on Down or
-  // before a re-run of bring-up.
-  void Arm(const std::string& node);
+  // before a re-run of bring-up. `expect_shard`: bring-up loaded a shard on the node.
+  void Arm(const std::string& node, bool expect_shard = false);
   void DisarmAll();
 
   // Stream events, from the node's watcher thread.
@@ -58,7 +61,12 @@ class HealthMonitor {
     int64_t version = 0;
     bool degraded = false;         // the agent reports a degraded state (e.g. GID entry moved)
     std::string degraded_message;
+    bool expect_shard = false;     // armed after a bring-up that loaded the node's shard
+    bool shard_known = false;      // a status arrived since Arm (shard_state is current)
+    glm::v1::ShardState shard_state = glm::v1::SHARD_STATE_UNSPECIFIED;
   };
+  // Empty when the node is healthy as far as its shard goes; else why it is Degraded.
+  static std::string ShardProblem(const std::string& node, const Liveness& l);
   bool AliveLocked(const Liveness& l, Clock::TimePoint now) const;
   void ApplyLocked(const std::string& node, Liveness& l, const std::string& reason);
 

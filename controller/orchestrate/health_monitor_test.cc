@@ -150,5 +150,40 @@ TEST_F(HealthMonitorTest, DegradedStatusMarksTheNodeDegradedWithTheMessage) {
   EXPECT_EQ(Replica(), glm::v1::REPLICA_STATE_READY);
 }
 
+glm::v1::AgentStatus WithShard(glm::v1::AgentStatus s, glm::v1::ShardState state) {
+  s.set_shard_state(state);
+  s.mutable_shard()->set_state(state);
+  return s;
+}
+
+TEST_F(HealthMonitorTest, NodeWhoseLoadedShardIsGoneIsDegradedUntilReloaded) {
+  for (const char* n : {"n1", "n2"}) {
+    state_.SetNodeState(n, glm::v1::NODE_STATE_READY);
+    monitor_.Arm(n, /*expect_shard=*/true);
+  }
+  ASSERT_TRUE(monitor_.OnStatus("n1", WithShard(Msg("a", 1), glm::v1::SHARD_STATE_LOADED)));
+  ASSERT_TRUE(monitor_.OnStatus("n2", WithShard(Msg("b", 1), glm::v1::SHARD_STATE_LOADED)));
+  EXPECT_EQ(Replica(), glm::v1::REPLICA_STATE_READY);
+  // n2's agent restarts: alive, but its new instance holds no shard.
+  ASSERT_TRUE(monitor_.OnStatus("n2", WithShard(Msg("c", 1), glm::v1::SHARD_STATE_NONE)));
+  EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_DEGRADED);
+  const std::string why = state_.Snapshot().nodes(1).last_error();
+  EXPECT_NE(why.find("engine shard is NONE"), std::string::npos) << why;
+  EXPECT_NE(why.find("glmctl up"), std::string::npos) << why;
+  EXPECT_EQ(Replica(), glm::v1::REPLICA_STATE_DEGRADED);
+  // A failed shard reads the same way; a reload (Loaded) makes the node Ready again.
+  ASSERT_TRUE(monitor_.OnStatus("n2", WithShard(Msg("c", 2), glm::v1::SHARD_STATE_FAILED)));
+  EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_DEGRADED);
+  ASSERT_TRUE(monitor_.OnStatus("n2", WithShard(Msg("c", 3), glm::v1::SHARD_STATE_LOADED)));
+  EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_READY);
+  EXPECT_EQ(Replica(), glm::v1::REPLICA_STATE_READY);
+}
+
+TEST_F(HealthMonitorTest, ShardStateIsIgnoredWhenBringUpLoadedNone) {
+  ArmBoth();  // expect_shard = false
+  ASSERT_TRUE(monitor_.OnStatus("n1", WithShard(Msg("a", 1), glm::v1::SHARD_STATE_NONE)));
+  EXPECT_EQ(state_.node_state("n1"), glm::v1::NODE_STATE_READY);
+}
+
 }  // namespace
 }  // namespace glm::orchestrate

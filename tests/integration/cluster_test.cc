@@ -153,9 +153,24 @@ TEST_F(LocalClusterTest, UpKillRestartDown) {
                                    absl::StrCat("127.0.0.1:", ports_[2]), "--node", "node-2"},
                                   run_dir_ + "/agent-node-2.log");
   extra_pids_.push_back(restarted);
+  // It is alive again but holds no shard: Degraded, naming the shard and the fix.
+  auto reconnected =
+      PollUntil([&] { return NodeState("node-2", &status) == "Degraded"; }, seconds(15));
+  ASSERT_GE(reconnected.count(), 0) << status.dump(2);
+  std::cout << "[ measure ] agent restart -> Degraded (no shard): " << reconnected.count()
+            << " ms\n";
+  for (const auto& n : status["nodes"]) {
+    if (n["name"] == "node-2") {
+      EXPECT_NE(n["last_error"].get<std::string>().find("glmctl up"), std::string::npos) << n;
+    }
+  }
+  CommandResult degraded = Glmctl({"health", yaml_}, seconds(10));
+  EXPECT_NE(degraded.exit_code, 0) << degraded.output;
+  // `glmctl up` reloads it (the other shards are already loaded) and the cluster is Ready.
+  CommandResult reup = Glmctl({"up", yaml_}, seconds(60));
+  EXPECT_EQ(reup.exit_code, 0) << reup.output;
   auto recovered = PollUntil([&] { return NodeState("node-2", &status) == "Ready"; }, seconds(15));
   ASSERT_GE(recovered.count(), 0) << status.dump(2);
-  std::cout << "[ measure ] agent restart -> Ready: " << recovered.count() << " ms\n";
   EXPECT_EQ(status["replicas"][0]["state"], "Ready");
   EXPECT_EQ(Glmctl({"health", yaml_}, seconds(10)).exit_code, 0);
 
