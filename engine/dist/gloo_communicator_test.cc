@@ -164,6 +164,39 @@ TEST(GlooCommunicatorTest, RingSendRecvOfLargeBuffersDoesNotDeadlock) {
   }
 }
 
+TEST(GlooCommunicatorTest, SendRecvRingWithSeparateCallsAndRepeatedCounts) {
+  // Each rank passes a buffer to the next with Send and Recv (even ranks send first, odd ranks
+  // receive first, so the blocking calls pair up), three rounds with the same count: messages of
+  // equal size between the same ranks arrive in order.
+  constexpr int kRanks = 4;
+  constexpr size_t kCount = 4099;
+  Comms comms = MakeGroup(kRanks);
+  std::vector<std::vector<std::vector<float>>> got(
+      kRanks, std::vector<std::vector<float>>(3, std::vector<float>(kCount)));
+  std::vector<absl::Status> statuses(kRanks);
+  OnRanks(kRanks, [&](int r) {
+    const int next = (r + 1) % kRanks, prev = (r + kRanks - 1) % kRanks;
+    for (int round = 0; round < 3 && statuses[r].ok(); ++round) {
+      std::vector<float> mine = RandomData(r * 10 + round, kCount);
+      if (r % 2 == 0) {
+        statuses[r] = comms[r]->Send(mine.data(), kCount, next);
+        if (statuses[r].ok()) statuses[r] = comms[r]->Recv(got[r][round].data(), kCount, prev);
+      } else {
+        statuses[r] = comms[r]->Recv(got[r][round].data(), kCount, prev);
+        if (statuses[r].ok()) statuses[r] = comms[r]->Send(mine.data(), kCount, next);
+      }
+    }
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+    const int prev = (r + kRanks - 1) % kRanks;
+    for (int round = 0; round < 3; ++round) {
+      EXPECT_EQ(got[r][round], RandomData(prev * 10 + round, kCount))
+          << "rank " << r << " round " << round;
+    }
+  }
+}
+
 TEST(GlooCommunicatorTest, BroadcastFromANonZeroRootAndBarrier) {
   constexpr int kRanks = 4;
   Comms comms = MakeGroup(kRanks);
