@@ -71,7 +71,8 @@ class GlmMoeDsaModel : public Model {
   absl::Status ForwardDecode(const ForwardBatch& batch, const StepPlan& plan,
                              ForwardResult* result);
   // Sizes (memory planning, issue 4) and allocates the paged KV storage of `kv_layers`.
-  absl::Status AllocateKv(const std::vector<int>& kv_layers);
+  // weight_bytes: what the loader allocated for parameters (the free-memory delta is coarse).
+  absl::Status AllocateKv(const std::vector<int>& kv_layers, int64_t weight_bytes);
   // One prefill of `tokens` tokens and one decode of `num_seqs` sequences on the current kv_
   // (block ids from 0), so workspace and scratch grow to their peak.
   absl::Status WarmUp(int tokens, int num_seqs);
@@ -177,7 +178,7 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
   }
   inv_freq_ = w.Upload(inv_freq, 1, num_freqs);
-  GLM_RETURN_IF_ERROR(AllocateKv(kv_layers));
+  GLM_RETURN_IF_ERROR(AllocateKv(kv_layers, w.bytes().total));
   const WeightBytes& wb = w.bytes();
   weight_memory = {wb.total,         wb.linear,        wb.linear_fp32,   wb.fp8_scales,
                    wb.fp8_payload,   wb.num_linear[0], wb.num_linear[1], wb.num_linear[2]};
@@ -412,18 +413,24 @@ absl::Status GlmMoeDsaModel::ForwardDecode(const ForwardBatch& batch, const Step
   ctx.inv_freq = inv_freq_.data();
   ctx.seqs = p.seqs;
   ctx.all_absorbed = true;  // one token per sequence: the absorbed form
+  // The outputs are carved first, so their addresses are known without running the body (a
+  // replay does not run it) and are those the body writes to.
   MatView normed, logits;
+  auto carve_outputs = [&] {
+    ws_.Reset();
+    normed = ws_.Mat(B, H);  // [B, H] final norm
+    logits = ws_.Mat(B, V);  // [B, vocab_size]
+  };
+  carve_outputs();
   // Everything enqueued here is a function of B and key_bucket only (decode_graphs.h).
   auto body = [&] {
-    ws_.Reset();
+    carve_outputs();
     ctx.topk = ws_.Ints(B * K);  // [B, index_topk]
     ctx.topk_valid = false;
     MatView h = ws_.Mat(B, H);  // [B, H] residual stream
     backend_->GatherRows(embed_.view, t.tokens, h);
     for (const DecoderLayer& layer : layers_) layer.Forward(ctx, h, kv_->layer(layer.layer_idx));
-    normed = ws_.Mat(B, H);  // [B, H] final norm
     final_norm_.Forward(ctx, h, normed);
-    logits = ws_.Mat(B, V);  // [B, vocab_size]
     backend_->Linear(normed, lm_head_.view, logits, false);
   };
   GLM_RETURN_IF_ERROR(
@@ -472,7 +479,8 @@ absl::Status GlmMoeDsaModel::WarmUp(int tokens, int num_seqs) {
                                    " tokens, decode of ", num_seqs, " sequences)"));
 }
 
-absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers) {
+absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
+                                         int64_t weight_bytes) {
   const ModelConfig& c = config_;
   KvCacheGeometry geo = options_.kv;
   int64_t per_token = 0;  // fp32 latent (+ indexer keys) per layer held
@@ -494,7 +502,9 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers) {
     mp.measured = true;
     mp.device_total_bytes = mem.total_bytes;
     mp.device_free_bytes_before = load_memory_.free_bytes;
-    mp.weights_bytes = load_memory_.free_bytes - mem.free_bytes;
+    // cudaMemGetInfo moves in 2 MiB steps and small allocations share blocks: the larger of
+    // the free-memory delta and the bytes the loader allocated.
+    mp.weights_bytes = std::max(load_memory_.free_bytes - mem.free_bytes, weight_bytes);
     mp.backend_workspace_bytes = mem.workspace_bytes;
     const bool warm = options_.plan_max_num_seqs > 0 && first_stage() && last_stage() &&
                       geo.block_size > 0;
