@@ -40,7 +40,7 @@ step() {  # step NAME TIMEOUT_S CMD...
   local name=$1 limit=$2
   shift 2
   local t0=$SECONDS log
-  log=$out/$(echo "$name" | tr ' /' '__').log
+  log=$out/$(echo "$name" | tr ' /=' '___').log
   echo "== $name: $*" >"$log"
   timeout "$limit" "$@" >>"$log" 2>&1
   local rc=$?
@@ -63,8 +63,8 @@ for g in on off; do
     --report-memory
 done
 echo "   greedy ids graphs on/off:"
-tail -n 1 "$out/glm-run_report-memory_graphs=on.log" | sed 's/^/     on:  /'
-tail -n 1 "$out/glm-run_report-memory_graphs=off.log" | sed 's/^/     off: /'
+tail -n 1 "$out/glm-run_report-memory_graphs_on.log" | sed 's/^/     on:  /'
+tail -n 1 "$out/glm-run_report-memory_graphs_off.log" | sed 's/^/     off: /'
 if [[ ${MEMCHECK:-1} == 1 ]] && command -v compute-sanitizer >/dev/null; then
   step "memcheck cuda_graph_test" ${MEMCHECK_TIMEOUT:-150} compute-sanitizer --tool memcheck --error-exitcode 7 \
     "$bin/cuda_graph_test" --gtest_filter='*RandomModel*:*ScratchGrowth*'
