@@ -112,6 +112,9 @@ int Serve(const ServeFlags& flags) {
   }
 
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second process on the same port would bind too and
+  // share the connections at random. Refuse instead, so "address in use" is reported.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int bound_port = 0;
   int stage_port = 0;
   builder.AddListeningPort(flags.listen, *creds, &bound_port);

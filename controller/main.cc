@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
   glm::orchestrate::ControllerService service(options, *topology, glm::Clock::Real());
 
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second process on the same port would bind too and
+  // share the connections at random. Refuse instead, so "address in use" is reported.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(listen, *creds, &port);
   builder.RegisterService(&service);

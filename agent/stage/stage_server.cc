@@ -138,6 +138,9 @@ StageServer::StageServer(Options options)
 absl::StatusOr<std::unique_ptr<StageServer>> StageServer::Start(Options options) {
   std::unique_ptr<StageServer> s(new StageServer(std::move(options)));
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second process on the same port would bind too and
+  // share the connections at random. Refuse instead, so "address in use" is reported.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   auto creds = s->options_.credentials ? s->options_.credentials : grpc::InsecureServerCredentials();
   builder.AddListeningPort(absl::StrCat(s->options_.bind_address, ":", s->options_.port), creds,

@@ -117,6 +117,12 @@ absl::Status EnsureLocalProcesses(const ClusterTopology& topology) {
   if (!local.ok()) return local.status();
   for (const auto& d : local->Daemons(topology, *binaries)) {
     if (int pid = LocalCluster::RunningPid(d); pid != 0) continue;
+    if (LocalCluster::Served(d)) {
+      // Not ours (an agent restarted by hand, say): a second one could not bind the port.
+      std::cout << d.name << ": " << d.listen
+                << " is already served by a process glmctl did not start; using it\n";
+      continue;
+    }
     auto pid = LocalCluster::Start(d);
     if (!pid.ok()) return pid.status();
     std::cout << "started " << d.name << " (pid " << *pid << ", log " << d.log_file << ")\n";

@@ -1,6 +1,9 @@
 #include "controller/cli/local_cluster.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -115,6 +118,7 @@ std::vector<Daemon> LocalCluster::Daemons(const orchestrate::ClusterTopology& to
     d.log_file = run_dir_ + "/" + d.name + ".log";
     d.binary = binaries.agent;
     d.args = {"serve", "--listen", node.address, "--node", node.name};
+    d.listen = node.address;
     rpc::TlsFiles tls = orchestrate::NodeTlsFiles(topology, node.name);
     if (tls.enabled()) {
       d.args.insert(d.args.end(),
@@ -129,6 +133,7 @@ std::vector<Daemon> LocalCluster::Daemons(const orchestrate::ClusterTopology& to
   c.binary = binaries.controller;
   std::error_code ec;
   c.args = {"--config", fs::absolute(topology.config_path, ec).string()};
+  c.listen = topology.controller_listen;
   out.push_back(std::move(c));
   return out;
 }
@@ -211,6 +216,26 @@ std::string LocalCluster::Stop(const Daemon& daemon, std::chrono::milliseconds g
   std::error_code ec;
   fs::remove(daemon.pid_file, ec);
   return absl::StrCat(daemon.name, " (pid ", pid, ") ", how);
+}
+
+bool LocalCluster::Served(const Daemon& daemon) {
+  // Local clusters listen on IPv4 literals ("127.0.0.1:47101"); anything else is not probed.
+  size_t colon = daemon.listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = daemon.listen.substr(0, colon);
+  int port = std::atoi(daemon.listen.c_str() + colon + 1);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (port <= 0 || port > 65535 || ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
+      addr.sin_addr.s_addr == htonl(INADDR_ANY)) {
+    return false;
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool open = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return open;
 }
 
 }  // namespace glm::cli

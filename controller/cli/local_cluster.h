@@ -31,6 +31,7 @@ struct Daemon {
   std::string log_file;
   std::string binary;
   std::vector<std::string> args;  // argv[1..]
+  std::string listen;             // host:port it serves
 };
 
 class LocalCluster {
@@ -50,6 +51,9 @@ class LocalCluster {
   // Starts the daemon in the background (double fork, setsid, stdio to its log, all other fds
   // closed) and writes its pid file. Returns the pid.
   static absl::StatusOr<int> Start(const Daemon& daemon);
+  // True when something accepts TCP connections at daemon.listen (e.g. an agent restarted by
+  // hand, which glmctl's pid file does not know about).
+  static bool Served(const Daemon& daemon);
 
   // SIGTERM, then SIGKILL after `grace`; removes the pid file. Returns a line describing what
   // happened, or "" when it was not running.
