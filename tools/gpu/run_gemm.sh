@@ -23,22 +23,8 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [[ -d $stage/bin ]]; then bin=$stage/bin; else bin=build-h6/kernels; fi
 
-if ! ldconfig -p | grep -q 'libcublasLt\.so\.13'; then
-  lt=""
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/*/lib /usr/local/cuda-13*/lib64; do
-    [[ -e $d/libcublasLt.so.13 ]] && lt=$d && break
-  done
-  if [[ -z $lt ]]; then
-    lt=$(find / -xdev -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -n 1)
-    lt=${lt:+$(dirname "$lt")}
-  fi
-  if [[ -n $lt ]]; then
-    export LD_LIBRARY_PATH="$lt:$LD_LIBRARY_PATH"
-    echo "cuBLASLt from $lt"
-  else
-    echo "libcublasLt.so.13 not found; the GEMM binaries will not start"
-  fi
-fi
+source tools/gpu/common.sh
+find_cublaslt || echo "libcublasLt.so.13 not found; the GEMM binaries will not start"
 summary=()
 
 step() {  # step NAME LOG TIMEOUT_S CMD...

@@ -18,16 +18,8 @@ bin=$stage/bin
 out=${OUT:-/tmp/glm-narrow-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# cuBLASLt comes from the machine (see run_engine_gpu.sh).
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -e $d/libcublasLt.so.13 ]] && LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH
-done
-if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13 ' &&
-   ! ldd "$bin/cuda_narrow_test" | grep -q 'libcublasLt.so.13 => /'; then
-  f=$(find / -xdev -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)
-  [[ -n $f ]] && LD_LIBRARY_PATH=$(dirname "$f"):$LD_LIBRARY_PATH
-fi
-export LD_LIBRARY_PATH
+source tools/gpu/common.sh
+find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
 golden=$PWD/tests/golden
 summary=()
 step() {  # step NAME TIMEOUT_S CMD...

@@ -19,7 +19,7 @@ out=${OUT:-/tmp/glm-sample-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # cuBLASLt (the cuda backend links it; not staged): run_engine_gpu.sh's finder.
-eval "$(sed -n '/^find_cublaslt() {/,/^}/p' tools/gpu/run_engine_gpu.sh)"
+source tools/gpu/common.sh  # find_cublaslt
 find_cublaslt || echo "cublasLt not found: sample_backend_test / golden_sampling will fail to load"
 export LD_LIBRARY_PATH
 export PATH=$PATH:/usr/local/cuda/bin
