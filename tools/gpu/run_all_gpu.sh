@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Every GPU check of the tree in one call on a GPU machine, over a build made elsewhere (the
+# session's device time is short: one machine start for all of it). Builds nothing. First, here:
+#   cmake -S . -B build-gpu -G Ninja -DGLM_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
+#   cmake --build build-gpu -j2 --target $(tools/gpu/run_all_gpu.sh --targets)
+#   BUILD_DIR=build-gpu STAGE_DIR=.gpurun-all BINS="$(tools/gpu/run_all_gpu.sh --bins build-gpu)" \
+#     tools/gpu/stage_build.sh
+# then carry .gpurun-all and run `tools/gpu/run_all_gpu.sh .gpurun-all` from the repo root there.
+# Steps: every GPU test binary (kernels, CUDA backend and heavy ops, graphs, narrow weights,
+# sampling, golden fixtures through cuda in fp32 and bf16/fp8), the real-NCCL test through the
+# dlopen'd table (torch's libnccl), compute-sanitizer memcheck of the model/graph tests, and a
+# short GLM-5-width decode bench, eager vs graphs. Logs in $OUT (or /tmp/glm-all-gpu-out);
+# the summary comes last. Env: STEPS (default "tests nccl memcheck bench").
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+tests=(argmax_test rmsnorm_test rope_test silu_mul_test topk_plan_test topk_radix_test
+  layernorm_test rows_test moe_route_test sample_test gemm_bf16_test gemm_fp8_block_test
+  quant_fp8_group_test cuda_backend_test cuda_ops_test cuda_model_test cuda_graph_test
+  cuda_narrow_test create_backend_test sample_backend_test engine_golden_test
+  engine_golden_narrow_test)
+others=(nccl_gpu_test glm-run glm-bench-cuda-decode)
+if [[ ${1:-} == --targets ]]; then
+  echo "${tests[@]} ${others[@]}"
+  exit 0
+fi
+if [[ ${1:-} == --bins ]]; then
+  for t in "${tests[@]}" "${others[@]}"; do find "$2" -name "$t" -type f -perm -u+x | head -n 1; done |
+    tr '\n' ' '
+  exit 0
+fi
+stage=${1:-.gpurun-all}
+bin=$stage/bin
+out=${OUT:-/tmp/glm-all-gpu-out}
+steps=${STEPS:-tests nccl memcheck bench}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GLM_GOLDEN_DIR=$PWD/tests/golden GLM_RUN_BINARY=$PWD/$bin/glm-run
+source tools/gpu/common.sh
+find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
+summary=()
+step() {  # step NAME LOG TIMEOUT_S CMD...
+  local name=$1 log=$2 limit=$3
+  shift 3
+  local t0=$SECONDS
+  echo "== $name: $*" >>"$out/$log"
+  timeout "$limit" "$@" >>"$out/$log" 2>&1
+  local rc=$?
+  local last
+  last=$(tail -n 200 "$out/$log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |ERROR SUMMARY|tests? (passed|failed)" | tail -n 1)
+  summary+=("$(printf '%-30s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$last")")
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/env.log"
+for s in $steps; do
+  case $s in
+    tests)
+      for t in "${tests[@]}"; do step "$t" tests.log 240 "$bin/$t"; done
+      ;;
+    nccl)
+      step nccl_gpu_test nccl.log 120 env BIN="$bin/nccl_gpu_test" OUT="$out" tools/gpu/run_nccl_test.sh
+      ;;
+    memcheck)
+      for t in cuda_graph_test cuda_model_test; do
+        step "memcheck $t" memcheck.log 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/$t"
+      done
+      ;;
+    bench)
+      for g in off on; do
+        step "decode bench graphs=$g" bench.log 240 "$bin/glm-bench-cuda-decode" --dtype fp8 \
+          --layers 1,2 --batches 1,8 --contexts 4096 --steps 8 --graphs "$g"
+        grep -E "^\s*(fp8|fp32|bf16)\s" "$out/bench.log" | tail -n 2 | sed "s/^/   [graphs=$g] /"
+      done
+      ;;
+  esac
+done
+echo "== summary"
+printf '%s\n' "${summary[@]}"
