@@ -68,89 +68,14 @@ void FillBytesRange(uint64_t key, uint8_t* out, int64_t begin, int64_t end) {
   for (; i < end; ++i, z >>= 8) out[i] = static_cast<uint8_t>(z);
 }
 
-class SpecBuilder {
- public:
-  explicit SpecBuilder(std::vector<LazyRandomWeights::Spec>* out) : out_(out) {}
-  // A Linear weight [rows, cols] (out, in): standard deviation gain / sqrt(cols).
-  void Linear(const std::string& name, int64_t rows, int64_t cols, float gain = 1.0f) {
-    out_->push_back({name, {rows, cols}, 0.0f,
-                     kSqrt3 * gain / std::sqrt(static_cast<float>(cols))});
-  }
-  void Vector(const std::string& name, int64_t n, float mean, float stddev) {
-    out_->push_back({name, {n}, mean, kSqrt3 * stddev});
-  }
-
- private:
-  std::vector<LazyRandomWeights::Spec>* out_;
-};
-
-// One decoder layer in DecoderLayer::Load's order (layers.cc); scaling as random_weights.cc.
-void LayerSpecs(const ModelConfig& c, int l, SpecBuilder& f) {
-  const std::string p = absl::StrCat("model.layers.", l);
-  const int64_t H = c.hidden_size, nh = c.num_attention_heads;
-  f.Vector(p + ".input_layernorm.weight", H, 1.0f, 0.1f);
-  f.Vector(p + ".post_attention_layernorm.weight", H, 1.0f, 0.1f);
-  const std::string a = p + ".self_attn";
-  f.Linear(a + ".q_a_proj.weight", c.q_lora_rank, H);
-  f.Vector(a + ".q_a_layernorm.weight", c.q_lora_rank, 1.0f, 0.1f);
-  f.Linear(a + ".q_b_proj.weight", nh * c.qk_head_dim(), c.q_lora_rank, 2.0f);
-  f.Linear(a + ".kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, H);
-  f.Vector(a + ".kv_a_layernorm.weight", c.kv_lora_rank, 1.0f, 0.1f);
-  f.Linear(a + ".kv_b_proj.weight", nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
-           2.0f);
-  f.Linear(a + ".o_proj.weight", H, nh * c.v_head_dim);
-  if (c.HasIndexer(l)) {
-    f.Linear(a + ".indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-    f.Linear(a + ".indexer.wk.weight", c.index_head_dim, H);
-    f.Vector(a + ".indexer.k_norm.weight", c.index_head_dim, 1.0f, 0.1f);
-    f.Vector(a + ".indexer.k_norm.bias", c.index_head_dim, 0.0f, 0.1f);
-    f.Linear(a + ".indexer.weights_proj.weight", c.index_n_heads, H);
-  }
-  const std::string m = p + ".mlp";
-  auto mlp = [&](const std::string& q, int64_t inter) {
-    f.Linear(q + ".gate_proj.weight", inter, H);
-    f.Linear(q + ".up_proj.weight", inter, H);
-    f.Linear(q + ".down_proj.weight", H, inter);
-  };
-  if (c.IsMoeLayer(l)) {
-    f.Linear(m + ".gate.weight", c.n_routed_experts, H, 2.0f);
-    f.Vector(m + ".gate.e_score_correction_bias", c.n_routed_experts, 0.0f, 0.1f);
-    for (int e = 0; e < c.n_routed_experts; ++e) {
-      mlp(absl::StrCat(m, ".experts.", e), c.moe_intermediate_size);
-    }
-    mlp(m + ".shared_experts", c.moe_intermediate_size * std::max(1, c.n_shared_experts));
-  } else {
-    mlp(m, c.intermediate_size);
-  }
-}
-
 }  // namespace
 
-int64_t LazyRandomWeights::Spec::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 LazyRandomWeights::LazyRandomWeights(const ModelConfig& c, Options options) : options_(options) {
   if (options_.num_threads <= 0) {
     options_.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   }
-  SpecBuilder f(&specs_);
-  const int64_t H = c.hidden_size;
-  f.Vector("model.embed_tokens.weight", c.vocab_size * H, 0.0f, 1.0f);
-  specs_.back().shape = {c.vocab_size, H};
-  for (int l = 0; l < c.num_hidden_layers; ++l) LayerSpecs(c, l, f);
-  f.Vector("model.norm.weight", H, 1.0f, 0.1f);
-  f.Linear("lm_head.weight", c.vocab_size, H, 4.0f);
-  if (c.num_nextn_predict_layers > 0) {
-    const std::string p = absl::StrCat("model.layers.", c.num_hidden_layers);
-    f.Vector(p + ".enorm.weight", H, 1.0f, 0.1f);
-    f.Vector(p + ".hnorm.weight", H, 1.0f, 0.1f);
-    f.Vector(p + ".shared_head.norm.weight", H, 1.0f, 0.1f);
-    f.Linear(p + ".eh_proj.weight", H, 2 * H);
-    LayerSpecs(c, c.num_hidden_layers, f);
-  }
+  specs_ = RandomTensorSpecs(c);
   for (size_t i = 0; i < specs_.size(); ++i) index_[specs_[i].name] = i;
 }
 
@@ -228,9 +153,9 @@ absl::StatusOr<Fp8BlockTensor> LazyRandomWeights::ReadFp8Block(const std::string
   }
   FillBytesRange(key, t.data.data(), 0, std::min(n, chunk));
   for (std::thread& w : workers) w.join();
-  // W = q * scale with the fp32 tensor's standard deviation (bound / sqrt(3)).
+  // W = q * scale with the fp32 tensor's standard deviation.
   static const float rms = E4m3Rms();
-  const float scale = s.bound / std::sqrt(3.0f) / rms;
+  const float scale = s.stddev / rms;
   t.scales.assign(static_cast<size_t>(((rows + 127) / 128) * ((cols + 127) / 128)), scale);
   seconds_generating_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -241,7 +166,8 @@ absl::StatusOr<Fp8BlockTensor> LazyRandomWeights::ReadFp8Block(const std::string
 std::vector<float> LazyRandomWeights::Generate(size_t spec_index) const {
   const Spec& s = specs_[spec_index];
   std::vector<float> v(static_cast<size_t>(s.numel()));
-  Fill(options_.seed * kGolden ^ NameHash(s.name), s.mean, s.bound, options_.num_threads, &v);
+  Fill(options_.seed * kGolden ^ NameHash(s.name), s.mean, kSqrt3 * s.stddev,
+       options_.num_threads, &v);
   return v;
 }
 

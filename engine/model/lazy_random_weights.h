@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/config/model_config.h"
+#include "engine/model/random_weights.h"
 #include "engine/model/weight_source.h"
 
 namespace glm::engine {
@@ -42,14 +43,8 @@ class LazyRandomWeights : public WeightSource {
     bool prefetch = true;   // generate the next tensor (load order) in the background
     bool fp8_linear = false;  // serve Linear weights as e4m3 block-scaled tensors too
   };
-  // One tensor: values = mean + bound * u, u uniform in [-1, 1).
-  struct Spec {
-    std::string name;
-    std::vector<int64_t> shape;
-    float mean = 0.0f;
-    float bound = 0.0f;  // sqrt(3) * standard deviation
-    int64_t numel() const;
-  };
+  // One tensor (random_weights.h): values = mean + sqrt(3) * stddev * u, u uniform in [-1, 1).
+  using Spec = RandomTensorSpec;
 
   LazyRandomWeights(const ModelConfig& config, Options options);
   ~LazyRandomWeights() override;

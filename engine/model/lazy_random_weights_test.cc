@@ -82,12 +82,12 @@ TEST(LazyRandomWeights, LinearScalingMatchesRandomWeights) {
   for (const auto& s : lazy.specs()) {
     if (s.name == "model.layers.0.self_attn.q_b_proj.weight") {
       // gain 2 over in = q_lora_rank: stddev 2 / sqrt(32).
-      EXPECT_NEAR(s.bound / std::sqrt(3.0f), 2.0f / std::sqrt(32.0f), 1e-6);
+      EXPECT_NEAR(s.stddev, 2.0f / std::sqrt(32.0f), 1e-6);
       EXPECT_EQ(s.mean, 0.0f);
     }
     if (s.name == "model.norm.weight") {
       EXPECT_EQ(s.mean, 1.0f);
-      EXPECT_NEAR(s.bound / std::sqrt(3.0f), 0.1f, 1e-6);
+      EXPECT_NEAR(s.stddev, 0.1f, 1e-6);
     }
   }
 }

@@ -10,28 +10,23 @@
 namespace glm::engine {
 namespace {
 
-class Filler {
+class SpecBuilder {
  public:
-  Filler(uint64_t seed, InMemoryWeights* out) : rng_(seed), out_(out) {}
+  explicit SpecBuilder(std::vector<RandomTensorSpec>* out) : out_(out) {}
+  // A Linear weight [rows, cols] (out, in): standard deviation gain / sqrt(cols).
   void Linear(const std::string& name, int64_t rows, int64_t cols, float gain = 1.0f) {
-    std::normal_distribution<float> d(0.0f, gain / std::sqrt(static_cast<float>(cols)));
-    std::vector<float> v(rows * cols);
-    for (float& x : v) x = d(rng_);
-    out_->Put(name, {rows, cols}, std::move(v));
+    out_->push_back({name, {rows, cols}, 0.0f, gain / std::sqrt(static_cast<float>(cols))});
   }
   void Vector(const std::string& name, int64_t n, float mean, float stddev) {
-    std::normal_distribution<float> d(mean, stddev);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng_);
-    out_->Put(name, {n}, std::move(v));
+    out_->push_back({name, {n}, mean, stddev});
   }
 
  private:
-  std::mt19937_64 rng_;
-  InMemoryWeights* out_;
+  std::vector<RandomTensorSpec>* out_;
 };
 
-void Layer(const ModelConfig& c, int l, Filler& f) {
+// One decoder layer in DecoderLayer::Load's order (layers.cc).
+void LayerSpecs(const ModelConfig& c, int l, SpecBuilder& f) {
   const std::string p = absl::StrCat("model.layers.", l);
   const int64_t H = c.hidden_size, nh = c.num_attention_heads;
   f.Vector(p + ".input_layernorm.weight", H, 1.0f, 0.1f);
@@ -61,8 +56,10 @@ void Layer(const ModelConfig& c, int l, Filler& f) {
   if (c.IsMoeLayer(l)) {
     f.Linear(m + ".gate.weight", c.n_routed_experts, H, 2.0f);
     f.Vector(m + ".gate.e_score_correction_bias", c.n_routed_experts, 0.0f, 0.1f);
-    for (int e = 0; e < c.n_routed_experts; ++e) mlp(absl::StrCat(m, ".experts.", e), c.moe_intermediate_size);
-    mlp(m + ".shared_experts", c.moe_intermediate_size * c.n_shared_experts);
+    for (int e = 0; e < c.n_routed_experts; ++e) {
+      mlp(absl::StrCat(m, ".experts.", e), c.moe_intermediate_size);
+    }
+    mlp(m + ".shared_experts", c.moe_intermediate_size * std::max(1, c.n_shared_experts));
   } else {
     mlp(m, c.intermediate_size);
   }
@@ -70,26 +67,39 @@ void Layer(const ModelConfig& c, int l, Filler& f) {
 
 }  // namespace
 
-void MakeRandomWeights(const ModelConfig& c, uint64_t seed, InMemoryWeights* out) {
-  Filler f(seed, out);
+int64_t RandomTensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<RandomTensorSpec> RandomTensorSpecs(const ModelConfig& c) {
+  std::vector<RandomTensorSpec> specs;
+  SpecBuilder f(&specs);
   const int64_t H = c.hidden_size;
   f.Vector("model.embed_tokens.weight", c.vocab_size * H, 0.0f, 1.0f);
-  // Re-shape the embedding (Vector stores 1-D).
-  {
-    auto t = out->tensors().at("model.embed_tokens.weight");
-    out->Put("model.embed_tokens.weight", {c.vocab_size, H}, std::move(t.data));
-  }
-  for (int l = 0; l < c.num_hidden_layers; ++l) Layer(c, l, f);
+  specs.back().shape = {c.vocab_size, H};
+  for (int l = 0; l < c.num_hidden_layers; ++l) LayerSpecs(c, l, f);
   f.Vector("model.norm.weight", H, 1.0f, 0.1f);
   f.Linear("lm_head.weight", c.vocab_size, H, 4.0f);
   if (c.num_nextn_predict_layers > 0) {
-    const int L = c.num_hidden_layers;
-    const std::string p = absl::StrCat("model.layers.", L);
-    Layer(c, L, f);
+    const std::string p = absl::StrCat("model.layers.", c.num_hidden_layers);
     f.Vector(p + ".enorm.weight", H, 1.0f, 0.1f);
     f.Vector(p + ".hnorm.weight", H, 1.0f, 0.1f);
     f.Vector(p + ".shared_head.norm.weight", H, 1.0f, 0.1f);
     f.Linear(p + ".eh_proj.weight", H, 2 * H);
+    LayerSpecs(c, c.num_hidden_layers, f);
+  }
+  return specs;
+}
+
+void MakeRandomWeights(const ModelConfig& c, uint64_t seed, InMemoryWeights* out) {
+  std::mt19937_64 rng(seed);
+  for (RandomTensorSpec& spec : RandomTensorSpecs(c)) {
+    std::normal_distribution<float> d(spec.mean, spec.stddev);
+    std::vector<float> v(spec.numel());
+    for (float& x : v) x = d(rng);
+    out->Put(spec.name, std::move(spec.shape), std::move(v));
   }
 }
 
