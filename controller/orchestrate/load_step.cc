@@ -36,24 +36,8 @@ absl::StatusOr<glm::v1::LoadShardRequest> BuildLoadShardRequest(const ClusterTop
 }
 
 absl::Status LoadStep::Run(BringUpContext& ctx) {
-  std::mutex mu;
-  std::vector<std::string> failures;
-  ParallelFor(ctx.topology.nodes, [&](const NodeEndpoint& node) {
-    std::shared_ptr<AgentClient> client;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = ctx.agents.find(node.name);
-      if (it != ctx.agents.end()) client = it->second;
-    }
-    auto fail = [&](const std::string& msg) {
-      ctx.NodeEvent(node.name, glm::v1::NODE_STATE_FAILED, msg, msg);
-      std::lock_guard<std::mutex> lock(mu);
-      failures.push_back(msg);
-    };
-    if (!client) {
-      fail(absl::StrCat("node ", node.name, ": not connected; shard load skipped"));
-      return;
-    }
+  return ForEachConnectedNode(ctx, "shard load", [&](const NodeEndpoint& node,
+                                                     AgentClient& client, const NodeFailFn& fail) {
     absl::StatusOr<glm::v1::LoadShardRequest> req = BuildLoadShardRequest(ctx.topology, node);
     if (!req.ok()) {
       fail(std::string(req.status().message()));
@@ -72,17 +56,12 @@ absl::Status LoadStep::Run(BringUpContext& ctx) {
       }
       ctx.Emit(e);
     };
-    absl::Status s = client->LoadShard(*req, forward, timeout_);
+    absl::Status s = client.LoadShard(*req, forward, timeout_);
     if (!s.ok()) {
       fail(absl::StrCat("node ", node.name, ": loading its shard (layers ", req->first_layer(),
                         "-", req->last_layer(), ") failed: ", s.message()));
     }
   });
-  if (!failures.empty()) {
-    std::sort(failures.begin(), failures.end());
-    return absl::FailedPreconditionError(absl::StrJoin(failures, "\n"));
-  }
-  return absl::OkStatus();
 }
 
 std::vector<std::string> StopShards(const ClusterTopology& topology, AgentClientFactory* factory,

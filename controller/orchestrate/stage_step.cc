@@ -107,24 +107,8 @@ absl::Status StageStep::Run(BringUpContext& ctx) {
     }
     manifest_json = *std::move(m);
   }
-  std::mutex mu;
-  std::vector<std::string> failures;
-  ParallelFor(ctx.topology.nodes, [&](const NodeEndpoint& node) {
-    std::shared_ptr<AgentClient> client;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = ctx.agents.find(node.name);
-      if (it != ctx.agents.end()) client = it->second;
-    }
-    auto fail = [&](const std::string& msg) {
-      ctx.NodeEvent(node.name, glm::v1::NODE_STATE_FAILED, msg, msg);
-      std::lock_guard<std::mutex> lock(mu);
-      failures.push_back(msg);
-    };
-    if (!client) {
-      fail(absl::StrCat("node ", node.name, ": not connected; staging skipped"));
-      return;
-    }
+  return ForEachConnectedNode(ctx, "staging", [&](const NodeEndpoint& node, AgentClient& client,
+                                                  const NodeFailFn& fail) {
     auto forward = [&](const glm::v1::Progress& p) {
       glm::v1::UpEvent e;
       e.set_phase(glm::v1::BRING_UP_PHASE_STAGE);
@@ -134,7 +118,7 @@ absl::Status StageStep::Run(BringUpContext& ctx) {
       if (p.total_bytes() > 0) *e.mutable_progress() = p;
       ctx.Emit(e);
     };
-    absl::Status s = client->StageNccl(
+    absl::Status s = client.StageNccl(
         BuildStageNcclRequest(ctx.topology, node, ctx.infos, ctx.nccl_plan), forward, timeout_);
     if (!s.ok()) {
       fail(absl::StrCat("node ", node.name, ": NCCL staging failed: ", s.message(),
@@ -143,7 +127,7 @@ absl::Status StageStep::Run(BringUpContext& ctx) {
                         "the controller's host), or correct nccl.expected_version"));
       return;
     }
-    s = client->StageWeights(
+    s = client.StageWeights(
         BuildStageWeightsRequest(ctx.topology, node, ctx.infos, manifest_json), forward, timeout_);
     if (!s.ok()) {
       fail(absl::StrCat("node ", node.name, ": weight staging failed: ", s.message(),
@@ -151,14 +135,8 @@ absl::Status StageStep::Run(BringUpContext& ctx) {
                         "directory (model.path ", ctx.topology.model_dir,
                         ", or the agent's --model-dir), or run a peer's agent with --fabric-ip and "
                         "--stage-root on a complete copy of the model; then re-run glmctl up"));
-      return;
     }
   });
-  if (!failures.empty()) {
-    std::sort(failures.begin(), failures.end());
-    return absl::FailedPreconditionError(absl::StrJoin(failures, "\n"));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace glm::orchestrate

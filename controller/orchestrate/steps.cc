@@ -87,6 +87,36 @@ absl::Status ConnectStep::ConnectOne(BringUpContext& ctx, const NodeEndpoint& no
   return absl::UnavailableError(msg);
 }
 
+absl::Status ForEachConnectedNode(
+    BringUpContext& ctx, const std::string& what,
+    const std::function<void(const NodeEndpoint&, AgentClient&, const NodeFailFn&)>& fn) {
+  std::mutex mu;
+  std::vector<std::string> failures;
+  ParallelFor(ctx.topology.nodes, [&](const NodeEndpoint& node) {
+    std::shared_ptr<AgentClient> client;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = ctx.agents.find(node.name);
+      if (it != ctx.agents.end()) client = it->second;
+    }
+    const NodeFailFn fail = [&](const std::string& msg) {
+      ctx.NodeEvent(node.name, glm::v1::NODE_STATE_FAILED, msg, msg);
+      std::lock_guard<std::mutex> lock(mu);
+      failures.push_back(msg);
+    };
+    if (!client) {
+      fail(absl::StrCat("node ", node.name, ": not connected; ", what, " skipped"));
+      return;
+    }
+    fn(node, *client, fail);
+  });
+  if (!failures.empty()) {
+    std::sort(failures.begin(), failures.end());
+    return absl::FailedPreconditionError(absl::StrJoin(failures, "\n"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ConnectStep::Run(BringUpContext& ctx) {
   std::mutex mu;
   std::vector<std::string> errors;

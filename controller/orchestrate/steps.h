@@ -115,6 +115,15 @@ glm::v1::ClusterPreflightResponse RunClusterPreflight(const ClusterTopology& top
                                                       Clock::Duration timeout,
                                                       const NcclSourceProvider& nccl_source = nullptr);
 
+// For steps that act on every connected node (Stage, Load): runs fn(node, client, fail) for every
+// node in parallel; fail(msg) marks the node Failed (NodeEvent with msg as its error) and records
+// msg. A node without a connection fails with "node N: not connected; <what> skipped". Returns OK,
+// or FailedPrecondition with the failure lines sorted.
+using NodeFailFn = std::function<void(const std::string&)>;
+absl::Status ForEachConnectedNode(
+    BringUpContext& ctx, const std::string& what,
+    const std::function<void(const NodeEndpoint&, AgentClient&, const NodeFailFn&)>& fn);
+
 // Runs `fn` for every element on its own thread and waits for all (nodes are few: 4-8).
 template <typename T, typename Fn>
 void ParallelFor(const std::vector<T>& items, Fn&& fn) {
