@@ -228,8 +228,13 @@ TEST_F(CudaNarrowTest, LinearFp8MatchesCpuOnDequantizedWeights) {
 
 TEST_F(CudaNarrowTest, MoeExpertsNarrowMatchCpuOnDequantizedWeights) {
   struct S { int tokens, hidden, inter, experts, top_k; };
-  const S shapes[] = {{1, 160, 48, 8, 2}, {5, 160, 48, 8, 2}, {70, 256, 384, 16, 4},
-                      {3, 132, 260, 4, 4}};
+  // pairs <= 64 with 16-byte rows take the decode GEMV (cuda_ops_moe.cu MoeGemvKernel): batch
+  // 1 / 3 / 8 at top_k 8 over 256 experts, a hidden past one staged k slice with a partial
+  // 128-column scale block, every expert in every token (8 rows per expert: two row groups);
+  // 70 tokens and hidden 132 (bf16: rows not 16-byte multiples) take the tiled GEMM.
+  const S shapes[] = {{1, 160, 48, 8, 2},     {5, 160, 48, 8, 2},      {70, 256, 384, 16, 4},
+                      {3, 132, 260, 4, 4},    {1, 256, 128, 256, 8},   {3, 256, 128, 256, 8},
+                      {8, 256, 128, 256, 8},  {3, 2064, 272, 16, 8},   {8, 256, 144, 8, 8}};
   for (WeightDType dtype : {WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
     for (const S& s : shapes) {
       if (dtype == WeightDType::kF8E4M3Block128 && (s.hidden % 16 || s.inter % 16)) continue;

@@ -16,6 +16,10 @@
 //    edges). Warp w computes rows 8w..8w+7 (only the rows its expert has: a decode tile with one
 //    row costs one warp-row of FMAs), lane l columns l, l+32, l+64, l+96; shared rows are padded
 //    to kBK + 4 floats so the float4 reads of 8 lanes hit 32 distinct banks.
+// 2'./3'. Decode (pairs <= kGemvMaxPairs = 64 and 16-byte weight rows): MoeGemvKernel in place
+//    of 2. and 3., same outputs (act, y by row): each warp streams 4 weight rows with 16-byte
+//    loads against the expert's rows staged in shared memory (see the kernel's comment). Chosen
+//    on the host from pairs only (no sync, graph-capture safe).
 // 4. MoeCombineKernel: out[t] += sum_j w[t, j] * y[pair_row[t, j]], j in fixed order (no float
 //    atomics: deterministic).
 // The per-expert weight pointers are uploaded once per ExpertWeights array (keyed by device and
@@ -349,6 +353,204 @@ __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
   }
 }
 
+// ---- 2'./3'. small-M path: grouped GEMV -----------------------------------------------------
+//
+// MoeGemvKernel<kFused, kWT>: the decode shape (pairs <= kGemvMaxPairs, so every expert has at
+// most kBM rows and exactly one tile in tile_off: tile_off[e] is the expert's index among the
+// experts with tokens). grid (min(num_experts, pairs), ceil(n / (kGemvWarps * kNR))), block
+// kGemvWarps * 32. CTA (slot, ny) finds its expert like MoeGemmKernel (exits past the last);
+// warp w owns output columns n = (ny * kGemvWarps + w) * kNR + q, q < kNR, and streams those
+// weight rows (fused: gate and up rows, kNR = 2; else down rows, kNR = 4: four weight rows per
+// warp either way) with 16-byte loads: lane l takes 16-byte chunk l + 32 i of the row (fp8: 16
+// values, bf16: 8, fp32: 4), so a warp load covers 512 contiguous bytes. The expert's rows of the
+// A operand (fused: x gathered by token; else act) are staged per kGemvChunks * 32 chunks of k
+// into fp32 shared memory, at most kGemvRows rows at a time (more rows loop over the weights
+// again: only repeated experts get there), float4 units rotated inside each chunk so the 8 lanes
+// of a float4 phase read 8 distinct bank groups. fp8: the partial dot of 16 values is multiplied
+// by the row's 128x128 block scale (16 | 128, so one scale per chunk). The epilogue (SiLU * up)
+// and the output layout ([pairs, n] by row) are those of MoeGemmKernel, so the combine is shared.
+// Limits (checked on the host, else the tiled path runs): k % (16 / element bytes) == 0, weight
+// data 16-byte aligned with 16-byte row strides.
+// NOTE: weights are read once (no reuse in L2 across a layer of ~0.3 GB), so loads are
+// streaming (__ldcs); HBM bandwidth, not FMAs, bounds this kernel at <= kGemvRows rows.
+constexpr int kGemvMaxPairs = 64;
+constexpr int kGemvWarps = 8;
+constexpr int kGemvRows = 4;
+constexpr int kGemvChunks = 4;  // 16-byte chunks per lane per staged k slice
+static_assert(kGemvMaxPairs <= kBM, "an expert of the GEMV path must have exactly one tile");
+
+template <int kWT>
+__device__ __forceinline__ void WidenChunk(const uint4& q, float* f) {
+  if constexpr (kWT == kWF32) {
+    f[0] = __uint_as_float(q.x), f[1] = __uint_as_float(q.y);
+    f[2] = __uint_as_float(q.z), f[3] = __uint_as_float(q.w);
+  } else if constexpr (kWT == kWBF16) {
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_bfloat162 h;
+      memcpy(&h, &w[i], 4);
+      const float2 v = __bfloat1622float2(h);
+      f[2 * i] = v.x, f[2 * i + 1] = v.y;
+    }
+  } else {
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_fp8x4_e4m3 h;
+      h.__x = w[i];
+      const float4 v = static_cast<float4>(h);
+      f[4 * i] = v.x, f[4 * i + 1] = v.y, f[4 * i + 2] = v.z, f[4 * i + 3] = v.w;
+    }
+  }
+}
+
+template <bool kFused, int kWT>
+__global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(GemmParams p) {
+  constexpr int kEB = ElemBytes(kWT);
+  constexpr int kV = 16 / kEB;                      // values per 16-byte chunk
+  constexpr int kU = kV / 4;                        // float4 units per chunk
+  constexpr int kSlice = kGemvChunks * 32 * kV;     // k values staged at a time
+  constexpr int kNR = kFused ? 2 : 4;               // output columns per warp
+  __shared__ __align__(16) float xs[kGemvRows * kSlice];
+  const int slot = blockIdx.x;
+  if (slot >= p.tile_off[p.num_experts]) return;
+  int lo = 0, hi = p.num_experts - 1;  // last e with tile_off[e] <= slot
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.tile_off[mid] <= slot) lo = mid; else hi = mid - 1;
+  }
+  const int e = lo;
+  const int row0 = p.expert_off[e];
+  const int rows = p.expert_off[e + 1] - row0;
+  const ExpertPtr ex = p.experts[e];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n_base = (blockIdx.y * kGemvWarps + warp) * kNR;
+
+  // The warp's 4 weight rows: fused m = 2 q + {0: gate, 1: up}; else m = q (down).
+  const char* wrow[4];
+  const float* srow[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int q = kFused ? m / 2 : m;
+    const bool up = kFused && (m & 1);
+    const int n_raw = n_base + q;
+    const int64_t n = n_raw < p.n ? n_raw : 0;
+    const char* base = static_cast<const char*>(kFused ? (up ? ex.up : ex.gate) : ex.down);
+    const int64_t ld = kFused ? (up ? ex.up_ld : ex.gate_ld) : ex.down_ld;
+    wrow[m] = base + n * ld * kEB;
+    if constexpr (kWT == kWFP8) {
+      const float* s = kFused ? (up ? ex.up_s : ex.gate_s) : ex.down_s;
+      const int64_t sld = kFused ? (up ? ex.up_sld : ex.gate_sld) : ex.down_sld;
+      srow[m] = s + (n >> 7) * sld;
+    } else {
+      srow[m] = nullptr;
+    }
+  }
+
+  for (int g0 = 0; g0 < rows; g0 += kGemvRows) {
+    const int ng = min(kGemvRows, rows - g0);  // CTA-uniform
+    float acc[kGemvRows][4];
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r)
+#pragma unroll
+      for (int m = 0; m < 4; ++m) acc[r][m] = 0.f;
+
+    for (int k0 = 0; k0 < p.k; k0 += kSlice) {
+      // This slice's weights, in flight while the A rows are staged.
+      uint4 w[kGemvChunks][4];
+      float sc[kGemvChunks][4];
+#pragma unroll
+      for (int i = 0; i < kGemvChunks; ++i) {
+        const int k = k0 + (lane + 32 * i) * kV;
+        const bool ok = k < p.k;
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          w[i][m] = ok ? __ldcs(reinterpret_cast<const uint4*>(wrow[m] + int64_t{k} * kEB))
+                       : make_uint4(0u, 0u, 0u, 0u);
+          if constexpr (kWT == kWFP8) sc[i][m] = ok ? __ldg(srow[m] + (k >> 7)) : 0.f;
+        }
+      }
+      __syncthreads();  // the previous slice's readers are done with xs
+      for (int idx = tid; idx < ng * (kSlice / 4); idx += kGemvWarps * 32) {
+        const int r = idx / (kSlice / 4), unit = idx % (kSlice / 4);
+        const int c = unit / kU, j = unit % kU;
+        const int k = k0 + unit * 4;
+        const int64_t a_row = kFused ? p.row_pair[row0 + g0 + r] / p.top_k : row0 + g0 + r;
+        const float4 v = k < p.k ? *reinterpret_cast<const float4*>(p.a + a_row * p.a_ld + k)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+        const int rot = (c / (8 / kU)) % kU;
+        *reinterpret_cast<float4*>(xs + r * kSlice + (c * kU + (j + rot) % kU) * 4) = v;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < kGemvChunks; ++i) {
+        const int c = lane + 32 * i;
+        const int rot = (c / (8 / kU)) % kU;
+        float wf[4][kV];
+#pragma unroll
+        for (int m = 0; m < 4; ++m) WidenChunk<kWT>(w[i][m], wf[m]);
+#pragma unroll
+        for (int r = 0; r < kGemvRows; ++r) {
+          if (r < ng) {
+            float xv[kV];
+#pragma unroll
+            for (int j = 0; j < kU; ++j) {
+              const float4 v = *reinterpret_cast<const float4*>(
+                  xs + r * kSlice + (c * kU + (j + rot) % kU) * 4);
+              xv[4 * j] = v.x, xv[4 * j + 1] = v.y, xv[4 * j + 2] = v.z, xv[4 * j + 3] = v.w;
+            }
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+              float s = 0.f;
+#pragma unroll
+              for (int v = 0; v < kV; ++v) s += xv[v] * wf[m][v];
+              if constexpr (kWT == kWFP8) acc[r][m] += s * sc[i][m];
+              else acc[r][m] += s;
+            }
+          }
+        }
+      }
+    }
+
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) {
+      if (r >= ng) break;
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
+      }
+      const int64_t row = row0 + g0 + r;
+      if (lane < kNR && n_base + lane < p.n) {
+        float v;
+        if constexpr (kFused) {
+          const float gt = lane == 0 ? acc[r][0] : acc[r][2];
+          const float u = lane == 0 ? acc[r][1] : acc[r][3];
+          v = gt / (1.0f + expf(-gt)) * u;
+        } else {
+          v = lane == 0 ? acc[r][0] : lane == 1 ? acc[r][1] : lane == 2 ? acc[r][2] : acc[r][3];
+        }
+        p.c[row * p.n + n_base + lane] = v;
+      }
+    }
+  }
+}
+
+template <bool kFused>
+absl::Status LaunchGemvFor(int wt, const GemmParams& p, int64_t slots, cudaStream_t stream) {
+  const int per_cta = kGemvWarps * (kFused ? 2 : 4);
+  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(detail::CeilDiv(p.n, per_cta)));
+  if (wt == kWBF16) {
+    MoeGemvKernel<kFused, kWBF16><<<grid, kGemvWarps * 32, 0, stream>>>(p);
+  } else if (wt == kWFP8) {
+    MoeGemvKernel<kFused, kWFP8><<<grid, kGemvWarps * 32, 0, stream>>>(p);
+  } else {
+    MoeGemvKernel<kFused, kWF32><<<grid, kGemvWarps * 32, 0, stream>>>(p);
+  }
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGemvKernel launch");
+}
+
 // ---- 4. combine ------------------------------------------------------------------------------
 
 // grid (tokens, ceil(hidden / kCombineThreads)).
@@ -374,6 +576,7 @@ struct TableEntry {
   ExpertPtr* device = nullptr;
   int64_t inter = 0, hidden = 0;
   int wt = kWF32;  // weight dtype of every expert
+  bool gemv_ok = false;  // MoeGemvKernel's limits hold (16-byte rows, k % values per chunk)
 };
 
 absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream_t stream) {
@@ -428,6 +631,16 @@ absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream
   entry.host = std::move(host);
   entry.inter = inter, entry.hidden = hidden;
   entry.wt = dtype == WeightDType::kF32 ? kWF32 : dtype == WeightDType::kBF16 ? kWBF16 : kWFP8;
+  const int64_t eb = ElemBytes(entry.wt), per_chunk = 16 / eb;
+  entry.gemv_ok = hidden % per_chunk == 0 && inter % per_chunk == 0;
+  for (const ExpertPtr& ep : entry.host) {
+    for (const void* d : {ep.gate, ep.up, ep.down}) {
+      entry.gemv_ok = entry.gemv_ok && (reinterpret_cast<uintptr_t>(d) & 15) == 0;
+    }
+    for (int64_t ld : {ep.gate_ld, ep.up_ld, ep.down_ld}) {
+      entry.gemv_ok = entry.gemv_ok && (ld * eb) % 16 == 0;
+    }
+  }
   // entry.host lives on in the cache, so the async copy's source stays valid.
   GLM_CUDA_OPS_RETURN_IF_ERROR(
       kOp, cudaMemcpyAsync(entry.device, entry.host.data(), entry.host.size() * sizeof(ExpertPtr),
@@ -524,14 +737,19 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   p.expert_off = expert_off, p.tile_off = tile_off, p.row_pair = row_pair;
   p.num_experts = num_experts;
 
+  // Decode (few rows per expert): the weight-streaming GEMV; every expert has one tile then.
+  const bool gemv = pairs <= kGemvMaxPairs && table->gemv_ok;
+  const int64_t slots = std::min<int64_t>(num_experts, pairs);
   p.a = x.data, p.a_ld = x.ld;
   p.n = static_cast<int>(inter), p.k = static_cast<int>(hidden);
   p.c = static_cast<float*>(act);
-  GLM_RETURN_IF_ERROR(LaunchGemmFor<true>(table->wt, p, max_tiles, info, stream));
+  GLM_RETURN_IF_ERROR(gemv ? LaunchGemvFor<true>(table->wt, p, slots, stream)
+                           : LaunchGemmFor<true>(table->wt, p, max_tiles, info, stream));
   p.a = static_cast<const float*>(act), p.a_ld = inter;
   p.n = static_cast<int>(hidden), p.k = static_cast<int>(inter);
   p.c = static_cast<float*>(y);
-  GLM_RETURN_IF_ERROR(LaunchGemmFor<false>(table->wt, p, max_tiles, info, stream));
+  GLM_RETURN_IF_ERROR(gemv ? LaunchGemvFor<false>(table->wt, p, slots, stream)
+                           : LaunchGemmFor<false>(table->wt, p, max_tiles, info, stream));
 
   MoeCombineKernel<<<dim3(static_cast<unsigned>(tokens),
                           static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),

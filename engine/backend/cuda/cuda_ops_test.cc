@@ -476,7 +476,12 @@ INSTANTIATE_TEST_SUITE_P(
         MoeCase{"tiles_edges_empty_experts", 37, 132, 72, 16, 8, 10, false},
         MoeCase{"hot_expert_multi_tile", 200, 256, 64, 256, 8, 256, true},
         MoeCase{"top1_skewed", 150, 68, 36, 4, 1, 4, true},
-        MoeCase{"top9_32experts", 9, 96, 40, 32, 9, 20, false}),
+        MoeCase{"top9_32experts", 9, 96, 40, 32, 9, 20, false},
+        // Decode GEMV path (pairs <= 64): batch 3 / 8 at top_k 8 over 256 experts, a hidden
+        // past one staged k slice (512 fp32 values), every expert in every token (8 rows each).
+        MoeCase{"gemv_batch3_top8_256experts", 3, 1044, 68, 256, 8, 256, false},
+        MoeCase{"gemv_batch8_top8_256experts", 8, 256, 96, 256, 8, 256, false},
+        MoeCase{"gemv_all_experts_every_token", 8, 132, 40, 8, 8, 8, false}),
     [](const ::testing::TestParamInfo<MoeCase>& p) { return p.param.name; });
 
 }  // namespace
