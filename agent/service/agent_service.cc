@@ -9,6 +9,7 @@
 #include "agent/stage/manifest.h"
 #include "agent/stage/nccl_stage.h"
 #include "agent/stage/weight_stager.h"
+#include "common/human_bytes.h"
 #include "common/logging.h"
 #include "common/status_util.h"
 #include "proto/rpc/status_map.h"
@@ -34,17 +35,6 @@ template <typename Fn>
 grpc::Status RunShardOp(grpc::ServerWriter<glm::v1::Progress>* writer, Fn&& fn) {
   absl::Status status = fn([writer](const glm::v1::Progress& p) { writer->Write(p); });
   return rpc::ToGrpc(status);
-}
-
-std::string HumanBytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
 }
 
 }  // namespace

@@ -95,17 +95,6 @@ fs::path NearestExisting(fs::path p) {
 
 }  // namespace
 
-std::string HumanBytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
-}
-
 glm::v1::HostFacts GatherHostFacts(const HostProbePaths& paths) {
   glm::v1::HostFacts facts;
   char host[256] = {};

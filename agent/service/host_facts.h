@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/human_bytes.h"
 #include "glm/v1/types.pb.h"
 
 namespace glm::agent {
@@ -31,8 +32,5 @@ glm::v1::HostFacts GatherHostFacts(const HostProbePaths& paths = {});
 // host.memory.available, host.disk.free, host.gpu.present. Every non-pass result has a fix.
 std::vector<glm::v1::Check> RunHostChecks(const HostRequirements& req,
                                           const HostProbePaths& paths = {});
-
-// "12.3 GiB" style, for messages.
-std::string HumanBytes(int64_t bytes);
 
 }  // namespace glm::agent

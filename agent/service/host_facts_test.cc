@@ -62,7 +62,7 @@ TEST_F(HostFactsTest, MemoryShortfallFailsWithEvidenceAndFix) {
   auto checks = RunHostChecks({.required_memory_bytes = 8LL << 30}, paths_);
   const auto& avail = Find(checks, "host.memory.available");
   EXPECT_EQ(avail.status(), glm::v1::CHECK_STATUS_FAIL);
-  EXPECT_NE(avail.message().find("2.0 GiB"), std::string::npos) << avail.message();
+  EXPECT_NE(avail.message().find("2.00 GiB"), std::string::npos) << avail.message();
   EXPECT_NE(avail.evidence().find("MemAvailable"), std::string::npos);
   EXPECT_FALSE(avail.fix().empty());
   EXPECT_EQ(Find(checks, "host.memory.total").status(), glm::v1::CHECK_STATUS_PASS);
@@ -106,8 +106,8 @@ TEST_F(HostFactsTest, GatherReadsFakeTree) {
 
 TEST(HumanBytesTest, Formats) {
   EXPECT_EQ(HumanBytes(512), "512 B");
-  EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
-  EXPECT_EQ(HumanBytes(3LL << 30), "3.0 GiB");
+  EXPECT_EQ(HumanBytes(1536), "1.50 KiB");
+  EXPECT_EQ(HumanBytes(3LL << 30), "3.00 GiB");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "agent/shard/releasing_weights.h"
+#include "common/human_bytes.h"
 #include "common/logging.h"
 #include "common/status_util.h"
 #include "engine/backend/backend.h"
@@ -27,17 +28,6 @@ namespace {
 
 constexpr int64_t kDefaultKvCacheBytes = int64_t{1} << 30;  // EngineOptions' default
 constexpr int kDefaultKvBlockSize = 16;
-
-std::string Bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
-}
 
 glm::v1::Progress MakeProgress(const std::string& step, const std::string& message,
                                int64_t done_bytes = 0, int64_t total_bytes = 0,
@@ -339,9 +329,9 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   const int64_t per_block = per_token * mo.kv.block_size;
   if (per_block <= 0 || kv_bytes / per_block < 1) {
     return error(absl::StatusCode::kResourceExhausted,
-                 absl::StrCat("KV cache of ", Bytes(static_cast<uint64_t>(kv_bytes)),
+                 absl::StrCat("KV cache of ", HumanBytes((kv_bytes)),
                               " holds no block of ", mo.kv.block_size, " tokens (",
-                              Bytes(static_cast<uint64_t>(per_block)), " per block for layers ",
+                              HumanBytes((per_block)), " per block for layers ",
                               req.first_layer(), "-", req.last_layer(), ")"),
                  "raise model.kv_cache_bytes (or the node's memory_budget_bytes) in cluster.yaml");
   }
@@ -355,9 +345,9 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
       return error(
           absl::StatusCode::kResourceExhausted,
           absl::StrCat("not enough memory for the plan: layers ", req.first_layer(), "-",
-                       req.last_layer(), " need ", Bytes(need), " (weights ", Bytes(fp32_estimate),
-                       " as fp32 on the ", mo.backend, " backend + KV cache ", Bytes(kv_alloc),
-                       ") but MemAvailable is ", Bytes(*available), " (", options_.proc_root,
+                       req.last_layer(), " need ", HumanBytes(need), " (weights ", HumanBytes(fp32_estimate),
+                       " as fp32 on the ", mo.backend, " backend + KV cache ", HumanBytes(kv_alloc),
+                       ") but MemAvailable is ", HumanBytes(*available), " (", options_.proc_root,
                        "/meminfo)"),
           "lower model.kv_cache_bytes, spread the layers over more PP stages "
           "(parallel.pipeline), or free memory on the node (page cache is dropped by "
@@ -395,7 +385,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
                    has_mtp ? " + MTP" : "");
   emit(MakeProgress("load",
                     absl::StrCat("load: ", what, " of ", model_dir, " (", tensors_total,
-                                 " tensors, ", Bytes(bytes_total), "), page cache policy ",
+                                 " tensors, ", HumanBytes(bytes_total), "), page cache policy ",
                                  policy_name),
                     0, static_cast<int64_t>(bytes_total)));
 
@@ -427,7 +417,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
       Publish();
       emit(MakeProgress("load",
                         absl::StrCat("load: ", name, " (", tensors_read, "/", tensors_total,
-                                     " tensors, ", Bytes(bytes_read), " / ", Bytes(bytes_total),
+                                     " tensors, ", HumanBytes(bytes_read), " / ", HumanBytes(bytes_total),
                                      ")"),
                         static_cast<int64_t>(bytes_read), static_cast<int64_t>(bytes_total)));
     }
@@ -473,13 +463,13 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
       "loaded %s in %.2f s: %d tensors, %s read, %s of fp32 weights; KV cache %s (%d blocks, "
       "%d tokens at %s/token); page cache: %s freed by fadvise over %d ranges, policy %s",
       what, std::chrono::duration<double>(took).count(), weights.tensors_read(),
-      Bytes(weights.bytes_read()), Bytes(weights.fp32_bytes()), Bytes(kv_alloc),
+      HumanBytes(weights.bytes_read()), HumanBytes(weights.fp32_bytes()), HumanBytes(kv_alloc),
       mo.kv.num_blocks, static_cast<int64_t>(mo.kv.num_blocks) * mo.kv.block_size,
-      Bytes(static_cast<uint64_t>(per_token)), Bytes(static_cast<uint64_t>(pc.fadvise_bytes_freed())),
+      HumanBytes((per_token)), HumanBytes((pc.fadvise_bytes_freed())),
       pc.fadvise_ranges(), policy_name);
   if (pc.drop_caches_count() > 0) {
     absl::StrAppend(&summary, absl::StrFormat(", %d drop_caches (%s)", pc.drop_caches_count(),
-                                              Bytes(static_cast<uint64_t>(pc.drop_caches_bytes_freed()))));
+                                              HumanBytes((pc.drop_caches_bytes_freed()))));
   }
   if (pc.drop_not_permitted()) absl::StrAppend(&summary, ", drop_caches not permitted");
   std::string tp_note;
@@ -537,8 +527,8 @@ absl::Status ShardHost::Stop(const glm::v1::StopShardRequest&, const ProgressFn&
         loaded_request_.Clear();
         line = absl::StrCat("stopped: freed layers ", status_.first_layer(), "-",
                             status_.last_layer(), " (",
-                            Bytes(static_cast<uint64_t>(status_.weight_memory_bytes())),
-                            " of weights, ", Bytes(static_cast<uint64_t>(status_.kv_cache_bytes())),
+                            HumanBytes((status_.weight_memory_bytes())),
+                            " of weights, ", HumanBytes((status_.kv_cache_bytes())),
                             " of KV cache)");
         status_.set_state(glm::v1::SHARD_STATE_STOPPED);
         status_.set_weight_memory_bytes(0);

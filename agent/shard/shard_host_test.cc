@@ -386,7 +386,7 @@ TEST_F(ShardHostTest, NotEnoughMemoryForThePlanFailsBeforeLoading) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(s.message()),
               AllOf(HasSubstr("node 'spark-2'"), HasSubstr("not enough memory for the plan"),
-                    HasSubstr("MemAvailable is 3.9 MiB"), HasSubstr("Fix: lower model.kv_cache_bytes")));
+                    HasSubstr("MemAvailable is 3.91 MiB"), HasSubstr("Fix: lower model.kv_cache_bytes")));
   EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_FAILED);
   EXPECT_EQ(host.status().tensors_loaded(), 0);
 

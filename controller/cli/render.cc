@@ -48,18 +48,6 @@ std::string Bar(const glm::v1::Progress& p) {
 
 }  // namespace
 
-std::string HumanBytes(int64_t bytes) {
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes) / 1024;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return absl::StrFormat(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
-}
-
 std::string NodeStateName(glm::v1::NodeState s) {
   return Pascal(glm::v1::NodeState_Name(s), strlen("NODE_STATE_"));
 }

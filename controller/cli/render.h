@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/human_bytes.h"
 #include "glm/v1/controller.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -17,10 +18,6 @@ std::string ReplicaStateName(glm::v1::ReplicaState s);
 std::string PhaseName(glm::v1::BringUpPhase p);
 // "3d4h", "5m12s", "41s", "-".
 std::string HumanDuration(int64_t ms);
-// Sizes with a unit that fits: "512 B", "1.50 KiB", "37.3 MiB", "742 GiB" (three significant
-// digits from KiB up; bytes exact). Negative values print as bytes.
-std::string HumanBytes(int64_t bytes);
-
 // Live per-node bring-up progress. On a terminal it keeps one line per node plus a phase line and
 // redraws them in place; otherwise it prints one plain line per event.
 class UpProgress {

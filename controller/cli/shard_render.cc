@@ -8,22 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/human_bytes.h"
 
 namespace glm::cli {
 namespace {
-
-// "730 KiB", "1.4 GiB", "12 B".
-std::string ShardBytes(int64_t bytes) {
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes) / 1024;
-  int u = 0;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  return absl::StrFormat(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
-}
 
 // "Loaded", "Loading", ... from SHARD_STATE_*.
 std::string ShardStateWord(glm::v1::ShardState s) {
@@ -45,10 +33,10 @@ bool HasShard(const glm::v1::NodeStatus& n) {
 
 std::string PageCacheCell(const glm::v1::PageCacheStatus& p) {
   std::string cell = absl::StrCat(p.policy().empty() ? "off" : p.policy(), ": fadvise freed ",
-                                  ShardBytes(p.fadvise_bytes_freed()), " (", p.fadvise_ranges(),
+                                  HumanBytes(p.fadvise_bytes_freed()), " (", p.fadvise_ranges(),
                                   " ranges), drop_caches ", p.drop_caches_count());
   if (p.drop_caches_count() > 0) {
-    absl::StrAppend(&cell, " (", ShardBytes(p.drop_caches_bytes_freed()), ")");
+    absl::StrAppend(&cell, " (", HumanBytes(p.drop_caches_bytes_freed()), ")");
   }
   if (p.drop_not_permitted()) absl::StrAppend(&cell, ", drop NOT PERMITTED");
   return cell;
@@ -102,11 +90,11 @@ void PrintShardTable(std::ostream& out, const glm::v1::ClusterStatus& status) {
                                      : "-";
     rows.push_back({n.name(), ShardStateWord(s.state()),
                     absl::StrCat(s.first_layer(), "-", s.last_layer()), tp,
-                    absl::StrCat(ShardBytes(s.bytes_loaded()), "/", ShardBytes(s.bytes_total()),
+                    absl::StrCat(HumanBytes(s.bytes_loaded()), "/", HumanBytes(s.bytes_total()),
                                  " (", s.tensors_loaded(), "/", s.tensors_total(), " tensors)"),
                     absl::StrFormat("%.2fs", s.load_time_ms() / 1000.0),
                     s.kv_cache_bytes() > 0
-                        ? absl::StrCat(ShardBytes(s.kv_cache_bytes()), " (",
+                        ? absl::StrCat(HumanBytes(s.kv_cache_bytes()), " (",
                                        s.kv_capacity_tokens(), " tok)")
                         : "-",
                     PageCacheCell(s.page_cache())});
