@@ -164,7 +164,9 @@ class CudaNarrowTest : public ::testing::Test {
     cpu_ = std::make_unique<CpuBackend>(4);
   }
   void TearDown() override {
-    if (gpu_ != nullptr) EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+    if (gpu_ != nullptr) {
+      EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+    }
   }
   // x as the GPU path multiplies it (see the file comment).
   static std::vector<float> EffectiveX(WeightDType dtype, const std::vector<float>& x, int64_t m,

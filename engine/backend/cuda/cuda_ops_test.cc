@@ -63,7 +63,9 @@ class CudaOpsTest : public ::testing::Test {
   std::unique_ptr<GuardedBuffer> Upload(const std::vector<T>& v) {
     auto b = std::make_unique<GuardedBuffer>(std::max<size_t>(v.size(), 1) * sizeof(T));
     EXPECT_TRUE(b->ok());
-    if (!v.empty()) EXPECT_EQ(b->Upload(v.data(), v.size() * sizeof(T)), cudaSuccess);
+    if (!v.empty()) {
+      EXPECT_EQ(b->Upload(v.data(), v.size() * sizeof(T)), cudaSuccess);
+    }
     return b;
   }
   template <typename T>
