@@ -94,7 +94,6 @@ class GlmMoeDsaModel : public Model {
   bool graphs_allowed_ = true;      // false during the warm-up steps
   DeviceMemoryInfo load_memory_;    // device memory when Load started (total 0: none reported)
   MemoryPlan plan_;
-  std::vector<float> host_logits_;  // [B, vocab_size] decode-path staging
 };
 
 absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
