@@ -149,9 +149,14 @@ TEST_F(NetnsClusterTest, UpAcrossNamespacesDetectsKillAndPartition) {
   std::cout << "[ measure ] netns kill -9 -> Unreachable: " << killed.count() << " ms\n";
   KillNow(agents_[2]);
   agents_[2] = StartAgent(2);
-  auto back = PollUntil([&] { return NodeState("ns-node-2") == "Ready"; }, seconds(15));
-  ASSERT_GE(back.count(), 0) << "ns-node-2 did not come back";
-  std::cout << "[ measure ] netns restart -> Ready: " << back.count() << " ms\n";
+  // Back and alive, but its shard went with the old process: Degraded until `up` reloads it.
+  auto back = PollUntil([&] { return NodeState("ns-node-2") == "Degraded"; }, seconds(15));
+  ASSERT_GE(back.count(), 0) << "ns-node-2 did not come back (Degraded: shard not loaded)";
+  std::cout << "[ measure ] netns restart -> Degraded (no shard): " << back.count() << " ms\n";
+  CommandResult reup = Glmctl({"up", yaml_}, seconds(90));
+  ASSERT_EQ(reup.exit_code, 0) << reup.output;
+  auto ready = PollUntil([&] { return NodeState("ns-node-2") == "Ready"; }, seconds(15));
+  ASSERT_GE(ready.count(), 0) << "ns-node-2 not Ready after up reloaded its shard";
 
   // Silent partition: the link goes down, nothing is reset; heartbeats stop.
   std::string host_if = absl::StrCat("glmv", tag_, 3);
