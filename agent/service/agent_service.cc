@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "agent/service/node_preflight.h"
+#include "agent/shard/progress.h"
 #include "agent/stage/manifest.h"
 #include "agent/stage/nccl_stage.h"
 #include "agent/stage/weight_stager.h"
@@ -277,18 +278,6 @@ std::vector<stage::PeerAddress> ToPeers(
     out.push_back({p.node(), p.host(), static_cast<uint16_t>(p.port()), p.tls_name()});
   }
   return out;
-}
-
-glm::v1::Progress MakeProgress(const std::string& step, const std::string& message,
-                               int64_t done_bytes = 0, int64_t total_bytes = 0,
-                               bool done = false) {
-  glm::v1::Progress p;
-  p.set_step(step);
-  p.set_message(message);
-  p.set_done_bytes(done_bytes);
-  p.set_total_bytes(total_bytes);
-  p.set_done(done);
-  return p;
 }
 
 grpc::Status StageError(const std::string& rpc, const std::string& node,

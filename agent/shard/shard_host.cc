@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "agent/shard/progress.h"
 #include "agent/shard/releasing_weights.h"
 #include "common/human_bytes.h"
 #include "common/logging.h"
@@ -28,18 +29,6 @@ namespace {
 
 constexpr int64_t kDefaultKvCacheBytes = int64_t{1} << 30;  // EngineOptions' default
 constexpr int kDefaultKvBlockSize = 16;
-
-glm::v1::Progress MakeProgress(const std::string& step, const std::string& message,
-                               int64_t done_bytes = 0, int64_t total_bytes = 0,
-                               bool done = false) {
-  glm::v1::Progress p;
-  p.set_step(step);
-  p.set_message(message);
-  p.set_done_bytes(done_bytes);
-  p.set_total_bytes(total_bytes);
-  p.set_done(done);
-  return p;
-}
 
 int64_t Millis(Clock::Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
