@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -138,6 +140,9 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
                                                    " is outside a group of size ", options.size));
   }
   if (rendezvous == nullptr) return absl::InvalidArgumentError("GlooCommunicator: no rendezvous");
+  // A dead peer must surface as an error on this rank, not as SIGPIPE killing the process.
+  static std::once_flag ignore_sigpipe;
+  std::call_once(ignore_sigpipe, [] { ::signal(SIGPIPE, SIG_IGN); });
   if (!IsNumericIp(options.host)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GlooCommunicator: host '", options.host,

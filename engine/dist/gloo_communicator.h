@@ -59,7 +59,9 @@ class GlooCommunicator : public Communicator {
  public:
   // Creates the device, publishes this rank's addresses and connects to every other rank; blocks
   // until all ranks have joined or `connect_timeout` passes. `rendezvous` must outlive this call
-  // only.
+  // only. Process-wide side effect: SIGPIPE is ignored from then on (Gloo writes to its sockets
+  // without MSG_NOSIGNAL, so a peer that dies mid-write would otherwise kill this process
+  // instead of failing the operation with an error).
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(Rendezvous* rendezvous,
                                                                   GlooCommunicatorOptions options);
   // Closes the connections (peers still using the group fail at once).
