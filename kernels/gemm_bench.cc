@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/bench_util.h"
 #include "kernels/cuda_util.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_fp8_block.h"
@@ -27,61 +28,12 @@
 namespace glm::kernels {
 namespace {
 
-#define BENCH_CHECK(expr)                                                                        \
-  do {                                                                                           \
-    const cudaError_t e_ = (expr);                                                               \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
-
-void CheckOk(const absl::Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-    std::exit(1);
-  }
-}
-
-// Median over `trials` of (time of `calls` enqueues) / calls, in microseconds. Graph capture
-// first; eager launches if capture fails (reported as graph=0).
+// TimeEnqueues (bench_util.h) in µs per call; *graph_used says whether a CUDA graph ran.
 double TimeCalls(const std::function<absl::Status(int)>& enqueue, int calls, int trials,
                  cudaStream_t stream, bool* graph_used = nullptr) {
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  bool captured = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess;
-  if (captured) {
-    for (int i = 0; i < calls && captured; ++i) captured = enqueue(i).ok();
-    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-    captured =
-        captured && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-  }
-  (void)cudaGetLastError();
-  std::vector<float> ms;
-  for (int trial = 0; trial < trials + 2; ++trial) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    if (captured) {
-      BENCH_CHECK(cudaGraphLaunch(exec, stream));
-    } else {
-      for (int i = 0; i < calls; ++i) CheckOk(enqueue(i), "enqueue");
-    }
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    float m = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&m, start, stop));
-    if (trial >= 2) ms.push_back(m);  // two warm-ups
-  }
-  BENCH_CHECK(cudaGetLastError());
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  if (graph_used) *graph_used = captured;
-  return ms[ms.size() / 2] * 1000.0 / calls;
+  const BenchTiming t = TimeEnqueues(enqueue, calls, trials, stream);
+  if (graph_used) *graph_used = t.graph;
+  return t.us_per_call;
 }
 
 // Fills device memory with pseudo-random bytes (a host pattern block copied over). For e4m3

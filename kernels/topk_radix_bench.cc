@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/argmax.h"
 #include "kernels/cuda_util.h"
@@ -25,71 +26,12 @@
 namespace glm::kernels {
 namespace {
 
-#define BENCH_CHECK(expr)                                                                        \
-  do {                                                                                           \
-    const cudaError_t e_ = (expr);                                                               \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
+using Timing = BenchTiming;
 
-void CheckOk(const absl::Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-    std::exit(1);
-  }
-}
-
-float Median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-struct Timing {
-  double us_per_call = 0;
-  bool graph = false;
-};
-
-// Median over `trials` of (time of `calls` enqueues) / calls.
+// Median over `trials` of (time of `calls` enqueues) / calls (bench_util.h).
 Timing TimeCalls(const std::function<absl::Status(int)>& enqueue, int calls, int trials,
                  cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  Timing t;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  bool captured = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess;
-  if (captured) {
-    for (int i = 0; i < calls && captured; ++i) captured = enqueue(i).ok();
-    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-    captured =
-        captured && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-  }
-  (void)cudaGetLastError();
-  std::vector<float> ms;
-  for (int trial = 0; trial < trials + 2; ++trial) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    if (captured) {
-      BENCH_CHECK(cudaGraphLaunch(exec, stream));
-    } else {
-      for (int i = 0; i < calls; ++i) CheckOk(enqueue(i), "enqueue");
-    }
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    float m = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&m, start, stop));
-    if (trial >= 2) ms.push_back(m);  // two warm-ups
-  }
-  BENCH_CHECK(cudaGetLastError());
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  t.us_per_call = Median(ms) * 1000.0 / calls;
-  t.graph = captured;
-  return t;
+  return TimeEnqueues(enqueue, calls, trials, stream);
 }
 
 // Device-to-device copy bandwidth, counting bytes read plus bytes written.
