@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/backend/cpu/cpu_narrow.h"
+
 // The 8-wide vector helpers below are inlined into the target_clones kernels; their ABI never
 // crosses a call boundary.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -203,6 +205,10 @@ void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
 void CpuBackend::Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) {
   const int64_t M = x.rows, N = w.rows;
   if (M == 0 || N == 0) return;
+  if (w.dtype != WeightDType::kF32) {  // bf16 / fp8: x rounded like the weight (backend.h)
+    cpu::NarrowLinear(pool_, x, w, y, accumulate, cpu::NarrowX::kLikeWeight, &LinearBlock);
+    return;
+  }
   // Tiles of 16 x rows by 32 w rows; ~2 * 16 * 32 * K flops each.
   constexpr int64_t kTileM = 16, kTileN = 32;
   const int64_t tiles_m = (M + kTileM - 1) / kTileM;
@@ -478,10 +484,18 @@ void CpuBackend::MoeExperts(const MatView& x, const int32_t* ids, const float* w
     }
     MatView g{moe_gate_.data(), n, inter, inter}, u{moe_up_.data(), n, inter, inter};
     MatView y{moe_y_.data(), n, hidden, hidden};
-    Linear(xs, experts.gate[e], g, false);
-    Linear(xs, experts.up[e], u, false);
+    // Narrow expert weights are widened, x stays fp32 (backend.h MoeExperts).
+    auto expert_linear = [&](const MatView& in, const MatView& w, const MatView& res) {
+      if (w.dtype == WeightDType::kF32) {
+        Linear(in, w, res, false);
+      } else {
+        cpu::NarrowLinear(pool_, in, w, res, false, cpu::NarrowX::kF32, &LinearBlock);
+      }
+    };
+    expert_linear(xs, experts.gate[e], g);
+    expert_linear(xs, experts.up[e], u);
     SiluMul(g, u, g);
-    Linear(g, experts.down[e], y, false);
+    expert_linear(g, experts.down[e], y);
     for (int64_t i = 0; i < n; ++i) Axpy(tokens[i].second, y.Row(i), out.Row(tokens[i].first), hidden);
   }
 }

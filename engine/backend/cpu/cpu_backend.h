@@ -24,6 +24,9 @@ class CpuBackend : public Backend {
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Synchronize() override {}
 
+  // Every WeightDType: narrow Linear / MoeExperts weights run with the cuda backend's numerics
+  // (engine/backend/cpu/cpu_narrow.h) and stay narrow in memory.
+  bool SupportsWeightDType(WeightDType) const override { return true; }
   void Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) override;
   void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
                      int64_t w_ld, const HeadsView& y) override;
