@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 tests=(argmax_test rmsnorm_test rope_test silu_mul_test topk_plan_test topk_radix_test
   layernorm_test rows_test moe_route_test sample_test gemm_bf16_test gemm_fp8_block_test
-  quant_fp8_group_test cuda_backend_test cuda_ops_test cuda_model_test cuda_graph_test
+  quant_fp8_group_test cuda_backend_test cublaslt_matmul_test cuda_ops_test cuda_model_test cuda_graph_test
   cuda_narrow_test create_backend_test sample_backend_test engine_golden_test
   engine_golden_narrow_test)
 others=(nccl_gpu_test glm-run glm-bench-cuda-decode)

@@ -52,8 +52,13 @@ size_t LtMatmul::KeyHash::operator()(const Key& k) const {
   return h;
 }
 
-absl::StatusOr<std::unique_ptr<LtMatmul>> LtMatmul::Create(size_t workspace_bytes) {
+absl::StatusOr<std::unique_ptr<LtMatmul>> LtMatmul::Create(size_t workspace_bytes,
+                                                          size_t max_plans) {
+  if (max_plans == 0) {
+    return absl::InvalidArgumentError("LtMatmul: max_plans must be at least 1");
+  }
   auto m = std::unique_ptr<LtMatmul>(new LtMatmul());
+  m->max_plans_ = max_plans;
   GLM_LT_RETURN_IF_ERROR(cublasLtCreate(&m->handle_));
   if (workspace_bytes > 0) {
     const cudaError_t err = cudaMalloc(&m->workspace_, workspace_bytes);
@@ -68,7 +73,7 @@ absl::StatusOr<std::unique_ptr<LtMatmul>> LtMatmul::Create(size_t workspace_byte
 }
 
 LtMatmul::~LtMatmul() {
-  for (auto& [key, plan] : plans_) Destroy(plan);
+  for (auto& [key, entry] : plans_) Destroy(entry.plan);
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
@@ -82,7 +87,10 @@ void LtMatmul::Destroy(Plan& p) {
 }
 
 absl::StatusOr<const LtMatmul::Plan*> LtMatmul::GetPlan(const Key& key) {
-  if (auto it = plans_.find(key); it != plans_.end()) return &it->second;
+  if (auto it = plans_.find(key); it != plans_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.pos);
+    return &it->second.plan;
+  }
   const GemmShape& s = key.s;
   Plan p;
   // Destroys the half-built plan on every error path.
@@ -144,7 +152,15 @@ absl::StatusOr<const LtMatmul::Plan*> LtMatmul::GetPlan(const Key& key) {
   }
   p.algo = result.algo;
   guard.p = nullptr;
-  return &plans_.emplace(key, p).first->second;
+  if (plans_.size() >= max_plans_) {
+    auto victim = plans_.find(lru_.back());
+    Destroy(victim->second.plan);
+    plans_.erase(victim);
+    lru_.pop_back();
+  }
+  lru_.push_front(key);
+  ++plans_made_;
+  return &plans_.emplace(key, Entry{p, lru_.begin()}).first->second.plan;
 }
 
 absl::Status LtMatmul::Run(const GemmShape& s, const float* x, const float* w, float* y,

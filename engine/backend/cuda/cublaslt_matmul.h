@@ -8,7 +8,10 @@
 //
 // Plans (matmul descriptor, layouts, chosen algorithm) are cached per shape and per pointer
 // alignment, so after the first call of a shape a Run does no host allocation and no heuristic
-// query (graph-capturable). Not thread-safe (the backend's step thread only).
+// query (graph-capturable). The cache holds at most max_plans (least recently used evicted):
+// prefill chunk lengths make new shapes without end, decode reuses a few. An evicted plan is
+// safe to drop even when a captured graph used it (cublasLtMatmul copies its arguments into the
+// launch). Not thread-safe (the backend's step thread only).
 #pragma once
 
 #include <cublasLt.h>
@@ -16,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <unordered_map>
 
@@ -33,8 +37,11 @@ struct GemmShape {
 
 class LtMatmul {
  public:
-  // A cuBLASLt handle and a device workspace of workspace_bytes on the current device.
-  static absl::StatusOr<std::unique_ptr<LtMatmul>> Create(size_t workspace_bytes);
+  static constexpr size_t kDefaultMaxPlans = 1024;
+  // A cuBLASLt handle and a device workspace of workspace_bytes on the current device; at most
+  // max_plans (>= 1) cached plans.
+  static absl::StatusOr<std::unique_ptr<LtMatmul>> Create(size_t workspace_bytes,
+                                                          size_t max_plans = kDefaultMaxPlans);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
@@ -43,6 +50,8 @@ class LtMatmul {
   absl::Status Run(const GemmShape& shape, const float* x, const float* w, float* y,
                    bool accumulate, cudaStream_t stream);
   size_t num_plans() const { return plans_.size(); }
+  // Plans made (heuristic queries) since creation; more than num_plans() once plans were evicted.
+  size_t plans_made() const { return plans_made_; }
 
  private:
   struct Key {
@@ -66,7 +75,14 @@ class LtMatmul {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  std::unordered_map<Key, Plan, KeyHash> plans_;
+  size_t max_plans_ = kDefaultMaxPlans;
+  size_t plans_made_ = 0;
+  std::list<Key> lru_;  // most recently used first
+  struct Entry {
+    Plan plan;
+    std::list<Key>::iterator pos;  // in lru_
+  };
+  std::unordered_map<Key, Entry, KeyHash> plans_;
 };
 
 }  // namespace glm::engine::cuda

@@ -1,0 +1,87 @@
+// LtMatmul's plan cache (cublaslt_matmul.h): bounded, least recently used evicted, results of an
+// evicted and re-made plan unchanged, against a host fp32 GEMM. Skips (printing why) without a
+// usable GPU.
+#include "engine/backend/cuda/cublaslt_matmul.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace glm::engine::cuda {
+namespace {
+
+bool HaveGpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("SKIP: no usable CUDA device (cudaGetDeviceCount found none)\n");
+    return false;
+  }
+  return true;
+}
+
+// y[m, n] = x[m, k] . w[n, k]^T on the GPU through `mm`, compared to the host.
+void RunAndCheck(LtMatmul& mm, int64_t m, int64_t n, int64_t k) {
+  std::mt19937 rng(static_cast<uint32_t>(m * 1000003 + n * 1009 + k));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(m * k), w(n * k), y(m * n, 0.0f);
+  for (float& v : x) v = u(rng);
+  for (float& v : w) v = u(rng);
+  void *vx = nullptr, *vw = nullptr, *vy = nullptr;
+  ASSERT_EQ(cudaMalloc(&vx, x.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&vw, w.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&vy, y.size() * 4), cudaSuccess);
+  float *dx = static_cast<float*>(vx), *dw = static_cast<float*>(vw), *dy = static_cast<float*>(vy);
+  cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice);
+  GemmShape s;
+  s.m = m, s.n = n, s.k = k, s.x_ld = k, s.w_ld = k, s.y_ld = n;
+  ASSERT_TRUE(mm.Run(s, dx, dw, dy, /*accumulate=*/false, nullptr).ok());
+  ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  double max_diff = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int64_t c = 0; c < k; ++c) ref += double{x[i * k + c]} * w[j * k + c];
+      max_diff = std::max(max_diff, std::abs(ref - y[i * n + j]));
+    }
+  }
+  EXPECT_LT(max_diff, 1e-4 * k) << m << "x" << n << "x" << k;
+  cudaFree(dx), cudaFree(dw), cudaFree(dy);
+}
+
+TEST(LtMatmulPlanCache, RejectsZeroCapacity) {
+  if (!HaveGpu()) return;
+  EXPECT_FALSE(LtMatmul::Create(1 << 20, 0).ok());
+}
+
+TEST(LtMatmulPlanCache, EvictsLeastRecentlyUsedAndRemakesCorrectly) {
+  if (!HaveGpu()) return;
+  auto mm = LtMatmul::Create(4 << 20, /*max_plans=*/2);
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  LtMatmul& lt = **mm;
+  RunAndCheck(lt, 1, 64, 96);   // A
+  RunAndCheck(lt, 3, 64, 96);   // B
+  EXPECT_EQ(lt.num_plans(), 2u);
+  EXPECT_EQ(lt.plans_made(), 2u);
+  RunAndCheck(lt, 1, 64, 96);   // A again: a hit, A becomes most recent
+  EXPECT_EQ(lt.plans_made(), 2u);
+  RunAndCheck(lt, 5, 48, 32);   // C evicts B (least recently used), not A
+  EXPECT_EQ(lt.num_plans(), 2u);
+  EXPECT_EQ(lt.plans_made(), 3u);
+  RunAndCheck(lt, 1, 64, 96);   // A still cached
+  EXPECT_EQ(lt.plans_made(), 3u);
+  RunAndCheck(lt, 3, 64, 96);   // B was evicted: re-made (evicting C), same results
+  EXPECT_EQ(lt.plans_made(), 4u);
+  EXPECT_EQ(lt.num_plans(), 2u);
+  // Many shapes (prefill chunk lengths): the cache never exceeds its bound.
+  for (int64_t m = 1; m <= 24; ++m) RunAndCheck(lt, m, 32, 64);
+  EXPECT_EQ(lt.num_plans(), 2u);
+  EXPECT_EQ(lt.plans_made(), 28u);
+}
+
+}  // namespace
+}  // namespace glm::engine::cuda
