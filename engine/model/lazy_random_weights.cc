@@ -119,8 +119,10 @@ bool LazyRandomWeights::IsLinearWeight(const std::string& name) {
            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   if (ends("kv_b_proj.weight") || ends("mlp.gate.weight")) return false;
-  return ends("_proj.weight") || ends(".wq_b.weight") || ends(".wk.weight") ||
-         name == "lm_head.weight";
+  // kv_a_proj_with_mqa is fp8 in the GLM-5 FP8 checkpoint too (576 rows: 5 scale row blocks,
+  // the last one partial).
+  return ends("_proj.weight") || ends("_proj_with_mqa.weight") || ends(".wq_b.weight") ||
+         ends(".wk.weight") || name == "lm_head.weight";
 }
 
 bool LazyRandomWeights::IsFp8Block(const std::string& name) const {

@@ -4,8 +4,10 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "engine/backend/cuda/cuda_ops_util.h"
@@ -48,7 +50,64 @@ absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, i
 absl::StatusOr<std::unique_ptr<NarrowLinear>> NarrowLinear::Create() {
   auto l = std::unique_ptr<NarrowLinear>(new NarrowLinear());
   GLM_ASSIGN_OR_RETURN(l->handle_, kernels::BlasLtHandle::Create());
+  void* counters = nullptr;
+  GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaMalloc(&counters, kGemvCounters * sizeof(int32_t)),
+                                        kOp, "cudaMalloc(GEMV counters)"));
+  l->gemv_counters_ = static_cast<int32_t*>(counters);
+  if (const char* env = std::getenv("GLM_LINEAR_GEMV_MAX_TOKENS"); env != nullptr && *env) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(env, &v) || v < 0 || v > kGemvMaxTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GLM_LINEAR_GEMV_MAX_TOKENS='", env, "' is not an integer in [0, ", kGemvMaxTokens,
+          "]; unset it for the default (", kGemvMaxTokens, ")"));
+    }
+    l->gemv_max_tokens_ = v;
+  }
+  GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaMemset(counters, 0, kGemvCounters * sizeof(int32_t)),
+                                        kOp, "cudaMemset(GEMV counters)"));
   return l;
+}
+
+NarrowLinear::~NarrowLinear() {
+  if (gemv_counters_ != nullptr) cudaFree(gemv_counters_);
+}
+
+absl::Status NarrowLinear::RunGemv(const MatView& x, const MatView& w, const MatView& y,
+                                   bool accumulate, Scratch& scratch, cudaStream_t stream,
+                                   bool* taken) {
+  *taken = false;
+  const int64_t m = x.rows, n = w.rows, k = x.cols;
+  const bool fp8 = w.dtype == WeightDType::kF8E4M3Block128;
+  if (m > gemv_max_tokens_ || (fp8 && w.ld % 16 != 0)) return absl::OkStatus();
+  const auto key = std::make_tuple(fp8 ? 1 : 0, m, n, k);
+  auto it = gemv_.find(key);
+  if (it == gemv_.end()) {
+    GLM_ASSIGN_OR_RETURN(
+        kernels::GemvNarrowPlan plan,
+        kernels::GemvNarrowPlan::Create(
+            {m, n, k, fp8 ? kernels::GemvWeight::kF8E4M3Block128 : kernels::GemvWeight::kBF16}));
+    it = gemv_.emplace(key, plan).first;
+  }
+  const kernels::GemvNarrowPlan& plan = it->second;
+  if (plan.num_counters() > kGemvCounters) return absl::OkStatus();
+  void* ws = nullptr;
+  if (plan.workspace_bytes() > 0) {
+    GLM_ASSIGN_OR_RETURN(ws, scratch.Get(kSlotWorkspace, plan.workspace_bytes()));
+  }
+  kernels::GemvNarrowArgs a;
+  a.x = x.data;
+  a.ldx = x.ld;
+  a.w = w.data;
+  a.ldw = w.ld;
+  a.w_scales = w.scales;
+  a.w_scale_ld = w.scale_ld;
+  a.y = y.data;
+  a.ldy = y.ld;
+  a.accumulate = accumulate;
+  // Weights are immutable during steps, so the weight prefetch may overlap the previous kernel.
+  a.overlap_previous = true;
+  *taken = true;
+  return plan.Run(a, ws, plan.workspace_bytes(), gemv_counters_, kGemvCounters, stream);
 }
 
 absl::Status NarrowLinear::Run(const MatView& x, const MatView& w, const MatView& y,
@@ -71,6 +130,9 @@ absl::Status NarrowLinear::Run(const MatView& x, const MatView& w, const MatView
         " breaks the layout rule (bf16: 16-byte aligned, ld % 8 == 0; fp8: ld == cols, cols % 16 "
         "== 0, 16-byte aligned data and scales); load it with WeightLoader::Linear"));
   }
+  bool taken = false;
+  GLM_RETURN_IF_ERROR(RunGemv(x, w, y, accumulate, scratch, stream, &taken));
+  if (taken) return absl::OkStatus();
   // x -> bf16 [m, ldx].
   const int64_t ldx = RoundUp(k, 8);
   GLM_ASSIGN_OR_RETURN(void* xb, scratch.Get(kSlotX, static_cast<size_t>(m * ldx) * 2));

@@ -5,6 +5,12 @@
 // - kF8E4M3Block128: x is converted to bf16, then gemm_fp8_block quantizes it per row per 128
 //   columns to e4m3 and runs the block-scaled GEMM (cuBLASLt on sm_90 where it applies, our
 //   kernel elsewhere), fp32 output.
+// - Decode sizes (m <= kGemvMaxTokens, either dtype): one kernels/gemv_narrow launch instead,
+//   reading x in fp32 and writing y directly (any strides), with the same activation numerics
+//   (bf16 rounding, then for fp8 the same per-row per-128-column e4m3 quantization), fp32
+//   accumulation, deterministic split-K (its arrival counters live in a buffer this object
+//   owns; partials in scratch slot 6), launched with programmatic dependent launch (its weight
+//   prefetch overlaps the previous kernel; x and y are touched only after that kernel ends).
 // Plans are made once per shape (m, n, k, strides) and cached; after that Run allocates nothing
 // on the host and takes device memory only from the backend's grow-only scratch (slots 5-7), so
 // a step of a seen shape is CUDA-graph capturable.
@@ -28,6 +34,7 @@
 #include "kernels/cublaslt_util.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/gemm_fp8_block.h"
+#include "kernels/gemv_narrow.h"
 
 namespace glm::engine::cuda {
 
@@ -37,15 +44,32 @@ absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, i
 
 class NarrowLinear {
  public:
+  // Token counts up to this take the GEMV by default (see gemv_bench for the measurement).
+  static constexpr int64_t kGemvMaxTokens = kernels::kGemvNarrowMaxM;
+
+  // Allocates the GEMV's counters on the current device. The environment variable
+  // GLM_LINEAR_GEMV_MAX_TOKENS (0..16) overrides the cut-over; 0 turns the GEMV off (A/B runs).
   static absl::StatusOr<std::unique_ptr<NarrowLinear>> Create();
+  ~NarrowLinear();
+  NarrowLinear(const NarrowLinear&) = delete;
+  NarrowLinear& operator=(const NarrowLinear&) = delete;
   // w.dtype must be kBF16 or kF8E4M3Block128; x.rows > 0, x.cols > 0.
   absl::Status Run(const MatView& x, const MatView& w, const MatView& y, bool accumulate,
                    Scratch& scratch, cudaStream_t stream);
-  size_t num_plans() const { return bf16_.size() + fp8_.size(); }
+  size_t num_plans() const { return bf16_.size() + fp8_.size() + gemv_.size(); }
 
  private:
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
   NarrowLinear() = default;
+  // The decode path; *taken = false when the shape or layout is not the GEMV's (then Run goes
+  // on with the GEMM path).
+  absl::Status RunGemv(const MatView& x, const MatView& w, const MatView& y, bool accumulate,
+                       Scratch& scratch, cudaStream_t stream, bool* taken);
+
+  static constexpr int64_t kGemvCounters = int64_t{1} << 16;
+  int32_t* gemv_counters_ = nullptr;  // [kGemvCounters] device, zero between launches
+  int64_t gemv_max_tokens_ = kGemvMaxTokens;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>, kernels::GemvNarrowPlan> gemv_;
 
   std::unique_ptr<kernels::BlasLtHandle> handle_;
   std::map<Key, std::unique_ptr<kernels::GemmBf16Plan>> bf16_;

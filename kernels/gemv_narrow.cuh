@@ -1,0 +1,355 @@
+// Device code of gemv_narrow (gemv_narrow.h has the contract).
+//
+// Algorithm: y[m, n] (+)= Σ_k xe[m, k] · w[n, k] for M <= 16 tokens, one launch. xe is x (fp32)
+// as today's two-step path multiplies it: bf16 weights: x rounded to bf16; fp8 weights: x
+// rounded to bf16, then per token per 128-column group scale = amax / 448 and q = e4m3(x / scale)
+// (the rule of quant_fp8_group.cuh, bit for bit), with y = Σ_g s_x[m, g] · s_w[n/128, g] ·
+// Σ_{k in g} q[m, k] · w[n, k].
+//
+// Tiling: a CTA is 8 warps over 128 consecutive weight rows (= one 128-row block of fp8
+// scales), warp w owning rows 16w..16w+15, and one range of K (grid.y splits K when the rows
+// alone give too few CTAs). The CTA first issues its warps' first kGemvDepth weight loads, then
+// stages its K range of x in shared memory as 2-byte values (fp8: the quantized e4m3 values as
+// f16, exact, plus the per-group scales; bf16: bf16) and synchronizes once; no shared memory is
+// touched by the weight stream. Tensor cores through mma.sync m16n8k16 (A = 16 weight rows,
+// B = 8 tokens; M > 8 uses two 8-token tiles) with fp32 accumulators; fp8 weights are widened
+// with cvt.rn.f16x2.e4m3x2 (exact).
+// Weight loads: a "step" is 16 rows x 128 bytes (fp8: one 128-column group; bf16: 64 columns);
+// thread (g = lane/4, t = lane%4) loads two 16-byte chunks (bytes t·16 and 64 + t·16 of the
+// step's 128) of rows g and g+8, so a quad reads whole 64-byte segments; the MMA's k order is a
+// permutation of the physical one, and the B fragment is read from shared memory at the same
+// physical positions, so the dot products are unchanged. kGemvDepth steps (8 KiB per warp) are
+// in flight in a register ring. Loads are streaming (ld.global.nc.L1::no_allocate): weights are
+// read once per call.
+// Split K: each CTA writes fp32 partials [split, m, n] to the workspace, fences, and takes a
+// ticket from the row block's counter; the last CTA of a row block sums the partials in split
+// order (deterministic: no float atomics, the order does not depend on which CTA finishes
+// last), writes y and resets the counter to 0 for the next launch.
+// Shared memory rows are padded so the B-fragment reads are conflict-free: fp8 reads 16-byte
+// units {0,2,4,6} of a 128-byte line per token row (stride ≡ 16 mod 128), bf16 units {0..3}
+// (stride ≡ 64 mod 128).
+// Limits: M <= 16; fp8: K % 16 == 0; 16-byte aligned weight rows. Rows past N and columns past K
+// contribute nothing (loads skipped, bf16 tails masked: a row's padding is never multiplied).
+// NOTE: shared memory per CTA is M x (K range) x 2 bytes (+ scales); the host caps the K range so
+// that two CTAs fit an SM's shared memory (GB10: ~49 KiB, H200: ~113 KiB per CTA).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace glm::kernels::detail {
+
+inline constexpr int kGemvWarps = 8;
+inline constexpr int kGemvThreads = 32 * kGemvWarps;
+inline constexpr int kGemvRows = 16 * kGemvWarps;  // rows per CTA: one fp8 scale block row
+// Steps in flight per warp: 4 (8 KiB) with one 8-token tile; 3 with two (registers: no spills).
+template <int kNT>
+inline constexpr int kGemvDepth = kNT == 1 ? 4 : 3;
+
+struct GemvParams {
+  const float* x;        // [m, k] fp32, row stride ldx
+  int64_t ldx;
+  const uint8_t* w;      // [n, k] bf16 or e4m3, row stride ldw_bytes
+  int64_t ldw_bytes;
+  const float* ws;       // fp8: [ceil(n/128), ws_ld] block scales
+  int64_t ws_ld;
+  float* y;              // [m, n] fp32, row stride ldy
+  int64_t ldy;
+  float* partial;        // [splits, m, n] fp32 when splits > 1
+  int* counters;         // [row blocks] zero on entry when splits > 1; left zero
+  int64_t n, k;
+  int m;
+  int groups_per_split;  // 128-column groups per K range
+  int x_stride;          // bytes per token row of the staged x
+  int accumulate;
+};
+
+// The activation quantization rule of quant_fp8_group.cuh (QuantScale / QuantE4m3), repeated
+// here because that header defines a kernel: plain IEEE division and the satfinite e4m3
+// conversion. gemv_narrow_test checks the result bit for bit against QuantizeFp8GroupHost.
+__device__ __forceinline__ float GemvQuantScale(float amax) { return amax / 448.0f; }
+__device__ __forceinline__ uint8_t GemvQuantE4m3(float v, float scale) {
+  if (!(scale > 0.0f)) return 0;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v / scale, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ uint32_t GemvE4m3x2ToHalf2(uint32_t two) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  uint32_t r;
+  memcpy(&r, &h, 4);
+  return r;
+}
+
+__device__ __forceinline__ uint4 GemvLoadStreaming(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t GemvWord(const uint4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+template <bool kFp8>
+__device__ __forceinline__ void GemvMma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (kFp8) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// Zeroes the bf16 elements at columns >= k of an 8-element chunk starting at column col.
+__device__ __forceinline__ uint4 GemvMaskBf16(uint4 v, int64_t col, int64_t k) {
+  const int64_t valid = k - col;  // 1..7 when called
+  uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (2 * i >= valid) {
+      w[i] = 0;
+    } else if (2 * i + 1 >= valid) {
+      w[i] &= 0xffffu;
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// grid (ceil(n / 128), splits), block kGemvThreads, dynamic shared memory: the staged x
+// [m][x_stride bytes] then (fp8) the x scales [m][groups_per_split] fp32.
+template <int kNT, bool kFp8>
+__global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_last;
+  constexpr int kStepK = kFp8 ? 128 : 64;  // columns per step
+  constexpr int kChunkK = kStepK / 2;      // columns per quad per 16-byte chunk row
+  constexpr int kEB = kFp8 ? 1 : 2;        // weight bytes per element
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemvRows;
+  const int64_t r0 = n0 + warp * 16;
+  const int num_groups = static_cast<int>((p.k + 127) / 128);
+  const int gb = blockIdx.y * p.groups_per_split;
+  const int ge = min(num_groups, gb + p.groups_per_split);
+  const int64_t k0 = static_cast<int64_t>(gb) * 128;
+  const int64_t k1 = min(static_cast<int64_t>(ge) * 128, p.k);
+  const int nsteps = static_cast<int>((k1 - k0 + kStepK - 1) / kStepK);
+  const bool warp_active = r0 < p.n;
+
+  // Rows g and g+8 of the warp's 16 (loads skipped past N).
+  const int64_t ra = r0 + g, rb = r0 + g + 8;
+  const bool va = ra < p.n, vb = rb < p.n;
+  const uint8_t* wrow[2] = {p.w + (va ? ra : 0) * p.ldw_bytes, p.w + (vb ? rb : 0) * p.ldw_bytes};
+  const bool vrow[2] = {va, vb};
+
+  // ring[d][h * 2 + c]: step d's chunk c of row g + 8h.
+  uint4 ring[kGemvDepth<kNT>][4];
+  auto load_step = [&](uint4(&dst)[4], int s) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int64_t col = k0 + static_cast<int64_t>(s) * kStepK + c * kChunkK + t * (16 / kEB);
+        dst[h * 2 + c] = (vrow[h] && col < p.k) ? GemvLoadStreaming(wrow[h] + col * kEB)
+                                                : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  if (warp_active) {
+#pragma unroll
+    for (int d = 0; d < kGemvDepth<kNT>; ++d) {
+      if (d < nsteps) load_step(ring[d], d);
+    }
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Programmatic dependent launch (a no-op unless launched with it): the next kernel may start
+  // its own weight prefetch now; this one waits for the previous kernel (its x, y, workspace
+  // and counters) only after issuing the weight loads above.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+
+  // Stage x[0:m, k0:k1) (one warp per (token, 128-column group); lane: 4 columns).
+  unsigned char* xs = smem;
+  float* sxs = reinterpret_cast<float*>(smem + static_cast<size_t>(p.m) * p.x_stride);
+  const int ng = ge - gb;
+  for (int item = warp; item < p.m * ng; item += kGemvWarps) {
+    const int mm = item / ng, gl = item - mm * ng;
+    const int64_t c = k0 + gl * 128 + lane * 4;
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[i] = c + i < p.k ? __bfloat162float(__float2bfloat16_rn(p.x[mm * p.ldx + c + i])) : 0.0f;
+    }
+    uint32_t packed[2];
+    if constexpr (kFp8) {
+      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      }
+      const float scale = GemvQuantScale(amax);
+      if (lane == 0) sxs[mm * p.groups_per_split + gl] = scale;
+      const uint32_t q01 = static_cast<uint32_t>(GemvQuantE4m3(v[0], scale)) |
+                           static_cast<uint32_t>(GemvQuantE4m3(v[1], scale)) << 8;
+      const uint32_t q23 = static_cast<uint32_t>(GemvQuantE4m3(v[2], scale)) |
+                           static_cast<uint32_t>(GemvQuantE4m3(v[3], scale)) << 8;
+      packed[0] = GemvE4m3x2ToHalf2(q01);
+      packed[1] = GemvE4m3x2ToHalf2(q23);
+    } else {
+      const __nv_bfloat162 b01 = __floats2bfloat162_rn(v[0], v[1]);
+      const __nv_bfloat162 b23 = __floats2bfloat162_rn(v[2], v[3]);
+      memcpy(&packed[0], &b01, 4);
+      memcpy(&packed[1], &b23, 4);
+    }
+    *reinterpret_cast<uint2*>(xs + static_cast<size_t>(mm) * p.x_stride + (gl * 128 + lane * 4) * 2) =
+        make_uint2(packed[0], packed[1]);
+  }
+  __syncthreads();
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+
+  if (warp_active) {
+    const float* ws_row = kFp8 ? p.ws + static_cast<int64_t>(blockIdx.x) * p.ws_ld + gb : nullptr;
+    // The B fragments of token row nt*8 + g (zero past M).
+    const unsigned char* xrow[kNT];
+    bool xok[kNT];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int tok = nt * 8 + g;
+      xok[nt] = tok < p.m;
+      xrow[nt] = xs + static_cast<size_t>(xok[nt] ? tok : 0) * p.x_stride;
+    }
+    for (int s0 = 0; s0 < nsteps; s0 += kGemvDepth<kNT>) {
+#pragma unroll
+      for (int d = 0; d < kGemvDepth<kNT>; ++d) {
+        const int s = s0 + d;
+        if (s >= nsteps) break;
+        if constexpr (kFp8) {
+          float blk[kNT][4];
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) blk[nt][e] = 0.0f;
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            uint4 xv[kNT][2];
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+              const unsigned char* xp = xrow[nt] + (s * 128 + c * 64 + t * 16) * 2;
+              xv[nt][0] = xok[nt] ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
+              xv[nt][1] =
+                  xok[nt] ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const uint32_t wa = GemvWord(ring[d][c], j), wb = GemvWord(ring[d][2 + c], j);
+              const uint32_t a0 = GemvE4m3x2ToHalf2(wa), a2 = GemvE4m3x2ToHalf2(wa >> 16);
+              const uint32_t a1 = GemvE4m3x2ToHalf2(wb), a3 = GemvE4m3x2ToHalf2(wb >> 16);
+#pragma unroll
+              for (int nt = 0; nt < kNT; ++nt) {
+                GemvMma<true>(blk[nt], a0, a1, a2, a3, GemvWord(xv[nt][j / 2], (2 * j) % 4),
+                              GemvWord(xv[nt][j / 2], (2 * j + 1) % 4));
+              }
+            }
+          }
+          const float sw = __ldg(ws_row + s);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            const int tok = nt * 8 + 2 * t;
+            const float f0 = tok < p.m ? sxs[tok * p.groups_per_split + s] * sw : 0.0f;
+            const float f1 = tok + 1 < p.m ? sxs[(tok + 1) * p.groups_per_split + s] * sw : 0.0f;
+            acc[nt][0] += blk[nt][0] * f0;
+            acc[nt][1] += blk[nt][1] * f1;
+            acc[nt][2] += blk[nt][2] * f0;
+            acc[nt][3] += blk[nt][3] * f1;
+          }
+        } else {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            uint4 wa = ring[d][c], wb = ring[d][2 + c];
+            const int64_t col = k0 + static_cast<int64_t>(s) * kStepK + c * kChunkK + t * 8;
+            if (col + 8 > p.k && col < p.k) {
+              wa = GemvMaskBf16(wa, col, p.k);
+              wb = GemvMaskBf16(wb, col, p.k);
+            }
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+              const uint4 xv =
+                  xok[nt] ? *reinterpret_cast<const uint4*>(xrow[nt] + (s * 64 + c * 32 + t * 8) * 2)
+                          : make_uint4(0, 0, 0, 0);
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                GemvMma<false>(acc[nt], GemvWord(wa, 2 * j), GemvWord(wb, 2 * j),
+                               GemvWord(wa, 2 * j + 1), GemvWord(wb, 2 * j + 1),
+                               GemvWord(xv, 2 * j), GemvWord(xv, 2 * j + 1));
+              }
+            }
+          }
+        }
+        if (s + kGemvDepth<kNT> < nsteps) load_step(ring[d], s + kGemvDepth<kNT>);
+      }
+    }
+  }
+
+  // acc[nt][e]: row r0 + g + 8 * (e / 2), token nt * 8 + 2t + e % 2.
+  const bool split = gridDim.y > 1;
+  if (warp_active) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = r0 + g + 8 * (e / 2);
+        const int tok = nt * 8 + 2 * t + (e % 2);
+        if (row >= p.n || tok >= p.m) continue;
+        if (split) {
+          p.partial[(static_cast<int64_t>(blockIdx.y) * p.m + tok) * p.n + row] = acc[nt][e];
+        } else {
+          float* yp = p.y + tok * p.ldy + row;
+          *yp = p.accumulate ? *yp + acc[nt][e] : acc[nt][e];
+        }
+      }
+    }
+  }
+  if (!split) return;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = atomicAdd(p.counters + blockIdx.x, 1) == static_cast<int>(gridDim.y) - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kGemvRows), p.n - n0));
+  for (int i = tid; i < p.m * kGemvRows; i += kGemvThreads) {
+    const int tok = i / kGemvRows, r = i - tok * kGemvRows;
+    if (r >= rows) continue;
+    const int64_t row = n0 + r;
+    float sum = 0.0f;
+    for (unsigned z = 0; z < gridDim.y; ++z) {
+      sum += __ldcg(p.partial + (static_cast<int64_t>(z) * p.m + tok) * p.n + row);
+    }
+    float* yp = p.y + tok * p.ldy + row;
+    *yp = p.accumulate ? *yp + sum : sum;
+  }
+  if (tid == 0) p.counters[blockIdx.x] = 0;
+}
+
+}  // namespace glm::kernels::detail

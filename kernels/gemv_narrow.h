@@ -1,0 +1,109 @@
+// Decode GEMV for Linear layers with narrow weights at small token counts, one launch:
+//   y[M, N] (+)= xe[M, K] . W[N, K]^T,   M <= kGemvNarrowMaxM (16)
+// x is fp32 and read directly; xe is what the two-step path (convert to bf16, quantize,
+// cuBLASLt or gemm_fp8_block) multiplies, bit for bit:
+// - bf16 weights: xe = bf16(x) (round to nearest even).
+// - fp8 weights (e4m3 [N, K] with fp32 128x128 block scales s_w [ceil(N/128), w_scale_ld]):
+//   x is rounded to bf16 and quantized per token per 128 columns to e4m3 with
+//   scale = amax / 448 (quant_fp8_group.h; QuantizeFp8GroupHost is the host mirror), and
+//   y = Σ_g s_x[m, g] · s_w[n/128, g] · Σ_{k in g} q[m, k] · w[n, k].
+// Products accumulate in fp32 (tensor cores); y is fp32, written or accumulated (y += result).
+// Deterministic: the same inputs give the same bits on every launch, eager or graph replay
+// (split-K partials are summed in split order by the last CTA of each row block; no float
+// atomics). Memory-bound: the weight is streamed once with 16-byte loads; gemv_narrow.cuh has
+// the tiling.
+//
+// Plans are made per (shape, device) from the device's attributes (SM count, shared memory per
+// block and per SM, the kernel's occupancy); Run allocates nothing and launches one kernel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/device_limits.h"
+
+namespace glm::kernels {
+
+enum class GemvWeight { kBF16, kF8E4M3Block128 };
+
+inline constexpr int64_t kGemvNarrowMaxM = 16;
+
+struct GemvNarrowShape {
+  int64_t m = 0;  // num_tokens, 0..kGemvNarrowMaxM (0: Run is a no-op)
+  int64_t n = 0;  // out_features (rows of w)
+  int64_t k = 0;  // in_features; fp8: a multiple of 16
+  GemvWeight weight = GemvWeight::kF8E4M3Block128;
+
+  std::string DebugString() const;
+};
+
+// Launch geometry: grid (row_blocks, splits) of 256-thread CTAs; CTA (i, s) covers weight rows
+// [128 i, 128 i + 128) and 128-column groups [s · groups_per_split, (s + 1) · groups_per_split).
+struct GemvNarrowTiling {
+  int64_t row_blocks = 0;
+  int splits = 1;
+  int groups_per_split = 0;
+  int x_stride_bytes = 0;    // shared-memory row stride of the staged x
+  size_t smem_bytes = 0;     // dynamic shared memory per CTA
+  size_t partial_bytes = 0;  // workspace: splits · m · n fp32 when splits > 1, else 0
+  int64_t counters = 0;      // int32 arrival counters (row_blocks when splits > 1, else 0)
+
+  std::string DebugString() const;
+};
+
+// Pure planning (no CUDA calls; tested without a GPU). limits.max_blocks_per_sm_cap is the
+// kernel's resident CTAs per SM by registers (0: 2). The K range per CTA is capped so that its
+// staged x fits half an SM's shared memory (at least 48 KiB, at most the per-block opt-in), and
+// K is split until the grid fills one wave of resident CTAs. InvalidArgument for a bad shape.
+absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& shape,
+                                                const DeviceLimits& limits);
+
+struct GemvNarrowArgs {
+  const float* x = nullptr;  // [m, k] fp32, row stride ldx (>= k); 4-byte aligned
+  int64_t ldx = 0;
+  const void* w = nullptr;   // [n, k] bf16 / e4m3, row stride ldw elements; 16-byte aligned
+  int64_t ldw = 0;           // bf16: multiple of 8; fp8: multiple of 16 (>= k)
+  const float* w_scales = nullptr;  // fp8: [ceil(n/128), w_scale_ld], w_scale_ld >= ceil(k/128)
+  int64_t w_scale_ld = 0;
+  float* y = nullptr;        // [m, n] fp32, row stride ldy (>= n); must not overlap x or w
+  int64_t ldy = 0;
+  bool accumulate = false;   // y += result
+  // Programmatic dependent launch (compute capability 9.0+, else ignored): the kernel may start,
+  // and stream its first weight bytes, while the previous kernel in the stream is finishing; it
+  // reads x and touches y, the workspace and the counters only after that kernel completed. So
+  // w must not be written by the kernel launched just before (weights are immutable here).
+  bool overlap_previous = false;
+};
+
+class GemvNarrowPlan {
+ public:
+  // Plans for the current device (QueryDeviceLimits: env caps apply). InvalidArgument for a bad
+  // shape; FailedPrecondition on a device older than compute capability 8.9 (fp8) / 8.0.
+  static absl::StatusOr<GemvNarrowPlan> Create(const GemvNarrowShape& shape);
+
+  // Enqueues one kernel on `stream`. workspace: >= workspace_bytes() of device memory, 16-byte
+  // aligned (may be null when workspace_bytes() == 0). counters: >= num_counters() int32 of
+  // device memory that are zero on entry; Run leaves them zero (so one buffer serves every plan,
+  // one launch at a time). Checks pointers, strides and alignment (InvalidArgument naming the
+  // rule). Allocates nothing: graph-capturable.
+  absl::Status Run(const GemvNarrowArgs& args, void* workspace, size_t workspace_bytes,
+                   int32_t* counters, int64_t num_counters, cudaStream_t stream) const;
+
+  const GemvNarrowShape& shape() const { return shape_; }
+  const GemvNarrowTiling& tiling() const { return tiling_; }
+  size_t workspace_bytes() const { return tiling_.partial_bytes; }
+  int64_t num_counters() const { return tiling_.counters; }
+  std::string DebugString() const;
+
+ private:
+  GemvNarrowShape shape_;
+  GemvNarrowTiling tiling_;
+  bool pdl_ = false;  // the device has programmatic dependent launch (9.0+)
+};
+
+}  // namespace glm::kernels

@@ -1,0 +1,521 @@
+// GemvNarrowPlan on the GPU against a host reference built from the same quantization:
+// fp8: x rounded to bf16 and quantized with QuantizeFp8GroupHost (the bit-exact mirror of the
+// device quantizer), ref[m,n] = Σ_g sx[m,g]·sw[n/128,g]·Σ_{k∈g} q[m,k]·w[n,k] in fp64;
+// bf16: ref = Σ bf16(x)·w in fp64. L1 = the same sums over |terms|; tolerance
+// |y - ref| <= 4e-5·L1 + 1e-6·(|ref| + |y0|) (fp32 accumulation of exact products; the final add
+// into y when accumulating).
+// Sweep: M 1/2/7/8/16, N 1/576/2048/16384/154880 (reference on sampled rows when large), K
+// 128/6144/16384 and non-multiples (fp8: K % 16 == 0; bf16: any K, the row padding is NaN and must
+// never be multiplied), accumulate on/off, strided x and y with guard bytes around y and the gap
+// columns of y checked untouched. Exactness: with identity weights y equals the dequantized
+// activation (fp8) / bf16(x) bit for bit. Non-finite inputs: a NaN/Inf in x poisons exactly its
+// token's outputs. Determinism: repeated launches and a CUDA-graph replay give the same bits;
+// overlapped (programmatic dependent) launches of dependent GEMVs keep stream order.
+// Launch planning for GB10 and H200 limits runs without a GPU.
+#include "kernels/gemv_narrow.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "kernels/gpu_test_util.h"
+#include "kernels/quant_fp8_group.h"
+
+namespace glm::kernels {
+namespace {
+
+using testing::Bf16ToFloat;
+using testing::FloatToBf16;
+using testing::GuardedBuffer;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Cheap deterministic bulk random numbers (the weights reach 160 MB).
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint32_t Next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return static_cast<uint32_t>(s >> 16);
+  }
+  float Uniform() { return (Next() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
+};
+
+// A narrow weight on the host ([n, ldw] elements, fp8 also scales) and its device copy.
+struct Weight {
+  GemvWeight type;
+  int64_t n = 0, k = 0, ldw = 0, scale_ld = 0;
+  std::vector<uint8_t> q;        // fp8 [n, ldw]
+  std::vector<uint16_t> b;       // bf16 [n, ldw]
+  std::vector<float> scales;     // fp8 [ceil(n/128), scale_ld]
+  std::unique_ptr<GuardedBuffer> dw, ds;
+
+  float At(int64_t r, int64_t c) const {
+    return type == GemvWeight::kBF16 ? Bf16ToFloat(b[r * ldw + c]) : E4m3ToFloat(q[r * ldw + c]);
+  }
+  float Scale(int64_t r, int64_t g) const {
+    return type == GemvWeight::kBF16 ? 1.0f : scales[(r / 128) * scale_ld + g];
+  }
+};
+
+Weight MakeWeight(GemvWeight type, int64_t n, int64_t k, uint64_t seed, bool identity = false) {
+  Weight w;
+  w.type = type;
+  w.n = n;
+  w.k = k;
+  Rng rng(seed);
+  if (type == GemvWeight::kBF16) {
+    w.ldw = CeilDiv(k, 8) * 8;
+    w.b.assign(n * w.ldw, 0x7fc0);  // padding: NaN (must never be multiplied)
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        w.b[r * w.ldw + c] = identity ? (r == c ? FloatToBf16(1.0f) : 0)
+                                      : FloatToBf16(rng.Uniform() / std::sqrt(float(k)));
+      }
+    }
+    w.dw = std::make_unique<GuardedBuffer>(w.b.size() * 2);
+    EXPECT_EQ(w.dw->Upload(w.b.data(), w.b.size() * 2), cudaSuccess);
+  } else {
+    w.ldw = k;
+    w.scale_ld = CeilDiv(CeilDiv(k, 128), 4) * 4;
+    w.q.resize(n * k);
+    for (size_t i = 0; i < w.q.size(); ++i) {
+      uint8_t v = static_cast<uint8_t>(rng.Next());
+      if ((v & 0x7f) == 0x7f) v = 0x38;  // no NaN encodings
+      w.q[i] = v;
+    }
+    if (identity) {
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t c = 0; c < k; ++c) w.q[r * k + c] = r == c ? 0x38 : 0;  // 1.0
+      }
+    }
+    w.scales.assign(CeilDiv(n, 128) * w.scale_ld, 0.0f);
+    for (float& s : w.scales) s = identity ? 1.0f : std::exp2(rng.Uniform() * 3.0f) / 448.0f;
+    w.dw = std::make_unique<GuardedBuffer>(std::max<size_t>(w.q.size(), 16));
+    w.ds = std::make_unique<GuardedBuffer>(w.scales.size() * 4);
+    EXPECT_EQ(w.dw->Upload(w.q.data(), w.q.size()), cudaSuccess);
+    EXPECT_EQ(w.ds->Upload(w.scales.data(), w.scales.size() * 4), cudaSuccess);
+  }
+  return w;
+}
+
+// x as the kernel multiplies it: per token, dequantized values and (fp8) the group scales.
+struct EffectiveX {
+  std::vector<float> v;      // [m, k]: bf16(x) or the e4m3 code's value (without the scale)
+  std::vector<float> scale;  // fp8: [ceil(k/128), m] (QuantizeFp8GroupHost's layout)
+};
+
+EffectiveX MakeEffectiveX(GemvWeight type, const std::vector<float>& x, int64_t m, int64_t k,
+                          int64_t ldx) {
+  EffectiveX e;
+  std::vector<float> xb(m * k);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < k; ++c) xb[r * k + c] = Bf16ToFloat(FloatToBf16(x[r * ldx + c]));
+  }
+  if (type == GemvWeight::kBF16) {
+    e.v = std::move(xb);
+    return e;
+  }
+  std::vector<uint8_t> q(m * k);
+  e.scale.resize(CeilDiv(k, 128) * m);
+  QuantizeFp8GroupHost(xb.data(), k, m, k, q.data(), k, e.scale.data(), m);
+  e.v.resize(m * k);
+  for (size_t i = 0; i < q.size(); ++i) e.v[i] = E4m3ToFloat(q[i]);
+  return e;
+}
+
+// ref and L1 of output (token r, row n).
+void Reference(const Weight& w, const EffectiveX& e, int64_t m, int64_t r, int64_t n, double* ref,
+               double* l1) {
+  double s = 0, a = 0;
+  for (int64_t g = 0; g < CeilDiv(w.k, 128); ++g) {
+    double bs = 0, ba = 0;
+    for (int64_t c = g * 128; c < std::min(w.k, g * 128 + 128); ++c) {
+      const double p = double(e.v[r * w.k + c]) * w.At(n, c);
+      bs += p;
+      ba += std::fabs(p);
+    }
+    const double f =
+        w.type == GemvWeight::kBF16 ? 1.0 : double(e.scale[g * m + r]) * w.Scale(n, g);
+    s += bs * f;
+    a += ba * std::fabs(f);
+  }
+  *ref = s;
+  *l1 = a;
+}
+
+class GemvNarrowTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GLM_SKIP_WITHOUT_GPU();
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major * 10 + minor < 89) GTEST_SKIP() << "fp8 needs compute capability 8.9+";
+    counters_ = std::make_unique<GuardedBuffer>(kCounters * 4);
+    ASSERT_TRUE(counters_->ok());
+    ASSERT_EQ(cudaMemset(counters_->data(), 0, kCounters * 4), cudaSuccess);
+  }
+  void TearDown() override {
+    if (counters_ == nullptr) return;
+    // Every launch must leave the counters zero, and nothing may write around them.
+    std::vector<int32_t> c(kCounters);
+    ASSERT_EQ(counters_->Download(c.data(), kCounters * 4), cudaSuccess);
+    for (int64_t i = 0; i < kCounters; ++i) ASSERT_EQ(c[i], 0) << "counter " << i;
+    EXPECT_TRUE(counters_->GuardsIntact());
+  }
+
+  // Runs the plan; y (device) already holds y0.
+  absl::Status Launch(const GemvNarrowPlan& plan, const Weight& w, const float* x, int64_t ldx,
+                      float* y, int64_t ldy, bool acc, cudaStream_t stream = nullptr,
+                      bool overlap = false) {
+    if (workspace_bytes_ < plan.workspace_bytes()) {
+      workspace_ = std::make_unique<GuardedBuffer>(plan.workspace_bytes());
+      workspace_bytes_ = plan.workspace_bytes();
+    }
+    GemvNarrowArgs a;
+    a.x = x;
+    a.ldx = ldx;
+    a.w = w.dw->data();
+    a.ldw = w.ldw;
+    a.w_scales = w.ds ? w.ds->as<float>() : nullptr;
+    a.w_scale_ld = w.scale_ld;
+    a.y = y;
+    a.ldy = ldy;
+    a.accumulate = acc;
+    a.overlap_previous = overlap;
+    return plan.Run(a, workspace_ ? workspace_->data() : nullptr, workspace_bytes_,
+                    counters_->as<int32_t>(), kCounters, stream);
+  }
+
+  // One case: random x (groups of different magnitudes, some all-zero), strided x and y.
+  void Check(GemvWeight type, int64_t m, int64_t n, int64_t k, bool acc, uint64_t seed) {
+    const std::string what = absl::StrCat(type == GemvWeight::kBF16 ? "bf16" : "fp8", " m=", m,
+                                          " n=", n, " k=", k, " acc=", acc);
+    SCOPED_TRACE(what);
+    const Weight w = MakeWeight(type, n, k, seed);
+    auto plan = GemvNarrowPlan::Create({m, n, k, type});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const int64_t ldx = k + 3, ldy = n + 5;
+    Rng rng(seed + 1);
+    std::vector<float> x(m * ldx);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t g = 0; g < CeilDiv(ldx, 128); ++g) {
+        const float mag = (r + g) % 7 == 3 ? 0.0f : std::exp2(rng.Uniform() * 6.0f);
+        for (int64_t c = g * 128; c < std::min(ldx, g * 128 + 128); ++c) {
+          x[r * ldx + c] = rng.Uniform() * mag;
+        }
+      }
+    }
+    std::vector<float> y0(m * ldy);
+    for (float& v : y0) v = rng.Uniform();
+    GuardedBuffer dx(x.size() * 4), dy(y0.size() * 4);
+    ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
+    ASSERT_EQ(dy.Upload(y0.data(), y0.size() * 4), cudaSuccess);
+    ASSERT_TRUE(Launch(*plan, w, dx.as<float>(), ldx, dy.as<float>(), ldy, acc).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> y(y0.size());
+    ASSERT_EQ(dy.Download(y.data(), y.size() * 4), cudaSuccess);
+    EXPECT_TRUE(dy.GuardsIntact());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = n; c < ldy; ++c) {
+        ASSERT_EQ(y[r * ldy + c], y0[r * ldy + c]) << "gap column written at " << r << "," << c;
+      }
+    }
+    const EffectiveX e = MakeEffectiveX(type, x, m, k, ldx);
+    // Rows checked: all when small, else a stride plus both ends (each 128-row block's edges).
+    std::vector<int64_t> rows;
+    const int64_t work = m * n * k;
+    const int64_t stride = work <= (int64_t{1} << 25) ? 1 : std::max<int64_t>(1, work >> 25);
+    for (int64_t i = 0; i < n; i += stride) rows.push_back(i);
+    for (int64_t i = std::max<int64_t>(0, n - 130); i < n; ++i) rows.push_back(i);
+    double worst = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t nn : rows) {
+        double ref = 0, l1 = 0;
+        Reference(w, e, m, r, nn, &ref, &l1);
+        const double base = acc ? y0[r * ldy + nn] : 0.0;
+        const double got = y[r * ldy + nn];
+        ASSERT_TRUE(std::isfinite(got)) << "token " << r << " row " << nn;
+        const double err = std::fabs(got - (base + ref));
+        const double tol = 4e-5 * l1 + 1e-6 * (std::fabs(ref) + std::fabs(base)) + 1e-30;
+        ASSERT_LE(err, tol) << "token " << r << " row " << nn << " got " << got << " ref "
+                            << base + ref << " L1 " << l1;
+        if (l1 > 0) worst = std::max(worst, err / l1);
+      }
+    }
+    std::printf("[%s] %s: max err/L1 %.3g over %zu rows\n", what.c_str(),
+                plan->DebugString().c_str(), worst, rows.size());
+  }
+
+  static constexpr int64_t kCounters = 4096;
+  std::unique_ptr<GuardedBuffer> counters_, workspace_;
+  size_t workspace_bytes_ = 0;
+};
+
+TEST_F(GemvNarrowTest, Fp8Sweep) {
+  struct S { int64_t m, n, k; bool acc; };
+  const S shapes[] = {
+      {1, 1, 128, false},     {2, 1, 16, true},        {7, 3, 144, false},
+      {8, 576, 6144, false},  {1, 576, 6144, true},    {16, 576, 6144, true},
+      {1, 2048, 6144, false}, {2, 2048, 6144, true},   {8, 2048, 6144, false},
+      {16, 2048, 6144, false}, {7, 2048, 2064, true},  {9, 130, 16384, false},
+      {1, 6144, 16384, false}, {8, 6144, 16384, true}, {1, 16384, 2048, false},
+      {16, 16384, 2048, true}, {1, 154880, 1024, false}, {16, 154880, 128, true},
+      {3, 257, 6160, false},
+  };
+  uint64_t seed = 100;
+  for (const S& s : shapes) Check(GemvWeight::kF8E4M3Block128, s.m, s.n, s.k, s.acc, ++seed);
+}
+
+TEST_F(GemvNarrowTest, Bf16Sweep) {
+  struct S { int64_t m, n, k; bool acc; };
+  const S shapes[] = {
+      {1, 1, 1, false},        {2, 5, 13, true},        {7, 33, 1000, false},
+      {8, 576, 6144, false},   {1, 576, 6144, true},    {16, 576, 6144, false},
+      {1, 2048, 6144, false},  {8, 2048, 6144, true},   {16, 2048, 6145, true},
+      {1, 6144, 16384, false}, {16, 6144, 16384, false}, {1, 16384, 2048, true},
+      {2, 154880, 512, false}, {9, 129, 200, true},
+  };
+  uint64_t seed = 200;
+  for (const S& s : shapes) Check(GemvWeight::kBF16, s.m, s.n, s.k, s.acc, ++seed);
+}
+
+// Identity weights: y[m, n] = the activation the kernel multiplied, which must be today's
+// quantization bit for bit (fp8: E4m3ToFloat(q) · scale of QuantizeFp8GroupHost; bf16: bf16(x)).
+TEST_F(GemvNarrowTest, ActivationNumericsAreExact) {
+  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
+    for (int64_t m : {1, 8, 16}) {
+      for (int64_t k : {int64_t{2048}, int64_t{1040}, int64_t{144}}) {
+        SCOPED_TRACE(absl::StrCat(type == GemvWeight::kBF16 ? "bf16" : "fp8", " m=", m, " k=", k));
+        const Weight w = MakeWeight(type, k, k, 7, /*identity=*/true);
+        auto plan = GemvNarrowPlan::Create({m, k, k, type});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        Rng rng(m * 1000 + k);
+        std::vector<float> x(m * k);
+        for (size_t i = 0; i < x.size(); ++i) {
+          x[i] = rng.Uniform() * std::exp2(rng.Uniform() * 20.0f);
+        }
+        GuardedBuffer dx(x.size() * 4), dy(x.size() * 4);
+        ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
+        ASSERT_TRUE(Launch(*plan, w, dx.as<float>(), k, dy.as<float>(), k, false).ok());
+        std::vector<float> y(x.size());
+        ASSERT_EQ(dy.Download(y.data(), y.size() * 4), cudaSuccess);
+        const EffectiveX e = MakeEffectiveX(type, x, m, k, k);
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t c = 0; c < k; ++c) {
+            const float want = type == GemvWeight::kBF16
+                                   ? e.v[r * k + c]
+                                   : e.v[r * k + c] * e.scale[(c / 128) * m + r];
+            ASSERT_EQ(y[r * k + c], want) << "token " << r << " column " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GemvNarrowTest, NonFiniteInputPoisonsOnlyItsToken) {
+  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
+    for (float bad : {std::nanf(""), INFINITY}) {
+      const int64_t m = 4, n = 300, k = 6144;
+      SCOPED_TRACE(absl::StrCat(type == GemvWeight::kBF16 ? "bf16" : "fp8", " bad=", bad));
+      const Weight w = MakeWeight(type, n, k, 11);
+      auto plan = GemvNarrowPlan::Create({m, n, k, type});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      Rng rng(5);
+      std::vector<float> x(m * k);
+      for (float& v : x) v = rng.Uniform();
+      x[2 * k + 4000] = bad;
+      GuardedBuffer dx(x.size() * 4), dy(m * n * 4);
+      ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
+      ASSERT_TRUE(Launch(*plan, w, dx.as<float>(), k, dy.as<float>(), n, false).ok());
+      std::vector<float> y(m * n);
+      ASSERT_EQ(dy.Download(y.data(), y.size() * 4), cudaSuccess);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          if (r == 2) {
+            // fp8: the group's scale is NaN/Inf, so every output of the token is NaN. bf16: Inf
+            // times a nonzero weight stays infinite (NaN where signs cancel).
+            ASSERT_FALSE(std::isfinite(y[r * n + c])) << "row " << c;
+          } else {
+            ASSERT_TRUE(std::isfinite(y[r * n + c])) << "token " << r << " row " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Split-K shapes: repeated eager launches and a graph replay agree bit for bit.
+TEST_F(GemvNarrowTest, DeterministicAndGraphReplayEqualsEager) {
+  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
+    const int64_t m = 8, n = 2048, k = 6144;
+    const Weight w = MakeWeight(type, n, k, 21);
+    auto plan = GemvNarrowPlan::Create({m, n, k, type});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_GT(plan->tiling().splits, 1) << plan->DebugString();
+    Rng rng(3);
+    std::vector<float> x(m * k);
+    for (float& v : x) v = rng.Uniform() * 3.0f;
+    GuardedBuffer dx(x.size() * 4), dy(m * n * 4);
+    ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
+    std::vector<float> first(m * n), again(m * n);
+    ASSERT_TRUE(Launch(*plan, w, dx.as<float>(), k, dy.as<float>(), n, false).ok());
+    ASSERT_EQ(dy.Download(first.data(), first.size() * 4), cudaSuccess);
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_EQ(dy.Poison(0xFF), cudaSuccess);
+      ASSERT_TRUE(Launch(*plan, w, dx.as<float>(), k, dy.as<float>(), n, false).ok());
+      ASSERT_EQ(dy.Download(again.data(), again.size() * 4), cudaSuccess);
+      ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * 4), 0) << "eager " << i;
+    }
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const absl::Status st = Launch(*plan, w, dx.as<float>(), k, dy.as<float>(), n, false, stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(dy.Poison(0xFF), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_EQ(dy.Download(again.data(), again.size() * 4), cudaSuccess);
+      ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size() * 4), 0) << "replay " << i;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// Back-to-back dependent launches with programmatic dependent launch (each GEMV reads the
+// previous one's output, or accumulates into it) give the same bits as plain stream order,
+// eager and replayed from a graph.
+TEST_F(GemvNarrowTest, OverlappedLaunchesKeepStreamOrder) {
+  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
+    SCOPED_TRACE(type == GemvWeight::kBF16 ? "bf16" : "fp8");
+    const int64_t m = 4, n1 = 2048, k = 6144, n2 = 576;
+    const Weight w1 = MakeWeight(type, n1, k, 31), w2 = MakeWeight(type, n2, n1, 32);
+    auto p1 = GemvNarrowPlan::Create({m, n1, k, type});
+    auto p2 = GemvNarrowPlan::Create({m, n2, n1, type});
+    ASSERT_TRUE(p1.ok() && p2.ok());
+    Rng rng(9);
+    std::vector<float> x(m * k);
+    for (float& v : x) v = rng.Uniform();
+    GuardedBuffer dx(x.size() * 4), d1(m * n1 * 4), d2(m * n2 * 4);
+    ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    auto chain = [&](bool overlap) -> absl::Status {
+      for (int i = 0; i < 3; ++i) {
+        GLM_RETURN_IF_ERROR(Launch(*p1, w1, dx.as<float>(), k, d1.as<float>(), n1, i > 0,
+                                   stream, overlap));
+        GLM_RETURN_IF_ERROR(Launch(*p2, w2, d1.as<float>(), n1, d2.as<float>(), n2, i > 0,
+                                   stream, overlap));
+      }
+      return absl::OkStatus();
+    };
+    std::vector<float> want(m * n2), got(m * n2);
+    ASSERT_TRUE(chain(false).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(d2.Download(want.data(), want.size() * 4), cudaSuccess);
+    ASSERT_EQ(d2.Poison(0xFF), cudaSuccess);
+    ASSERT_TRUE(chain(true).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(d2.Download(got.data(), got.size() * 4), cudaSuccess);
+    ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << "eager, overlapped";
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const absl::Status st = chain(true);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_EQ(d2.Poison(0xFF), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_EQ(d2.Download(got.data(), got.size() * 4), cudaSuccess);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0) << "replay " << i;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+TEST_F(GemvNarrowTest, RejectsBadInputs) {
+  EXPECT_FALSE(GemvNarrowPlan::Create({17, 64, 128, GemvWeight::kBF16}).ok());
+  EXPECT_FALSE(GemvNarrowPlan::Create({1, 64, 24, GemvWeight::kF8E4M3Block128}).ok());
+  EXPECT_FALSE(GemvNarrowPlan::Create({1, 0, 128, GemvWeight::kBF16}).ok());
+  const Weight w = MakeWeight(GemvWeight::kBF16, 64, 128, 1);
+  auto plan = GemvNarrowPlan::Create({1, 64, 128, GemvWeight::kBF16});
+  ASSERT_TRUE(plan.ok());
+  GuardedBuffer dx(128 * 4), dy(64 * 4);
+  GemvNarrowArgs a;
+  a.x = dx.as<float>();
+  a.ldx = 128;
+  a.w = static_cast<const char*>(w.dw->data()) + 2;  // misaligned
+  a.ldw = 128;
+  a.y = dy.as<float>();
+  a.ldy = 64;
+  EXPECT_EQ(plan->Run(a, nullptr, 0, counters_->as<int32_t>(), kCounters, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  a.w = w.dw->data();
+  a.ldw = 132;  // not a multiple of 8
+  EXPECT_EQ(plan->Run(a, nullptr, 0, counters_->as<int32_t>(), kCounters, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  a.ldw = 128;
+  a.ldy = 63;
+  EXPECT_EQ(plan->Run(a, nullptr, 0, counters_->as<int32_t>(), kCounters, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Planning only (no GPU): GLM-5 shapes on GB10 and H200 limits.
+TEST(GemvNarrowPlanTest, FitsSharedMemoryAndCoversK) {
+  for (const DeviceLimits& lim : {Gb10Limits(), H200Limits()}) {
+    const int64_t budget = std::min<int64_t>(
+        lim.smem_optin_per_block,
+        std::max<int64_t>(lim.smem_per_sm / 2 - lim.reserved_smem_per_block, 48 * 1024));
+    for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
+      for (int64_t m : {1, 8, 16}) {
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 6144}, {16384, 2048}, {576, 6144},
+                            {6144, 16384}, {154880, 6144}, {1, 16}}) {
+          auto t = PlanGemvNarrow({m, n, k, type}, lim);
+          ASSERT_TRUE(t.ok()) << t.status();
+          const int64_t groups = CeilDiv(k, 128);
+          EXPECT_LE(static_cast<int64_t>(t->smem_bytes), budget);
+          EXPECT_GE(int64_t{t->splits} * t->groups_per_split, groups);
+          EXPECT_LT(int64_t{t->splits - 1} * t->groups_per_split, groups);
+          EXPECT_EQ(t->row_blocks, CeilDiv(n, 128));
+          EXPECT_EQ(t->partial_bytes,
+                    t->splits > 1 ? static_cast<size_t>(t->splits) * m * n * 4 : size_t{0});
+          if (m == 1 && type == GemvWeight::kF8E4M3Block128) {
+            // The grid fills the device's resident CTAs (2 per SM) without a second wave.
+            EXPECT_TRUE(t->splits == 1 || t->row_blocks * t->splits <= 2 * lim.num_sms)
+                << n << "x" << k << " " << t->DebugString();
+          }
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(PlanGemvNarrow({17, 64, 128, GemvWeight::kBF16}, H200Limits()).ok());
+}
+
+}  // namespace
+}  // namespace glm::kernels

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The decode GEMV of narrow-weight Linears (kernels/gemv_narrow, NarrowLinear's small-M path) on
+# a GPU machine, over a build made elsewhere. Builds nothing. On the CPU machine first:
+#   cmake -S . -B build-gemv -G Ninja -DGLM_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
+#   cmake --build build-gemv -j2 --target gemv_narrow_test gemv_bench cuda_narrow_test \
+#     cuda_graph_test engine_golden_narrow_test glm-bench-cuda-decode
+#   BUILD_DIR=build-gemv STAGE_DIR=.gpurun-gemv BINS="build-gemv/kernels/gemv_narrow_test \
+#     build-gemv/kernels/gemv_bench build-gemv/engine/backend/cuda/cuda_narrow_test \
+#     build-gemv/engine/backend/cuda/cuda_graph_test build-gemv/engine/engine_golden_narrow_test \
+#     build-gemv/engine/model/bench/glm-bench-cuda-decode" tools/gpu/stage_build.sh
+# then, from the repo root on the GPU machine (carry .gpurun-gemv): tools/gpu/run_gemv_gpu.sh
+# Steps: gemv_narrow_test (kernel vs host reference, exact activation numerics, graph == eager);
+# cuda_narrow_test, cuda_graph_test, engine_golden_narrow_test (the backend with the GEMV on);
+# gemv_bench (µs, GB/s, fraction of D2D, vs cuBLASLt / gemm_fp8_block); profile_decode.sh at
+# batch 1 and 8 with the GEMV on and off (GLM_LINEAR_GEMV_MAX_TOKENS=0: the GEMM path);
+# compute-sanitizer memcheck of the GEMV test's small cases. Logs in $OUT (or /tmp/glm-gemv-out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+stage=${1:-.gpurun-gemv}
+bin=$stage/bin
+out=${OUT:-/tmp/glm-gemv-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source tools/gpu/common.sh
+find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
+export LD_LIBRARY_PATH
+export GLM_GOLDEN_DIR=$PWD/tests/golden
+summary=()
+step() {  # step NAME LOG TIMEOUT_S CMD...
+  local name=$1 log=$out/$2 limit=$3
+  shift 3
+  local t0=$SECONDS
+  echo "== $name: $*" >>"$log"
+  timeout "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-36s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
+  echo "== $name rc=$rc $((SECONDS - t0))s"
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+step gemv_narrow_test tests.log 60 "$bin/gemv_narrow_test"
+step cuda_narrow_test tests.log 40 "$bin/cuda_narrow_test"
+step cuda_graph_test tests.log 40 "$bin/cuda_graph_test"
+step engine_golden_narrow_test tests.log 40 "$bin/engine_golden_narrow_test"
+grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|^\[.*max err|ERROR" "$out/tests.log" | head -n 60
+step gemv_bench bench.log 60 "$bin/gemv_bench"
+cat "$out/bench.log"
+for mode in on off; do
+  if [[ $mode == off ]]; then export GLM_LINEAR_GEMV_MAX_TOKENS=0; fi
+  OUT=/tmp/prof_$mode step "profile_decode gemv $mode" profile.log 50 \
+    tools/gpu/profile_decode.sh "$stage" "1 8"
+  unset GLM_LINEAR_GEMV_MAX_TOKENS
+done
+cat "$out/profile.log"
+if command -v compute-sanitizer >/dev/null; then
+  step "memcheck gemv_narrow_test" memcheck.log 30 compute-sanitizer --tool memcheck \
+    --error-exitcode 7 "$bin/gemv_narrow_test" \
+    --gtest_filter='*ActivationNumerics*:*NonFinite*:*Deterministic*:*Rejects*'
+  grep -hE "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$out/memcheck.log"
+fi
+echo "== summary"
+printf '%s\n' "${summary[@]}"
