@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   ModelLoadOptions load;
   load.model_dir = options.model_dir;
   load.kv.block_size = options.kv_block_size;
+  GLM_RETURN_IF_ERROR(ParseKvDType(options.kv_dtype, &load.kv.dtype));
   load.load_mtp = mtp;
   int64_t num_blocks = options.kv_num_blocks;
   if (num_blocks <= 0 && options.gpu_memory_fraction > 0) {

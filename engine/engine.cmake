@@ -36,3 +36,12 @@ if(TARGET glm_model)
   target_compile_definitions(engine_golden_narrow_test PRIVATE
     GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
 endif()
+
+# The golden fixtures through an fp8 KV cache (engine/backend/kv_fp8_layout.h) on cpu (CI) and
+# cuda: logits close to the fp32-KV run, greedy tokens, cuda fp8 vs cpu fp8.
+if(TARGET glm_model)
+  glm_add_test(NAME engine_kv_fp8_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_kv_fp8_test.cc
+    LIBS glm_engine glm_model nlohmann_json::nlohmann_json LABELS golden)
+  target_compile_definitions(engine_kv_fp8_test PRIVATE
+    GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
+endif()

@@ -36,7 +36,7 @@ namespace glm::engine {
 struct EngineOptions {
   std::string model_dir;  // HF layout: config.json, *.safetensors
   // KV cache: kv_num_blocks > 0 gives the block count directly; otherwise kv_cache_bytes is
-  // divided by the per-block size of this model (fp32 latent + indexer keys on every backend).
+  // divided by the per-block size of this model (latent + indexer keys in kv_dtype).
   int kv_block_size = 16;
   int kv_num_blocks = 0;
   int64_t kv_cache_bytes = int64_t{1} << 30;
@@ -53,6 +53,9 @@ struct EngineOptions {
   // Linear weight storage: "fp32" (reference), "bf16", "auto" (fp8 checkpoints stay e4m3 with
   // block scales, else bf16). Not fp32 needs the cuda backend (ModelLoadOptions::weight_dtype).
   std::string weight_dtype = "fp32";
+  // KV cache storage: "fp32" (reference) or "fp8" (656-byte MLA latent + 132-byte indexer key
+  // rows at GLM-5 widths, engine/backend/kv_fp8_layout.h); any backend.
+  std::string kv_dtype = "fp32";
   int mtp_draft_tokens = 0;       // k > 0: MTP speculative decoding with k drafts per step
   int max_queued_requests = 4096; // admission control: Submit fails with kUnavailable beyond it
   uint64_t seed = 0;              // seeds requests without SamplingParams::seed (0 = random)

@@ -4,6 +4,7 @@
 //           [--prompt TEXT] [--temperature T --top-p P --top-k K --seed S]
 //           [--backend cpu|cuda|auto] [--device N] [--dtype fp32|bf16|auto]
 //           [--cuda-graphs on|off] [--gpu-memory-fraction F] [--report-memory]
+//           [--kv-dtype fp32|fp8]
 //
 // The last line on stdout is the generated token ids, comma-separated. --dump-logits writes the
 // logits of every prompt position as float32 little-endian, row-major
@@ -86,6 +87,11 @@ int main(int argc, char** argv) {
                  "scales, else bf16); bf16/auto need the cuda backend")
       ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
       ->capture_default_str();
+  app.add_option("--kv-dtype", opts.kv_dtype,
+                 "KV cache storage: fp32, or fp8 (656-byte MLA latent + 132-byte indexer key "
+                 "rows per token and layer at GLM-5 widths)")
+      ->check(CLI::IsMember({"fp32", "fp8"}))
+      ->capture_default_str();
   std::string cuda_graphs = "on";
   bool report_memory = false;
   app.add_option("--cuda-graphs", cuda_graphs, "decode steps as CUDA graphs (cuda backend)")
@@ -142,6 +148,11 @@ int main(int argc, char** argv) {
   if (report_memory) {
     const glm::engine::MemoryPlan mp = (*engine)->memory_plan();
     std::fprintf(stderr, "glm-run: memory plan: %s\n", mp.ToString().c_str());
+    std::fprintf(stderr, "glm-run: kv cache: dtype=%s bytes_per_token=%lld\n",
+                 opts.kv_dtype.c_str(),
+                 static_cast<long long>(mp.kv_block_size > 0
+                                            ? mp.kv_bytes_per_block / mp.kv_block_size
+                                            : 0));
   }
   auto handle = (*engine)->Submit(std::move(req));
   if (!handle.ok()) return Fail(handle.status());

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/backend/kv_fp8_layout.h"
 #include "kernels/sample_rule.h"
 
 namespace glm::engine {
@@ -99,6 +100,21 @@ struct KeyTable {
   int32_t max_num_keys = 0;               // max over rows (sizes scratch)
 };
 
+// One layer's fp8 paged KV caches (KvDType::kFp8); byte layouts and the quantization rule in
+// engine/backend/kv_fp8_layout.h. Backend memory; data == nullptr means "not used".
+struct Fp8LatentCache {
+  uint8_t* data = nullptr;  // [num_slots, kv_fp8::LatentRowBytes(kv_lora_rank, rope_dim)]
+  int64_t num_slots = 0;
+  int32_t kv_lora_rank = 0;
+  int32_t rope_dim = 0;
+};
+struct Fp8IndexCache {
+  uint8_t* data = nullptr;  // num_slots / block_size blocks of block_size * (dim + 4) bytes
+  int64_t num_slots = 0;    // a multiple of block_size
+  int32_t dim = 0;
+  int32_t block_size = 0;
+};
+
 // DSA lightning indexer scoring + causal top-k (spec §3.3 steps 5-7):
 //   I[t, s] = sum_h w[t, h] * weight_scale * relu(q[t, h] . k[s] * score_scale),  s < num_keys(t)
 //   out[t, :] = logical positions of the min(top_k, num_keys(t)) largest I[t, .], then -1.
@@ -108,6 +124,10 @@ struct IndexerTopKArgs {
   HeadsView q;        // [num_rows, index_n_heads, index_head_dim] (roped)
   MatView weights;    // [num_rows, index_n_heads] (weights_proj output)
   MatView keys;       // [num_key_rows, index_head_dim] (the indexer key cache)
+  // fp8 key cache: when keys_fp8.data is set the keys come from it (keys.cols still gives the
+  // dim, keys.data is ignored): k[s][d] = float(e4m3 value) * the token's scale, exact in fp32;
+  // q and weights stay fp32 and the score is the formula above on those keys.
+  Fp8IndexCache keys_fp8;
   KeyTable table;
   float weight_scale = 1.0f;  // index_n_heads^-0.5
   float score_scale = 1.0f;   // index_head_dim^-0.5
@@ -133,6 +153,11 @@ struct AttentionArgs {
   int32_t index_width = 0;
   float scale = 1.0f;
   HeadsView out;   // [num_rows, num_heads, dv]
+  // Absorbed form over an fp8 latent cache: when latent_fp8.data is set, k_a = v = the
+  // dequantized c_kv and k_b = the dequantized k_pe of key row r (broadcast over heads); the
+  // k_a / k_b / v views then only give dims (data ignored): da = dv = kv_lora_rank,
+  // db = rope_dim.
+  Fp8LatentCache latent_fp8;
 };
 
 // Routed experts of one MoE layer. Expert e's weights: gate[e], up[e] [moe_inter, hidden],
@@ -222,6 +247,18 @@ class Backend {
 
   virtual void IndexerTopK(const IndexerTopKArgs& args) = 0;
   virtual void Attention(const AttentionArgs& args) = 0;
+
+  // fp8 KV cache writes and reads (KvDType::kFp8, layouts in kv_fp8_layout.h). The model's
+  // ScatterRows into the cache becomes these. Quantizing paged writes: src row i goes to slot
+  // slots[i] (src [n, kv_lora_rank + rope_dim] fp32 c_kv | roped k_pe; src [n, dim] fp32
+  // indexer keys). GatherLatentFp8: out[i] = dequantized latent of slot slots[i], out
+  // [n, kv_lora_rank + rope_dim] fp32 (the expanded/prefill form's key gather).
+  virtual void WriteLatentFp8(const MatView& src, const int32_t* slots,
+                              const Fp8LatentCache& dst) = 0;
+  virtual void WriteIndexKeysFp8(const MatView& src, const int32_t* slots,
+                                 const Fp8IndexCache& dst) = 0;
+  virtual void GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots,
+                               const MatView& out) = 0;
 
   // MoE router (spec §3.4): s = sigmoid(logits); c = s + bias; with n_group > 1 only experts of
   // the topk_group groups with the largest sum of their top-2 c compete; choose top_k of c

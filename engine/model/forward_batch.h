@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/backend/kv_fp8_layout.h"
 #include "engine/config/model_config.h"
 #include "engine/model/model_runtime.h"
 
@@ -15,10 +17,18 @@ namespace glm::engine {
 // model owns the storage. One block holds `block_size` consecutive token positions of one
 // sequence, for every layer of this shard (MLA latent c_kv + roped k_pe, and indexer keys on
 // layers with a full indexer).
+// dtype: how the rows are stored (engine/backend/kv_fp8_layout.h): fp32 (the reference), or fp8
+// (656-byte MLA latent rows and 132-byte indexer keys at GLM-5 widths, power-of-two scales).
 struct KvCacheGeometry {
   int block_size = 16;
   int num_blocks = 0;
+  KvDType dtype = KvDType::kF32;
 };
+
+// Parses "fp32" | "fp8" (--kv-dtype, EngineOptions::kv_dtype); InvalidArgument naming the
+// accepted values otherwise.
+absl::Status ParseKvDType(const std::string& s, KvDType* out);
+const char* KvDTypeName(KvDType dtype);
 
 // New tokens of one sequence for this step.
 struct SequenceSlice {

@@ -482,11 +482,8 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
                                          int64_t weight_bytes) {
   const ModelConfig& c = config_;
   KvCacheGeometry geo = options_.kv;
-  int64_t per_token = 0;  // fp32 latent (+ indexer keys) per layer held
-  for (int l : kv_layers) {
-    per_token += (c.kv_lora_rank + c.qk_rope_head_dim + (c.HasIndexer(l) ? c.index_head_dim : 0)) *
-                 static_cast<int64_t>(sizeof(float));
-  }
+  int64_t per_token = 0;  // latent (+ indexer keys) per layer held, in geo.dtype
+  for (int l : kv_layers) per_token += KvBytesPerTokenOfLayer(c, geo.dtype, c.HasIndexer(l));
   MemoryPlan& mp = plan_;
   mp.kv_block_size = geo.block_size;
   mp.kv_bytes_per_block = per_token * std::max(geo.block_size, 0);
@@ -681,14 +678,13 @@ class StoreWeights : public WeightSource {
 int64_t KvCacheBytesPerToken(const ModelConfig& config, const ModelLoadOptions& options) {
   const int L = config.num_hidden_layers;
   const int last = options.last_layer < 0 ? L - 1 : std::min(options.last_layer, L - 1);
-  int64_t floats = 0;
+  int64_t bytes = 0;
   auto add = [&](int l) {
-    floats += config.kv_lora_rank + config.qk_rope_head_dim;
-    if (config.HasIndexer(l)) floats += config.index_head_dim;
+    bytes += KvBytesPerTokenOfLayer(config, options.kv.dtype, config.HasIndexer(l));
   };
   for (int l = std::max(0, options.first_layer); l <= last; ++l) add(l);
   if (options.load_mtp && config.num_nextn_predict_layers > 0 && last == L - 1) add(L);
-  return floats * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 std::optional<ModelWeightMemory> WeightMemoryOf(const Model& model) {

@@ -47,6 +47,7 @@ class WeightSource;
 struct ModelLoadOptions {
   std::string model_dir;     // HF layout: config.json + *.safetensors (+ index)
   KvCacheGeometry kv;        // paged KV storage the model allocates for every layer it holds
+                             // (kv.dtype: fp32 or the fp8 layouts, kv_fp8_layout.h)
   int num_threads = 0;       // CPU backend threads; 0 = hardware concurrency
   // Backend LoadGlmMoeDsa creates (engine/backend/create_backend.h): "cpu", "cuda", or "auto"
   // (cuda when the build has it and a GPU is usable). cuda without CUDA support compiled in or
@@ -101,8 +102,9 @@ std::optional<ModelWeightMemory> WeightMemoryOf(const Model& model);
 
 // Bytes of paged KV storage per token position (per block: times kv.block_size) that a model
 // loaded with `options` allocates: the layers in [first_layer, last_layer], plus the MTP layer
-// when options.load_mtp and the config has one and last_layer is the last layer. fp32 on every
-// backend. Use it to turn a memory budget into KvCacheGeometry::num_blocks.
+// when options.load_mtp and the config has one and last_layer is the last layer, in
+// options.kv.dtype (fp32: 4 * (576 [+ 128]) per layer at GLM-5 widths; fp8: 656 [+ 132]).
+// Use it to turn a memory budget into KvCacheGeometry::num_blocks.
 int64_t KvCacheBytesPerToken(const ModelConfig& config, const ModelLoadOptions& options);
 
 // Loads config.json and the weights from options.model_dir onto the backend options.backend

@@ -4,6 +4,30 @@
 
 namespace glm::engine {
 
+absl::Status ParseKvDType(const std::string& s, KvDType* out) {
+  if (s == "fp32") {
+    *out = KvDType::kF32;
+  } else if (s == "fp8") {
+    *out = KvDType::kFp8;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache dtype `", s, "` is not one of fp32, fp8 (--kv-dtype / kv_dtype)"));
+  }
+  return absl::OkStatus();
+}
+
+const char* KvDTypeName(KvDType dtype) { return dtype == KvDType::kFp8 ? "fp8" : "fp32"; }
+
+int64_t KvBytesPerTokenOfLayer(const ModelConfig& config, KvDType dtype, bool has_indexer) {
+  if (dtype == KvDType::kFp8) {
+    return kv_fp8::LatentRowBytes(config.kv_lora_rank, config.qk_rope_head_dim) +
+           (has_indexer ? kv_fp8::IndexBytesPerToken(config.index_head_dim) : 0);
+  }
+  return (config.kv_lora_rank + config.qk_rope_head_dim +
+          (has_indexer ? config.index_head_dim : 0)) *
+         static_cast<int64_t>(sizeof(float));
+}
+
 absl::StatusOr<std::unique_ptr<PagedKvStorage>> PagedKvStorage::Create(
     Backend* backend, const ModelConfig& config, const KvCacheGeometry& geometry,
     const std::vector<int>& layers) {
@@ -12,26 +36,52 @@ absl::StatusOr<std::unique_ptr<PagedKvStorage>> PagedKvStorage::Create(
         "KV cache geometry block_size=", geometry.block_size, " num_blocks=", geometry.num_blocks,
         " is empty; set ModelLoadOptions.kv to a positive block size and block count"));
   }
+  const bool fp8 = geometry.dtype == KvDType::kFp8;
+  if (fp8 && (!kv_fp8::LatentShapeOk(config.kv_lora_rank, config.qk_rope_head_dim) ||
+              !kv_fp8::IndexShapeOk(config.index_head_dim))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fp8 KV cache needs kv_lora_rank % 4 == 0 (", config.kv_lora_rank,
+        "), qk_rope_head_dim even (", config.qk_rope_head_dim, ") and index_head_dim % 4 == 0 (",
+        config.index_head_dim, "); use --kv-dtype fp32 for this model"));
+  }
   auto kv = std::unique_ptr<PagedKvStorage>(new PagedKvStorage());
   kv->geometry_ = geometry;
   const int64_t slots = kv->num_slots();
   const int64_t latent_width = config.kv_lora_rank + config.qk_rope_head_dim;
+  const int64_t latent_bytes =
+      kv_fp8::LatentRowBytes(config.kv_lora_rank, config.qk_rope_head_dim);
+  const int64_t index_bytes = kv_fp8::IndexBytesPerToken(config.index_head_dim);
   int max_layer = 0;
   for (int l : layers) max_layer = std::max(max_layer, l);
   kv->layer_pos_.assign(max_layer + 1, -1);
   for (int l : layers) {
     LayerKv lk;
-    // [num_slots, kv_lora_rank + qk_rope_head_dim]
-    kv->buffers_.push_back(backend->Allocate(slots * latent_width * sizeof(float)));
-    lk.latent = {kv->buffers_.back()->f32(), slots, latent_width, latent_width};
-    kv->bytes_per_token_ += latent_width * static_cast<int64_t>(sizeof(float));
-    if (config.HasIndexer(l)) {
-      // [num_slots, index_head_dim]
-      kv->buffers_.push_back(backend->Allocate(slots * config.index_head_dim * sizeof(float)));
-      lk.index_keys = {kv->buffers_.back()->f32(), slots, config.index_head_dim,
-                       config.index_head_dim};
-      kv->bytes_per_token_ += config.index_head_dim * static_cast<int64_t>(sizeof(float));
+    lk.dtype = geometry.dtype;
+    const bool indexer = config.HasIndexer(l);
+    if (fp8) {
+      // [num_slots, LatentRowBytes] (kv_fp8_layout.h)
+      kv->buffers_.push_back(backend->Allocate(slots * latent_bytes));
+      lk.latent_fp8 = {static_cast<uint8_t*>(kv->buffers_.back()->data()), slots,
+                       static_cast<int32_t>(config.kv_lora_rank),
+                       static_cast<int32_t>(config.qk_rope_head_dim)};
+      if (indexer) {
+        // num_blocks blocks of block_size * (index_head_dim + 4) bytes
+        kv->buffers_.push_back(backend->Allocate(slots * index_bytes));
+        lk.index_fp8 = {static_cast<uint8_t*>(kv->buffers_.back()->data()), slots,
+                        static_cast<int32_t>(config.index_head_dim), geometry.block_size};
+      }
+    } else {
+      // [num_slots, kv_lora_rank + qk_rope_head_dim]
+      kv->buffers_.push_back(backend->Allocate(slots * latent_width * sizeof(float)));
+      lk.latent = {kv->buffers_.back()->f32(), slots, latent_width, latent_width};
+      if (indexer) {
+        // [num_slots, index_head_dim]
+        kv->buffers_.push_back(backend->Allocate(slots * config.index_head_dim * sizeof(float)));
+        lk.index_keys = {kv->buffers_.back()->f32(), slots, config.index_head_dim,
+                         config.index_head_dim};
+      }
     }
+    kv->bytes_per_token_ += KvBytesPerTokenOfLayer(config, geometry.dtype, indexer);
     kv->layer_pos_[l] = static_cast<int>(kv->layers_.size());
     kv->layers_.push_back(lk);
   }

@@ -1,6 +1,7 @@
 // Paged KV storage owned by the model: for every layer this shard holds (including the MTP
 // layer), the MLA latent rows and, on full-indexer layers, the indexer keys, both indexed by
 // slot = block_id * block_size + offset. Block ids come from the scheduler's block manager.
+// KvCacheGeometry::dtype picks fp32 rows or the fp8 layouts of engine/backend/kv_fp8_layout.h.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,10 @@
 
 namespace glm::engine {
 
+// Bytes of paged KV per token position of one layer: fp32 4 * (kv_lora_rank + rope
+// [+ index_head_dim]); fp8 LatentRowBytes [+ index_head_dim + 4] (GLM-5: 656 + 132).
+int64_t KvBytesPerTokenOfLayer(const ModelConfig& config, KvDType dtype, bool has_indexer);
+
 class PagedKvStorage {
  public:
   // layers: global layer indices held by this shard, in order (MTP = num_hidden_layers).
@@ -28,7 +33,7 @@ class PagedKvStorage {
   int64_t num_slots() const { return static_cast<int64_t>(geometry_.block_size) * geometry_.num_blocks; }
   // The storage of global layer `layer_idx`; must be one of the layers given to Create.
   const LayerKv& layer(int layer_idx) const { return layers_[layer_pos_.at(layer_idx)]; }
-  // Bytes of KV per token over all layers held (fp32 on this backend).
+  // Bytes of KV per token over all layers held (KvBytesPerTokenOfLayer summed).
   int64_t bytes_per_token() const { return bytes_per_token_; }
 
  private:

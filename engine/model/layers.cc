@@ -260,13 +260,23 @@ void Indexer::Forward(StepContext& ctx, const MatView& a, const MatView& cq,
                          static_cast<float>(c.indexer_norm_eps), k);
   ctx.backend->RopeInterleaved(HeadsView{k.data, T, 1, head_dim, head_dim, 0}, ctx.positions,
                                ctx.inv_freq, num_freqs);
-  ctx.backend->ScatterRows(k, ctx.new_slots, kv.index_keys);
+  const bool fp8 = kv.dtype == KvDType::kFp8;
+  if (fp8) {
+    ctx.backend->WriteIndexKeysFp8(k, ctx.new_slots, kv.index_fp8);
+  } else {
+    ctx.backend->ScatterRows(k, ctx.new_slots, kv.index_keys);
+  }
   MatView w = ctx.ws->Mat(T, n_heads);  // [T, n_heads]
   ctx.backend->Linear(a, weights_proj.view, w, false);
   IndexerTopKArgs args;
   args.q = qh;
   args.weights = w;
-  args.keys = kv.index_keys;
+  if (fp8) {
+    args.keys = MatView{nullptr, kv.index_fp8.num_slots, head_dim, head_dim};  // dims only
+    args.keys_fp8 = kv.index_fp8;
+  } else {
+    args.keys = kv.index_keys;
+  }
   args.table = ctx.table;
   args.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n_heads)));
   args.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
@@ -331,7 +341,11 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   b->RmsNorm(lat.Cols(0, kvr), kv_a_norm.data(), latent_eps, lat.Cols(0, kvr));
   b->RopeInterleaved(HeadsView{lat.data + kvr, T, 1, rope, kvr + rope, 0}, ctx.positions,
                      ctx.inv_freq, num_freqs);
-  b->ScatterRows(lat, ctx.new_slots, kv.latent);
+  if (kv.dtype == KvDType::kFp8) {
+    b->WriteLatentFp8(lat, ctx.new_slots, kv.latent_fp8);
+  } else {
+    b->ScatterRows(lat, ctx.new_slots, kv.latent);
+  }
 
   if (indexer != nullptr) {
     indexer->Forward(ctx, a, cq, kv);
@@ -366,12 +380,19 @@ void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_be
   b->LinearPerHead(qr.Dims(0, nope), w_uk_t.data(), kvr * nope, nope, q_lat_h);
   MatView o_lat = ctx.ws->Mat(num_rows, nh * kvr);  // [n, nh, kv_lora_rank]
   HeadsView o_lat_h{o_lat.data, num_rows, nh, kvr, nh * kvr, kvr};
-  const int64_t slots = kv.latent.rows, ld = kv.latent.ld;
   AttentionArgs args;
   args.q_a = q_lat_h;
   args.q_b = qr.Dims(nope, rope);
-  args.k_a = HeadsView{kv.latent.data, slots, nh, kvr, ld, 0};
-  args.k_b = HeadsView{kv.latent.data + kvr, slots, nh, rope, ld, 0};
+  if (kv.dtype == KvDType::kFp8) {  // the views give dims only (backend.h)
+    const int64_t slots = kv.latent_fp8.num_slots;
+    args.k_a = HeadsView{nullptr, slots, nh, kvr, 0, 0};
+    args.k_b = HeadsView{nullptr, slots, nh, rope, 0, 0};
+    args.latent_fp8 = kv.latent_fp8;
+  } else {
+    const int64_t slots = kv.latent.rows, ld = kv.latent.ld;
+    args.k_a = HeadsView{kv.latent.data, slots, nh, kvr, ld, 0};
+    args.k_b = HeadsView{kv.latent.data + kvr, slots, nh, rope, ld, 0};
+  }
   args.v = args.k_a;
   args.table = ctx.table;
   args.table.row_offset += row_begin;
@@ -394,7 +415,11 @@ void MlaAttention::Expanded(StepContext& ctx, const HeadsView& q, const SeqRows&
   Backend* b = ctx.backend;
   const int64_t num_keys = s.start_pos + s.num_rows;
   MatView lat = ctx.ws->Mat(num_keys, kvr + rope);  // [S, kvr + rope] this sequence's cache
-  b->GatherRows(kv.latent, ctx.table.slots + s.key_offset, lat);
+  if (kv.dtype == KvDType::kFp8) {  // dequantized to fp32 rows
+    b->GatherLatentFp8(kv.latent_fp8, ctx.table.slots + s.key_offset, lat);
+  } else {
+    b->GatherRows(kv.latent, ctx.table.slots + s.key_offset, lat);
+  }
   MatView kvx = ctx.ws->Mat(num_keys, nh * (nope + vd));  // [S, nh, nope + vd]
   b->Linear(lat.Cols(0, kvr), kv_b.view, kvx, false);
   AttentionArgs args;

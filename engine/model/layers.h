@@ -126,9 +126,14 @@ struct StepContext {
 // One layer's paged KV: latent rows [num_slots, kv_lora_rank + qk_rope_head_dim] (c_kv normed,
 // k_pe roped, interleaved pair order) and, on full-indexer layers, indexer keys
 // [num_slots, index_head_dim]. num_slots = num_blocks * block_size; slot = block * bs + offset.
+// With KvDType::kFp8 the same rows live in latent_fp8 / index_fp8 instead (layouts in
+// engine/backend/kv_fp8_layout.h) and latent / index_keys are empty.
 struct LayerKv {
+  KvDType dtype = KvDType::kF32;
   MatView latent;
   MatView index_keys;  // rows == 0 when the layer has no indexer
+  Fp8LatentCache latent_fp8;
+  Fp8IndexCache index_fp8;  // num_slots == 0 when the layer has no indexer
 };
 
 struct RmsNormLayer {

@@ -1,4 +1,5 @@
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cpu/cpu_kv_fp8.h"
 
 #include <algorithm>
 #include <cmath>
@@ -326,7 +327,23 @@ void CpuBackend::ScatterRows(const MatView& src, const int32_t* rows, const MatV
   }
 }
 
+void CpuBackend::WriteLatentFp8(const MatView& src, const int32_t* slots,
+                                const Fp8LatentCache& dst) {
+  cpu_kv_fp8::WriteLatent(src, slots, dst);
+}
+
+void CpuBackend::WriteIndexKeysFp8(const MatView& src, const int32_t* slots,
+                                   const Fp8IndexCache& dst) {
+  cpu_kv_fp8::WriteIndexKeys(src, slots, dst);
+}
+
+void CpuBackend::GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots,
+                                 const MatView& out) {
+  cpu_kv_fp8::GatherLatent(src, slots, out);
+}
+
 void CpuBackend::IndexerTopK(const IndexerTopKArgs& a) {
+  if (a.keys_fp8.data != nullptr) return cpu_kv_fp8::IndexerTopK(*this, a);
   const int64_t num_rows = a.q.rows;
   const int64_t row_work = int64_t{a.table.max_num_keys} * a.q.heads * a.q.dim;
   pool_.ParallelFor(num_rows, MinChunk(row_work), [&](int64_t begin, int64_t end) {
@@ -362,6 +379,7 @@ void CpuBackend::IndexerTopK(const IndexerTopKArgs& a) {
 }
 
 void CpuBackend::Attention(const AttentionArgs& a) {
+  if (a.latent_fp8.data != nullptr) return cpu_kv_fp8::Attention(*this, a);
   const int64_t num_rows = a.q_a.rows, num_heads = a.q_a.heads;
   const int64_t head_work = int64_t{std::min(a.table.max_num_keys, a.indices != nullptr
                                                                         ? a.index_width

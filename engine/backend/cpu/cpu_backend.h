@@ -43,6 +43,13 @@ class CpuBackend : public Backend {
   void ScatterRows(const MatView& src, const int32_t* rows, const MatView& dst) override;
   void IndexerTopK(const IndexerTopKArgs& args) override;
   void Attention(const AttentionArgs& args) override;
+  // fp8 KV cache (engine/backend/cpu/cpu_kv_fp8.h).
+  void WriteLatentFp8(const MatView& src, const int32_t* slots,
+                      const Fp8LatentCache& dst) override;
+  void WriteIndexKeysFp8(const MatView& src, const int32_t* slots,
+                         const Fp8IndexCache& dst) override;
+  void GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots,
+                       const MatView& out) override;
   void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group, int top_k,
                 bool renormalize, float scale, int32_t* ids, float* weights) override;
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,

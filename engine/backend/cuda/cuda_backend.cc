@@ -271,6 +271,24 @@ class CudaBackend : public Backend {
     Record(Annotate(cuda::Attention(args, scratch_, stream_), "Attention"));
   }
 
+  void WriteLatentFp8(const MatView& src, const int32_t* slots,
+                      const Fp8LatentCache& dst) override {
+    if (src.rows == 0 || !Bind()) return;
+    Record(cuda::WriteLatentFp8(src, slots, dst, stream_));
+  }
+
+  void WriteIndexKeysFp8(const MatView& src, const int32_t* slots,
+                         const Fp8IndexCache& dst) override {
+    if (src.rows == 0 || !Bind()) return;
+    Record(cuda::WriteIndexKeysFp8(src, slots, dst, stream_));
+  }
+
+  void GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots,
+                       const MatView& out) override {
+    if (out.rows == 0 || !Bind()) return;
+    Record(cuda::GatherLatentFp8(src, slots, out, stream_));
+  }
+
   void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group,
                 int top_k, bool renormalize, float scale, int32_t* ids,
                 float* weights) override {

@@ -11,6 +11,7 @@ set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
 set(glm_cuda_ops_sources
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_attention.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_indexer.cu
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_kv_fp8.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_moe.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_linear.cu)
 target_sources(glm_backend_cuda PRIVATE ${glm_cuda_ops_sources})
@@ -24,6 +25,10 @@ glm_add_test(NAME cuda_ops_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_test.
 # bf16 / fp8 block-scaled weights (Linear via cuda_linear.h, MoeExperts) vs the CPU backend.
 glm_add_test(NAME cuda_narrow_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_narrow_test.cc
   LIBS glm_backend_cuda glm_backend_cpu glm_kernels_gemm LABELS gpu)
+
+# fp8 KV cache ops (writes, gather, Attention / IndexerTopK over fp8 caches) vs the CPU backend.
+glm_add_test(NAME cuda_kv_fp8_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_kv_fp8_test.cc
+  LIBS glm_backend_cuda glm_backend_cpu glm_kernels LABELS gpu)
 
 add_executable(cuda_ops_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_bench.cc)
 target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda glm_kernels)

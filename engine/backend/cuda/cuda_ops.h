@@ -35,6 +35,13 @@ inline constexpr int kScratchSlots = 8;
 
 absl::Status Attention(const AttentionArgs& args, Scratch& scratch, cudaStream_t stream);
 absl::Status IndexerTopK(const IndexerTopKArgs& args, Scratch& scratch, cudaStream_t stream);
+// fp8 KV cache (cuda_ops_kv_fp8.cu; bytes bit-identical to the CPU backend's).
+absl::Status WriteLatentFp8(const MatView& src, const int32_t* slots, const Fp8LatentCache& dst,
+                            cudaStream_t stream);
+absl::Status WriteIndexKeysFp8(const MatView& src, const int32_t* slots, const Fp8IndexCache& dst,
+                               cudaStream_t stream);
+absl::Status GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots, const MatView& out,
+                             cudaStream_t stream);
 // Device-side grouping: no host loop over experts, no host synchronization.
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,

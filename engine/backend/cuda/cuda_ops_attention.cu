@@ -15,6 +15,10 @@
 // (float4 loads); dv <= 1024; (G * (da + db) + ...) * 4 bytes of shared memory must fit the
 // device's opt-in limit (G falls back to 1). Positions outside [0, num_keys(t)) are skipped like
 // the CPU backend; a row with no position gets zeros.
+// fp8 latent cache (AttentionArgs::latent_fp8, engine/backend/kv_fp8_layout.h; absorbed form):
+// same kernel, the key / value loads read e4m3 c_kv (4 bytes per lane per float4, times the
+// 128-dim group's scale) and bf16 k_pe from the 656-byte rows; arithmetic stays fp32.
+// Combine: per-split weights e^(m_s - M) / L computed once per (row, head) in shared memory.
 // NOTE: shared memory per block is read from the device (GB10 ~99 KiB, H200 ~227 KiB opt-in);
 // absorbed GLM-5 decode (da 512 + db 64, G 16) needs ~41 KiB.
 // cuda_ops.h uses absl::StatusOr without including its header.
@@ -25,8 +29,12 @@
 #include <cfloat>
 #include <cmath>
 
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
 #include "common/status_util.h"
 #include "engine/backend/cuda/cuda_ops_util.h"
+#include "engine/backend/kv_fp8_layout.h"
 
 namespace glm::engine::cuda {
 namespace {
@@ -60,7 +68,35 @@ struct Params {
   int32_t head_groups, num_splits, split_len;
   float* part_acc;  // [rows, heads, splits, dv]
   float* part_ml;   // [rows, heads, splits, 2]
+  // fp8 latent cache (AttentionArgs::latent_fp8; kv_fp8_layout.h): key row r at kv8 + r * kv8_rs
+  // bytes: da e4m3 c_kv, fp32 scales at kv8_scale_off, db bf16 k_pe at kv8_rope_off.
+  const uint8_t* kv8;
+  int64_t kv8_rs;
+  int32_t kv8_scale_off, kv8_rope_off;
 };
+
+// c_kv dims 4 d4 .. 4 d4 + 3 of an fp8 latent row, dequantized (exact).
+__device__ __forceinline__ float4 LoadC4(const uint8_t* row, const Params& p, int d4) {
+  __nv_fp8x4_e4m3 q;
+  q.__x = *reinterpret_cast<const __nv_fp8x4_storage_t*>(row + 4 * d4);
+  const float4 f = static_cast<float4>(q);
+  const float s = reinterpret_cast<const float*>(row + p.kv8_scale_off)[d4 >> 5];
+  return make_float4(f.x * s, f.y * s, f.z * s, f.w * s);
+}
+
+// k_pe dims 4 d4 .. 4 d4 + 3 of an fp8 latent row (bf16, two 4-byte loads).
+__device__ __forceinline__ float4 LoadPe4(const uint8_t* row, const Params& p, int d4) {
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(row + p.kv8_rope_off) + 2 * d4;
+  const float2 lo = __bfloat1622float2(b[0]), hi = __bfloat1622float2(b[1]);
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// c_kv dim `col` of an fp8 latent row (the value vector of the absorbed form).
+__device__ __forceinline__ float LoadC1(const uint8_t* row, const Params& p, int col) {
+  __nv_fp8_e4m3 q;
+  q.__x = row[col];
+  return static_cast<float>(q) * reinterpret_cast<const float*>(row + p.kv8_scale_off)[col >> 7];
+}
 
 __device__ __forceinline__ float Dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
@@ -91,7 +127,7 @@ constexpr int HeadShift() {
 }
 
 // grid: rows * head_groups * num_splits CTAs; block kThreads; dynamic smem SmemBytes(G, da+db).
-template <int G, int CPT>
+template <int G, int CPT, bool kFp8>
 __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
   extern __shared__ __align__(16) float smem[];
   const int dq = p.da + p.db;
@@ -163,10 +199,18 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
       for (int g = 0; g < G; ++g) part0[g] = part1[g] = 0.f;
       const float4* ka0 = reinterpret_cast<const float4*>(k_a + max(r0, 0) * p.k_a_rs);
       const float4* ka1 = reinterpret_cast<const float4*>(k_a + max(r1, 0) * p.k_a_rs);
+      const uint8_t* row0 = p.kv8 + max(r0, 0) * p.kv8_rs;
+      const uint8_t* row1 = p.kv8 + max(r1, 0) * p.kv8_rs;
       const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
       for (int d4 = lane; d4 < da4; d4 += 32) {
-        const float4 kv0 = r0 >= 0 ? ka0[d4] : zero;
-        const float4 kv1 = r1 >= 0 ? ka1[d4] : zero;
+        float4 kv0, kv1;
+        if constexpr (kFp8) {
+          kv0 = r0 >= 0 ? LoadC4(row0, p, d4) : zero;
+          kv1 = r1 >= 0 ? LoadC4(row1, p, d4) : zero;
+        } else {
+          kv0 = r0 >= 0 ? ka0[d4] : zero;
+          kv1 = r1 >= 0 ? ka1[d4] : zero;
+        }
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           const float4 qv = q_s[g * dq4 + d4];
@@ -177,8 +221,14 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
       const float4* kb0 = reinterpret_cast<const float4*>(k_b + max(r0, 0) * p.k_b_rs);
       const float4* kb1 = reinterpret_cast<const float4*>(k_b + max(r1, 0) * p.k_b_rs);
       for (int d4 = lane; d4 < db4; d4 += 32) {
-        const float4 kv0 = r0 >= 0 ? kb0[d4] : zero;
-        const float4 kv1 = r1 >= 0 ? kb1[d4] : zero;
+        float4 kv0, kv1;
+        if constexpr (kFp8) {
+          kv0 = r0 >= 0 ? LoadPe4(row0, p, d4) : zero;
+          kv1 = r1 >= 0 ? LoadPe4(row1, p, d4) : zero;
+        } else {
+          kv0 = r0 >= 0 ? kb0[d4] : zero;
+          kv1 = r1 >= 0 ? kb1[d4] : zero;
+        }
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           const float4 qv = q_s[g * dq4 + da4 + d4];
@@ -239,10 +289,15 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
       for (int u = 0; u < kBatch; ++u) {
         const int r = row_s[kt0 + u];
         const float* vr = v + max(r, 0) * p.v_rs;
+        const uint8_t* row = p.kv8 + max(r, 0) * p.kv8_rs;
 #pragma unroll
         for (int c = 0; c < CPT; ++c) {
           const int col = tid + c * kThreads;
-          vv[u][c] = r >= 0 && col < p.dv ? vr[col] : 0.f;
+          if constexpr (kFp8) {
+            vv[u][c] = r >= 0 && col < p.dv ? LoadC1(row, p, col) : 0.f;
+          } else {
+            vv[u][c] = r >= 0 && col < p.dv ? vr[col] : 0.f;
+          }
         }
       }
 #pragma unroll
@@ -301,27 +356,40 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
 }
 
 // Merges the splits of one (row, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
-// grid: rows * heads; block kThreads over dv.
+// grid: rows * heads; block kThreads over dv. Warp 0 turns the splits' (m, l) into weights
+// w_s = e^(m_s - M) / L in shared memory once; then each column is a plain weighted sum (no
+// exponential per element), summed in split order (deterministic).
 __global__ void __launch_bounds__(kThreads) AttentionCombineKernel(Params p) {
+  __shared__ float w_s[kMaxSplits];
   const int64_t rh = blockIdx.x;
   const int64_t t = rh / p.num_heads;
   const int h = static_cast<int>(rh % p.num_heads);
   const float* ml = p.part_ml + rh * p.num_splits * 2;
-  float m = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, ml[2 * s]);
-  float l = 0.f;
-  for (int s = 0; s < p.num_splits; ++s) {
-    if (ml[2 * s] != -INFINITY) l += ml[2 * s + 1] * expf(ml[2 * s] - m);
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float m = -INFINITY;
+    for (int s = lane; s < p.num_splits; s += 32) m = fmaxf(m, ml[2 * s]);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = 0.f;
+    for (int s = lane; s < p.num_splits; s += 32) {
+      const float ms = ml[2 * s];
+      const float e = ms == -INFINITY ? 0.f : expf(ms - m);
+      w_s[s] = e;
+      l += ml[2 * s + 1] * e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    for (int s = lane; s < p.num_splits; s += 32) w_s[s] *= inv;
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  __syncthreads();
   const float* acc = p.part_acc + rh * p.num_splits * p.dv;
   float* o = p.out + t * p.out_rs + h * p.out_hs;
   for (int col = threadIdx.x; col < p.dv; col += kThreads) {
     float sum = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      if (ml[2 * s] != -INFINITY) sum += acc[s * p.dv + col] * expf(ml[2 * s] - m);
-    }
-    o[col] = sum * inv;
+    for (int s = 0; s < p.num_splits; ++s) sum += acc[s * p.dv + col] * w_s[s];
+    o[col] = sum;
   }
 }
 
@@ -329,22 +397,24 @@ int64_t SmemBytes(int g, int dq) {
   return int64_t{4} * (int64_t{g} * dq + int64_t{kTile} * g + kTile + 3 * g);
 }
 
-template <int G, int CPT>
+template <int G, int CPT, bool kFp8>
 absl::Status Launch(const Params& p, int64_t num_ctas, const detail::DeviceInfo& info,
                     cudaStream_t stream) {
   const int64_t smem = SmemBytes(G, p.da + p.db);
-  GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(AttentionSplitKernel<G, CPT>, smem, info, kOp));
-  AttentionSplitKernel<G, CPT><<<static_cast<unsigned>(num_ctas), kThreads, smem, stream>>>(p);
+  GLM_RETURN_IF_ERROR(
+      detail::UseDynamicSmem(AttentionSplitKernel<G, CPT, kFp8>, smem, info, kOp));
+  AttentionSplitKernel<G, CPT, kFp8>
+      <<<static_cast<unsigned>(num_ctas), kThreads, smem, stream>>>(p);
   return detail::CudaCheck(cudaGetLastError(), kOp, "AttentionSplitKernel launch");
 }
 
-template <int G>
+template <int G, bool kFp8>
 absl::Status LaunchCpt(const Params& p, int64_t num_ctas, const detail::DeviceInfo& info,
                        cudaStream_t stream) {
   const int cpt = static_cast<int>(detail::CeilDiv(p.dv, kThreads));
-  if (cpt <= 1) return Launch<G, 1>(p, num_ctas, info, stream);
-  if (cpt <= 2) return Launch<G, 2>(p, num_ctas, info, stream);
-  return Launch<G, 4>(p, num_ctas, info, stream);
+  if (cpt <= 1) return Launch<G, 1, kFp8>(p, num_ctas, info, stream);
+  if (cpt <= 2) return Launch<G, 2, kFp8>(p, num_ctas, info, stream);
+  return Launch<G, 4, kFp8>(p, num_ctas, info, stream);
 }
 
 bool VecOk(const HeadsView& x) {
@@ -391,9 +461,25 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
   p.da = static_cast<int32_t>(a.q_a.dim), p.db = static_cast<int32_t>(a.q_b.dim);
   p.dv = static_cast<int32_t>(a.v.dim);
   p.scale = a.scale;
+  const bool fp8 = a.latent_fp8.data != nullptr;
+  if (fp8) {
+    const Fp8LatentCache& c = a.latent_fp8;
+    if (c.kv_lora_rank != p.da || c.kv_lora_rank != p.dv || c.rope_dim != p.db ||
+        c.kv_lora_rank % 4 != 0 || c.rope_dim % 4 != 0 || !detail::Aligned16(c.data)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda Attention: an fp8 latent cache (kv_lora_rank ", c.kv_lora_rank, ", rope ",
+          c.rope_dim, ") needs da == dv == kv_lora_rank (", p.da, ", ", p.dv,
+          ") and db == rope (", p.db, "), both multiples of 4, and 16-byte aligned data"));
+    }
+    p.kv8 = c.data;
+    p.kv8_rs = kv_fp8::LatentRowBytes(c.kv_lora_rank, c.rope_dim);
+    p.kv8_scale_off = static_cast<int32_t>(kv_fp8::LatentScaleOffset(c.kv_lora_rank));
+    p.kv8_rope_off = static_cast<int32_t>(kv_fp8::LatentRopeOffset(c.kv_lora_rank));
+  }
 
   const int dq = p.da + p.db;
-  const bool broadcast = a.k_a.head_stride == 0 && a.k_b.head_stride == 0 && a.v.head_stride == 0;
+  const bool broadcast =
+      fp8 || (a.k_a.head_stride == 0 && a.k_b.head_stride == 0 && a.v.head_stride == 0);
   const int g = broadcast && heads >= 16 && SmemBytes(16, dq) <= info.smem_optin ? 16 : 1;
   p.head_groups = static_cast<int32_t>(detail::CeilDiv(heads, g));
 
@@ -420,10 +506,16 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
     return absl::InvalidArgumentError(absl::StrCat("cuda Attention: ", num_ctas,
                                                    " CTAs exceed the grid limit"));
   }
-  if (g == 16) {
-    GLM_RETURN_IF_ERROR(LaunchCpt<16>(p, num_ctas, info, stream));
+  if (fp8) {
+    if (g == 16) {
+      GLM_RETURN_IF_ERROR((LaunchCpt<16, true>(p, num_ctas, info, stream)));
+    } else {
+      GLM_RETURN_IF_ERROR((LaunchCpt<1, true>(p, num_ctas, info, stream)));
+    }
+  } else if (g == 16) {
+    GLM_RETURN_IF_ERROR((LaunchCpt<16, false>(p, num_ctas, info, stream)));
   } else {
-    GLM_RETURN_IF_ERROR(LaunchCpt<1>(p, num_ctas, info, stream));
+    GLM_RETURN_IF_ERROR((LaunchCpt<1, false>(p, num_ctas, info, stream)));
   }
   if (splits > 1) {
     AttentionCombineKernel<<<static_cast<unsigned>(rows * heads), kThreads, 0, stream>>>(p);

@@ -2,7 +2,8 @@
 //
 // Two kernels.
 // IndexerScoreKernel: I[t, s] = sum_h w[t, h] * weight_scale * relu(q[t, h] . k[s] * score_scale)
-//   for s < num_keys(t), into scratch [rows, ld]. One CTA per (row, chunk of kChunk keys); the
+//   for s < num_keys(t), into scratch [rows, ld]. One CTA per (row, chunk of keys; chunks sized
+//   from the SM count so that a batch-1 decode covers every SM, 64..512 keys each); the
 //   row's queries sit in shared memory (row stride dim + 1: conflict-free when lane = head). Each
 //   warp walks its keys 8 at a time through its own shared rows (coalesced float4 loads through
 //   slots, all 8 in flight). Lane = head (32 heads per pass, more heads loop): per 32-dim slice
@@ -23,6 +24,9 @@
 //   2^31 - 1; one CTA selects a row, so a decode step with few very long rows is bound by one SM
 //   reading its row up to 4 times from L2. Scratch: rows x max_num_keys floats + rows x 1 KiB.
 //   -0.0 ranks equal to +0.0; NaN ranks below -inf.
+// fp8 keys (IndexerTopKArgs::keys_fp8, engine/backend/kv_fp8_layout.h): the score kernel reads the
+//   e4m3 values (4 bytes per lane) and the token's scale from the paged layout and stores
+//   value * scale (exact) in the same shared key rows; everything after is the fp32 path.
 // NOTE: shared memory is sized from the device's opt-in limit, never a fixed chip constant.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
@@ -31,8 +35,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include <cuda_fp8.h>
+
 #include "common/status_util.h"
 #include "engine/backend/cuda/cuda_ops_util.h"
+#include "engine/backend/kv_fp8_layout.h"
 
 namespace glm::engine::cuda {
 namespace {
@@ -42,7 +49,7 @@ constexpr int kScoreThreads = 256;
 constexpr int kScoreWarps = kScoreThreads / 32;
 constexpr int kKeysPerWarp = 8;
 constexpr int kTileKeys = kScoreWarps * kKeysPerWarp;  // 64
-constexpr int kChunk = 8 * kTileKeys;                   // keys per CTA
+constexpr int kMaxChunk = 8 * kTileKeys;  // keys per CTA at most (sized from the SM count)
 constexpr int kSelectThreads = 1024;
 constexpr int kItems = 16;  // scores per thread per step of the select kernel
 
@@ -64,7 +71,10 @@ struct ScoreParams {
   const int32_t* slots;
   const int32_t* row_offset;
   const int32_t* row_num_keys;
-  int32_t heads, dim, dim_pad, heads_pad, top_k, chunks;
+  int32_t heads, dim, dim_pad, heads_pad, top_k, chunks, chunk_len;
+  // fp8 key cache (IndexerTopKArgs::keys_fp8; kv_fp8_layout.h), or null.
+  const uint8_t* keys8;
+  int32_t block_size;
   float weight_scale, score_scale;
   float* scores;   // [rows, ld]
   int64_t ld;
@@ -75,6 +85,7 @@ struct ScoreParams {
 // rows of shared memory and walks the chunk's keys 8 at a time (warp w: keys w*8 + 64i ...), so
 // warps never wait for each other inside the chunk. Also adds the chunk's histogram of the top
 // byte of OrderedKey(score) into hist[t] (the select kernel's first radix pass).
+template <bool kFp8>
 __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams p) {
   extern __shared__ __align__(16) float smem[];
   __shared__ uint32_t hist_s[256];
@@ -86,9 +97,9 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
   const int64_t t = blockIdx.x / p.chunks;
   const int chunk = static_cast<int>(blockIdx.x % p.chunks);
   const int num_keys = p.row_num_keys[t];
-  const int begin = chunk * kChunk;
+  const int begin = chunk * p.chunk_len;
   if (num_keys <= p.top_k || begin >= num_keys) return;  // uniform over the CTA
-  const int end = min(num_keys, begin + kChunk);
+  const int end = min(num_keys, begin + p.chunk_len);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   for (int i = tid; i < p.heads_pad * qstride; i += kScoreThreads) {
@@ -111,13 +122,38 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
 #pragma unroll
     for (int kk = 0; kk < kKeysPerWarp; ++kk) slot[kk] = __shfl_sync(0xffffffffu, my_slot, kk);
     __syncwarp();  // the previous keys' reads of k_w are done
+    float kscale[kKeysPerWarp];  // fp8: the keys' scales
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+        kscale[kk] = slot[kk] >= 0 ? *reinterpret_cast<const float*>(
+                                         p.keys8 + kv_fp8::IndexScaleOffset(slot[kk], p.block_size,
+                                                                            p.dim))
+                                   : 0.f;
+      }
+    }
     for (int c4 = lane; c4 < dp4; c4 += 32) {
       float4 val[kKeysPerWarp];
 #pragma unroll
       for (int kk = 0; kk < kKeysPerWarp; ++kk) {
-        val[kk] = slot[kk] >= 0 && c4 < d4
-                      ? reinterpret_cast<const float4*>(p.keys + int64_t{slot[kk]} * p.keys_ld)[c4]
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
+        if constexpr (kFp8) {
+          // key = e4m3 value * the token's scale (exact), then the fp32 path's arithmetic.
+          if (slot[kk] >= 0 && c4 < d4) {
+            __nv_fp8x4_e4m3 q;
+            q.__x = *reinterpret_cast<const __nv_fp8x4_storage_t*>(
+                p.keys8 + kv_fp8::IndexValueOffset(slot[kk], p.block_size, p.dim) + 4 * c4);
+            const float4 f = static_cast<float4>(q);
+            const float sc = kscale[kk];
+            val[kk] = make_float4(f.x * sc, f.y * sc, f.z * sc, f.w * sc);
+          } else {
+            val[kk] = make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+        } else {
+          val[kk] = slot[kk] >= 0 && c4 < d4
+                        ? reinterpret_cast<const float4*>(p.keys +
+                                                          int64_t{slot[kk]} * p.keys_ld)[c4]
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
       }
 #pragma unroll
       for (int kk = 0; kk < kKeysPerWarp; ++kk) {
@@ -348,8 +384,17 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     return absl::InvalidArgumentError("cuda IndexerTopK: more than 2^31 - 1 rows");
   }
   const int64_t max_keys = a.table.max_num_keys;
+  const bool fp8 = a.keys_fp8.data != nullptr;
+  if (fp8 && (a.keys_fp8.dim != a.q.dim || a.keys_fp8.block_size <= 0 ||
+              !kv_fp8::IndexShapeOk(a.keys_fp8.dim) || !detail::Aligned16(a.keys_fp8.data))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda IndexerTopK: the fp8 key cache (dim ", a.keys_fp8.dim, ", block_size ",
+        a.keys_fp8.block_size, ") needs dim == index_head_dim (", a.q.dim,
+        "), a multiple of 4, and 16-byte aligned data"));
+  }
   if (max_keys > a.top_k) {
-    if (a.q.dim % 4 != 0 || a.q.dim == 0 || a.keys.ld % 4 != 0 || !detail::Aligned16(a.keys.data)) {
+    if (a.q.dim % 4 != 0 || a.q.dim == 0 ||
+        (!fp8 && (a.keys.ld % 4 != 0 || !detail::Aligned16(a.keys.data)))) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cuda IndexerTopK: index_head_dim (", a.q.dim, ") and the key row stride (", a.keys.ld,
           ") must be multiples of 4 with 16-byte aligned keys (float4 loads)"));
@@ -365,7 +410,17 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     p.dim_pad = static_cast<int32_t>(detail::CeilDiv(a.q.dim, 32) * 32);
     p.heads_pad = static_cast<int32_t>(detail::CeilDiv(a.q.heads, 32) * 32);
     p.top_k = a.top_k;
-    p.chunks = static_cast<int32_t>(detail::CeilDiv(max_keys, kChunk));
+    // Chunks sized so that rows * chunks covers ~2 CTAs per SM (a batch-1 decode spreads its
+    // row over the whole GPU), kTileKeys..kMaxChunk keys each.
+    const int64_t want_chunks =
+        std::max<int64_t>(1, detail::CeilDiv(int64_t{2} * info.num_sms, rows));
+    const int64_t chunk_len = std::clamp<int64_t>(
+        detail::CeilDiv(detail::CeilDiv(max_keys, want_chunks), kTileKeys) * kTileKeys,
+        kTileKeys, kMaxChunk);
+    p.chunk_len = static_cast<int32_t>(chunk_len);
+    p.chunks = static_cast<int32_t>(detail::CeilDiv(max_keys, chunk_len));
+    p.keys8 = fp8 ? a.keys_fp8.data : nullptr;
+    p.block_size = fp8 ? a.keys_fp8.block_size : 1;
     p.weight_scale = a.weight_scale, p.score_scale = a.score_scale;
     p.ld = detail::CeilDiv(max_keys, 4) * 4;
     GLM_ASSIGN_OR_RETURN(void* scores,
@@ -376,13 +431,18 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     GLM_CUDA_OPS_RETURN_IF_ERROR(
         kOp, cudaMemsetAsync(hist, 0, static_cast<size_t>(rows) * 256 * 4, stream));
     const int64_t smem = ScoreSmemBytes(p.heads_pad, p.dim_pad);
-    GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(IndexerScoreKernel, smem, info, kOp));
+    GLM_RETURN_IF_ERROR(fp8 ? detail::UseDynamicSmem(IndexerScoreKernel<true>, smem, info, kOp)
+                            : detail::UseDynamicSmem(IndexerScoreKernel<false>, smem, info, kOp));
     const int64_t ctas = rows * p.chunks;
     if (ctas > 0x7fffffff) {
       return absl::InvalidArgumentError(absl::StrCat("cuda IndexerTopK: ", ctas,
                                                      " score CTAs exceed the grid limit"));
     }
-    IndexerScoreKernel<<<static_cast<unsigned>(ctas), kScoreThreads, smem, stream>>>(p);
+    if (fp8) {
+      IndexerScoreKernel<true><<<static_cast<unsigned>(ctas), kScoreThreads, smem, stream>>>(p);
+    } else {
+      IndexerScoreKernel<false><<<static_cast<unsigned>(ctas), kScoreThreads, smem, stream>>>(p);
+    }
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
         p.scores, p.ld, p.hist, a.table.row_num_keys, a.top_k, a.out);

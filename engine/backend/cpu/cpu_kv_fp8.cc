@@ -1,0 +1,158 @@
+#include "engine/backend/cpu/cpu_kv_fp8.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/backend/kv_fp8_layout.h"
+#include "engine/weights/float_codec.h"
+
+namespace glm::engine::cpu_kv_fp8 {
+namespace {
+
+// Quantizes n values with one scale (the rule of kv_fp8_layout.h); returns the scale.
+float QuantizeGroup(const float* x, int64_t n, uint8_t* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = kv_fp8::AmaxFold(amax, x[i]);
+  const float scale = kv_fp8::Ue8m0Scale(amax);
+  for (int64_t i = 0; i < n; ++i) q[i] = FloatToFp8E4M3(x[i] / scale);
+  return scale;
+}
+
+}  // namespace
+
+void QuantizeLatentRow(const float* x, int kv_lora_rank, int rope_dim, uint8_t* out) {
+  const int64_t groups = kv_fp8::LatentNumScales(kv_lora_rank);
+  uint8_t* scales = out + kv_fp8::LatentScaleOffset(kv_lora_rank);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t begin = g * kv_fp8::kScaleGroup;
+    const int64_t n = std::min<int64_t>(kv_fp8::kScaleGroup, kv_lora_rank - begin);
+    const float scale = QuantizeGroup(x + begin, n, out + begin);
+    std::memcpy(scales + 4 * g, &scale, 4);
+  }
+  uint8_t* rope = out + kv_fp8::LatentRopeOffset(kv_lora_rank);
+  for (int d = 0; d < rope_dim; ++d) {
+    const uint16_t b = FloatToBf16(x[kv_lora_rank + d]);
+    std::memcpy(rope + 2 * d, &b, 2);
+  }
+}
+
+void DequantizeLatentRow(const uint8_t* row, int kv_lora_rank, int rope_dim, float* out) {
+  const uint8_t* scales = row + kv_fp8::LatentScaleOffset(kv_lora_rank);
+  for (int d = 0; d < kv_lora_rank; ++d) {
+    float scale;
+    std::memcpy(&scale, scales + 4 * (d / kv_fp8::kScaleGroup), 4);
+    out[d] = Fp8E4M3ToFloat(row[d]) * scale;
+  }
+  const uint8_t* rope = row + kv_fp8::LatentRopeOffset(kv_lora_rank);
+  for (int d = 0; d < rope_dim; ++d) {
+    uint16_t b;
+    std::memcpy(&b, rope + 2 * d, 2);
+    out[kv_lora_rank + d] = Bf16ToFloat(b);
+  }
+}
+
+void QuantizeIndexKey(const float* x, int dim, uint8_t* values, float* scale) {
+  *scale = QuantizeGroup(x, dim, values);
+}
+
+void DequantizeIndexKey(const Fp8IndexCache& c, int64_t slot, float* out) {
+  const uint8_t* v = c.data + kv_fp8::IndexValueOffset(slot, c.block_size, c.dim);
+  float scale;
+  std::memcpy(&scale, c.data + kv_fp8::IndexScaleOffset(slot, c.block_size, c.dim), 4);
+  for (int d = 0; d < c.dim; ++d) out[d] = Fp8E4M3ToFloat(v[d]) * scale;
+}
+
+void WriteLatent(const MatView& src, const int32_t* slots, const Fp8LatentCache& dst) {
+  const int64_t row_bytes = kv_fp8::LatentRowBytes(dst.kv_lora_rank, dst.rope_dim);
+  for (int64_t r = 0; r < src.rows; ++r) {
+    QuantizeLatentRow(src.Row(r), dst.kv_lora_rank, dst.rope_dim,
+                      dst.data + int64_t{slots[r]} * row_bytes);
+  }
+}
+
+void WriteIndexKeys(const MatView& src, const int32_t* slots, const Fp8IndexCache& dst) {
+  for (int64_t r = 0; r < src.rows; ++r) {
+    const int64_t s = slots[r];
+    float scale;
+    QuantizeIndexKey(src.Row(r), dst.dim,
+                     dst.data + kv_fp8::IndexValueOffset(s, dst.block_size, dst.dim), &scale);
+    std::memcpy(dst.data + kv_fp8::IndexScaleOffset(s, dst.block_size, dst.dim), &scale, 4);
+  }
+}
+
+void GatherLatent(const Fp8LatentCache& src, const int32_t* slots, const MatView& out) {
+  const int64_t row_bytes = kv_fp8::LatentRowBytes(src.kv_lora_rank, src.rope_dim);
+  for (int64_t r = 0; r < out.rows; ++r) {
+    DequantizeLatentRow(src.data + int64_t{slots[r]} * row_bytes, src.kv_lora_rank, src.rope_dim,
+                        out.Row(r));
+  }
+}
+
+void Attention(Backend& backend, const AttentionArgs& a) {
+  const Fp8LatentCache& c = a.latent_fp8;
+  const int64_t rows = a.q_a.rows, width = c.kv_lora_rank + c.rope_dim;
+  const int64_t row_bytes = kv_fp8::LatentRowBytes(c.kv_lora_rank, c.rope_dim);
+  // Per query row t, logical positions map to rows of `deq` (only the positions read).
+  std::vector<int32_t> offset(rows), map;
+  std::vector<float> deq;
+  int64_t num_deq = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    const int32_t num_keys = a.table.row_num_keys[t];
+    const int32_t* slots = a.table.slots + a.table.row_offset[t];
+    offset[t] = static_cast<int32_t>(map.size());
+    map.resize(map.size() + std::max(num_keys, 0), -1);
+    int32_t* m = map.data() + offset[t];
+    auto take = [&](int32_t p) {
+      if (p < 0 || p >= num_keys || m[p] >= 0) return;
+      m[p] = static_cast<int32_t>(num_deq++);
+      deq.resize(num_deq * width);
+      DequantizeLatentRow(c.data + int64_t{slots[p]} * row_bytes, c.kv_lora_rank, c.rope_dim,
+                          deq.data() + (num_deq - 1) * width);
+    };
+    if (a.indices != nullptr) {
+      for (int32_t i = 0; i < a.index_width; ++i) take(a.indices[t * a.index_width + i]);
+    } else {
+      for (int32_t p = 0; p < num_keys; ++p) take(p);
+    }
+  }
+  for (int32_t& v : map) v = std::max(v, 0);  // positions never read
+  if (deq.empty()) deq.assign(width, 0.0f);
+  AttentionArgs f = a;
+  f.latent_fp8 = {};
+  const int64_t heads = a.q_a.heads;
+  f.k_a = HeadsView{deq.data(), num_deq, heads, c.kv_lora_rank, width, 0};
+  f.v = f.k_a;
+  f.k_b = HeadsView{deq.data() + c.kv_lora_rank, num_deq, heads, c.rope_dim, width, 0};
+  f.table.slots = map.data();
+  f.table.row_offset = offset.data();
+  backend.Attention(f);
+}
+
+void IndexerTopK(Backend& backend, const IndexerTopKArgs& a) {
+  const Fp8IndexCache& c = a.keys_fp8;
+  const int64_t rows = a.q.rows, dim = c.dim;
+  std::vector<int32_t> offset(rows, 0), slots_new;
+  std::vector<float> deq;
+  for (int64_t t = 0; t < rows; ++t) {
+    const int32_t num_keys = a.table.row_num_keys[t];
+    if (num_keys <= a.top_k) continue;  // every position selected, no key read
+    const int32_t* slots = a.table.slots + a.table.row_offset[t];
+    offset[t] = static_cast<int32_t>(slots_new.size());
+    const int64_t base = static_cast<int64_t>(slots_new.size());
+    deq.resize((base + num_keys) * dim);
+    for (int32_t p = 0; p < num_keys; ++p) {
+      slots_new.push_back(static_cast<int32_t>(base + p));
+      DequantizeIndexKey(c, slots[p], deq.data() + (base + p) * dim);
+    }
+  }
+  if (deq.empty()) deq.assign(dim, 0.0f);
+  IndexerTopKArgs f = a;
+  f.keys_fp8 = {};
+  f.keys = MatView{deq.data(), static_cast<int64_t>(deq.size()) / dim, dim, dim};
+  f.table.slots = slots_new.empty() ? offset.data() : slots_new.data();
+  f.table.row_offset = offset.data();
+  backend.IndexerTopK(f);
+}
+
+}  // namespace glm::engine::cpu_kv_fp8
