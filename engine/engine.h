@@ -51,7 +51,7 @@ struct EngineOptions {
   std::string backend = "auto";
   int device = 0;                 // CUDA device ordinal (backend cuda)
   // Linear weight storage: "fp32" (reference), "bf16", "auto" (fp8 checkpoints stay e4m3 with
-  // block scales, else bf16). Not fp32 needs the cuda backend (ModelLoadOptions::weight_dtype).
+  // block scales, else bf16), on cpu and cuda alike (ModelLoadOptions::weight_dtype).
   std::string weight_dtype = "fp32";
   // KV cache storage: "fp32" (reference) or "fp8" (656-byte MLA latent + 132-byte indexer key
   // rows at GLM-5 widths, engine/backend/kv_fp8_layout.h); any backend.

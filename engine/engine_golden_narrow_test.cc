@@ -1,12 +1,38 @@
-// The golden fixtures (tests/golden) through the cuda backend with narrow Linear weights
-// (EngineOptions::weight_dtype): "bf16" on every fixture, "auto" on fp8 checkpoints (e4m3 + block
-// scales kept). Prompt logits within 2e-2 of max |logit| of transformers' fp32 logits; greedy ids
-// identical to the reference. Where a greedy sequence diverges, the test prints the margin at the
-// divergence (our logit of our token minus our logit of the reference token, relative to
-// max |logit|) and accepts it only as a near tie (margin within the same 2e-2), comparing the
-// tokens up to it; anything else fails, except the documented kKnown cases (printed as KNOWN,
-// held to their own bounds). Also: weight bytes per dtype, and the cpu backend refusing narrow
-// weights (runs without a GPU). GPU cases skip, printing why, without a GPU.
+// The golden fixtures (tests/golden) with narrow Linear weights (EngineOptions::weight_dtype):
+// "bf16" on every fixture, "auto" on fp8 checkpoints (e4m3 + 128x128 block scales kept). Both
+// backends implement the same narrow numerics (backend.h Linear / MoeExperts: x rounded to bf16,
+// for fp8 weights also quantized per row per 128 columns to e4m3; fp32 accumulation; MoE experts
+// widened, x fp32), the cpu backend in engine/backend/cpu/cpu_narrow.h. Two comparisons:
+//
+// 1. CpuNarrowMatchesTransformers (runs in CI, no GPU; ~0.1 s per fixture): the cpu backend with
+//    narrow weights against transformers' fp32 golden (logits.f32: prompt logits
+//    [num_prompt, vocab]; greedy ids of every case). It measures what narrow weights cost in
+//    accuracy: prompt logits within kTol = 2e-2 of max |logit|; greedy ids identical, or diverging
+//    only at a near tie (margin = our logit of our token minus our logit of the reference token,
+//    relative to our max |logit|, below kTol; identical up to there). The cases beyond kTol
+//    (kBeyondTol, with the figures this test measures) are properties of bf16 / e4m3 arithmetic
+//    on the tiny random fixtures, not backend defects: DSA top-4 selection (tiny-sparse) and MoE
+//    top-k routing flip under the rounding of x and W, and per-token e4m3 activations move
+//    tiny-fp8's logits by 0.68 of max |logit|. The cuda backend showed the same figures before
+//    this test compared it to the cpu backend (tiny-sparse 0.324, tiny-fp8 0.676, the same
+//    divergences). Each is held to a bound ~1.3x its measured figure (and a greedy divergence may
+//    not come earlier than measured), so a regression still fails.
+// 2. CudaNarrowMatchesCpuNarrow (needs a GPU; skips printing why): the cuda backend with narrow
+//    weights against the cpu backend with narrow weights, same fixture, dtype and requests, for
+//    EVERY case (no exception list). The two compute the same function and differ only by the
+//    order of fp32 summation (cuBLASLt / our kernels vs the cpu kernels). That order difference
+//    is ~1e-7 of max |logit| by itself, but it moves an activation across a bf16 (or e4m3)
+//    rounding boundary now and then, and one such flip moves the logits by up to a few 1e-3:
+//    reversing the cpu's fp32 summation order in the narrow Linear alone (an experiment, not in
+//    the tree) moved the prompt logits by 9e-8..2.7e-7 on 3 of the 8 fixture x dtype cases and by
+//    8.7e-4..4.9e-3 (flips) on the other 5; summing in double instead: 6e-8..2.6e-7 on 5, flips
+//    of 8.9e-4..3.7e-3 on 3; greedy ids identical in all 16 runs. So: prompt logits within
+//    kCudaTol = 1e-2 of max |logit| (the flip level with 2x room; printed, so a flip-free case
+//    shows its ~1e-7), and greedy ids identical, a divergence accepted only at a near tie on the
+//    cpu logits (margin below kCudaTol), comparing the tokens up to it. Op-level agreement of the
+//    two backends is cuda_narrow_test's job (Linear / MoeExperts on identical inputs, 5e-5..1e-4).
+// Also: weight bytes per dtype on the cpu backend (bf16 halves the Linear weights, fp8 keeps a
+// quarter plus scales), and the error naming the accepted dtypes.
 // Env GLM_GOLDEN_DIR overrides the fixtures' build-time path.
 #include <algorithm>
 #include <cmath>
@@ -15,6 +41,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,44 +56,37 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kTol = 2e-2;  // relative to max |logit| (issue 4: bf16 tolerance)
+constexpr double kTol = 2e-2;  // cpu narrow vs transformers fp32, of max |logit| (issue 4)
+// cuda narrow vs cpu narrow, of max |logit| (see the file comment).
+constexpr double kCudaTol = 1e-2;
 
-// Cases beyond kTol measured on an H200 (tools/gpu/run_narrow_gpu.sh) that a CPU emulation of the
-// same numerics reproduces (fp32 CPU backend with x and W rounded to bf16 on every bf16 Linear;
-// for fp8, x rounded to bf16 and quantized per 128 columns to e4m3 exactly as
-// kernels/quant_fp8_group does): the GPU paths match that emulation (cuda_narrow_test, ~1e-6),
-// and these differences from the fp32 reference are properties of bf16 / e4m3 arithmetic on the
-// tiny random fixtures: DSA top-4 selection (tiny-sparse) and MoE top-k routing flip under the
-// rounding, and per-token e4m3 activations move tiny-fp8's logits by ~0.7 of max |logit| (the
-// emulation: 0.688). They are printed as KNOWN instead of failing kTol, but stay bounded: the
-// relative difference (logits) or divergence margin (greedy) must stay under `bound` (about 1.3x
-// what was measured), and a greedy divergence may not come earlier than `first_token`, so a
-// regression in these cases still fails. Every other case must meet kTol.
-// what: -1 = prompt logits, else the greedy case index.
-struct Known {
+// The cpu narrow runs beyond (or within 1.5x of) kTol vs transformers (see the file comment), as
+// this test measures them on the cpu backend; each bound replaces kTol for its case. what: -1 =
+// prompt logits, else the greedy case index.
+struct BeyondTol {
   const char* fixture;
   const char* dtype;
   int what;
-  double bound;
+  double bound;     // relative difference (logits) or divergence margin (greedy) must stay below
   int first_token;  // greedy only: earliest token index a divergence may appear at
   const char* measured;
 };
-constexpr Known kKnown[] = {
-    {"tiny-sparse", "bf16", -1, 0.42, 0, "0.324 (CPU emulation 0.3225)"},
-    {"tiny-sparse", "bf16", 0, 0.09, 15, "diverges at token 15, margin 0.064 (emulation: at 18)"},
-    {"tiny-sparse", "bf16", 1, 0.83, 15, "diverges at token 15, margin 0.636"},
-    {"tiny-moe", "bf16", -1, 0.027, 0, "0.0201 (CPU emulation 0.0177)"},
-    {"tiny-moe", "bf16", 2, 0.21, 7,
-     "diverges at token 7 (80 vs 184), margin 0.16; emulation: the same"},
-    {"tiny-mtp", "bf16", 2, 0.14, 18,
-     "diverges at token 18 (174 vs 122), margin 0.105; emulation: same"},
-    {"tiny-fp8", "auto", -1, 0.88, 0, "0.676 (CPU emulation of e4m3 activations 0.688)"},
-    {"tiny-fp8", "auto", 1, 0.032, 5, "diverges at token 5, margin 0.024 (emulation: at 5)"},
-    {"tiny-fp8", "auto", 2, 0.73, 20, "diverges at token 20, margin 0.556 (emulation: at 18)"},
+constexpr BeyondTol kBeyondTol[] = {
+    {"tiny-sparse", "bf16", -1, 0.42, 0, "0.324 (DSA top-4 flips)"},
+    {"tiny-sparse", "bf16", 0, 0.083, 15, "diverges at token 15 (106 vs 166), margin 0.0636"},
+    {"tiny-sparse", "bf16", 1, 0.83, 15, "diverges at token 15 (59 vs 214), margin 0.636"},
+    {"tiny-sparse", "bf16", 2, 0.026, 0, "diverges at token 0 (183 vs 9), margin 0.0198"},
+    {"tiny-moe", "bf16", -1, 0.026, 0, "0.0195 (MoE routing flips)"},
+    {"tiny-moe", "bf16", 2, 0.21, 7, "diverges at token 7 (80 vs 184), margin 0.161"},
+    {"tiny-mtp", "bf16", 2, 0.14, 18, "diverges at token 18 (174 vs 122), margin 0.105"},
+    {"tiny-fp8", "auto", -1, 0.88, 0, "0.676 (e4m3 activations)"},
+    {"tiny-fp8", "auto", 0, 0.021, 3, "diverges at token 3 (76 vs 230), margin 0.0160"},
+    {"tiny-fp8", "auto", 1, 0.014, 5, "diverges at token 5 (78 vs 80), margin 0.0102"},
+    {"tiny-fp8", "auto", 2, 0.70, 20, "diverges at token 20 (37 vs 90), margin 0.536"},
 };
 
-const Known* FindKnown(const std::string& fixture, const std::string& dtype, int what) {
-  for (const Known& k : kKnown) {
+const BeyondTol* FindBeyondTol(const std::string& fixture, const std::string& dtype, int what) {
+  for (const BeyondTol& k : kBeyondTol) {
     if (fixture == k.fixture && dtype == k.dtype && what == k.what) return &k;
   }
   return nullptr;
@@ -124,10 +144,17 @@ std::vector<float> ReadF32(const std::string& path) {
   return v;
 }
 
-double MaxAbs(const float* v, size_t n) {
+double MaxAbs(const std::vector<float>& v) {
   double m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(static_cast<double>(v[i])));
+  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
   return m;
+}
+
+// max |a - b| / max |ref| (ref = b).
+double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
+  return d / std::max(MaxAbs(b), 1e-30);
 }
 
 Request GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens) {
@@ -138,10 +165,11 @@ Request GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens) {
   return r;
 }
 
-EngineOptions Options(const std::string& dir, const std::string& dtype) {
+EngineOptions Options(const std::string& dir, const std::string& backend,
+                      const std::string& dtype) {
   EngineOptions eo;
   eo.model_dir = dir;
-  eo.backend = "cuda";
+  eo.backend = backend;
   eo.weight_dtype = dtype;
   eo.kv_block_size = 4;
   eo.kv_num_blocks = 256;
@@ -150,7 +178,7 @@ EngineOptions Options(const std::string& dir, const std::string& dtype) {
   return eo;
 }
 
-// The logits our engine gives for the last position of `prompt` (prompt logits, last row).
+// The logits the engine gives for the last position of `prompt`.
 std::vector<float> LastLogits(Engine& engine, const std::vector<int32_t>& prompt, int vocab) {
   Request r = GreedyRequest(prompt, 1);
   r.return_prompt_logits = true;
@@ -162,13 +190,62 @@ std::vector<float> LastLogits(Engine& engine, const std::vector<int32_t>& prompt
   return std::vector<float>(ev.prompt_logits.end() - vocab, ev.prompt_logits.end());
 }
 
+// One engine's answers on a fixture: prompt logits of the main case, greedy ids of every case
+// (all submitted together).
+struct EngineRun {
+  std::vector<float> prompt_logits;  // [num_prompt, vocab]
+  std::vector<std::vector<int32_t>> greedy;
+};
+
+void RunFixture(Engine& engine, const Fixture& fx, EngineRun* out) {
+  Request r = GreedyRequest(fx.cases[0].prompt, 1);
+  r.return_prompt_logits = true;
+  auto h = engine.Submit(r);
+  ASSERT_TRUE(h.ok()) << h.status();
+  TokenEvent ev;
+  ASSERT_TRUE(h->stream->Next(&ev));
+  h->stream->CollectTokens();
+  out->prompt_logits = ev.prompt_logits;
+  std::vector<RequestHandle> hs;
+  for (const Case& c : fx.cases) {
+    auto hc = engine.Submit(GreedyRequest(c.prompt, static_cast<int>(c.greedy.size())));
+    ASSERT_TRUE(hc.ok()) << hc.status();
+    hs.push_back(*hc);
+  }
+  for (size_t i = 0; i < hs.size(); ++i) {
+    out->greedy.push_back(hs[i].stream->CollectTokens());
+    ASSERT_EQ(out->greedy.back().size(), fx.cases[i].greedy.size()) << fx.name << " case " << i;
+  }
+}
+
+// Where `got` first differs from `want` (size if nowhere), and the margin there on `engine`'s
+// logits after prompt + the common prefix: logit(got[d]) - logit(want[d]), relative to max |l|.
+struct Divergence {
+  size_t at = 0;
+  double margin = 0;
+};
+Divergence FindDivergence(Engine& engine, const std::vector<int32_t>& prompt,
+                          const std::vector<int32_t>& got, const std::vector<int32_t>& want,
+                          int vocab) {
+  Divergence d;
+  while (d.at < got.size() && got[d.at] == want[d.at]) ++d.at;
+  if (d.at == got.size()) return d;
+  std::vector<int32_t> prefix = prompt;
+  prefix.insert(prefix.end(), got.begin(), got.begin() + d.at);
+  const std::vector<float> l = LastLogits(engine, prefix, vocab);
+  if (l.size() != static_cast<size_t>(vocab)) {
+    d.margin = std::numeric_limits<double>::infinity();
+    return d;
+  }
+  d.margin = (double(l[got[d.at]]) - l[want[d.at]]) / std::max(MaxAbs(l), 1e-30);
+  return d;
+}
+
 // Param: (fixture name, weight dtype).
 class NarrowGoldenTest
     : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    const absl::Status avail = CudaBackendAvailable();
-    if (!avail.ok()) GTEST_SKIP() << "backend cuda: " << avail.message();
     for (auto& fx : LoadFixtures()) {
       if (fx.name == std::get<0>(GetParam())) fixture_ = std::move(fx);
     }
@@ -177,83 +254,91 @@ class NarrowGoldenTest
     if (dtype_ == "auto" && !fixture_.fp8) {
       GTEST_SKIP() << fixture_.name << " is not an fp8 checkpoint (auto == bf16 there)";
     }
+    vocab_ = static_cast<int>(ReadF32(fixture_.dir + "/logits.f32").size() /
+                              fixture_.cases[0].prompt.size());
   }
+  const char* fx() const { return fixture_.name.c_str(); }
   Fixture fixture_;
   std::string dtype_;
+  int vocab_ = 0;
 };
 
-TEST_P(NarrowGoldenTest, PromptLogitsAndGreedyMatchReference) {
-  auto engine = Engine::Create(Options(fixture_.dir, dtype_));
+TEST_P(NarrowGoldenTest, CpuNarrowMatchesTransformers) {
+  auto engine = Engine::Create(Options(fixture_.dir, "cpu", dtype_));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  // Prompt logits.
-  {
-    Request r = GreedyRequest(fixture_.cases[0].prompt, 1);
-    r.return_prompt_logits = true;
-    auto h = (*engine)->Submit(r);
-    ASSERT_TRUE(h.ok()) << h.status();
-    TokenEvent ev;
-    ASSERT_TRUE(h->stream->Next(&ev));
-    h->stream->CollectTokens();
-    const auto ref = ReadF32(fixture_.dir + "/logits.f32");
-    ASSERT_EQ(ev.prompt_logits.size(), ref.size());
-    double max_diff = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      max_diff = std::max(max_diff, std::abs(double(ev.prompt_logits[i]) - ref[i]));
-    }
-    const double rel = max_diff / std::max(MaxAbs(ref.data(), ref.size()), 1e-30);
-    std::printf("%s [cuda %s] prompt logits rel diff %.3g\n", fixture_.name.c_str(),
-                dtype_.c_str(), rel);
-    if (const Known* k = FindKnown(fixture_.name, dtype_, -1); k != nullptr && rel >= kTol) {
-      std::printf("KNOWN beyond %.3g: %s\n", kTol, k->measured);
-      EXPECT_LT(rel, k->bound) << fixture_.name << " " << dtype_ << ": known case got worse";
-    } else {
-      EXPECT_LT(rel, kTol) << fixture_.name << " " << dtype_;
-    }
+  EngineRun run;
+  ASSERT_NO_FATAL_FAILURE(RunFixture(**engine, fixture_, &run));
+  const std::vector<float> ref = ReadF32(fixture_.dir + "/logits.f32");
+  ASSERT_EQ(run.prompt_logits.size(), ref.size());
+  const double rel = RelDiff(run.prompt_logits, ref);
+  std::printf("%s [cpu %s] prompt logits vs transformers fp32: rel diff %.4g\n", fx(),
+              dtype_.c_str(), rel);
+  if (const BeyondTol* k = FindBeyondTol(fixture_.name, dtype_, -1); k != nullptr) {
+    std::printf("  listed fixture property (measured %s): held to %.3g instead of %.3g\n",
+                k->measured, k->bound, kTol);
+    EXPECT_LT(rel, k->bound) << fx() << " " << dtype_ << ": got worse than measured";
+  } else {
+    EXPECT_LT(rel, kTol) << fx() << " " << dtype_;
   }
-  // Greedy, all cases concurrently.
-  std::vector<RequestHandle> hs;
-  for (const Case& c : fixture_.cases) {
-    auto h = (*engine)->Submit(GreedyRequest(c.prompt, static_cast<int>(c.greedy.size())));
-    ASSERT_TRUE(h.ok()) << h.status();
-    hs.push_back(*h);
-  }
-  for (size_t i = 0; i < hs.size(); ++i) {
-    const std::vector<int32_t> got = hs[i].stream->CollectTokens();
-    const std::vector<int32_t>& want = fixture_.cases[i].greedy;
-    ASSERT_EQ(got.size(), want.size()) << fixture_.name << " case " << i;
-    size_t d = 0;
-    while (d < got.size() && got[d] == want[d]) ++d;
-    if (d == got.size()) {
-      std::printf("%s [cuda %s] case %zu greedy: %zu/%zu identical\n", fixture_.name.c_str(),
-                  dtype_.c_str(), i, d, want.size());
+  for (size_t i = 0; i < fixture_.cases.size(); ++i) {
+    const Case& c = fixture_.cases[i];
+    const Divergence d = FindDivergence(**engine, c.prompt, run.greedy[i], c.greedy, vocab_);
+    if (d.at == c.greedy.size()) {
+      std::printf("%s [cpu %s] case %zu greedy: %zu/%zu identical to transformers\n", fx(),
+                  dtype_.c_str(), i, d.at, c.greedy.size());
       continue;
     }
-    // Divergence at d: our logits there, margin between our token and the reference's.
-    std::vector<int32_t> prefix = fixture_.cases[i].prompt;
-    prefix.insert(prefix.end(), got.begin(), got.begin() + d);
-    const int v = static_cast<int>(ReadF32(fixture_.dir + "/logits.f32").size() /
-                                   fixture_.cases[0].prompt.size());
-    const std::vector<float> l = LastLogits(**engine, prefix, v);
-    ASSERT_EQ(l.size(), static_cast<size_t>(v));
-    const double margin = double(l[got[d]]) - l[want[d]];
-    const double rel = margin / std::max(MaxAbs(l.data(), l.size()), 1e-30);
-    std::printf("%s [cuda %s] case %zu greedy DIVERGES at token %zu of %zu: ours %d, reference %d;"
-                " margin %.4g (%.3g of max |logit|); identical up to there\n",
-                fixture_.name.c_str(), dtype_.c_str(), i, d, want.size(), got[d], want[d],
-                margin, rel);
-    if (const Known* k = FindKnown(fixture_.name, dtype_, static_cast<int>(i));
-        k != nullptr && rel >= kTol) {
-      std::printf("KNOWN beyond %.3g: %s\n", kTol, k->measured);
-      EXPECT_LT(rel, k->bound) << fixture_.name << " " << dtype_ << " case " << i
-                               << ": known divergence got worse";
-      EXPECT_GE(static_cast<int>(d), k->first_token)
-          << fixture_.name << " " << dtype_ << " case " << i << ": diverges earlier than known";
+    std::printf("%s [cpu %s] case %zu greedy DIVERGES from transformers at token %zu of %zu: "
+                "ours %d, reference %d; margin %.4g of max |logit|; identical up to there\n",
+                fx(), dtype_.c_str(), i, d.at, c.greedy.size(), run.greedy[i][d.at],
+                c.greedy[d.at], d.margin);
+    if (const BeyondTol* k = FindBeyondTol(fixture_.name, dtype_, static_cast<int>(i));
+        k != nullptr) {
+      std::printf("  listed fixture property (measured %s): margin held to %.3g, from token %d\n",
+                  k->measured, k->bound, k->first_token);
+      EXPECT_LT(d.margin, k->bound) << fx() << " " << dtype_ << " case " << i;
+      EXPECT_GE(static_cast<int>(d.at), k->first_token)
+          << fx() << " " << dtype_ << " case " << i << ": diverges earlier than measured";
       continue;
     }
-    EXPECT_LT(rel, kTol) << fixture_.name << " " << dtype_ << " case " << i
-                         << ": divergence at token " << d << " is not a near tie";
+    EXPECT_LT(d.margin, kTol) << fx() << " " << dtype_ << " case " << i << ": divergence at "
+                              << d.at << " is not a near tie";
   }
   ASSERT_TRUE((*engine)->Drain().ok());
+}
+
+TEST_P(NarrowGoldenTest, CudaNarrowMatchesCpuNarrow) {
+  const absl::Status avail = CudaBackendAvailable();
+  if (!avail.ok()) GTEST_SKIP() << "backend cuda: " << avail.message();
+  auto cpu = Engine::Create(Options(fixture_.dir, "cpu", dtype_));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  auto gpu = Engine::Create(Options(fixture_.dir, "cuda", dtype_));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EngineRun c, g;
+  ASSERT_NO_FATAL_FAILURE(RunFixture(**cpu, fixture_, &c));
+  ASSERT_NO_FATAL_FAILURE(RunFixture(**gpu, fixture_, &g));
+  ASSERT_EQ(g.prompt_logits.size(), c.prompt_logits.size());
+  const double rel = RelDiff(g.prompt_logits, c.prompt_logits);
+  std::printf("%s [%s] prompt logits cuda vs cpu: rel diff %.3g of max |logit| %.4g\n", fx(),
+              dtype_.c_str(), rel, MaxAbs(c.prompt_logits));
+  EXPECT_LE(rel, kCudaTol) << fx() << " " << dtype_;
+  for (size_t i = 0; i < fixture_.cases.size(); ++i) {
+    const Divergence d =
+        FindDivergence(**cpu, fixture_.cases[i].prompt, c.greedy[i], g.greedy[i], vocab_);
+    if (d.at == c.greedy[i].size()) {
+      std::printf("%s [%s] case %zu greedy cuda vs cpu: %zu/%zu identical\n", fx(),
+                  dtype_.c_str(), i, d.at, c.greedy[i].size());
+      continue;
+    }
+    std::printf("%s [%s] case %zu greedy cuda vs cpu DIVERGES at token %zu of %zu: cpu %d, cuda "
+                "%d; cpu margin %.3g of max |logit|; identical up to there\n",
+                fx(), dtype_.c_str(), i, d.at, c.greedy[i].size(), c.greedy[i][d.at],
+                g.greedy[i][d.at], d.margin);
+    EXPECT_LE(d.margin, kCudaTol) << fx() << " " << dtype_ << " case " << i
+                                  << ": cuda and cpu differ at a token that is not a near tie";
+  }
+  ASSERT_TRUE((*cpu)->Drain().ok());
+  ASSERT_TRUE((*gpu)->Drain().ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, NarrowGoldenTest,
@@ -283,35 +368,21 @@ ModelLoadOptions LoadOptions(const std::string& dir, const std::string& backend,
   return lo;
 }
 
-TEST(NarrowWeightsLoadTest, CpuBackendRefusesNarrowWeightsNamingTheFix) {
-  const std::string dir = GoldenDir() + "/tiny-dense";
-  for (const char* dtype : {"bf16", "auto"}) {
-    auto m = LoadGlmMoeDsa(LoadOptions(dir, "cpu", dtype));
-    ASSERT_FALSE(m.ok()) << dtype;
-    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(m.status().message().find("--dtype fp32"), std::string::npos) << m.status();
-    EXPECT_NE(m.status().message().find("cuda"), std::string::npos) << m.status();
-  }
-  auto bad = LoadGlmMoeDsa(LoadOptions(dir, "cpu", "fp16"));
+TEST(NarrowWeightsLoadTest, UnknownDtypeNamesTheAcceptedOnes) {
+  auto bad = LoadGlmMoeDsa(LoadOptions(GoldenDir() + "/tiny-dense", "cpu", "fp16"));
   ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("fp32, bf16, auto"), std::string::npos) << bad.status();
-  auto ok = LoadGlmMoeDsa(LoadOptions(dir, "cpu", "fp32"));
-  ASSERT_TRUE(ok.ok()) << ok.status();
-  auto mem = WeightMemoryOf(**ok);
-  ASSERT_TRUE(mem.has_value());
-  EXPECT_EQ(mem->linear_bytes, mem->linear_fp32_bytes);
-  EXPECT_EQ(mem->num_linear_bf16 + mem->num_linear_fp8, 0);
 }
 
-// Weight bytes per dtype: bf16 halves the Linear weights, fp8 keeps a quarter (+ scales).
-TEST(NarrowWeightsLoadTest, WeightBytesPerDtype) {
-  const absl::Status avail = CudaBackendAvailable();
-  if (!avail.ok()) GTEST_SKIP() << "backend cuda: " << avail.message();
+// Weight bytes per dtype on the cpu backend (the narrow bytes stay narrow in host memory): bf16
+// halves the Linear weights, fp8 keeps a quarter (+ scales).
+TEST(NarrowWeightsLoadTest, CpuWeightBytesPerDtype) {
   for (const Fixture& fx : LoadFixtures()) {
     ModelWeightMemory mem[3];
     const char* dtypes[3] = {"fp32", "bf16", "auto"};
     for (int i = 0; i < 3; ++i) {
-      auto m = LoadGlmMoeDsa(LoadOptions(fx.dir, "cuda", dtypes[i]));
+      auto m = LoadGlmMoeDsa(LoadOptions(fx.dir, "cpu", dtypes[i]));
       ASSERT_TRUE(m.ok()) << fx.name << " " << dtypes[i] << ": " << m.status();
       auto w = WeightMemoryOf(**m);
       ASSERT_TRUE(w.has_value());
@@ -328,6 +399,7 @@ TEST(NarrowWeightsLoadTest, WeightBytesPerDtype) {
                   static_cast<long long>(w->fp8_scale_bytes));
     }
     EXPECT_EQ(mem[0].linear_bytes, mem[0].linear_fp32_bytes) << fx.name;
+    EXPECT_EQ(mem[0].num_linear_bf16 + mem[0].num_linear_fp8, 0) << fx.name;
     EXPECT_EQ(mem[1].linear_fp32_bytes, mem[0].linear_fp32_bytes) << fx.name;
     // Row strides are padded to 8 bf16 elements; the fixtures' widths are multiples of 8.
     EXPECT_EQ(mem[1].linear_bytes * 2, mem[0].linear_bytes) << fx.name;

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", opts.device, "CUDA device ordinal")->capture_default_str();
   app.add_option("--dtype", opts.weight_dtype,
                  "Linear weight storage: fp32, bf16, or auto (fp8 checkpoints keep e4m3 + block "
-                 "scales, else bf16); bf16/auto need the cuda backend")
+                 "scales, else bf16); cpu and cuda")
       ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
       ->capture_default_str();
   app.add_option("--kv-dtype", opts.kv_dtype,

@@ -210,7 +210,8 @@ class Backend {
   virtual void Synchronize() = 0;
 
   // Whether Linear's `w` and MoeExperts' weights may be stored as `dtype` (the model's loader
-  // asks before keeping weights narrower than fp32). Default: fp32 only (the cpu backend).
+  // asks before keeping weights narrower than fp32). Default: fp32 only; the cpu and cuda
+  // backends take every WeightDType.
   virtual bool SupportsWeightDType(WeightDType dtype) const { return dtype == WeightDType::kF32; }
 
   // y[M, N] = x[M, K] . w[N, K]^T (+ y when accumulate). w is a Linear weight [out, in], of any

@@ -13,6 +13,18 @@ TEST(CreateBackend, CpuAlwaysWorks) {
   EXPECT_TRUE((*b)->status().ok());
 }
 
+// Narrow Linear weights (bf16, fp8 block-scaled) run on the cpu backend too, with the cuda
+// backend's numerics (engine/backend/cpu/cpu_narrow.h), so --dtype bf16|auto works everywhere.
+TEST(CreateBackend, EveryBackendTakesNarrowWeights) {
+  for (const char* kind : {"cpu", "auto"}) {
+    auto b = CreateBackend(kind, 1);
+    ASSERT_TRUE(b.ok()) << kind << ": " << b.status();
+    for (WeightDType d : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
+      EXPECT_TRUE((*b)->SupportsWeightDType(d)) << kind << " " << static_cast<int>(d);
+    }
+  }
+}
+
 TEST(CreateBackend, AutoPicksCudaOnlyWhereAvailable) {
   const bool cuda = CudaBackendAvailable().ok();
   EXPECT_EQ(ResolveBackendKind("auto"), cuda ? "cuda" : "cpu");

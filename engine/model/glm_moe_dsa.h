@@ -65,7 +65,7 @@ struct ModelLoadOptions {
   // "fp32" (the reference), "bf16", or "auto" (e4m3 + 128x128 block scales where the checkpoint
   // is fp8, bf16 otherwise). Norm weights, biases, the embedding, the MoE router and kv_b_proj
   // (read per head by the absorbed attention) stay fp32. Narrow dtypes need a backend that
-  // supports them (cuda); the cpu backend fails the load naming the fix.
+  // supports them (Backend::SupportsWeightDType: cpu and cuda both do, with the same numerics).
   std::string weight_dtype = "fp32";
   // Decode steps (every slice one token, whole model on this shard, batch <= 64) on a backend
   // with graphs (cuda) run as CUDA graphs: captured on the first step of each (batch size, key
