@@ -24,8 +24,17 @@ absl::Status MoeRoute(const float* logits, int64_t ld, const float* bias, int64_
   if (bias != nullptr) GLM_RETURN_IF_ERROR(CheckDevicePointer(bias, kOp, "bias"));
   GLM_RETURN_IF_ERROR(CheckDevicePointer(ids, kOp, "ids"));
   GLM_RETURN_IF_ERROR(CheckDevicePointer(weights, kOp, "weights"));
-  detail::MoeRouteKernel<<<static_cast<unsigned>(rows), detail::kMoeRouteThreads, 0, stream>>>(
-      logits, ld, bias, num_experts, n_group, topk_group, top_k, renormalize, scale, ids, weights);
+  const unsigned blocks =
+      static_cast<unsigned>((rows + detail::kMoeRouteWarps - 1) / detail::kMoeRouteWarps);
+  if (num_experts <= 256) {
+    detail::MoeRouteWarpKernel<8><<<blocks, detail::kMoeRouteWarps * 32, 0, stream>>>(
+        logits, ld, bias, rows, num_experts, n_group, topk_group, top_k, renormalize, scale, ids,
+        weights);
+  } else {
+    detail::MoeRouteWarpKernel<32><<<blocks, detail::kMoeRouteWarps * 32, 0, stream>>>(
+        logits, ld, bias, rows, num_experts, n_group, topk_group, top_k, renormalize, scale, ids,
+        weights);
+  }
   return CudaStatus(cudaGetLastError(), "MoeRoute launch");
 }
 

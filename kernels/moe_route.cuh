@@ -1,10 +1,14 @@
-// moe_route: one CTA per token row. Scores and choice values live in shared memory; group
-// filtering runs one thread per group for the top-2 sums and one thread for the (tiny) group
-// selection; the top_k experts are then taken one per round by a block-wide argmax over
-// (choice desc, expert asc), which reproduces the CPU's partial_sort order exactly, including
-// -inf choices of filtered groups when top_k exceeds the experts left. The final weights are
-// summed by one thread in choice order (same fp32 rounding as the CPU).
-// Limits: num_experts <= kMoeRouteMaxExperts (shared memory ~13 KiB), top_k <= kMoeRouteMaxTopK.
+// moe_route: one warp per token row (kMoeRouteWarps rows per CTA), no block-wide barriers.
+// Lane l holds experts e = l + 32 i (i < kP, kP = 8 for <= 256 experts, else 32) in registers:
+// score s = sigmoid(logit) and choice c = s + bias. Group filtering (n_group > 1, topk_group <
+// n_group) goes through the warp's shared-memory slice: lane g sums the top-2 choices of group g
+// (sequentially, any group size), the topk_group groups are taken by warp-wide argmax rounds
+// over (group score desc, group asc) and the choices of the other groups become -inf. The top_k
+// experts are then taken one per round: each lane's best untaken (choice desc, expert asc), a
+// 5-step butterfly to the warp's best, the owner marks it taken. This reproduces the CPU's
+// partial_sort order exactly, including -inf choices of filtered groups when top_k exceeds the
+// experts left. Lane 0 sums the chosen scores in choice order (the CPU's fp32 rounding).
+// Limits: num_experts <= kMoeRouteMaxExperts, top_k <= kMoeRouteMaxTopK.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +17,7 @@
 
 namespace glm::kernels::detail {
 
-inline constexpr int kMoeRouteThreads = 256;
+inline constexpr int kMoeRouteWarps = 4;
 inline constexpr int kNoExpert = 0x7fffffff;
 
 // (v, i) comes before (bv, bi): larger value, then lower index; bi == kNoExpert is empty.
@@ -23,32 +27,61 @@ __device__ __forceinline__ bool RouteBefore(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
-__global__ void __launch_bounds__(kMoeRouteThreads) MoeRouteKernel(
-    const float* logits, int64_t ld, const float* bias, int num_experts, int n_group,
-    int topk_group, int top_k, bool renormalize, float scale, int32_t* ids, float* weights) {
-  __shared__ float s_score[kMoeRouteMaxExperts];
-  __shared__ float s_choice[kMoeRouteMaxExperts];
-  __shared__ float s_group[kMoeRouteMaxExperts];
-  __shared__ unsigned char s_keep[kMoeRouteMaxExperts];
-  __shared__ unsigned char s_taken[kMoeRouteMaxExperts];
-  __shared__ int32_t s_chosen[kMoeRouteMaxTopK];
-  __shared__ float s_warp_v[32];
-  __shared__ int s_warp_i[32];
-  const int64_t t = blockIdx.x;
-  const float* l = logits + t * ld;
-  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
-    const float s = 1.0f / (1.0f + expf(-l[e]));
-    s_score[e] = s;
-    s_choice[e] = s + (bias != nullptr ? bias[e] : 0.0f);
-    s_taken[e] = 0;
+// Warp-wide best (value, index, payload) under RouteBefore; every lane gets the winner.
+__device__ __forceinline__ void WarpRouteBest(float& bv, int& bi, float& bs) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    const float os = __shfl_xor_sync(0xffffffffu, bs, off);
+    if (RouteBefore(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+      bs = os;
+    }
   }
-  __syncthreads();
+}
+
+// grid ceil(rows / kMoeRouteWarps), block kMoeRouteWarps * 32.
+template <int kP>
+__global__ void __launch_bounds__(kMoeRouteWarps * 32) MoeRouteWarpKernel(
+    const float* logits, int64_t ld, const float* bias, int64_t rows, int num_experts,
+    int n_group, int topk_group, int top_k, bool renormalize, float scale, int32_t* ids,
+    float* weights) {
+  __shared__ float s_buf[kMoeRouteWarps][kP * 32];    // group step: choices
+  __shared__ float s_group[kMoeRouteWarps][kP * 32];  // group step: group scores
+  __shared__ unsigned char s_keep[kMoeRouteWarps][kP * 32];
+  __shared__ int32_t s_id[kMoeRouteWarps][kMoeRouteMaxTopK];
+  __shared__ float s_sc[kMoeRouteWarps][kMoeRouteMaxTopK];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = int64_t{blockIdx.x} * kMoeRouteWarps + warp;
+  if (t >= rows) return;  // warp-uniform; no block barriers below
+  const float* l = logits + t * ld;
+  float sc[kP], ch[kP];
+#pragma unroll
+  for (int i = 0; i < kP; ++i) {
+    const int e = lane + 32 * i;
+    if (e < num_experts) {
+      sc[i] = 1.0f / (1.0f + expf(-l[e]));
+      ch[i] = sc[i] + (bias != nullptr ? bias[e] : 0.0f);
+    } else {
+      sc[i] = ch[i] = 0.0f;
+    }
+  }
   if (n_group > 1 && topk_group < n_group) {
+    float* buf = s_buf[warp];
+    float* gs = s_group[warp];
+    unsigned char* keep = s_keep[warp];
+#pragma unroll
+    for (int i = 0; i < kP; ++i) {
+      if (lane + 32 * i < num_experts) buf[lane + 32 * i] = ch[i];
+    }
+    __syncwarp();
     const int group_size = num_experts / n_group;
-    for (int g = threadIdx.x; g < n_group; g += blockDim.x) {
+    for (int g = lane; g < n_group; g += 32) {
       float top1 = -INFINITY, top2 = -INFINITY;
       for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
-        const float c = s_choice[e];
+        const float c = buf[e];
         if (c > top1) {
           top2 = top1;
           top1 = c;
@@ -56,72 +89,58 @@ __global__ void __launch_bounds__(kMoeRouteThreads) MoeRouteKernel(
           top2 = c;
         }
       }
-      s_group[g] = group_size > 1 ? top1 + top2 : top1;
-      s_keep[g] = 0;
+      gs[g] = group_size > 1 ? top1 + top2 : top1;
+      keep[g] = 0;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int k = 0; k < topk_group; ++k) {
-        int best = kNoExpert;
-        for (int g = 0; g < n_group; ++g) {
-          if (!s_keep[g] && RouteBefore(s_group[g], g, best == kNoExpert ? 0.0f : s_group[best],
-                                        best)) {
-            best = g;
-          }
+    __syncwarp();
+    for (int k = 0; k < topk_group; ++k) {
+      float bv = 0.0f, bs = 0.0f;
+      int bi = kNoExpert;
+      for (int g = lane; g < n_group; g += 32) {
+        if (!keep[g] && RouteBefore(gs[g], g, bv, bi)) {
+          bv = gs[g];
+          bi = g;
         }
-        s_keep[best] = 1;
       }
+      WarpRouteBest(bv, bi, bs);
+      __syncwarp();
+      if (lane == 0) keep[bi] = 1;
+      __syncwarp();
     }
-    __syncthreads();
-    for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
-      if (!s_keep[e / group_size]) s_choice[e] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kP; ++i) {
+      const int e = lane + 32 * i;
+      if (e < num_experts && !keep[e / group_size]) ch[i] = -INFINITY;
     }
-    __syncthreads();
   }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int num_warps = blockDim.x / 32;
+  unsigned taken = 0;  // bit i: expert lane + 32 i chosen
+  float sum = 0.0f;
   for (int j = 0; j < top_k; ++j) {
-    float bv = 0.0f;
+    float bv = 0.0f, bs = 0.0f;
     int bi = kNoExpert;
-    for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
-      if (!s_taken[e] && RouteBefore(s_choice[e], e, bv, bi)) {
-        bv = s_choice[e];
+#pragma unroll
+    for (int i = 0; i < kP; ++i) {
+      const int e = lane + 32 * i;
+      if (e < num_experts && !(taken >> i & 1u) && RouteBefore(ch[i], e, bv, bi)) {
+        bv = ch[i];
         bi = e;
+        bs = sc[i];
       }
     }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (RouteBefore(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    WarpRouteBest(bv, bi, bs);
+    if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
     if (lane == 0) {
-      s_warp_v[warp] = bv;
-      s_warp_i[warp] = bi;
+      sum += bs;
+      s_id[warp][j] = bi;
+      s_sc[warp][j] = bs;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < num_warps; ++w) {
-        if (RouteBefore(s_warp_v[w], s_warp_i[w], bv, bi)) {
-          bv = s_warp_v[w];
-          bi = s_warp_i[w];
-        }
-      }
-      s_chosen[j] = bi;
-      s_taken[bi] = 1;
-    }
-    __syncthreads();
   }
-  if (threadIdx.x == 0) {
-    float sum = 0.0f;
-    for (int j = 0; j < top_k; ++j) sum += s_score[s_chosen[j]];
-    const float denom = renormalize ? sum + 1e-20f : 1.0f;
-    for (int j = 0; j < top_k; ++j) {
-      ids[t * top_k + j] = s_chosen[j];
-      weights[t * top_k + j] = s_score[s_chosen[j]] / denom * scale;
-    }
+  sum = __shfl_sync(0xffffffffu, sum, 0);
+  __syncwarp();
+  const float denom = renormalize ? sum + 1e-20f : 1.0f;
+  for (int j = lane; j < top_k; j += 32) {
+    ids[t * top_k + j] = s_id[warp][j];
+    weights[t * top_k + j] = s_sc[warp][j] / denom * scale;
   }
 }
 

@@ -2,7 +2,9 @@
 // identical expert ids (order included) and weights to ~1 ulp over a sweep: 1 expert, GLM-5's
 // 256/top-8, DeepSeek-V3's 8 groups keep 4, groups of one expert, top_k beyond the kept groups
 // (-inf choices), no bias, all-equal logits (every choice a tie), the maximum 1024 experts /
-// top-64; padded logits stride, guard bytes, finite weights. Skips without a GPU.
+// top-64; coarse logits / bias (ties between distinct experts and groups decide the order) with
+// and without renormalizing, one row and 1001 rows; padded logits stride, guard bytes, finite
+// weights. Skips without a GPU.
 #include "kernels/moe_route.h"
 
 #include <gtest/gtest.h>
@@ -80,22 +82,37 @@ TEST_F(MoeRouteTest, MatchesCpuRouter) {
     int experts, n_group, topk_group, top_k;
     bool renormalize, with_bias, all_equal;
     float scale;
+    bool coarse = false;  // logits from {-1, 0, 1}, bias from {0, 0.5}: ties between experts
   };
   const Case cases[] = {
       {1, 1, 1, 1, 1, true, true, false, 1.0f},      {5, 8, 1, 1, 2, true, true, false, 1.0f},
       {17, 256, 1, 1, 8, true, true, false, 2.5f},   {33, 256, 8, 4, 8, true, true, false, 2.5f},
       {9, 160, 1, 1, 6, false, false, false, 1.0f},  {4, 64, 64, 5, 6, true, true, false, 1.0f},
       {6, 16, 8, 1, 4, true, true, false, 1.0f},     {3, 64, 4, 2, 8, true, false, true, 1.0f},
-      {5, 1024, 16, 3, 64, true, true, false, 1.5f}, {300, 72, 6, 6, 5, false, true, false, 0.5f}};
+      {5, 1024, 16, 3, 64, true, true, false, 1.5f}, {300, 72, 6, 6, 5, false, true, false, 0.5f},
+      // One row (decode), many rows over several CTAs (rows % 4 != 0), coarse values so that
+      // ties (to the lower expert / group) decide the order, with and without renormalizing,
+      // grouped and not, 300 experts (the 32-per-lane kernel) with groups of one.
+      {1, 256, 1, 1, 8, true, true, false, 2.5f},
+      {1, 256, 1, 1, 8, true, true, false, 2.5f, true},
+      {1001, 256, 8, 4, 8, false, true, false, 1.0f, true},
+      {37, 256, 8, 3, 8, true, false, false, 2.5f, true},
+      {7, 256, 1, 1, 1, false, true, false, 1.0f, true},
+      {11, 300, 300, 7, 40, true, true, false, 1.0f, true},
+      {2, 33, 1, 1, 33, true, true, false, 1.0f}};
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   for (const Case& c : cases) {
     SCOPED_TRACE(absl::StrCat("rows=", c.rows, " experts=", c.experts, " n_group=", c.n_group,
-                              " topk_group=", c.topk_group, " top_k=", c.top_k));
+                              " topk_group=", c.topk_group, " top_k=", c.top_k,
+                              " renormalize=", c.renormalize, " coarse=", c.coarse));
     const int64_t ld = c.experts + 3;
     std::vector<float> logits(static_cast<size_t>(c.rows * ld)), bias(c.experts);
-    for (float& v : logits) v = c.all_equal ? 0.25f : nd(rng);
-    for (float& v : bias) v = c.all_equal ? 0.0f : 0.1f * nd(rng);
+    std::uniform_int_distribution<int> level(0, 2);
+    for (float& v : logits) v = c.all_equal ? 0.25f : c.coarse ? level(rng) - 1.0f : nd(rng);
+    for (float& v : bias) {
+      v = c.all_equal ? 0.0f : c.coarse ? 0.5f * (level(rng) & 1) : 0.1f * nd(rng);
+    }
     GuardedBuffer dl(logits.size() * 4), db(bias.size() * 4);
     GuardedBuffer dids(static_cast<size_t>(c.rows * c.top_k) * 4);
     GuardedBuffer dw(static_cast<size_t>(c.rows * c.top_k) * 4);

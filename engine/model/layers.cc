@@ -220,13 +220,12 @@ void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const 
   float* weights = ctx.ws->Floats(T * top_k);    // [T, top_k]
   ctx.backend->MoeRoute(logits, bias.data(), n_group, topk_group, top_k, renormalize, scale, ids,
                         weights);
-  ctx.backend->Fill(out, 0.0f);
+  // The shared expert writes out, the routed experts accumulate onto it (MoeExperts is
+  // out +=): no Fill and no Add launch.
+  shared.Forward(ctx, x, out);  // [T, H]
   ExpertWeights ew{gate_views.data(), up_views.data(), down_views.data(),
                    static_cast<int32_t>(experts.size())};
   ctx.backend->MoeExperts(x, ids, weights, top_k, ew, out);
-  MatView shared_out = ctx.ws->Mat(T, x.cols);  // [T, H]
-  shared.Forward(ctx, x, shared_out);
-  ctx.backend->Add(shared_out, out);
 }
 
 // ---- Indexer ----------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ glm_add_test(NAME cuda_narrow_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_narrow
 # fp8 KV cache ops (writes, gather, Attention / IndexerTopK over fp8 caches) vs the CPU backend.
 glm_add_test(NAME cuda_kv_fp8_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_kv_fp8_test.cc
   LIBS glm_backend_cuda glm_backend_cpu glm_kernels LABELS gpu)
+# MoeExperts through every path (decode kernels, previous GEMV, tiled) and dtype vs the CPU backend.
+glm_add_test(NAME cuda_moe_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_moe_test.cc
+  LIBS glm_backend_cuda glm_backend_cpu glm_kernels_gemm LABELS gpu)
 
 add_executable(cuda_ops_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_bench.cc)
 target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda glm_kernels)

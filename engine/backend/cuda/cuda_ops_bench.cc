@@ -2,11 +2,13 @@
 // mean over iterations after warm-up) and achieved bandwidth over the bytes the op must read.
 //   attention: absorbed MLA, 64 heads, da 512 + db 64, dv 512, 2048 selected of 128K cached keys
 //   indexer:   32 heads x 128 dims over 128K keys, top_k 2048
-//   moe:       hidden 6144, moe_inter 2048, top-8 of --experts (default 256) experts, batch 1/8/64
-// Usage: cuda_ops_bench [--experts N] [--iters N]. fp32 weights: 256 experts need ~38.7 GB.
+//   moe:       hidden 6144, moe_inter 2048, top-8 of --experts (default 256) experts, batch 1/8/64,
+//              fp8 and bf16 weights, each MoeExperts path, against a D2D copy of the same run
+// Usage: cuda_ops_bench [--experts N] [--iters N] [--only moe]. 256 bf16 experts need ~19.3 GB.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/cuda_ops_moe.h"
 
 #include <algorithm>
 #include <cmath>
@@ -172,51 +174,114 @@ void BenchIndexer(std::mt19937& rng, BenchScratch& scratch, int iters) {
   cudaFree(keys), cudaFree(d_slots);
 }
 
+// Device-to-device copy of `bytes`: read + write bytes per second (the bandwidth baseline).
+double D2dGBps(size_t bytes, int iters) {
+  void *a = nullptr, *b = nullptr;
+  BENCH_CHECK(cudaMalloc(&a, bytes));
+  BENCH_CHECK(cudaMalloc(&b, bytes));
+  BENCH_CHECK(cudaMemset(a, 1, bytes));
+  const double ms = TimeMs(
+      [&] {
+        return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess
+                   ? absl::OkStatus()
+                   : absl::InternalError("cudaMemcpyAsync");
+      },
+      iters);
+  cudaFree(a), cudaFree(b);
+  return 2.0 * bytes / (ms * 1e-3) / 1e9;
+}
+
+// Routed experts at GLM-5 widths with fp8 (128x128 block scales) and bf16 weights: per batch
+// (1 / 8 / 64 tokens, top-8 of `num_experts`), every MoeExperts path that applies (decode
+// kernels, the previous decode GEMV, the tiled GEMM), us per call, GB/s of the distinct experts'
+// weight bytes (+ scales) and that as a fraction of a D2D copy measured in the same run.
 void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int iters) {
   const int hidden = 6144, inter = 2048, top_k = 8;
   const size_t mat = size_t(hidden) * inter;
-  float* weights = nullptr;  // gate | up | down per expert
-  const size_t bytes_all = 3 * mat * num_experts * sizeof(float);
-  if (cudaMalloc(reinterpret_cast<void**>(&weights), bytes_all) != cudaSuccess) {
-    std::printf("moe: cannot allocate %.1f GB of expert weights; rerun with fewer --experts\n",
-                bytes_all / 1e9);
-    (void)cudaGetLastError();
-    return;
-  }
-  BENCH_CHECK(cudaMemset(weights, 0x3c, bytes_all));  // 0.0115 per element
-  std::vector<MatView> g, u, d;
-  for (int e = 0; e < num_experts; ++e) {
-    float* base = weights + 3 * mat * e;
-    g.push_back({base, inter, hidden, hidden});
-    u.push_back({base + mat, inter, hidden, hidden});
-    d.push_back({base + 2 * mat, hidden, inter, inter});
-  }
-  const ExpertWeights ew{g.data(), u.data(), d.data(), num_experts};
-  for (int tokens : {1, 8, 64}) {
-    std::vector<int32_t> ids;
-    std::set<int32_t> used;
-    for (int t = 0; t < tokens; ++t) {
-      std::vector<int32_t> perm(num_experts);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      ids.insert(ids.end(), perm.begin(), perm.begin() + top_k);
-      used.insert(perm.begin(), perm.begin() + top_k);
+  const double d2d = D2dGBps(size_t{1} << 30, iters);
+  std::printf("d2d copy 1 GiB: %.1f GB/s (read + write)\n", d2d);
+  for (WeightDType dtype : {WeightDType::kF8E4M3Block128, WeightDType::kBF16}) {
+    const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
+    const size_t eb = fp8 ? 1 : 2;
+    const size_t per_expert = 3 * mat * eb;
+    const size_t scale_floats = 3 * size_t(hidden / 128) * (inter / 128);  // per expert
+    char* weights = nullptr;  // gate | up | down per expert
+    float* scales = nullptr;
+    if (cudaMalloc(reinterpret_cast<void**>(&weights), per_expert * num_experts) != cudaSuccess ||
+        cudaMalloc(reinterpret_cast<void**>(&scales),
+                   std::max<size_t>(1, scale_floats * num_experts) * 4) != cudaSuccess) {
+      std::printf("moe: cannot allocate %.1f GB of expert weights; rerun with fewer --experts\n",
+                  per_expert * num_experts / 1e9);
+      (void)cudaGetLastError();
+      cudaFree(weights);
+      return;
     }
-    float* x = DeviceCopy(Random(rng, size_t(tokens) * hidden));
-    float* out = DeviceCopy(std::vector<float>(size_t(tokens) * hidden, 0.f));
-    float* w = DeviceCopy(Random(rng, size_t(tokens) * top_k));
-    int32_t* d_ids = DeviceCopy(ids);
-    const MatView xv{x, tokens, hidden, hidden}, ov{out, tokens, hidden, hidden};
-    const double ms = TimeMs(
-        [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
-    const double bytes = double(used.size()) * 3 * mat * 4;
-    char name[96];
-    std::snprintf(name, sizeof(name), "moe batch=%d top8/%d experts (%zu used)", tokens,
-                  num_experts, used.size());
-    Report(name, ms, bytes);
-    cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
+    BENCH_CHECK(cudaMemset(weights, 0x3c, per_expert * num_experts));  // fp8 1.5, bf16 0.0115
+    BENCH_CHECK(cudaMemset(scales, 0x3c, scale_floats * num_experts * 4));  // 0.0115
+    std::vector<MatView> g, u, d;
+    for (int e = 0; e < num_experts; ++e) {
+      char* base = weights + per_expert * e;
+      float* sb = scales + scale_floats * e;
+      MatView gv{reinterpret_cast<float*>(base), inter, hidden, hidden};
+      MatView uv{reinterpret_cast<float*>(base + mat * eb), inter, hidden, hidden};
+      MatView dv{reinterpret_cast<float*>(base + 2 * mat * eb), hidden, inter, inter};
+      gv.dtype = uv.dtype = dv.dtype = dtype;
+      if (fp8) {
+        const int64_t gsl = hidden / 128, dsl = inter / 128;
+        gv.scales = sb, gv.scale_ld = gsl;
+        uv.scales = sb + (inter / 128) * gsl, uv.scale_ld = gsl;
+        dv.scales = sb + 2 * (inter / 128) * gsl, dv.scale_ld = dsl;
+      }
+      g.push_back(gv), u.push_back(uv), d.push_back(dv);
+    }
+    const ExpertWeights ew{g.data(), u.data(), d.data(), num_experts};
+    for (int tokens : {1, 8, 64}) {
+      std::vector<int32_t> ids;
+      std::set<int32_t> used;
+      for (int t = 0; t < tokens; ++t) {
+        std::vector<int32_t> perm(num_experts);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        ids.insert(ids.end(), perm.begin(), perm.begin() + top_k);
+        used.insert(perm.begin(), perm.begin() + top_k);
+      }
+      float* x = DeviceCopy(Random(rng, size_t(tokens) * hidden));
+      float* out = DeviceCopy(std::vector<float>(size_t(tokens) * hidden, 0.f));
+      float* w = DeviceCopy(Random(rng, size_t(tokens) * top_k));
+      int32_t* d_ids = DeviceCopy(ids);
+      const MatView xv{x, tokens, hidden, hidden}, ov{out, tokens, hidden, hidden};
+      const double bytes = double(used.size()) * (per_expert + (fp8 ? scale_floats * 4 : 0));
+      struct Path {
+        const char* name;
+        MoeDecodePath path;
+        int ctas_per_sm, l2_prefetch;
+      };
+      const Path paths[] = {{"decode", MoeDecodePath::kAuto, 0, 4},
+                            {"decode pf8", MoeDecodePath::kAuto, 0, 8},
+                            {"decode no-pf", MoeDecodePath::kAuto, 0, 0},
+                            {"decode 1 cta/sm", MoeDecodePath::kAuto, 1, 4},
+                            {"legacy gemv", MoeDecodePath::kLegacyGemv, 0, 4},
+                            {"tiled", MoeDecodePath::kTiled, 0, 4}};
+      for (const Path& p : paths) {
+        if (tokens * top_k > 64 && p.path != MoeDecodePath::kTiled) continue;  // tiled only
+        if ((p.ctas_per_sm != 0 || p.l2_prefetch != 4) && tokens > 8) continue;
+        SetMoeDecodePath(p.path);
+        SetMoeDecodeCtasPerSm(p.ctas_per_sm);
+        SetMoeDecodeL2Prefetch(p.l2_prefetch);
+        const double ms = TimeMs(
+            [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
+        const double gbps = bytes / (ms * 1e-3) / 1e9;
+        std::printf("moe %s batch=%-2d top8/%d (%3zu used) %-16s %9.1f us %8.1f GB/s  %.2f of d2d\n",
+                    fp8 ? "fp8 " : "bf16", tokens, num_experts, used.size(), p.name, ms * 1e3,
+                    gbps, gbps / d2d);
+      }
+      SetMoeDecodePath(MoeDecodePath::kAuto);
+      SetMoeDecodeCtasPerSm(0);
+      SetMoeDecodeL2Prefetch(4);
+      cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
+    }
+    cudaFree(weights), cudaFree(scales);
   }
-  cudaFree(weights);
 }
 
 }  // namespace
@@ -224,9 +289,11 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
 
 int main(int argc, char** argv) {
   int experts = 256, iters = 20;
+  std::string only;  // --only moe: that section alone
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--experts") == 0) experts = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -238,8 +305,10 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   std::mt19937 rng(7);
   glm::engine::cuda::BenchScratch scratch;
-  glm::engine::cuda::BenchAttention(rng, scratch, iters * 5);
-  glm::engine::cuda::BenchIndexer(rng, scratch, iters * 5);
-  glm::engine::cuda::BenchMoe(rng, scratch, experts, iters);
+  if (only.empty()) {
+    glm::engine::cuda::BenchAttention(rng, scratch, iters * 5);
+    glm::engine::cuda::BenchIndexer(rng, scratch, iters * 5);
+  }
+  if (only.empty() || only == "moe") glm::engine::cuda::BenchMoe(rng, scratch, experts, iters);
   return 0;
 }

@@ -16,10 +16,14 @@
 //    edges). Warp w computes rows 8w..8w+7 (only the rows its expert has: a decode tile with one
 //    row costs one warp-row of FMAs), lane l columns l, l+32, l+64, l+96; shared rows are padded
 //    to kBK + 4 floats so the float4 reads of 8 lanes hit 32 distinct banks.
-// 2'./3'. Decode (pairs <= kGemvMaxPairs = 64 and 16-byte weight rows): MoeGemvKernel in place
-//    of 2. and 3., same outputs (act, y by row): each warp streams 4 weight rows with 16-byte
-//    loads against the expert's rows staged in shared memory (see the kernel's comment). Chosen
-//    on the host from pairs only (no sync, graph-capture safe).
+// Decode (pairs <= kGemvMaxPairs = 64 and 16-byte weight rows), the default: no 1., no integer
+//    scratch: MoeDecodeKernel<fused> then MoeDecodeKernel<down> (each warp derives the routing
+//    from ids itself; persistent grid sized from the SM count; act / y by pair) and
+//    MoeCombineByPairKernel: three launches (see the kernels' comment). Chosen on the host from
+//    pairs only (no sync, graph-capture safe). cuda_ops_moe.h can force the previous decode
+//    path, 2'./3'. below (1. + MoeGemvKernel in place of 2. and 3. + 4.), or the tiled one.
+// 2'./3'. MoeGemvKernel: same outputs as 2./3. (act, y by row): each warp streams 4 weight rows
+//    with 16-byte loads against the expert's rows staged in shared memory.
 // 4. MoeCombineKernel: out[t] += sum_j w[t, j] * y[pair_row[t, j]], j in fixed order (no float
 //    atomics: deterministic).
 // The per-expert weight pointers are uploaded once per ExpertWeights array (keyed by device and
@@ -39,11 +43,13 @@
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/cuda_ops_moe.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -551,6 +557,337 @@ absl::Status LaunchGemvFor(int wt, const GemmParams& p, int64_t slots, cudaStrea
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGemvKernel launch");
 }
 
+// ---- 2''./3''. decode path: weight-streaming warps over the distinct experts -----------------
+//
+// MoeDecodeKernel<kFused, kWT> (pairs <= kGemvMaxPairs, 16-byte weight rows; the default decode
+// path, replacing MoeRouteKernel + MoeGemvKernel). No routing kernel and no integer scratch:
+// every warp derives the routing from ids itself (64 ids in two registers per lane): pair i is
+// the leader of its expert when no pair j < i has the same valid id (__match_any_sync within
+// each 32-pair half, shuffles across the halves); slot s is the s-th leader in pair order, and
+// the expert's rows are its pairs in ascending order (ballots). So the routing is identical in
+// every warp and every kernel, and act / y are indexed by pair: act[i] = silu(x[i / top_k] .
+// gate^T) * (x[i / top_k] . up^T), y[i] = act[i] . down^T.
+// Work: tasks (slot, column group) in slot-major order over n_active * ceil(n / kCols) (kCols =
+// 2 output columns fused: 2 gate + 2 up rows; 4 down rows otherwise: kDecWRows = 4 weight rows
+// per task; 8 spill at 128 registers);
+// a persistent grid of min(tasks, SMs x resident CTAs) CTAs of kDecWarps warps, global warp w
+// takes tasks w, w + W, ... (concurrent warps stream neighbouring rows). A task streams its 4
+// rows with 16-byte loads that skip L1 (lane l: chunk l + 32 i of each row, a warp load covers
+// 512 contiguous bytes), the next chunk's 4 loads issued before the current one is consumed and
+// chunks further ahead prefetched into L2 (prefetch.global.L2: bytes in flight without registers);
+// x / act come through L1 (__ldg; shared by all warps of a token). fp8: the partial dot of a
+// 16-value chunk is multiplied by the row block's scale (all rows of a task lie in one
+// 128-row block since kCols | 128). Token rows: up to kDecRows per pass over the weights (a
+// second pass only for an expert with more rows: rare at decode, and then mostly an L2 hit).
+// The epilogue reduces each (row, weight row) sum over the warp (fixed butterfly: deterministic)
+// and lane q writes column q. fp32 accumulation throughout, no atomics.
+// Limits (host-checked, else the tiled path): those of MoeGemvKernel (k % (16 / element
+// bytes) == 0, weights 16-byte aligned with 16-byte row strides), pairs <= 64.
+constexpr int kDecWarps = 8;
+constexpr int kDecWRows = 4;  // weight rows per task
+constexpr int kDecRows = 2;   // token rows per pass over a task's weights
+
+struct DecodeParams {
+  const int32_t* ids;  // [pairs]
+  int pairs, top_k, num_experts;
+  const ExpertPtr* experts;
+  const float* a;  // fused: x [tokens, k] (row = pair / top_k); else act [pairs, k]
+  int64_t a_ld;
+  int n, k;
+  float* c;         // [pairs, n]
+  int l2_prefetch;  // chunks ahead (per lane, in units of 32) prefetched into L2; < 2: off
+};
+
+__device__ __forceinline__ void PrefetchL2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+__device__ __forceinline__ uint4 LdStreamNoL1(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The warp's view of the routing: ids of pairs lane and lane + 32 (-1: none or out of range)
+// and the leader masks of both halves.
+struct DecodeRouting {
+  int id_a, id_b;
+  unsigned lead_a, lead_b;
+  int n_active;
+};
+
+__device__ __forceinline__ DecodeRouting DecodeRoute(const DecodeParams& p, int lane) {
+  DecodeRouting r;
+  int a = lane < p.pairs ? p.ids[lane] : -1;
+  int b = lane + 32 < p.pairs ? p.ids[lane + 32] : -1;
+  if (a < 0 || a >= p.num_experts) a = -1;
+  if (b < 0 || b >= p.num_experts) b = -1;
+  const unsigned ma = __match_any_sync(0xffffffffu, a);
+  const unsigned mb = __match_any_sync(0xffffffffu, b);
+  bool seen = false;  // b's expert among the first 32 pairs
+#pragma unroll 8
+  for (int s = 0; s < 32; ++s) seen |= __shfl_sync(0xffffffffu, a, s) == b;
+  r.lead_a = __ballot_sync(0xffffffffu, a >= 0 && __ffs(ma) - 1 == lane);
+  r.lead_b = __ballot_sync(0xffffffffu, b >= 0 && __ffs(mb) - 1 == lane && !seen);
+  r.id_a = a, r.id_b = b;
+  r.n_active = __popc(r.lead_a) + __popc(r.lead_b);
+  return r;
+}
+
+// Position of the s-th (0-based) set bit of m (m has more than s bits set).
+__device__ __forceinline__ int NthSetBit(unsigned m, int s) {
+  for (int q = 0; q < s; ++q) m &= m - 1;
+  return __ffs(m) - 1;
+}
+
+// One pass of a task over its kDecWRows weight rows for kNG token rows (a_rows; rows >= ng are copies
+// of row 0, computed and dropped). w0 / w1: first weight row of the two row halves (fused:
+// gate rows n0.., up rows n0..; down: both the down row n0, the second half being rows
+// n0 + kDecWRows / 2..), ld in bytes; s0 / s1: their block-scale rows (fp8).
+template <bool kFused, int kWT, int kNG>
+__device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0, int64_t ld0,
+                                           const char* w1, int64_t ld1, const float* s0,
+                                           const float* s1, const float* const* a_rows,
+                                           const int* pair_of, int ng, int n0, int lane) {
+  constexpr int kEB = ElemBytes(kWT);
+  constexpr int kV = 16 / kEB;
+  constexpr int kHalf = kDecWRows / 2;
+  const int nchunks = p.k / kV;
+  // Rows past n read row n0 (valid) and are dropped.
+  const char* wr[kDecWRows];
+#pragma unroll
+  for (int m = 0; m < kHalf; ++m) {
+    const int q0 = m, q1 = kFused ? m : m + kHalf;
+    wr[m] = w0 + (n0 + q0 < p.n ? q0 : 0) * ld0;
+    wr[kHalf + m] = w1 + (n0 + q1 < p.n ? q1 : 0) * ld1;
+  }
+  float acc[kNG][kDecWRows];
+#pragma unroll
+  for (int r = 0; r < kNG; ++r)
+#pragma unroll
+    for (int m = 0; m < kDecWRows; ++m) acc[r][m] = 0.f;
+
+  // L2 prefetch (no registers): chunk iterations 2 .. pf - 1 now, iteration i + pf in iteration
+  // i; one lane per 128-byte line. Registers hold iterations i and i + 1.
+  const int pf = p.l2_prefetch;
+  const bool line_lead = (lane & 7) == 0;
+  if (line_lead) {
+    for (int j = 2; j < pf; ++j) {
+      const int cc = lane + 32 * j;
+      if (cc >= nchunks) break;
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) PrefetchL2(wr[m] + int64_t{cc} * 16);
+    }
+  }
+  uint4 cur[kDecWRows];
+  if (lane < nchunks) {
+#pragma unroll
+    for (int m = 0; m < kDecWRows; ++m) cur[m] = LdStreamNoL1(wr[m] + int64_t{lane} * 16);
+  }
+  for (int c = lane; c < nchunks; c += 32) {
+    uint4 nxt[kDecWRows];
+    const int cn = c + 32;
+    if (cn < nchunks) {
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) nxt[m] = LdStreamNoL1(wr[m] + int64_t{cn} * 16);
+    }
+    const int cp = c + 32 * pf;
+    if (pf >= 2 && line_lead && cp < nchunks) {
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) PrefetchL2(wr[m] + int64_t{cp} * 16);
+    }
+    float sc0 = 1.f, sc1 = 1.f;
+    if constexpr (kWT == kWFP8) {
+      sc0 = __ldg(s0 + ((c * kV) >> 7));
+      sc1 = __ldg(s1 + ((c * kV) >> 7));
+    }
+    float xv[kNG][kV];
+#pragma unroll
+    for (int r = 0; r < kNG; ++r) {
+#pragma unroll
+      for (int j = 0; j < kV / 4; ++j) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(a_rows[r] + c * kV) + j);
+        xv[r][4 * j] = v.x, xv[r][4 * j + 1] = v.y, xv[r][4 * j + 2] = v.z, xv[r][4 * j + 3] = v.w;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kDecWRows; ++m) {
+      float wf[kV];
+      WidenChunk<kWT>(cur[m], wf);
+#pragma unroll
+      for (int r = 0; r < kNG; ++r) {
+        float s = 0.f;
+#pragma unroll
+        for (int v = 0; v < kV; ++v) s += xv[r][v] * wf[v];
+        if constexpr (kWT == kWFP8) acc[r][m] += s * (m < kHalf ? sc0 : sc1);
+        else acc[r][m] += s;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kDecWRows; ++m) cur[m] = nxt[m];
+  }
+
+#pragma unroll
+  for (int r = 0; r < kNG; ++r) {
+#pragma unroll
+    for (int m = 0; m < kDecWRows; ++m) {
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
+    }
+    if (r < ng) {
+      float* crow = p.c + int64_t{pair_of[r]} * p.n + n0;
+      if constexpr (kFused) {
+        // lane q < kHalf: column n0 + q = silu(gate q) * up q.
+        float g = acc[r][0], u = acc[r][kHalf];
+#pragma unroll
+        for (int q = 1; q < kHalf; ++q) {
+          if (lane == q) g = acc[r][q], u = acc[r][kHalf + q];
+        }
+        if (lane < kHalf && n0 + lane < p.n) crow[lane] = g / (1.0f + expf(-g)) * u;
+      } else {
+        float v = acc[r][0];
+#pragma unroll
+        for (int q = 1; q < kDecWRows; ++q) {
+          if (lane == q) v = acc[r][q];
+        }
+        if (lane < kDecWRows && n0 + lane < p.n) crow[lane] = v;
+      }
+    }
+  }
+}
+
+template <bool kFused, int kWT>
+__global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParams p) {
+  constexpr int kEB = ElemBytes(kWT);
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int lane = threadIdx.x & 31;
+  const int gw = blockIdx.x * kDecWarps + (threadIdx.x >> 5);
+  const int num_warps = gridDim.x * kDecWarps;
+  const DecodeRouting rt = DecodeRoute(p, lane);
+  const int groups = (p.n + kCols - 1) / kCols;
+  const int tasks = rt.n_active * groups;
+  for (int t = gw; t < tasks; t += num_warps) {
+    const int slot = t / groups, n0 = (t - slot * groups) * kCols;
+    const int na = __popc(rt.lead_a);
+    const int e = slot < na ? __shfl_sync(0xffffffffu, rt.id_a, NthSetBit(rt.lead_a, slot))
+                            : __shfl_sync(0xffffffffu, rt.id_b, NthSetBit(rt.lead_b, slot - na));
+    unsigned long long rows =
+        (static_cast<unsigned long long>(__ballot_sync(0xffffffffu, rt.id_b == e)) << 32) |
+        __ballot_sync(0xffffffffu, rt.id_a == e);
+    const ExpertPtr ex = p.experts[e];
+    const char *w0, *w1;
+    int64_t ld0, ld1;
+    const float *s0 = nullptr, *s1 = nullptr;
+    if constexpr (kFused) {
+      w0 = static_cast<const char*>(ex.gate) + int64_t{n0} * ex.gate_ld * kEB;
+      w1 = static_cast<const char*>(ex.up) + int64_t{n0} * ex.up_ld * kEB;
+      ld0 = ex.gate_ld * kEB, ld1 = ex.up_ld * kEB;
+      if constexpr (kWT == kWFP8) {
+        s0 = ex.gate_s + (n0 >> 7) * ex.gate_sld;
+        s1 = ex.up_s + (n0 >> 7) * ex.up_sld;
+      }
+    } else {
+      ld0 = ld1 = ex.down_ld * kEB;
+      w0 = static_cast<const char*>(ex.down) + int64_t{n0} * ld0;
+      w1 = w0;  // rows n0 + kDecWRows / 2.. (DecodePass adds the half's offset)
+      if constexpr (kWT == kWFP8) s0 = s1 = ex.down_s + (n0 >> 7) * ex.down_sld;
+    }
+    while (rows != 0) {
+      int pair_of[kDecRows];
+      const float* a_rows[kDecRows];
+      int ng = 0;
+#pragma unroll
+      for (int q = 0; q < kDecRows; ++q) {
+        if (rows != 0) {
+          pair_of[q] = __ffsll(static_cast<long long>(rows)) - 1;
+          rows &= rows - 1;
+          ++ng;
+        } else {
+          pair_of[q] = pair_of[0];
+        }
+        const int64_t a_row = kFused ? pair_of[q] / p.top_k : pair_of[q];
+        a_rows[q] = p.a + a_row * p.a_ld;
+      }
+      if (ng == 1) {
+        DecodePass<kFused, kWT, 1>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
+      } else {
+        DecodePass<kFused, kWT, kDecRows>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0,
+                                          lane);
+      }
+    }
+  }
+}
+
+// CTAs resident per SM for `kernel` (cached per kernel; one device type per process assumed
+// only for the cache key's kernel, the SM count is read per call).
+template <typename Kernel>
+int ResidentCtas(Kernel kernel, int threads) {
+  static std::mutex* mu = new std::mutex;
+  static auto* cache = new std::map<std::pair<const void*, int>, int>;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 1;
+  std::lock_guard<std::mutex> lock(*mu);
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), device);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess ||
+      n < 1) {
+    (void)cudaGetLastError();
+    n = 1;
+  }
+  (*cache)[key] = n;
+  return n;
+}
+
+std::atomic<int> g_decode_ctas_per_sm{0};  // 0: as many as fit (SetMoeDecodeCtasPerSm)
+std::atomic<int> g_decode_l2_prefetch{0};  // DecodeParams::l2_prefetch (SetMoeDecodeL2Prefetch)
+
+template <bool kFused, int kWT>
+absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail::DeviceInfo& info,
+                          cudaStream_t stream) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
+  int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT>, kDecWarps * 32);
+  const int cap = g_decode_ctas_per_sm.load(std::memory_order_relaxed);
+  if (cap > 0) per_sm = std::min(per_sm, cap);
+  const int64_t resident = int64_t{info.num_sms} * per_sm;
+  DecodeParams q = p;
+  q.l2_prefetch = g_decode_l2_prefetch.load(std::memory_order_relaxed);
+  const int64_t blocks = std::max<int64_t>(1, std::min(detail::CeilDiv(tasks, kDecWarps), resident));
+  MoeDecodeKernel<kFused, kWT>
+      <<<static_cast<unsigned>(blocks), kDecWarps * 32, 0, stream>>>(q);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeKernel launch");
+}
+
+template <bool kFused>
+absl::Status LaunchDecodeFor(int wt, const DecodeParams& p, int64_t max_slots,
+                             const detail::DeviceInfo& info, cudaStream_t stream) {
+  if (wt == kWBF16) return LaunchDecode<kFused, kWBF16>(p, max_slots, info, stream);
+  if (wt == kWFP8) return LaunchDecode<kFused, kWFP8>(p, max_slots, info, stream);
+  return LaunchDecode<kFused, kWF32>(p, max_slots, info, stream);
+}
+
+// out[t] += sum_j w[t, j] * y[t * top_k + j] over the valid ids, j in order (deterministic).
+// grid (tokens, ceil(hidden / kCombineThreads)).
+__global__ void __launch_bounds__(kCombineThreads)
+    MoeCombineByPairKernel(const float* y, const int32_t* ids, const float* weights, int top_k,
+                           int num_experts, int hidden, float* out, int64_t out_ld) {
+  const int64_t t = blockIdx.x;
+  const int col = blockIdx.y * kCombineThreads + threadIdx.x;
+  if (col >= hidden) return;
+  float* o = out + t * out_ld + col;
+  float acc = *o;
+  for (int j = 0; j < top_k; ++j) {
+    const int64_t i = t * top_k + j;
+    const int e = ids[i];
+    if (e >= 0 && e < num_experts) acc += weights[i] * y[i * hidden + col];
+  }
+  *o = acc;
+}
+
 // ---- 4. combine ------------------------------------------------------------------------------
 
 // grid (tokens, ceil(hidden / kCombineThreads)).
@@ -682,7 +1019,13 @@ void* Carve(void*& p, size_t bytes) {
   return r;
 }
 
+std::atomic<MoeDecodePath> g_decode_path{MoeDecodePath::kAuto};
+
 }  // namespace
+
+void SetMoeDecodePath(MoeDecodePath path) { g_decode_path.store(path); }
+void SetMoeDecodeCtasPerSm(int ctas) { g_decode_ctas_per_sm.store(ctas); }
+void SetMoeDecodeL2Prefetch(int chunks_ahead) { g_decode_l2_prefetch.store(chunks_ahead); }
 
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
@@ -714,6 +1057,32 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   GLM_ASSIGN_OR_RETURN(const detail::DeviceInfo info, detail::CurrentDeviceInfo(kOp));
 
   const int num_experts = experts.num_experts;
+  const MoeDecodePath path = g_decode_path.load(std::memory_order_relaxed);
+  const bool small = pairs <= kGemvMaxPairs && table->gemv_ok;
+  if (small && path == MoeDecodePath::kAuto) {
+    // Decode: two weight-streaming kernels that route from ids themselves, then the combine.
+    GLM_ASSIGN_OR_RETURN(void* act, scratch.Get(1, static_cast<size_t>(pairs * inter) * 4));
+    GLM_ASSIGN_OR_RETURN(void* y, scratch.Get(2, static_cast<size_t>(pairs * hidden) * 4));
+    DecodeParams d{};
+    d.ids = ids, d.pairs = static_cast<int>(pairs), d.top_k = top_k;
+    d.num_experts = num_experts, d.experts = table->device;
+    const int64_t max_slots = std::min<int64_t>(num_experts, pairs);
+    d.a = x.data, d.a_ld = x.ld;
+    d.n = static_cast<int>(inter), d.k = static_cast<int>(hidden);
+    d.c = static_cast<float*>(act);
+    GLM_RETURN_IF_ERROR(LaunchDecodeFor<true>(table->wt, d, max_slots, info, stream));
+    d.a = static_cast<const float*>(act), d.a_ld = inter;
+    d.n = static_cast<int>(hidden), d.k = static_cast<int>(inter);
+    d.c = static_cast<float*>(y);
+    GLM_RETURN_IF_ERROR(LaunchDecodeFor<false>(table->wt, d, max_slots, info, stream));
+    MoeCombineByPairKernel<<<dim3(static_cast<unsigned>(tokens),
+                                  static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
+                             kCombineThreads, 0, stream>>>(
+        static_cast<const float*>(y), ids, weights, top_k, num_experts, static_cast<int>(hidden),
+        out.data, out.ld);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    return absl::OkStatus();
+  }
   auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   const size_t int_bytes = 2 * rounded((num_experts + 1) * sizeof(int32_t)) +
                            2 * rounded(static_cast<size_t>(pairs) * sizeof(int32_t));
@@ -738,7 +1107,7 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   p.num_experts = num_experts;
 
   // Decode (few rows per expert): the weight-streaming GEMV; every expert has one tile then.
-  const bool gemv = pairs <= kGemvMaxPairs && table->gemv_ok;
+  const bool gemv = small && path == MoeDecodePath::kLegacyGemv;
   const int64_t slots = std::min<int64_t>(num_experts, pairs);
   p.a = x.data, p.a_ld = x.ld;
   p.n = static_cast<int>(inter), p.k = static_cast<int>(hidden);

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# MoE on the GPU (issue 4): the decode kernels of cuda_ops_moe.cu and the warp-per-row MoeRoute
+# (kernels/moe_route), on a GPU machine over a build made elsewhere. Builds nothing.
+# On the CPU machine first:
+#   cmake -S . -B build-moe -G Ninja -DGLM_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
+#   cmake --build build-moe -j2 --target moe_route_test cuda_moe_test cuda_ops_test \
+#     cuda_narrow_test cuda_ops_bench glm-bench-cuda-decode
+#   BUILD_DIR=build-moe STAGE_DIR=.gpurun-moe BINS="build-moe/kernels/moe_route_test \
+#     build-moe/engine/backend/cuda/cuda_moe_test build-moe/engine/backend/cuda/cuda_ops_test \
+#     build-moe/engine/backend/cuda/cuda_narrow_test build-moe/engine/backend/cuda/cuda_ops_bench \
+#     build-moe/engine/model/bench/glm-bench-cuda-decode" tools/gpu/stage_build.sh
+# then, from the repo root on the GPU machine (carry .gpurun-moe): tools/gpu/run_moe_gpu.sh
+# Steps (each under a time limit; SKIP_PROFILE=1 / SKIP_MEMCHECK=1 drop the last ones):
+#   moe_route_test; cuda_moe_test (every MoeExperts path x fp32/bf16/fp8 vs the CPU backend,
+#   graph replay = eager); the MoE cases of cuda_ops_test and cuda_narrow_test; cuda_ops_bench
+#   --only moe (GLM-5 widths, fp8 / bf16, batch 1 / 8 / 64, each path, fraction of a D2D copy);
+#   tools/gpu/profile_decode.sh at batch 1 and 8 (ncu per-kernel times of one decode step);
+#   compute-sanitizer memcheck of moe_route_test and cuda_moe_test.
+# Logs in $OUT (or /tmp/glm-moe-out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+stage=${1:-.gpurun-moe}
+bin=$stage/bin
+out=${OUT:-/tmp/glm-moe-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source tools/gpu/common.sh
+find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
+export LD_LIBRARY_PATH
+summary=()
+step() {  # step NAME TIMEOUT_S CMD...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "== $name: $*" | tee -a "$out/moe.log"
+  timeout "$limit" "$@" >"$out/step.log" 2>&1
+  local rc=$?
+  cat "$out/step.log" >>"$out/moe.log"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|max \|gpu|^moe |^d2d|ERROR SUMMARY|Failure|error" \
+    "$out/step.log" | head -n 120
+  summary+=("$(printf '%-40s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+step moe_route_test 20 "$bin/moe_route_test"
+step cuda_moe_test 45 "$bin/cuda_moe_test"
+step "cuda_ops_test Moe" 40 "$bin/cuda_ops_test" --gtest_filter='*Moe*'
+step "cuda_narrow_test Moe" 40 "$bin/cuda_narrow_test" --gtest_filter='*Moe*'
+step "cuda_ops_bench moe" 45 "$bin/cuda_ops_bench" --only moe --iters 20
+if [[ -z ${SKIP_PROFILE:-} ]]; then
+  for b in 1 8; do
+    t0=$SECONDS
+    OUT=$out timeout 50 tools/gpu/profile_decode.sh "$stage" "$b" >"$out/profile_b$b.txt" 2>&1
+    echo "== profile_decode batch $b (rc $?, $((SECONDS - t0))s)"
+    head -n 40 "$out/profile_b$b.txt"
+  done
+fi
+if [[ -z ${SKIP_MEMCHECK:-} ]] && command -v compute-sanitizer >/dev/null; then
+  step "memcheck moe_route_test" 60 compute-sanitizer --tool memcheck --error-exitcode 7 \
+    "$bin/moe_route_test"
+  step "memcheck cuda_moe_test graph" 90 compute-sanitizer --tool memcheck --error-exitcode 7 \
+    "$bin/cuda_moe_test" --gtest_filter='*Graph*'
+fi
+grep -hE "^\[  FAILED  \]" "$out/moe.log" | sort -u | head -n 40
+echo "== summary"
+printf '%s\n' "${summary[@]}"
