@@ -1,4 +1,10 @@
-// sample_rows: one CTA of kSampleThreads per row, the rule of kernels/sample_rule.h, no sort.
+// sample_rows: one thread-block cluster of C CTAs (kSampleThreads each) per row, the rule of
+// kernels/sample_rule.h, no sort. CTA r of a row's cluster owns the ids [r * chunk, (r + 1) * chunk)
+// (chunk = ceil(vocab / C)); per-CTA partial results are combined through distributed shared
+// memory (every CTA reads its peers' values in rank order and reaches the same answer, so no
+// broadcast is needed and every decision is identical across the cluster). C = 1 is the plain
+// one-CTA-per-row kernel (any architecture); C > 1 needs sm_90+ (the launcher sizes C from the
+// device: cudaOccupancyMaxPotentialClusterSize, and ~8K ids per CTA at least).
 //
 // Algorithm (every step exact; integer weights make all sums order-free and deterministic):
 //  1. One pass: the largest key and its lowest id (greedy answer), and an online log-sum-exp for
@@ -17,14 +23,52 @@
 //     digit (j == 1, the usual case); else one more pass counts ties in id order.
 // Passes over the row: greedy 1; temperature only 4; top-p 7; top-k + top-p 10 (+1 for a draw
 // that lands on the j >= 2-th of several equal logits). Limits: vocab < 2^22 (64-bit masses).
-// NOTE: one CTA per row: at batch 1 one SM does the work (latency bound; see docs/benchmarks.md).
 #pragma once
 
 #include <cstdint>
 
+#if defined(__CUDACC__) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#include <cooperative_groups.h>
+#define GLM_SAMPLE_CLUSTERS 1
+#endif
+
 #include "kernels/sample_rule.h"
 
 namespace glm::kernels::detail {
+
+// The cluster this CTA belongs to (size 1 without a cluster launch or below sm_90).
+__device__ __forceinline__ unsigned ClusterRank() {
+#if defined(GLM_SAMPLE_CLUSTERS) && defined(__CUDA_ARCH__)
+  return cooperative_groups::this_cluster().block_rank();
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ unsigned ClusterSize() {
+#if defined(GLM_SAMPLE_CLUSTERS) && defined(__CUDA_ARCH__)
+  return cooperative_groups::this_cluster().num_blocks();
+#else
+  return 1;
+#endif
+}
+// Every thread of every CTA of the cluster must call it (all CTAs take the same branches).
+__device__ __forceinline__ void ClusterSync() {
+#if defined(GLM_SAMPLE_CLUSTERS) && defined(__CUDA_ARCH__)
+  cooperative_groups::this_cluster().sync();
+#else
+  __syncthreads();
+#endif
+}
+// `p` (this CTA's shared memory) as seen in CTA `rank` of the cluster.
+template <typename T>
+__device__ __forceinline__ T* PeerSmem(T* p, unsigned rank) {
+#if defined(GLM_SAMPLE_CLUSTERS) && defined(__CUDA_ARCH__)
+  return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+#else
+  (void)rank;
+  return p;
+#endif
+}
 
 inline constexpr int kSampleThreads = 1024;
 inline constexpr int kSampleWarps = kSampleThreads / 32;
@@ -39,11 +83,23 @@ struct SampleSmem {
   int32_t warp_id[kSampleWarps];
   float warp_m[kSampleWarps];
   float warp_s[kSampleWarps];
-  // Broadcast results.
+  // This CTA's partial results, read by its peers.
+  uint32_t cta_key;
+  int32_t cta_id;
+  float cta_m;
+  float cta_s;
+  unsigned long long cta_count;
+  // Broadcast results (within the CTA).
   uint32_t digit;
   unsigned long long above;
   unsigned long long total;
-  int32_t found_id;
+  int32_t found_id;  // NthTie's answer, written into rank 0's copy by the CTA that finds it
+};
+
+// The CTA's slice of a row: ids [lo, hi).
+struct Slice {
+  int32_t lo;
+  int32_t hi;
 };
 
 __device__ __forceinline__ unsigned long long WarpSumU64(unsigned long long v) {
@@ -93,16 +149,20 @@ enum class Target { kFixed, kTopP, kDraw };
 
 // Radix search for the shortest prefix of the kept set whose weight reaches the target.
 // by_mass: weight q (else 1). kTopP / kDraw compute the target from the set's total (level 0).
-__device__ SearchResult RadixSearch(const float* __restrict__ row, int32_t vocab,
+// Each CTA histograms its slice; the bins are summed over the cluster's CTAs (rank order) by
+// every CTA, which then all scan the same sums and pick the same digit.
+__device__ SearchResult RadixSearch(const float* __restrict__ row, Slice slice,
                                     const sample_rule::RowParams& rp, bool by_mass,
                                     const KeptSet& set, Target kind, unsigned long long target,
                                     float top_p, uint64_t seed, int64_t index, SampleSmem& sm) {
   const int lane = threadIdx.x % 32;
+  const unsigned csize = ClusterSize();
   constexpr int kShift[3] = {21, 10, 0};
   constexpr int kBits[3] = {11, 11, 10};
   uint32_t prefix = 0;
   int prefix_shift = 32;
   unsigned long long above = 0;
+  uint32_t min_id = 0xffffffffu;
   const unsigned long long min_weight =
       set.has_min ? (by_mass ? sample_rule::Weight(sample_rule::KeyToFloat(set.k_min), rp) : 1ull)
                   : 0ull;
@@ -117,18 +177,18 @@ __device__ SearchResult RadixSearch(const float* __restrict__ row, int32_t vocab
     }
     __syncthreads();
     constexpr int kUnroll = 8;
-    for (int32_t base = 0; base < vocab; base += kUnroll * kSampleThreads) {
+    for (int32_t base = slice.lo; base < slice.hi; base += kUnroll * kSampleThreads) {
       float v[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int32_t i = base + u * kSampleThreads + threadIdx.x;
-        v[u] = i < vocab ? __ldg(row + i) : __int_as_float(0x7fffffff);
+        v[u] = i < slice.hi ? __ldg(row + i) : __int_as_float(0x7fffffff);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int32_t i = base + u * kSampleThreads + threadIdx.x;
         const uint32_t k = sample_rule::Key(v[u]);
-        bool valid = i < vocab && (!set.has_min || k > set.k_min) &&
+        bool valid = i < slice.hi && (!set.has_min || k > set.k_min) &&
                      (prefix_shift == 32 || (k >> prefix_shift) == prefix);
         unsigned long long w = 1;
         if (valid && by_mass) {
@@ -158,17 +218,18 @@ __device__ SearchResult RadixSearch(const float* __restrict__ row, int32_t vocab
         }
       }
     }
-    __syncthreads();
-    if (threadIdx.x == 0 && set.has_min &&
-        (prefix_shift == 32 || (set.k_min >> prefix_shift) == prefix)) {
-      sm.hist[(set.k_min >> shift) & mask] += set.t_min * min_weight;
-    }
-    __syncthreads();
-    // Thread t owns bins nbins-1-2t and nbins-2-2t (descending key order).
+    ClusterSync();  // every CTA's histogram is complete
+    // Thread t owns bins nbins-1-2t and nbins-2-2t (descending key order), summed over the
+    // cluster in rank order; the kept ties at k_min are added by hand (once: after the sum).
     unsigned long long own[2] = {0, 0};
     for (int s = 0; s < 2; ++s) {
       const int b = nbins - 1 - 2 * static_cast<int>(threadIdx.x) - s;
-      if (b >= 0) own[s] = sm.hist[b];
+      if (b < 0) continue;
+      for (unsigned c = 0; c < csize; ++c) own[s] += PeerSmem(sm.hist, c)[b];
+      if (set.has_min && (prefix_shift == 32 || (set.k_min >> prefix_shift) == prefix) &&
+          static_cast<uint32_t>(b) == ((set.k_min >> shift) & mask)) {
+        own[s] += set.t_min * min_weight;
+      }
     }
     const unsigned long long excl = BlockExclusiveScanU64(own[0] + own[1], sm);
     if (level == 0 && kind != Target::kFixed) {
@@ -189,7 +250,12 @@ __device__ SearchResult RadixSearch(const float* __restrict__ row, int32_t vocab
     prefix = (prefix << kBits[level]) | sm.digit;
     prefix_shift = shift;
     above = sm.above;
-    __syncthreads();
+    if (last) {
+      for (unsigned c = 0; c < csize; ++c) {
+        min_id = min(min_id, PeerSmem(sm.min_id, c)[sm.digit]);
+      }
+    }
+    ClusterSync();  // peers are done reading this CTA's bins (the next level clears them)
   }
   SearchResult r;
   r.key = prefix;
@@ -198,36 +264,49 @@ __device__ SearchResult RadixSearch(const float* __restrict__ row, int32_t vocab
   const unsigned long long wk =
       by_mass ? sample_rule::Weight(sample_rule::KeyToFloat(prefix), rp) : 1ull;
   r.j = (target - above + wk - 1) / wk;
-  r.min_id = sm.min_id[prefix & 0x3ffu];
-  __syncthreads();
+  r.min_id = min_id;
   return r;
 }
 
-// The id of the j-th (1-based) element with key `key`, in id order.
-__device__ int32_t NthTie(const float* __restrict__ row, int32_t vocab, uint32_t key,
+// The id of the j-th (1-based) element with key `key` of the row, in id order. Every CTA of the
+// cluster calls it; the answer is valid in rank 0.
+__device__ int32_t NthTie(const float* __restrict__ row, Slice slice, uint32_t key,
                           unsigned long long j, SampleSmem& sm) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  unsigned long long before = 0;
-  if (threadIdx.x == 0) sm.found_id = -1;
-  __syncthreads();
-  for (int32_t base = 0; base < vocab; base += kSampleThreads) {
+  const unsigned rank = ClusterRank();
+  // Matches in this CTA's slice, then the matches of the slices before it.
+  unsigned long long mine = 0;
+  for (int32_t base = slice.lo; base < slice.hi; base += kSampleThreads) {
     const int32_t i = base + threadIdx.x;
-    const bool match = i < vocab && sample_rule::Key(__ldg(row + i)) == key;
-    const int count = __syncthreads_count(match);
-    if (before + static_cast<unsigned long long>(count) >= j) {
-      const unsigned bal = __ballot_sync(kFull, match);
-      if (lane == 0) sm.warp_key[warp] = __popc(bal);
-      __syncthreads();
-      unsigned long long rank = before + __popc(bal & ((1u << lane) - 1));
-      for (int w = 0; w < warp; ++w) rank += sm.warp_key[w];
-      if (match && rank + 1 == j) sm.found_id = i;
-      __syncthreads();
-      break;
-    }
-    before += static_cast<unsigned long long>(count);
+    mine += static_cast<unsigned long long>(
+        __syncthreads_count(i < slice.hi && sample_rule::Key(__ldg(row + i)) == key));
   }
-  __syncthreads();
-  return sm.found_id;
+  if (threadIdx.x == 0) {
+    sm.cta_count = mine;
+    sm.found_id = -1;
+  }
+  ClusterSync();
+  unsigned long long before = 0;
+  for (unsigned c = 0; c < rank; ++c) before += PeerSmem(&sm.cta_count, c)[0];
+  if (before < j && j <= before + mine) {
+    for (int32_t base = slice.lo; base < slice.hi; base += kSampleThreads) {
+      const int32_t i = base + threadIdx.x;
+      const bool match = i < slice.hi && sample_rule::Key(__ldg(row + i)) == key;
+      const int count = __syncthreads_count(match);
+      if (before + static_cast<unsigned long long>(count) >= j) {
+        const unsigned bal = __ballot_sync(kFull, match);
+        if (lane == 0) sm.warp_key[warp] = __popc(bal);
+        __syncthreads();
+        unsigned long long pos = before + __popc(bal & ((1u << lane) - 1));
+        for (int w = 0; w < warp; ++w) pos += sm.warp_key[w];
+        if (match && pos + 1 == j) PeerSmem(&sm.found_id, 0)[0] = i;
+        break;
+      }
+      before += static_cast<unsigned long long>(count);
+    }
+  }
+  ClusterSync();
+  return sm.found_id;  // meaningful in rank 0
 }
 
 __global__ void __launch_bounds__(kSampleThreads)
@@ -237,29 +316,35 @@ __global__ void __launch_bounds__(kSampleThreads)
                      const int64_t* __restrict__ index, int32_t* __restrict__ out_ids,
                      float* __restrict__ out_logprobs) {
   __shared__ SampleSmem sm;
-  const int64_t r = blockIdx.x;
+  const unsigned rank = ClusterRank(), csize = ClusterSize();
+  const int64_t r = blockIdx.x / csize;
   const float* row = logits + r * ld;
+  const int32_t chunk = static_cast<int32_t>((vocab + csize - 1) / csize);
+  const int64_t lo = int64_t{rank} * chunk, hi = lo + chunk;
+  const Slice slice{static_cast<int32_t>(lo < vocab ? lo : vocab),
+                    static_cast<int32_t>(hi < vocab ? hi : vocab)};
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const bool want_logprob = out_logprobs != nullptr;
 
-  // 1. Largest key (lowest id on ties) and online log-sum-exp of the finite logits.
+  // 1. Largest key (lowest id on ties) and online log-sum-exp of the finite logits: per CTA over
+  //    its slice, then over the cluster in rank order.
   uint32_t best_key = 0;
   int32_t best_id = 0x7fffffff;
   float m = -INFINITY, s = 0.0f;
   constexpr int kUnroll0 = 8;  // independent loads in flight per thread (latency bound)
-  for (int32_t base = 0; base < vocab; base += kUnroll0 * kSampleThreads) {
+  for (int32_t base = slice.lo; base < slice.hi; base += kUnroll0 * kSampleThreads) {
     float v[kUnroll0];
 #pragma unroll
     for (int u = 0; u < kUnroll0; ++u) {
       const int32_t i = base + u * kSampleThreads + threadIdx.x;
-      v[u] = i < vocab ? __ldg(row + i) : __int_as_float(0x7fffffff);
+      v[u] = i < slice.hi ? __ldg(row + i) : __int_as_float(0x7fffffff);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll0; ++u) {
       const int32_t i = base + u * kSampleThreads + threadIdx.x;
       const float x = v[u];
-      const uint32_t k = i < vocab ? sample_rule::Key(x) : 0u;
-      if (i < vocab && (k > best_key || (k == best_key && i < best_id))) {
+      const uint32_t k = i < slice.hi ? sample_rule::Key(x) : 0u;
+      if (i < slice.hi && (k > best_key || (k == best_key && i < best_id))) {
         best_key = k;
         best_id = i;
       }
@@ -273,18 +358,21 @@ __global__ void __launch_bounds__(kSampleThreads)
       }
     }
   }
-  for (int off = 16; off > 0; off >>= 1) {
-    const uint32_t ok = __shfl_xor_sync(kFull, best_key, off);
-    const int32_t oi = __shfl_xor_sync(kFull, best_id, off);
-    if (ok > best_key || (ok == best_key && oi < best_id)) {
-      best_key = ok;
-      best_id = oi;
+  auto combine = [](uint32_t& bk, int32_t& bi, float& bm, float& bs, uint32_t ok, int32_t oi,
+                    float om, float os) {
+    if (ok > bk || (ok == bk && oi < bi)) {
+      bk = ok;
+      bi = oi;
     }
-    const float om = __shfl_xor_sync(kFull, m, off);
-    const float os = __shfl_xor_sync(kFull, s, off);
-    const float nm = fmaxf(m, om);
-    s = (m == -INFINITY ? 0.0f : s * __expf(m - nm)) + (om == -INFINITY ? 0.0f : os * __expf(om - nm));
-    m = nm;
+    const float nm = fmaxf(bm, om);
+    bs = (bm == -INFINITY ? 0.0f : bs * __expf(bm - nm)) +
+         (om == -INFINITY ? 0.0f : os * __expf(om - nm));
+    bm = nm;
+  };
+  for (int off = 16; off > 0; off >>= 1) {
+    combine(best_key, best_id, m, s, __shfl_xor_sync(kFull, best_key, off),
+            __shfl_xor_sync(kFull, best_id, off), __shfl_xor_sync(kFull, m, off),
+            __shfl_xor_sync(kFull, s, off));
   }
   if (lane == 0) {
     sm.warp_key[warp] = best_key;
@@ -298,19 +386,28 @@ __global__ void __launch_bounds__(kSampleThreads)
   m = sm.warp_m[lane];
   s = sm.warp_s[lane];
   for (int off = 16; off > 0; off >>= 1) {
-    const uint32_t ok = __shfl_xor_sync(kFull, best_key, off);
-    const int32_t oi = __shfl_xor_sync(kFull, best_id, off);
-    if (ok > best_key || (ok == best_key && oi < best_id)) {
-      best_key = ok;
-      best_id = oi;
-    }
-    const float om = __shfl_xor_sync(kFull, m, off);
-    const float os = __shfl_xor_sync(kFull, s, off);
-    const float nm = fmaxf(m, om);
-    s = (m == -INFINITY ? 0.0f : s * __expf(m - nm)) + (om == -INFINITY ? 0.0f : os * __expf(om - nm));
-    m = nm;
+    combine(best_key, best_id, m, s, __shfl_xor_sync(kFull, best_key, off),
+            __shfl_xor_sync(kFull, best_id, off), __shfl_xor_sync(kFull, m, off),
+            __shfl_xor_sync(kFull, s, off));
   }
-  __syncthreads();  // everyone has read warp_*
+  if (threadIdx.x == 0) {
+    sm.cta_key = best_key;
+    sm.cta_id = best_id;
+    sm.cta_m = m;
+    sm.cta_s = s;
+  }
+  ClusterSync();  // every CTA's partials are in place (and everyone has read warp_*)
+  if (csize > 1) {
+    best_key = 0;
+    best_id = 0x7fffffff;
+    m = -INFINITY;
+    s = 0.0f;
+    for (unsigned c = 0; c < csize; ++c) {
+      const SampleSmem* peer = PeerSmem(&sm, c);
+      combine(best_key, best_id, m, s, peer->cta_key, peer->cta_id, peer->cta_m, peer->cta_s);
+    }
+    ClusterSync();  // peers have read this CTA's partials (greedy rows exit next)
+  }
 
   const float t = temperature[r];
   const int32_t k = top_k[r];
@@ -321,7 +418,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     rp.max_logit = static_cast<double>(sample_rule::KeyToFloat(best_key));
     KeptSet set;
     if (k > 0 && k < vocab) {
-      const SearchResult sk = RadixSearch(row, vocab, rp, /*by_mass=*/false, set, Target::kFixed,
+      const SearchResult sk = RadixSearch(row, slice, rp, /*by_mass=*/false, set, Target::kFixed,
                                           static_cast<unsigned long long>(k), 1.0f, 0, 0, sm);
       set = {true, sk.key, sk.j};
     }
@@ -329,22 +426,22 @@ __global__ void __launch_bounds__(kSampleThreads)
     SearchResult sd;
     if (p < 1.0f) {
       const SearchResult sp =
-          RadixSearch(row, vocab, rp, true, set, Target::kTopP, 0, p, 0, 0, sm);
+          RadixSearch(row, slice, rp, true, set, Target::kTopP, 0, p, 0, 0, sm);
       const unsigned long long mass =
           sp.above + sp.j * sample_rule::Weight(sample_rule::KeyToFloat(sp.key), rp);
       set = {true, sp.key, sp.j};
-      sd = RadixSearch(row, vocab, rp, true, set, Target::kFixed,
+      sd = RadixSearch(row, slice, rp, true, set, Target::kFixed,
                        sample_rule::DrawTarget(mass, seed[r], index[r]), 1.0f, 0, 0, sm);
     } else {
-      sd = RadixSearch(row, vocab, rp, true, set, Target::kDraw, 0, 1.0f, seed[r], index[r], sm);
+      sd = RadixSearch(row, slice, rp, true, set, Target::kDraw, 0, 1.0f, seed[r], index[r], sm);
     }
     if (sd.j == 1 && !(set.has_min && sd.key == set.k_min)) {
       token = static_cast<int32_t>(sd.min_id);
     } else {
-      token = NthTie(row, vocab, sd.key, sd.j, sm);
+      token = NthTie(row, slice, sd.key, sd.j, sm);
     }
   }
-  if (threadIdx.x == 0) {
+  if (rank == 0 && threadIdx.x == 0) {
     out_ids[r] = token;
     if (want_logprob) {
       const float x = row[token];
@@ -359,6 +456,8 @@ __global__ void __launch_bounds__(kSampleThreads)
       out_logprobs[r] = lp;
     }
   }
+  // No CTA may exit while a peer can still read its shared memory: the last cluster-wide access
+  // (the partials above or a search) is followed by a ClusterSync in every path.
 }
 
 }  // namespace glm::kernels::detail

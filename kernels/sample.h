@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/cuda_util.h"
 
 namespace glm::kernels {
@@ -25,7 +26,15 @@ struct SampleRowsArgs {
   const int64_t* index = nullptr;      // [rows]; the draw number (tokens generated so far)
   int32_t* out_ids = nullptr;          // [rows]
   float* out_logprobs = nullptr;       // [rows] or null: log softmax(logits)[id] (no T, no top-k/p)
+  // CTAs per row (a thread-block cluster, sm_90+): 0 = sized from the device, the vocab (~8K
+  // ids per CTA at least) and the rows (rows x CTAs <= SMs); N > 0 = N, capped by the device
+  // (tests force 1, 2, 4...). The token does not depend on it.
+  int32_t max_cluster = 0;
 };
+
+// The CTAs per row SampleRows uses for `vocab`, `rows` and `max_cluster` on the current device:
+// 1 below sm_90; never more than cudaOccupancyMaxPotentialClusterSize allows.
+absl::StatusOr<int> SampleClusterSize(int64_t vocab, int64_t rows, int32_t max_cluster);
 
 // Checks shapes (0 < vocab < 2^22, ld >= vocab) and pointers, then launches on `stream`.
 absl::Status SampleRows(const SampleRowsArgs& args, cudaStream_t stream);

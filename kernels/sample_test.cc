@@ -2,7 +2,9 @@
 // engine/sample and the CPU backend use): the same token for every row over vocab 1 .. 154,880,
 // greedy / temperature / top-k / top-p mixes, ties, NaN / -inf / +inf entries; draws that do not
 // depend on the batch; the empirical distribution against the exact truncated softmax; guard
-// bytes. DISABLED_Bench times batch 1 and 64 at GLM-5's vocab (--gtest_also_run_disabled_tests).
+// bytes; one CTA per row and rows split over thread-block clusters of several sizes give the same
+// tokens. DISABLED_Bench times batch 1, 8 and 64 at GLM-5's vocab, one CTA per row vs the automatic
+// cluster (--gtest_also_run_disabled_tests).
 #include "kernels/sample.h"
 
 #include <gtest/gtest.h>
@@ -137,10 +139,16 @@ void FillRow(float* row, int64_t vocab, int style, std::mt19937& rng) {
 
 TEST_F(SampleTest, MatchesHostRuleOnEveryRow) {
   const int64_t vocabs[] = {1, 7, 1000, 4099, 154880};
+  // CTAs per row: one, forced clusters (empty and uneven slices at small vocabs), the device's
+  // largest, and the automatic choice.
+  for (int32_t cluster : {1, 2, 4, 64, 0})
   for (int64_t vocab : vocabs) {
     const int64_t rows = vocab >= 100000 ? 48 : 200;
     const int64_t ld = vocab + (vocab % 2);
-    SCOPED_TRACE(absl::StrCat("vocab=", vocab));
+    auto cs = SampleClusterSize(vocab, rows, cluster);
+    ASSERT_TRUE(cs.ok()) << cs.status();
+    SCOPED_TRACE(absl::StrCat("vocab=", vocab, " max_cluster=", cluster, " (", *cs,
+                              " CTAs per row)"));
     std::mt19937 rng(static_cast<uint32_t>(vocab));
     std::vector<float> x(static_cast<size_t>(rows * ld), 1e30f);  // padding never chosen
     Params p;
@@ -153,9 +161,11 @@ TEST_F(SampleTest, MatchesHostRuleOnEveryRow) {
     }
     DeviceSampler ds(x, rows, vocab, ld, p);
     ASSERT_TRUE(ds.ok());
+    ds.args().max_cluster = cluster;
     std::vector<int32_t> ids;
     std::vector<float> lps;
-    ASSERT_TRUE(ds.Run(&ids, &lps).ok());
+    const absl::Status run = ds.Run(&ids, &lps);
+    ASSERT_TRUE(run.ok()) << run;
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = x.data() + r * ld;
       const int32_t want = sample_rule::SampleRowHost(row, vocab, p.temperature[r], p.top_k[r],
@@ -170,6 +180,25 @@ TEST_F(SampleTest, MatchesHostRuleOnEveryRow) {
       }
     }
   }
+}
+
+// A GLM-5-sized row is split over several CTAs wherever clusters exist (sm_90+), so the
+// cluster path above is the one production runs.
+TEST_F(SampleTest, SplitsLongRowsOverAClusterOnSm90) {
+  int dev = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  auto c = SampleClusterSize(154880, 1, 0);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::printf("vocab 154880: %d CTAs per row (compute capability %d)\n", *c, major);
+  if (major >= 9) {
+    EXPECT_GE(*c, 8);
+  } else {
+    EXPECT_EQ(*c, 1);
+  }
+  EXPECT_EQ(SampleClusterSize(1000, 1, 0).value_or(-1), 1);
+  // Enough rows to fill every SM with one CTA each: no clusters.
+  EXPECT_EQ(SampleClusterSize(154880, 100000, 0).value_or(-1), 1);
 }
 
 TEST_F(SampleTest, ARowsDrawDoesNotDependOnTheBatch) {
@@ -295,7 +324,8 @@ TEST_F(SampleTest, DISABLED_Bench) {
                         {"T=0.8", 0.8f, 0, 1.0f},
                         {"T=0.8 top_p=0.95", 0.8f, 0, 0.95f},
                         {"T=0.8 top_k=50 top_p=0.9", 0.8f, 50, 0.9f}};
-  for (int64_t rows : {1, 64}) {
+  for (int32_t cluster : {1, 0})
+  for (int64_t rows : {1, 8, 64}) {
     std::mt19937 rng(1);
     std::vector<float> x(static_cast<size_t>(rows * vocab));
     for (int64_t r = 0; r < rows; ++r) FillRow(x.data() + r * vocab, vocab, 5, rng);
@@ -304,6 +334,7 @@ TEST_F(SampleTest, DISABLED_Bench) {
       for (int64_t r = 0; r < rows; ++r) p.Add(m.t, m.k, m.p, r, 3);
       DeviceSampler ds(x, rows, vocab, vocab, p);
       ASSERT_TRUE(ds.ok());
+      ds.args().max_cluster = cluster;
       for (int i = 0; i < 3; ++i) ASSERT_TRUE(SampleRows(ds.args(), nullptr).ok());
       cudaEvent_t a, b;
       cudaEventCreate(&a);
@@ -315,9 +346,9 @@ TEST_F(SampleTest, DISABLED_Bench) {
       cudaEventSynchronize(b);
       float ms = 0;
       cudaEventElapsedTime(&ms, a, b);
-      std::printf("sample_rows vocab=%lld batch=%lld %-26s %8.1f us/step\n",
-                  static_cast<long long>(vocab), static_cast<long long>(rows), m.name,
-                  1000.0 * ms / kIters);
+      std::printf("sample_rows vocab=%lld batch=%lld ctas/row=%d %-26s %8.1f us/step\n",
+                  static_cast<long long>(vocab), static_cast<long long>(rows),
+                  SampleClusterSize(vocab, rows, cluster).value_or(-1), m.name, 1000.0 * ms / kIters);
       cudaEventDestroy(a);
       cudaEventDestroy(b);
     }
