@@ -8,16 +8,17 @@
 # then carry .gpurun-all and run `tools/gpu/run_all_gpu.sh .gpurun-all` from the repo root there.
 # Steps: every GPU test binary (kernels, CUDA backend and heavy ops, graphs, narrow weights,
 # sampling, golden fixtures through cuda in fp32 and bf16/fp8), the real-NCCL test through the
-# dlopen'd table (torch's libnccl), compute-sanitizer memcheck of the model/graph tests, and a
-# short GLM-5-width decode bench, eager vs graphs. Logs in $OUT (or /tmp/glm-all-gpu-out);
+# dlopen'd table (torch's libnccl), compute-sanitizer memcheck of the model/graph tests, a short
+# GLM-5-width decode bench (eager vs graphs, fp32 vs fp8 KV) and the sampling bench. Logs in $OUT (or /tmp/glm-all-gpu-out);
 # the summary comes last. Env: STEPS (default "tests nccl memcheck bench").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tests=(argmax_test rmsnorm_test rope_test silu_mul_test topk_plan_test topk_radix_test
   layernorm_test rows_test moe_route_test sample_test gemm_bf16_test gemm_fp8_block_test
-  quant_fp8_group_test cuda_backend_test cublaslt_matmul_test cuda_ops_test cuda_model_test cuda_graph_test
-  cuda_narrow_test create_backend_test sample_backend_test engine_golden_test
-  engine_golden_narrow_test)
+  quant_fp8_group_test gemv_narrow_test cuda_backend_test cublaslt_matmul_test cuda_ops_test
+  cuda_moe_test cuda_kv_fp8_test cuda_model_test cuda_graph_test cuda_narrow_test
+  create_backend_test sample_backend_test engine_golden_test engine_golden_narrow_test
+  engine_kv_fp8_test)
 others=(nccl_gpu_test glm-run glm-bench-cuda-decode)
 if [[ ${1:-} == --targets ]]; then
   echo "${tests[@]} ${others[@]}"
@@ -64,11 +65,14 @@ for s in $steps; do
       done
       ;;
     bench)
-      for g in off on; do
-        step "decode bench graphs=$g" bench.log 240 "$bin/glm-bench-cuda-decode" --dtype fp8 \
-          --layers 1,2 --batches 1,8 --contexts 4096 --steps 8 --graphs "$g"
-        grep -E "^\s*(fp8|fp32|bf16)\s" "$out/bench.log" | tail -n 2 | sed "s/^/   [graphs=$g] /"
+      for cfg in "off fp32" "on fp32" "on fp8"; do
+        set -- $cfg
+        step "decode bench graphs=$1 kv=$2" bench.log 240 "$bin/glm-bench-cuda-decode" \
+          --dtype fp8 --kv-dtype "$2" --layers 1,2 --batches 1,8 --contexts 4096 --steps 8 \
+          --graphs "$1"
       done
+      step "sample bench" bench.log 120 "$bin/sample_test" --gtest_also_run_disabled_tests \
+        --gtest_filter='*Bench*'
       ;;
   esac
 done
