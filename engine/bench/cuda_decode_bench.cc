@@ -4,7 +4,7 @@
 //   glm-bench-cuda-decode [--config DIR] [--dtype fp32|bf16|fp8] [--layers auto|N1,N2]
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
-//       [--backend cuda|cpu] [--small] [--graphs on|off]
+//       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
 // 2048/512, DSA indexer 32 x 128 with index_topk 2048, 256 experts top-8 with moe_inter 2048 + a
@@ -28,8 +28,9 @@
 //
 // Roofline: the bytes one layer must read for the case (weights as stored; routed experts hit =
 // the expectation for uniform routing of batch x top-8 picks; KV: the indexer keys of all S + 1
-// positions and the MLA latent of min(S + 1, index_topk) selected positions, per sequence, fp32
-// as the cache stores them) over the device-to-device copy bandwidth measured in this process
+// positions and the MLA latent of min(S + 1, index_topk) selected positions, per sequence, as
+// the cache stores them: fp32, or with --kv-dtype fp8 the 132-byte keys and 656-byte latent rows
+// of engine/backend/kv_fp8_layout.h) over the device-to-device copy bandwidth measured in this process
 // (cudaMemcpyAsync of 2 GiB, bytes read + written), and over the read rate of the backend's own
 // fp32 GEMV on a 1 GiB weight (a second, stricter ceiling for weight streaming).
 #include <cuda_runtime.h>
@@ -77,6 +78,10 @@ struct Args {
   std::string backend = "cuda";
   bool small = false;
   bool graphs = false;
+  // KV cache storage (ModelLoadOptions::kv.dtype); "both" runs every case with fp32 and with fp8
+  // KV in this process and prints ms/layer side by side.
+  std::string kv_dtype = "fp32";
+  KvDType kv = KvDType::kF32;  // the one RunModel uses
 };
 
 double Now() {
@@ -214,7 +219,8 @@ struct LayerBytes {
 };
 
 // Minimum bytes one decode layer reads (see the file comment).
-LayerBytes MinLayerBytes(const ModelConfig& c, const std::string& dtype, int batch, int context) {
+LayerBytes MinLayerBytes(const ModelConfig& c, const std::string& dtype, int batch, int context,
+                         KvDType kv_dtype = KvDType::kF32) {
   const double lb = LinearElemBytes(dtype);
   const double H = c.hidden_size, nh = c.num_attention_heads, qlr = c.q_lora_rank,
                kvr = c.kv_lora_rank, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
@@ -230,7 +236,13 @@ LayerBytes MinLayerBytes(const ModelConfig& c, const std::string& dtype, int bat
   b.experts = b.experts_hit * lb * 3 * mi * H;
   b.shared = lb * 3 * mi * std::max(1, c.n_shared_experts) * H;
   const double keys = static_cast<double>(context) + 1;
-  b.kv = batch * (keys * ihd * 4.0 + std::min<double>(keys, c.index_topk) * (kvr + rope) * 4.0);
+  if (kv_dtype == KvDType::kFp8) {  // kv_fp8_layout.h: 656 + 132 bytes per token at GLM-5 widths
+    b.kv = batch * (keys * static_cast<double>(kv_fp8::IndexBytesPerToken(c.index_head_dim)) +
+                    std::min<double>(keys, c.index_topk) *
+                        static_cast<double>(kv_fp8::LatentRowBytes(c.kv_lora_rank, rope)));
+  } else {
+    b.kv = batch * (keys * ihd * 4.0 + std::min<double>(keys, c.index_topk) * (kvr + rope) * 4.0);
+  }
   return b;
 }
 
@@ -283,7 +295,8 @@ void PrintGraphStats(const M& model) {
 
 bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* results) {
   const ModelConfig c = BenchConfig(base, num_layers);
-  std::printf("\n== %d layer(s), %s weights\n", num_layers, a.dtype.c_str());
+  std::printf("\n== %d layer(s), %s weights, %s KV\n", num_layers, a.dtype.c_str(),
+              KvDTypeName(a.kv));
   auto created = CreateBackend(a.backend, a.threads, a.device);
   if (!created.ok()) {
     std::fprintf(stderr, "backend: %s\n", created.status().ToString().c_str());
@@ -298,6 +311,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   // fp8: "auto" keeps the e4m3 tensors the weight source serves (fp8_linear below) as they are.
   o.weight_dtype = a.dtype == "fp8" ? "auto" : a.dtype;
   SetGraphs(o, a.graphs);
+  o.kv.dtype = a.kv;
   // KV: enough blocks for the largest case that fits next to the weights and the reserve.
   const int64_t weights_est = DeviceWeightBytes(c, a.dtype);
   const int64_t block_bytes = KvCacheBytesPerToken(c, o) * a.block_size;
@@ -311,7 +325,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
       if (need * block_bytes <= room) want = std::max(want, need);
     }
   }
-  o.kv = {a.block_size, static_cast<int>(want)};
+  o.kv = {a.block_size, static_cast<int>(want), a.kv};
   std::printf("free %.1f GiB, weights (est.) %.1f GiB, KV %lld blocks x %d = %.1f GiB\n",
               free_now / kGiB, weights_est / kGiB, static_cast<long long>(want), a.block_size,
               want * block_bytes / kGiB);
@@ -429,6 +443,7 @@ int Main(int argc, char** argv) {
     else if (k == "--backend") a.backend = next();
     else if (k == "--small") a.small = true;
     else if (k == "--graphs") a.graphs = next() == "on";
+    else if (k == "--kv-dtype") a.kv_dtype = next();
     else {
       std::fprintf(stderr,
                    "unknown flag %s; see the usage at the top of engine/bench/cuda_decode_bench.cc\n",
@@ -437,9 +452,10 @@ int Main(int argc, char** argv) {
     }
   }
   if (a.batches.empty() || a.contexts.empty() || a.steps < 1 || a.block_size < 1 ||
-      (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8")) {
+      (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
+      (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both")) {
     std::fprintf(stderr, "bad flags: --batches/--contexts are comma lists of integers, --steps and "
-                         "--block-size >= 1, --dtype fp32|bf16|fp8\n");
+                         "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both\n");
     return 2;
   }
   // Weight tensors are allocated and freed one after another (up to 3.8 GB each): keep the freed
@@ -492,7 +508,7 @@ int Main(int argc, char** argv) {
     const int64_t free_b = FreeBytes(a), reserve = static_cast<int64_t>(a.reserve_gib * kGiB);
     auto kv_bytes = [&](int n, int batch, int context) {
       ModelLoadOptions o;
-      o.load_mtp = false;
+      o.load_mtp = false;  // sized for fp32 KV, the larger of the two layouts
       return KvCacheBytesPerToken(BenchConfig(base, n), o) * a.block_size * batch *
              BlocksPerSeq(context, a.block_size);
     };
@@ -527,51 +543,75 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::vector<Results> results(layer_counts.size());
-  bool ok = true;
-  for (size_t i = 0; i < layer_counts.size(); ++i) {
-    ok = RunModel(a, base, layer_counts[i], &results[i]) && ok;
-  }
-
-  // Summary.
+  std::vector<KvDType> kv_list;
+  if (a.kv_dtype != "fp8") kv_list.push_back(KvDType::kF32);
+  if (a.kv_dtype != "fp32") kv_list.push_back(KvDType::kFp8);
   const ModelConfig c1 = BenchConfig(base, 1);
   const int n1 = layer_counts.front(), n2 = layer_counts.back();
-  std::printf("\n== decode step per layer (%s weights, fp32 KV; ms/layer from %d vs %d layers)\n",
-              a.dtype.c_str(), n1, n2);
-  std::printf("%5s %7s %9s %9s %9s %8s %8s %8s %8s %9s %7s %7s\n", "batch", "context",
-              (std::to_string(n1) + "L ms").c_str(), (std::to_string(n2) + "L ms").c_str(),
-              "ms/layer", "fixed ms", "experts", "GB/layer", "GB/s", "roof ms", "of D2D",
-              "of GEMV");
-  for (int b : a.batches) {
-    for (int s : a.contexts) {
-      const CaseResult& r1 = results.front()[{b, s}];
-      const CaseResult& r2 = results.back()[{b, s}];
-      const LayerBytes lb = MinLayerBytes(c1, a.dtype, b, s);
-      double per_layer = 0, fixed = NAN;
-      std::string note;
-      if (r1.ran && r2.ran && n2 > n1) {
-        per_layer = (r2.step_ms - r1.step_ms) / (n2 - n1);
-        fixed = r1.step_ms - n1 * per_layer;
-      } else if (r2.ran) {
-        per_layer = r2.step_ms / n2;
-        note = " (step / layers: includes embedding, lm_head, host)";
-      } else if (r1.ran) {
-        per_layer = r1.step_ms / n1;
-        note = " (step / layers: includes embedding, lm_head, host)";
-      } else {
-        std::printf("%5d %7d   not run: %s\n", b, s, r2.why.empty() ? r1.why.c_str() : r2.why.c_str());
-        continue;
+  bool ok = true;
+  std::map<std::pair<int, int>, double> per_layer_by_kv[2];  // [kv dtype] (batch, context)
+  for (const KvDType kv : kv_list) {
+    a.kv = kv;
+    std::vector<Results> results(layer_counts.size());
+    for (size_t i = 0; i < layer_counts.size(); ++i) {
+      ok = RunModel(a, base, layer_counts[i], &results[i]) && ok;
+    }
+
+    // Summary.
+    std::printf("\n== decode step per layer (%s weights, %s KV; ms/layer from %d vs %d layers)\n",
+                a.dtype.c_str(), KvDTypeName(kv), n1, n2);
+    std::printf("%5s %7s %9s %9s %9s %8s %8s %8s %8s %9s %7s %7s\n", "batch", "context",
+                (std::to_string(n1) + "L ms").c_str(), (std::to_string(n2) + "L ms").c_str(),
+                "ms/layer", "fixed ms", "experts", "GB/layer", "GB/s", "roof ms", "of D2D",
+                "of GEMV");
+    for (int b : a.batches) {
+      for (int s : a.contexts) {
+        const CaseResult& r1 = results.front()[{b, s}];
+        const CaseResult& r2 = results.back()[{b, s}];
+        const LayerBytes lb = MinLayerBytes(c1, a.dtype, b, s, kv);
+        double per_layer = 0, fixed = NAN;
+        std::string note;
+        if (r1.ran && r2.ran && n2 > n1) {
+          per_layer = (r2.step_ms - r1.step_ms) / (n2 - n1);
+          fixed = r1.step_ms - n1 * per_layer;
+        } else if (r2.ran) {
+          per_layer = r2.step_ms / n2;
+          note = " (step / layers: includes embedding, lm_head, host)";
+        } else if (r1.ran) {
+          per_layer = r1.step_ms / n1;
+          note = " (step / layers: includes embedding, lm_head, host)";
+        } else {
+          std::printf("%5d %7d   not run: %s\n", b, s, r2.why.empty() ? r1.why.c_str() : r2.why.c_str());
+          continue;
+        }
+        per_layer_by_kv[kv == KvDType::kFp8 ? 1 : 0][{b, s}] = per_layer;
+        const double gbs = lb.total() / (per_layer * 1e-3) / 1e9;
+        const double roof_ms = d2d > 0 ? lb.total() / (d2d * 1e9) * 1e3 : 0;
+        char t1[32] = "-", t2[32] = "-";
+        if (r1.ran) std::snprintf(t1, sizeof(t1), "%.3f", r1.step_ms);
+        if (r2.ran) std::snprintf(t2, sizeof(t2), "%.3f", r2.step_ms);
+        std::printf("%5d %7d %9s %9s %9.3f %8.3f %8.1f %8.3f %8.0f %9.3f %7.3f %7.3f%s%s\n", b, s,
+                    t1, t2, per_layer, fixed,
+                    lb.experts_hit, lb.total() / 1e9, gbs, roof_ms, d2d > 0 ? gbs / d2d : 0.0,
+                    gemv > 0 ? gbs / gemv : 0.0, note.c_str(),
+                    (r1.ran && !r1.finite) || (r2.ran && !r2.finite) ? " NON-FINITE LOGITS" : "");
       }
-      const double gbs = lb.total() / (per_layer * 1e-3) / 1e9;
-      const double roof_ms = d2d > 0 ? lb.total() / (d2d * 1e9) * 1e3 : 0;
-      char t1[32] = "-", t2[32] = "-";
-      if (r1.ran) std::snprintf(t1, sizeof(t1), "%.3f", r1.step_ms);
-      if (r2.ran) std::snprintf(t2, sizeof(t2), "%.3f", r2.step_ms);
-      std::printf("%5d %7d %9s %9s %9.3f %8.3f %8.1f %8.3f %8.0f %9.3f %7.3f %7.3f%s%s\n", b, s,
-                  t1, t2, per_layer, fixed,
-                  lb.experts_hit, lb.total() / 1e9, gbs, roof_ms, d2d > 0 ? gbs / d2d : 0.0,
-                  gemv > 0 ? gbs / gemv : 0.0, note.c_str(),
-                  (r1.ran && !r1.finite) || (r2.ran && !r2.finite) ? " NON-FINITE LOGITS" : "");
+    }
+  }
+  if (kv_list.size() == 2) {
+    std::printf("\n== fp8 KV vs fp32 KV in this process (%s weights): ms/layer\n",
+                a.dtype.c_str());
+    std::printf("%5s %7s %10s %10s %8s %12s %12s\n", "batch", "context", "fp32 KV", "fp8 KV",
+                "fp8/fp32", "KV GB fp32", "KV GB fp8");
+    for (int b : a.batches) {
+      for (int s : a.contexts) {
+        const auto f = per_layer_by_kv[0].find({b, s}), e = per_layer_by_kv[1].find({b, s});
+        if (f == per_layer_by_kv[0].end() || e == per_layer_by_kv[1].end()) continue;
+        std::printf("%5d %7d %10.3f %10.3f %8.3f %12.4f %12.4f\n", b, s, f->second, e->second,
+                    e->second / f->second,
+                    MinLayerBytes(c1, a.dtype, b, s, KvDType::kF32).kv / 1e9,
+                    MinLayerBytes(c1, a.dtype, b, s, KvDType::kFp8).kv / 1e9);
+      }
     }
   }
   const LayerBytes one = MinLayerBytes(c1, a.dtype, 1, a.contexts.front());

@@ -36,3 +36,8 @@ glm_add_test(NAME cuda_moe_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_moe_test.
 add_executable(cuda_ops_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_bench.cc)
 target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda glm_kernels)
 glm_set_warnings(cuda_ops_bench)
+
+# fp32 vs fp8 KV: IndexerTopK / Attention / quantizing writes at GLM-5 decode shapes (cuda_kv_bench.cc).
+add_executable(cuda_kv_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_kv_bench.cc)
+target_link_libraries(cuda_kv_bench PRIVATE glm_backend_cuda glm_kernels absl::strings)
+glm_set_warnings(cuda_kv_bench)

@@ -1,0 +1,231 @@
+// Bench of the KV-reading decode ops with fp32 and fp8 KV caches (engine/backend/kv_fp8_layout.h)
+// at GLM-5 shapes, batch 1 / 8 / 64 and 4K / 128K cached keys per sequence:
+//   indexer:   IndexerTopK, 32 heads x 128 dims over every cached key, top_k 2048
+//   attention: absorbed MLA (64 heads, 512 + 64 dims, dv 512) over 2048 selected keys
+//   write:     WriteLatentFp8 / WriteIndexKeysFp8 of the step's new rows
+// Per case: µs per call (median of trials of 20 calls captured in one CUDA graph: back to back,
+// so small working sets stay in L2), the bytes the op must read (KV rows in the cache's layout,
+// every sequence its own keys), GB/s and the fraction of a device-to-device copy measured here.
+// Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5]
+// cuda_ops.h uses absl::StatusOr without including its header.
+#include "absl/status/statusor.h"
+#include "engine/backend/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/backend/kv_fp8_layout.h"
+#include "kernels/bench_util.h"
+
+namespace glm::engine::cuda {
+namespace {
+
+using kernels::CheckOk;
+using kernels::TimeEnqueues;
+
+class BenchScratch final : public Scratch {
+ public:
+  ~BenchScratch() override {
+    for (void* p : ptr_) cudaFree(p);
+  }
+  absl::StatusOr<void*> Get(int slot, size_t bytes) override {
+    if (bytes > size_[slot]) {
+      cudaFree(ptr_[slot]);
+      if (cudaMalloc(&ptr_[slot], bytes) != cudaSuccess) {
+        return absl::ResourceExhaustedError("bench scratch: cudaMalloc failed");
+      }
+      size_[slot] = bytes;
+    }
+    return ptr_[slot];
+  }
+
+ private:
+  void* ptr_[kScratchSlots] = {};
+  size_t size_[kScratchSlots] = {};
+};
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes, int fill = 0x11) {
+    BENCH_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+    BENCH_CHECK(cudaMemset(p, fill, std::max<size_t>(bytes, 16)));  // 0x11: small finite values
+  }
+  ~DevBuf() { cudaFree(p); }
+  template <typename T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+template <typename T>
+void Upload(const DevBuf& d, const std::vector<T>& v) {
+  BENCH_CHECK(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+double D2DGBs(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  DevBuf a(bytes), b(bytes);
+  auto t = TimeEnqueues(
+      [&](int) {
+        return cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess
+                   ? absl::OkStatus()
+                   : absl::InternalError("memcpy");
+      },
+      4, 5, stream);
+  return 2.0 * bytes / (t.us_per_call * 1e-6) / 1e9;
+}
+
+std::vector<int> ParseInts(const std::string& s) {
+  std::vector<int> v;
+  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    int x = 0;
+    if (absl::SimpleAtoi(p, &x)) v.push_back(x);
+  }
+  return v;
+}
+
+void Report(const char* op, const char* kv, int rows, int keys, double us, double bytes,
+            double d2d) {
+  const double gbs = bytes / (us * 1e-6) / 1e9;
+  std::printf("%-10s %-5s %5d %7d %10.2f %10.3f %9.0f %7.3f\n", op, kv, rows, keys, us,
+              bytes / 1e6, gbs, gbs / d2d);
+  std::fflush(stdout);
+}
+
+int Main(int argc, char** argv) {
+  std::vector<int> rows_list = {1, 8, 64}, keys_list = {4096, 131072};
+  int trials = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--rows") rows_list = ParseInts(v);
+    else if (k == "--keys") keys_list = ParseInts(v);
+    else if (k == "--trials") trials = std::max(1, std::atoi(v.c_str()));
+  }
+  constexpr int kCalls = 20;
+  constexpr int kHeads = 64, kKvr = 512, kRope = 64, kIHeads = 32, kIDim = 128, kTopK = 2048;
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double d2d = D2DGBs(stream);
+  std::printf("cuda_kv_bench: %s, %d SMs; D2D copy %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, d2d);
+  std::printf("%-10s %-5s %5s %7s %10s %10s %9s %7s\n", "op", "kv", "rows", "keys", "us",
+              "MB read", "GB/s", "of D2D");
+  BenchScratch scratch;
+  std::mt19937 rng(5);
+  for (const int keys : keys_list) {
+    for (const int rows : rows_list) {
+      const int64_t slots = int64_t{rows} * keys;  // every sequence its own keys
+      std::vector<int32_t> table(slots), offset(rows), nkeys(rows, keys);
+      for (int64_t i = 0; i < slots; ++i) table[i] = static_cast<int32_t>(i);
+      for (int t = 0; t < rows; ++t) offset[t] = t * keys;
+      DevBuf d_table(slots * 4), d_offset(rows * 4), d_nkeys(rows * 4);
+      Upload(d_table, table);
+      Upload(d_offset, offset);
+      Upload(d_nkeys, nkeys);
+      const KeyTable kt{d_table.as<int32_t>(), d_offset.as<int32_t>(), d_nkeys.as<int32_t>(),
+                        keys};
+      // ---- indexer
+      {
+        std::vector<float> q(int64_t{rows} * kIHeads * kIDim), w(int64_t{rows} * kIHeads);
+        std::normal_distribution<float> nd;
+        for (float& v : q) v = nd(rng);
+        for (float& v : w) v = nd(rng);
+        DevBuf d_q(q.size() * 4), d_w(w.size() * 4), d_out(int64_t{rows} * kTopK * 4);
+        Upload(d_q, q);
+        Upload(d_w, w);
+        for (const bool fp8 : {false, true}) {
+          const int64_t key_bytes = fp8 ? kv_fp8::IndexBytesPerToken(kIDim) : kIDim * 4;
+          DevBuf d_keys(slots * key_bytes);
+          IndexerTopKArgs a;
+          a.q = HeadsView{d_q.as<float>(), rows, kIHeads, kIDim, kIHeads * kIDim, kIDim};
+          a.weights = MatView{d_w.as<float>(), rows, kIHeads, kIHeads};
+          a.keys = MatView{fp8 ? nullptr : d_keys.as<float>(), slots, kIDim, kIDim};
+          if (fp8) a.keys_fp8 = {d_keys.as<uint8_t>(), slots, kIDim, 64};
+          a.table = kt;
+          a.weight_scale = 0.17f;
+          a.score_scale = 0.088f;
+          a.top_k = kTopK;
+          a.out = d_out.as<int32_t>();
+          CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");  // grow scratch
+          BENCH_CHECK(cudaStreamSynchronize(stream));
+          const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); },
+                                      kCalls, trials, stream);
+          Report("indexer", fp8 ? "fp8" : "fp32", rows, keys, t.us_per_call,
+                 static_cast<double>(slots) * key_bytes, d2d);
+        }
+      }
+      // ---- attention (absorbed, 2048 selected of `keys`)
+      {
+        const int sel = std::min(kTopK, keys);
+        std::vector<int32_t> idx(int64_t{rows} * kTopK, -1);
+        for (int t = 0; t < rows; ++t) {
+          std::vector<int32_t> pos(keys);
+          for (int i = 0; i < keys; ++i) pos[i] = i;
+          std::shuffle(pos.begin(), pos.end(), rng);
+          std::sort(pos.begin(), pos.begin() + sel);
+          std::copy_n(pos.begin(), sel, idx.begin() + int64_t{t} * kTopK);
+        }
+        DevBuf d_idx(idx.size() * 4), d_qa(int64_t{rows} * kHeads * kKvr * 4),
+            d_qb(int64_t{rows} * kHeads * kRope * 4), d_o(int64_t{rows} * kHeads * kKvr * 4);
+        Upload(d_idx, idx);
+        for (const bool fp8 : {false, true}) {
+          const int64_t row_bytes =
+              fp8 ? kv_fp8::LatentRowBytes(kKvr, kRope) : int64_t{kKvr + kRope} * 4;
+          DevBuf d_kv(slots * row_bytes);
+          AttentionArgs a;
+          a.q_a = HeadsView{d_qa.as<float>(), rows, kHeads, kKvr, kHeads * kKvr, kKvr};
+          a.q_b = HeadsView{d_qb.as<float>(), rows, kHeads, kRope, kHeads * kRope, kRope};
+          const int64_t ld = kKvr + kRope;
+          a.k_a = HeadsView{fp8 ? nullptr : d_kv.as<float>(), slots, kHeads, kKvr, fp8 ? 0 : ld, 0};
+          a.k_b = HeadsView{fp8 ? nullptr : d_kv.as<float>() + kKvr, slots, kHeads, kRope,
+                            fp8 ? 0 : ld, 0};
+          a.v = a.k_a;
+          if (fp8) a.latent_fp8 = {d_kv.as<uint8_t>(), slots, kKvr, kRope};
+          a.table = kt;
+          a.indices = d_idx.as<int32_t>();
+          a.index_width = kTopK;
+          a.scale = 0.072f;
+          a.out = HeadsView{d_o.as<float>(), rows, kHeads, kKvr, kHeads * kKvr, kKvr};
+          CheckOk(Attention(a, scratch, stream), "Attention");
+          BENCH_CHECK(cudaStreamSynchronize(stream));
+          const auto t = TimeEnqueues([&](int) { return Attention(a, scratch, stream); }, kCalls,
+                                      trials, stream);
+          Report("attention", fp8 ? "fp8" : "fp32", rows, keys, t.us_per_call,
+                 static_cast<double>(rows) * sel * row_bytes, d2d);
+        }
+      }
+    }
+  }
+  // ---- quantizing writes (one new token per sequence)
+  for (const int rows : rows_list) {
+    const int64_t slots = 4096;
+    std::vector<int32_t> s(rows);
+    for (int i = 0; i < rows; ++i) s[i] = (i * 61) % slots;
+    DevBuf d_s(rows * 4), d_src(int64_t{rows} * (kKvr + kRope) * 4),
+        d_lat(slots * kv_fp8::LatentRowBytes(kKvr, kRope)), d_idx(slots * 132);
+    Upload(d_s, s);
+    const MatView lat{d_src.as<float>(), rows, kKvr + kRope, kKvr + kRope};
+    const Fp8LatentCache lc{d_lat.as<uint8_t>(), slots, kKvr, kRope};
+    auto t = TimeEnqueues([&](int) { return WriteLatentFp8(lat, d_s.as<int32_t>(), lc, stream); },
+                          kCalls, trials, stream);
+    Report("write-lat", "fp8", rows, 0, t.us_per_call, rows * (kKvr + kRope) * 4.0, d2d);
+    const MatView ik{d_src.as<float>(), rows, kIDim, kIDim};
+    const Fp8IndexCache ic{d_idx.as<uint8_t>(), slots, kIDim, 64};
+    t = TimeEnqueues([&](int) { return WriteIndexKeysFp8(ik, d_s.as<int32_t>(), ic, stream); },
+                     kCalls, trials, stream);
+    Report("write-idx", "fp8", rows, 0, t.us_per_call, rows * kIDim * 4.0, d2d);
+  }
+  BENCH_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+}  // namespace glm::engine::cuda
+
+int main(int argc, char** argv) { return glm::engine::cuda::Main(argc, argv); }
