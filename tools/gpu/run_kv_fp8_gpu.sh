@@ -50,23 +50,23 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for s in $steps; do
   case $s in
     tests)
-      step cuda_kv_fp8_test 60 "$bin/cuda_kv_fp8_test"
-      step engine_kv_fp8_test 90 "$bin/engine_kv_fp8_test"
-      step "cuda_ops_test Attention/Indexer" 60 "$bin/cuda_ops_test" \
+      step cuda_kv_fp8_test 40 "$bin/cuda_kv_fp8_test"
+      step engine_kv_fp8_test 60 "$bin/engine_kv_fp8_test"
+      step "cuda_ops_test Attention/Indexer" 40 "$bin/cuda_ops_test" \
         --gtest_filter='*Attention*:*Indexer*'
-      step cuda_graph_test 60 "$bin/cuda_graph_test"
+      step cuda_graph_test 40 "$bin/cuda_graph_test"
       ;;
     memcheck)
       if command -v compute-sanitizer >/dev/null; then
-        step "memcheck cuda_kv_fp8_test BitExact" 60 compute-sanitizer --tool memcheck \
+        step "memcheck cuda_kv_fp8_test BitExact" 40 compute-sanitizer --tool memcheck \
           --error-exitcode 7 "$bin/cuda_kv_fp8_test" --gtest_filter='*BitExact*'
       fi
       ;;
     bench)
-      step cuda_kv_bench 90 "$bin/cuda_kv_bench"
+      step cuda_kv_bench 60 "$bin/cuda_kv_bench"
       ;;
     decode)
-      step "decode fp8 weights, fp32 vs fp8 KV" 200 "$bin/glm-bench-cuda-decode" --dtype fp8 \
+      step "decode fp8 weights, fp32 vs fp8 KV" 150 "$bin/glm-bench-cuda-decode" --dtype fp8 \
         --kv-dtype both --batches 1,8 --contexts 4096,131072 --layers 1,2 --steps 8 --warmup 2
       ;;
   esac
