@@ -14,9 +14,11 @@
 # gemv_bench (µs, GB/s, fraction of D2D, vs cuBLASLt / gemm_fp8_block); profile_decode.sh at
 # batch 1 and 8 with the GEMV on and off (GLM_LINEAR_GEMV_MAX_TOKENS=0: the GEMM path);
 # compute-sanitizer memcheck of the GEMV test's small cases. Logs in $OUT (or /tmp/glm-gemv-out).
+# Env STEPS (default "tests bench profile_on profile_off memcheck") picks the steps.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 stage=${1:-.gpurun-gemv}
+steps=${STEPS:-tests bench profile_on profile_off memcheck}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-gemv-out}
 mkdir -p "$out"
@@ -37,25 +39,34 @@ step() {  # step NAME LOG TIMEOUT_S CMD...
   echo "== $name rc=$rc $((SECONDS - t0))s"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-step gemv_narrow_test tests.log 60 "$bin/gemv_narrow_test"
-step cuda_narrow_test tests.log 40 "$bin/cuda_narrow_test"
-step cuda_graph_test tests.log 40 "$bin/cuda_graph_test"
-step engine_golden_narrow_test tests.log 40 "$bin/engine_golden_narrow_test"
-grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|^\[.*max err|ERROR" "$out/tests.log" | head -n 60
-step gemv_bench bench.log 60 "$bin/gemv_bench"
-cat "$out/bench.log"
-for mode in on off; do
-  if [[ $mode == off ]]; then export GLM_LINEAR_GEMV_MAX_TOKENS=0; fi
-  OUT=/tmp/prof_$mode step "profile_decode gemv $mode" profile.log 50 \
-    tools/gpu/profile_decode.sh "$stage" "1 8"
-  unset GLM_LINEAR_GEMV_MAX_TOKENS
+for s in $steps; do
+  case $s in
+    tests)
+      step gemv_narrow_test tests.log 60 "$bin/gemv_narrow_test"
+      step cuda_narrow_test tests.log 40 "$bin/cuda_narrow_test"
+      step cuda_graph_test tests.log 40 "$bin/cuda_graph_test"
+      step engine_golden_narrow_test tests.log 40 "$bin/engine_golden_narrow_test"
+      grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|^\[.*max err|ERROR" "$out/tests.log" | head -n 60
+      ;;
+    bench)
+      step gemv_bench bench.log 60 "$bin/gemv_bench"
+      cat "$out/bench.log"
+      ;;
+    profile_on)  # the per-launch CSVs and bench logs land in $out
+      step "profile_decode gemv on" profile.log 50 tools/gpu/profile_decode.sh "$stage" "1 8"
+      ;;
+    profile_off)  # GLM_LINEAR_GEMV_MAX_TOKENS=0: the GEMM path; CSVs in /tmp/prof_off
+      GLM_LINEAR_GEMV_MAX_TOKENS=0 OUT=/tmp/prof_off step "profile_decode gemv off" profile.log 50 \
+        tools/gpu/profile_decode.sh "$stage" "1 8"
+      ;;
+    memcheck)
+      step "memcheck gemv_narrow_test" memcheck.log 30 compute-sanitizer --tool memcheck \
+        --error-exitcode 7 "$bin/gemv_narrow_test" \
+        --gtest_filter='*ActivationNumerics*:*NonFinite*:*Deterministic*:*Rejects*'
+      grep -hE "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$out/memcheck.log"
+      ;;
+  esac
 done
-cat "$out/profile.log"
-if command -v compute-sanitizer >/dev/null; then
-  step "memcheck gemv_narrow_test" memcheck.log 30 compute-sanitizer --tool memcheck \
-    --error-exitcode 7 "$bin/gemv_narrow_test" \
-    --gtest_filter='*ActivationNumerics*:*NonFinite*:*Deterministic*:*Rejects*'
-  grep -hE "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$out/memcheck.log"
-fi
+cat "$out/profile.log" 2>/dev/null
 echo "== summary"
 printf '%s\n' "${summary[@]}"

@@ -34,6 +34,22 @@ __global__ void ConvertRowsToBf16Kernel(const float* __restrict__ src, int64_t s
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// Whether the decode GEMV (one launch, fp32 x) beats the GEMM path (convert + quantize +
+// cuBLASLt / gemm_fp8_block [+ reduce]) at m tokens for a weight of n x k elements. The GEMV's
+// cost grows with m (each CTA stages its K range of x), cuBLASLt's barely does, so the cut-over
+// falls with the weight size; figures: kernels/gemv_bench on an H200 (tools/gpu/run_gemv_gpu.sh).
+bool GemvPreferred(int64_t m, int64_t n, int64_t k, bool fp8) {
+  const int64_t elems = n * k;
+  constexpr int64_t kM = int64_t{1} << 20;
+  if (fp8) {
+    if (m <= 2) return true;
+    if (m <= 4) return elems <= 48 * kM;
+    if (m <= 8) return elems <= 16 * kM;
+    return m <= kernels::kGemvNarrowMaxM && elems <= 4 * kM;
+  }
+  return m <= 2 && elems <= 40 * kM;
+}
+
 }  // namespace
 
 absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, int64_t cols,
@@ -78,7 +94,9 @@ absl::Status NarrowLinear::RunGemv(const MatView& x, const MatView& w, const Mat
   *taken = false;
   const int64_t m = x.rows, n = w.rows, k = x.cols;
   const bool fp8 = w.dtype == WeightDType::kF8E4M3Block128;
-  if (m > gemv_max_tokens_ || (fp8 && w.ld % 16 != 0)) return absl::OkStatus();
+  if (m > gemv_max_tokens_ || !GemvPreferred(m, n, k, fp8) || (fp8 && w.ld % 16 != 0)) {
+    return absl::OkStatus();
+  }
   const auto key = std::make_tuple(fp8 ? 1 : 0, m, n, k);
   auto it = gemv_.find(key);
   if (it == gemv_.end()) {

@@ -5,7 +5,8 @@
 // - kF8E4M3Block128: x is converted to bf16, then gemm_fp8_block quantizes it per row per 128
 //   columns to e4m3 and runs the block-scaled GEMM (cuBLASLt on sm_90 where it applies, our
 //   kernel elsewhere), fp32 output.
-// - Decode sizes (m <= kGemvMaxTokens, either dtype): one kernels/gemv_narrow launch instead,
+// - Decode sizes (m <= kGemvMaxTokens, either dtype, where the measured cut-over for the weight's
+//   size says so: GemvPreferred in cuda_linear.cu): one kernels/gemv_narrow launch instead,
 //   reading x in fp32 and writing y directly (any strides), with the same activation numerics
 //   (bf16 rounding, then for fp8 the same per-row per-128-column e4m3 quantization), fp32
 //   accumulation, deterministic split-K (its arrival counters live in a buffer this object
@@ -44,7 +45,7 @@ absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, i
 
 class NarrowLinear {
  public:
-  // Token counts up to this take the GEMV by default (see gemv_bench for the measurement).
+  // Token counts above this never take the GEMV (its limit).
   static constexpr int64_t kGemvMaxTokens = kernels::kGemvNarrowMaxM;
 
   // Allocates the GEMV's counters on the current device. The environment variable
