@@ -7,13 +7,18 @@
 #include <limits>
 #include <vector>
 
+// The 8-wide vector helpers are inlined into the target_clones kernels; their ABI never crosses
+// a call boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace glm::engine::cpu {
 namespace {
 
 constexpr int64_t kGroup = 128;    // activation quantization group == weight block (columns)
 constexpr float kE4m3Max = 448.0f;
-constexpr int64_t kTileN = 32;     // weight rows widened at a time
+constexpr int64_t kTileN = 32;     // weight rows widened at a time (the fp32 kernel's tile)
 constexpr int64_t kChunkM = 64;    // x rows per task
+constexpr int64_t kMaxFusedM = 4;  // up to this many x rows: the fused decode kernel
 
 uint32_t Bits(float f) {
   uint32_t u;
@@ -72,6 +77,128 @@ void EffectiveRow(WeightDType dtype, const float* x, int64_t k, float* out) {
   }
 }
 
+__attribute__((target_clones("arch=haswell", "default")))
+void WidenBf16Row(const uint16_t* src, int64_t n, float* dst) {
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  for (int64_t c = 0; c < n; ++c) d[c] = static_cast<uint32_t>(src[c]) << 16;
+}
+
+// ---- Fused decode kernel: the weights widened in registers, 8 at a time. Per output element
+// it performs exactly the fp32 kernel's arithmetic (cpu_backend.cc DotTile1x4 / DotTile4x2:
+// 8 lane accumulators with fused multiply-adds over k, the same horizontal sum, then the
+// scalar tail), so its results equal the widen-then-fp32 path bit for bit.
+typedef float v8f __attribute__((vector_size(32)));
+typedef uint16_t v8u16 __attribute__((vector_size(16)));
+typedef uint32_t v8u32 __attribute__((vector_size(32)));
+
+__attribute__((always_inline)) inline v8f Load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+__attribute__((always_inline)) inline float HorizontalSum(v8f v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// 8 weights of one row widened to fp32, k % 8 == 0 (so one 128-column block for fp8).
+__attribute__((always_inline)) inline v8f WidenBf16x8(const uint16_t* p) {
+  v8u16 h;
+  std::memcpy(&h, p, sizeof(h));
+  const v8u32 u = __builtin_convertvector(h, v8u32) << 16;
+  v8f f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+// e4m3 -> fp32 through the exact table, times the block scale (the same fp32 product as
+// E4m3ToFloat(q) * scale).
+__attribute__((always_inline)) inline v8f WidenFp8x8(const uint8_t* q, const float* t,
+                                                     float scale) {
+  const v8f f = {t[q[0]], t[q[1]], t[q[2]], t[q[3]], t[q[4]], t[q[5]], t[q[6]], t[q[7]]};
+  return f * scale;
+}
+
+template <WeightDType kD>
+__attribute__((always_inline)) inline v8f LoadW8(const void* row, const float* scales,
+                                                 const float* table, int64_t k) {
+  if constexpr (kD == WeightDType::kBF16) {
+    return WidenBf16x8(static_cast<const uint16_t*>(row) + k);
+  } else {
+    return WidenFp8x8(static_cast<const uint8_t*>(row) + k, table, scales[k / kGroup]);
+  }
+}
+template <WeightDType kD>
+__attribute__((always_inline)) inline float AtW(const void* row, const float* scales,
+                                                  const float* table, int64_t k) {
+  if constexpr (kD == WeightDType::kBF16) {
+    return Bf16ToFloat(static_cast<const uint16_t*>(row)[k]);
+  } else {
+    return table[static_cast<const uint8_t*>(row)[k]] * scales[k / kGroup];
+  }
+}
+
+// out[j] = x . w_j over k < K for 4 weight rows of one dtype (row j at w_rows[j]; fp8: its block
+// scales at w_scales[j]).
+template <WeightDType kD>
+__attribute__((always_inline)) inline void NarrowDot1x4Body(const float* x,
+                                                            const void* const* w_rows,
+                                                            const float* const* w_scales,
+                                                            int64_t K, float* out) {
+  const float* table = E4m3Table().data();
+  v8f a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    const v8f xv = Load8(x + k);
+    a0 += xv * LoadW8<kD>(w_rows[0], w_scales[0], table, k);
+    a1 += xv * LoadW8<kD>(w_rows[1], w_scales[1], table, k);
+    a2 += xv * LoadW8<kD>(w_rows[2], w_scales[2], table, k);
+    a3 += xv * LoadW8<kD>(w_rows[3], w_scales[3], table, k);
+  }
+  float r[4] = {HorizontalSum(a0), HorizontalSum(a1), HorizontalSum(a2), HorizontalSum(a3)};
+  for (; k < K; ++k) {
+    for (int j = 0; j < 4; ++j) r[j] += x[k] * AtW<kD>(w_rows[j], w_scales[j], table, k);
+  }
+  std::memcpy(out, r, sizeof(r));
+}
+
+__attribute__((target_clones("arch=haswell", "default")))
+void NarrowDot1x4Bf16(const float* x, const void* const* w_rows, const float* const* w_scales,
+                      int64_t K, float* out) {
+  NarrowDot1x4Body<WeightDType::kBF16>(x, w_rows, w_scales, K, out);
+}
+__attribute__((target_clones("arch=haswell", "default")))
+void NarrowDot1x4Fp8(const float* x, const void* const* w_rows, const float* const* w_scales,
+                     int64_t K, float* out) {
+  NarrowDot1x4Body<WeightDType::kF8E4M3Block128>(x, w_rows, w_scales, K, out);
+}
+
+// y rows [0, M) x cols [n0, n1) from x' (fp32, [M, K]) and the narrow w; M <= kMaxFusedM.
+void FusedBlock(const MatView& xv, const MatView& w, const MatView& y, bool accumulate,
+                int64_t n0, int64_t n1) {
+  const int64_t K = xv.cols;
+  const bool bf16 = w.dtype == WeightDType::kBF16;
+  const int64_t elem = bf16 ? 2 : 1;
+  for (int64_t n = n0; n < n1; n += 4) {
+    const int64_t nr = std::min<int64_t>(4, n1 - n);
+    const void* rows[4];
+    const float* scales[4] = {nullptr, nullptr, nullptr, nullptr};
+    for (int64_t j = 0; j < 4; ++j) {
+      const int64_t r = n + std::min(j, nr - 1);
+      rows[j] = reinterpret_cast<const char*>(w.data) + r * w.ld * elem;
+      if (!bf16) scales[j] = w.scales + (r / kGroup) * w.scale_ld;
+    }
+    for (int64_t m = 0; m < xv.rows; ++m) {
+      float r[4];
+      if (bf16) {
+        NarrowDot1x4Bf16(xv.Row(m), rows, scales, K, r);
+      } else {
+        NarrowDot1x4Fp8(xv.Row(m), rows, scales, K, r);
+      }
+      float* yr = y.Row(m) + n;
+      for (int64_t j = 0; j < nr; ++j) yr[j] = accumulate ? yr[j] + r[j] : r[j];
+    }
+  }
+}
+
 }  // namespace
 
 float RoundToBf16(float v) {
@@ -114,11 +241,7 @@ void WidenWeightRows(const MatView& w, int64_t r0, int64_t n, float* out) {
       break;
     case WeightDType::kBF16: {
       const uint16_t* base = reinterpret_cast<const uint16_t*>(w.data);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t* src = base + (r0 + i) * w.ld;
-        float* dst = out + i * cols;
-        for (int64_t c = 0; c < cols; ++c) dst[c] = Bf16ToFloat(src[c]);
-      }
+      for (int64_t i = 0; i < n; ++i) WidenBf16Row(base + (r0 + i) * w.ld, cols, out + i * cols);
       break;
     }
     case WeightDType::kF8E4M3Block128: {
@@ -153,6 +276,13 @@ void NarrowLinear(ThreadPool& pool, const MatView& x, const MatView& w, const Ma
       EffectiveLinearX(w.dtype, x.Row(begin), x.ld, end - begin, K, xe.data() + begin * K);
     });
     xv = MatView{xe.data(), M, K, K};
+  }
+  if (M <= kMaxFusedM && w.dtype != WeightDType::kF32) {  // decode: no widened copy
+    const int64_t groups = (N + 3) / 4;
+    pool.ParallelFor(groups, MinChunk(4 * K * M), [&](int64_t begin, int64_t end) {
+      FusedBlock(xv, w, y, accumulate, begin * 4, std::min(N, end * 4));
+    });
+    return;
   }
   // Tasks: (weight tile tn, x chunk cm), tn-major so consecutive tasks of a chunk of work reuse
   // the widened tile.
