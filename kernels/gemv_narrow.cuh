@@ -18,8 +18,8 @@
 // thread (g = lane/4, t = lane%4) loads two 16-byte chunks (bytes t·16 and 64 + t·16 of the
 // step's 128) of rows g and g+8, so a quad reads whole 64-byte segments; the MMA's k order is a
 // permutation of the physical one, and the B fragment is read from shared memory at the same
-// physical positions, so the dot products are unchanged. kGemvDepth steps (8 KiB per warp) are
-// in flight in a register ring. Loads are streaming (ld.global.nc.L1::no_allocate): weights are
+// physical positions, so the dot products are unchanged. kGemvDepth steps (2 KiB each) per warp
+// are in flight in a register ring. Loads are streaming (ld.global.nc.L1::no_allocate): weights are
 // read once per call.
 // Split K: each CTA writes fp32 partials [split, m, n] to the workspace, fences, and takes a
 // ticket from the row block's counter; the last CTA of a row block sums the partials in split
@@ -32,6 +32,9 @@
 // contribute nothing (loads skipped, bf16 tails masked: a row's padding is never multiplied).
 // NOTE: shared memory per CTA is M x (K range) x 2 bytes (+ scales); the host caps the K range so
 // that two CTAs fit an SM's shared memory (GB10: ~49 KiB, H200: ~113 KiB per CTA).
+// Cost: every CTA stages (and for fp8 quantizes) its K range of x, so the time grows with M
+// (gemv_bench, H200, lm_head fp8: 279 µs at M = 1, 543 µs at M = 8); NarrowLinear takes this path
+// only where it measured faster than the GEMM path (cuda_linear.cu GemvPreferred).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -36,8 +36,16 @@ int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // Whether the decode GEMV (one launch, fp32 x) beats the GEMM path (convert + quantize +
 // cuBLASLt / gemm_fp8_block [+ reduce]) at m tokens for a weight of n x k elements. The GEMV's
-// cost grows with m (each CTA stages its K range of x), cuBLASLt's barely does, so the cut-over
-// falls with the weight size; figures: kernels/gemv_bench on an H200 (tools/gpu/run_gemv_gpu.sh).
+// cost grows with m (every CTA stages and quantizes its K range of x), cuBLASLt's barely does,
+// so the cut-over falls with the weight size. kernels/gemv_bench on an H200
+// (tools/gpu/run_gemv_gpu.sh), µs GEMV vs GEMM path without its ~2.5 µs convert launch:
+//   fp8 m=1: q_a 2048x6144 7.4 vs 10.9, q_b 16384x2048 12.7 vs 19.5, o_proj 6144x16384 33.6 vs
+//     49.7, lm_head 154880x6144 279 vs 469;  m=4: q_b 14.8 vs 18.6, o_proj 39.7 vs 38.5,
+//     lm_head 331 vs 336;  m=8: q_a 10.2 vs 16.3, sh_down 6144x2048 9.6 vs 11.6, q_b 17.5 vs
+//     15.6, o_proj 48.8 vs 36.9, lm_head 543 vs 315;  m=16: kv_a 576x6144 14.4 vs 16.0,
+//     sh_down 13.5 vs 11.6.
+//   bf16 (vs cuBLASLt) m=1: q_a 9.5 vs 11.5, q_b 19.3 vs 18.3, o_proj 61.8 vs 50.3;  m=8: kv_a
+//     9.9 vs 7.6, q_b 21.9 vs 18.6.
 bool GemvPreferred(int64_t m, int64_t n, int64_t k, bool fp8) {
   const int64_t elems = n * k;
   constexpr int64_t kM = int64_t{1} << 20;
