@@ -32,9 +32,12 @@
 // contribute nothing (loads skipped, bf16 tails masked: a row's padding is never multiplied).
 // NOTE: shared memory per CTA is M x (K range) x 2 bytes (+ scales); the host caps the K range so
 // that two CTAs fit an SM's shared memory (GB10: ~49 KiB, H200: ~113 KiB per CTA).
-// Cost: every CTA stages (and for fp8 quantizes) its K range of x, so the time grows with M
-// (gemv_bench, H200, lm_head fp8: 279 µs at M = 1, 543 µs at M = 8); NarrowLinear takes this path
-// only where it measured faster than the GEMM path (cuda_linear.cu GemvPreferred).
+// Cost: every CTA stages (and for fp8 quantizes) its K range of x, one (token, group) item per
+// warp at a time, before its weight stream gets past the first kGemvDepth steps; so the time
+// grows with M (gemv_bench, H200, lm_head fp8: 267 µs at M = 1, 569 µs at M = 8). NarrowLinear
+// takes this path only where it measured faster than the GEMM path (cuda_linear.cu
+// GemvPreferred). Loading 8 items per warp at once measured 5 % faster at M = 8 but 4-6 %
+// slower at M = 1 (register pressure), so the loop keeps one item per warp.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -52,9 +55,6 @@ inline constexpr int kGemvRows = 16 * kGemvWarps;  // rows per CTA: one fp8 scal
 // Steps in flight per warp: 4 (8 KiB) with one 8-token tile; 3 with two (registers: no spills).
 template <int kNT>
 inline constexpr int kGemvDepth = kNT == 1 ? 4 : 3;
-// x items a warp loads at once when staging (registers: fewer with two 8-token tiles).
-template <int kNT>
-inline constexpr int kGemvStageBatch = kNT == 1 ? 8 : 4;
 
 struct GemvParams {
   const float* x;        // [m, k] fp32, row stride ldx
@@ -190,57 +190,41 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 
-  // Stage x[0:m, k0:k1) (one warp per (token, 128-column group); lane: 4 columns). A warp loads
-  // kGemvStageBatch items before converting any, so their L2 latencies overlap (a CTA stages up
-  // to m x 48 items for K = 6144).
+  // Stage x[0:m, k0:k1) (one warp per (token, 128-column group); lane: 4 columns).
   unsigned char* xs = smem;
   float* sxs = reinterpret_cast<float*>(smem + static_cast<size_t>(p.m) * p.x_stride);
   const int ng = ge - gb;
-  const int items = p.m * ng;
-  for (int base = warp; base < items; base += kGemvWarps * kGemvStageBatch<kNT>) {
-    float v[kGemvStageBatch<kNT>][4];
+  for (int item = warp; item < p.m * ng; item += kGemvWarps) {
+    const int mm = item / ng, gl = item - mm * ng;
+    const int64_t c = k0 + gl * 128 + lane * 4;
+    float v[4];
 #pragma unroll
-    for (int u = 0; u < kGemvStageBatch<kNT>; ++u) {
-      const int item = base + u * kGemvWarps;
-      const int mm = item / ng, gl = item - mm * ng;
-      const int64_t c = k0 + gl * 128 + lane * 4;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        v[u][i] = item < items && c + i < p.k ? p.x[mm * p.ldx + c + i] : 0.0f;
-      }
+    for (int i = 0; i < 4; ++i) {
+      v[i] = c + i < p.k ? __bfloat162float(__float2bfloat16_rn(p.x[mm * p.ldx + c + i])) : 0.0f;
     }
+    uint32_t packed[2];
+    if constexpr (kFp8) {
+      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
-    for (int u = 0; u < kGemvStageBatch<kNT>; ++u) {
-      const int item = base + u * kGemvWarps;  // warp-uniform
-      if (item >= items) break;
-      const int mm = item / ng, gl = item - mm * ng;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[u][i] = __bfloat162float(__float2bfloat16_rn(v[u][i]));
-      uint32_t packed[2];
-      if constexpr (kFp8) {
-        float amax = fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])),
-                           fmaxf(fabsf(v[u][2]), fabsf(v[u][3])));
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        }
-        const float scale = GemvQuantScale(amax);
-        if (lane == 0) sxs[mm * p.groups_per_split + gl] = scale;
-        const uint32_t q01 = static_cast<uint32_t>(GemvQuantE4m3(v[u][0], scale)) |
-                             static_cast<uint32_t>(GemvQuantE4m3(v[u][1], scale)) << 8;
-        const uint32_t q23 = static_cast<uint32_t>(GemvQuantE4m3(v[u][2], scale)) |
-                             static_cast<uint32_t>(GemvQuantE4m3(v[u][3], scale)) << 8;
-        packed[0] = GemvE4m3x2ToHalf2(q01);
-        packed[1] = GemvE4m3x2ToHalf2(q23);
-      } else {
-        const __nv_bfloat162 b01 = __floats2bfloat162_rn(v[u][0], v[u][1]);
-        const __nv_bfloat162 b23 = __floats2bfloat162_rn(v[u][2], v[u][3]);
-        memcpy(&packed[0], &b01, 4);
-        memcpy(&packed[1], &b23, 4);
+      for (int off = 16; off > 0; off >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
       }
-      *reinterpret_cast<uint2*>(xs + static_cast<size_t>(mm) * p.x_stride +
-                                (gl * 128 + lane * 4) * 2) = make_uint2(packed[0], packed[1]);
+      const float scale = GemvQuantScale(amax);
+      if (lane == 0) sxs[mm * p.groups_per_split + gl] = scale;
+      const uint32_t q01 = static_cast<uint32_t>(GemvQuantE4m3(v[0], scale)) |
+                           static_cast<uint32_t>(GemvQuantE4m3(v[1], scale)) << 8;
+      const uint32_t q23 = static_cast<uint32_t>(GemvQuantE4m3(v[2], scale)) |
+                           static_cast<uint32_t>(GemvQuantE4m3(v[3], scale)) << 8;
+      packed[0] = GemvE4m3x2ToHalf2(q01);
+      packed[1] = GemvE4m3x2ToHalf2(q23);
+    } else {
+      const __nv_bfloat162 b01 = __floats2bfloat162_rn(v[0], v[1]);
+      const __nv_bfloat162 b23 = __floats2bfloat162_rn(v[2], v[3]);
+      memcpy(&packed[0], &b01, 4);
+      memcpy(&packed[1], &b23, 4);
     }
+    *reinterpret_cast<uint2*>(xs + static_cast<size_t>(mm) * p.x_stride + (gl * 128 + lane * 4) * 2) =
+        make_uint2(packed[0], packed[1]);
   }
   __syncthreads();
 

@@ -39,13 +39,13 @@ int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 // cost grows with m (every CTA stages and quantizes its K range of x), cuBLASLt's barely does,
 // so the cut-over falls with the weight size. kernels/gemv_bench on an H200
 // (tools/gpu/run_gemv_gpu.sh), µs GEMV vs GEMM path without its ~2.5 µs convert launch:
-//   fp8 m=1: q_a 2048x6144 7.4 vs 10.9, q_b 16384x2048 12.7 vs 19.5, o_proj 6144x16384 33.6 vs
-//     49.7, lm_head 154880x6144 279 vs 469;  m=4: q_b 14.8 vs 18.6, o_proj 39.7 vs 38.5,
-//     lm_head 331 vs 336;  m=8: q_a 10.2 vs 16.3, sh_down 6144x2048 9.6 vs 11.6, q_b 17.5 vs
-//     15.6, o_proj 48.8 vs 36.9, lm_head 543 vs 315;  m=16: kv_a 576x6144 14.4 vs 16.0,
-//     sh_down 13.5 vs 11.6.
-//   bf16 (vs cuBLASLt) m=1: q_a 9.5 vs 11.5, q_b 19.3 vs 18.3, o_proj 61.8 vs 50.3;  m=8: kv_a
-//     9.9 vs 7.6, q_b 21.9 vs 18.6.
+//   fp8 m=1: q_a 2048x6144 6.9 vs 10.4, q_b 16384x2048 12.2 vs 19.2, o_proj 6144x16384 32.4 vs
+//     51.3, lm_head 154880x6144 267 vs 483;  m=4: q_b 14.8 vs 18.3, o_proj 39.9 vs 35.4,
+//     lm_head 337 vs 269;  m=8: q_a 10.2 vs 15.0, sh_down 6144x2048 10.0 vs 10.8, q_b 18.7 vs
+//     14.8, o_proj 50.0 vs 36.4, lm_head 569 vs 300;  m=16: kv_a 576x6144 14.6 vs 14.8,
+//     sh_down 14.9 vs 10.8.
+//   bf16 (vs cuBLASLt) m=1: q_a 9.5 vs 10.8, q_b 19.1 vs 18.3, o_proj 59.0 vs 51.1;  m=8: kv_a
+//     9.5 vs 6.8, q_b 22.4 vs 18.5.
 bool GemvPreferred(int64_t m, int64_t n, int64_t k, bool fp8) {
   const int64_t elems = n * k;
   constexpr int64_t kM = int64_t{1} << 20;
