@@ -19,14 +19,16 @@
 #   bench:    cuda_kv_bench (fp32 vs fp8 IndexerTopK / Attention at batch 1 / 8 / 64, 4K / 128K
 #             keys, µs and fraction of a D2D copy);
 #   decode:   glm-bench-cuda-decode --dtype fp8 --kv-dtype both (fp8 weights; fp32 vs fp8 KV
-#             ms/layer in one process) at batch 1 / 8, contexts 4096 / 131072.
+#             ms/layer in one process) at batch 1 / 8, contexts 4096 / 131072;
+#   ncu:      per-kernel GPU time (gpu__time_duration) of the fp32 and fp8 attention / indexer
+#             kernels at batch 1, 4096 keys (cuda_kv_bench --rows 1 --keys 4096).
 # Logs in $OUT (or /tmp/glm-kv-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 stage=${1:-.gpurun-kv}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-kv-out}
-steps=${STEPS:-tests memcheck bench decode}
+steps=${STEPS:-tests memcheck bench decode ncu}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GLM_GOLDEN_DIR=$PWD/tests/golden
@@ -67,7 +69,16 @@ for s in $steps; do
       ;;
     decode)
       step "decode fp8 weights, fp32 vs fp8 KV" 150 "$bin/glm-bench-cuda-decode" --dtype fp8 \
-        --kv-dtype both --batches 1,8 --contexts 4096,131072 --layers 1,2 --steps 8 --warmup 2
+        --kv-dtype both --batches 1,8 --contexts 4096,131072 --layers 1,2 --steps 16 --warmup 3 --graphs on
+      ;;
+    ncu)
+      if command -v ncu >/dev/null; then
+        step "ncu batch 1, 4096 keys" 90 ncu --metrics gpu__time_duration.sum \
+          --kernel-name regex:'Attention|Indexer|WriteLatent|WriteIndex' --launch-count 64 \
+          "$bin/cuda_kv_bench" --rows 1 --keys 4096 --trials 1 --calls 1
+        grep -E "^  [A-Za-z_].*Kernel|gpu__time_duration" "$out/step.log" | paste - - |
+          awk '{print $1, $(NF)}' | sort | uniq -c | head -40
+      fi
       ;;
   esac
 done

@@ -4,9 +4,10 @@
 //   attention: absorbed MLA (64 heads, 512 + 64 dims, dv 512) over 2048 selected keys
 //   write:     WriteLatentFp8 / WriteIndexKeysFp8 of the step's new rows
 // Per case: µs per call (median of trials of 20 calls captured in one CUDA graph: back to back,
-// so small working sets stay in L2), the bytes the op must read (KV rows in the cache's layout,
+// so small working sets stay in L2; the cache is memset, so every score ties: the radix select's
+// worst case), the bytes the op must read (KV rows in the cache's layout,
 // every sequence its own keys), GB/s and the fraction of a device-to-device copy measured here.
-// Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5]
+// Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5] [--calls 20]
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
@@ -98,14 +99,15 @@ void Report(const char* op, const char* kv, int rows, int keys, double us, doubl
 
 int Main(int argc, char** argv) {
   std::vector<int> rows_list = {1, 8, 64}, keys_list = {4096, 131072};
-  int trials = 5;
+  int trials = 5, calls = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--rows") rows_list = ParseInts(v);
     else if (k == "--keys") keys_list = ParseInts(v);
     else if (k == "--trials") trials = std::max(1, std::atoi(v.c_str()));
+    else if (k == "--calls") calls = std::max(1, std::atoi(v.c_str()));
   }
-  constexpr int kCalls = 20;
+  const int kCalls = calls;
   constexpr int kHeads = 64, kKvr = 512, kRope = 64, kIHeads = 32, kIDim = 128, kTopK = 2048;
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

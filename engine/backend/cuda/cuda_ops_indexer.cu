@@ -25,7 +25,8 @@
 //   reading its row up to 4 times from L2. Scratch: rows x max_num_keys floats + rows x 1 KiB.
 //   -0.0 ranks equal to +0.0; NaN ranks below -inf.
 // fp8 keys (IndexerTopKArgs::keys_fp8, engine/backend/kv_fp8_layout.h): the score kernel reads the
-//   e4m3 values (4 bytes per lane) and the token's scale from the paged layout and stores
+//   e4m3 values (4 bytes per lane; lane k of the warp finds key k's page offset and scale once,
+//   with 32-bit division, and shuffles them to the others) and the token's scale and stores
 //   value * scale (exact) in the same shared key rows; everything after is the fp32 path.
 // NOTE: shared memory is sized from the device's opt-in limit, never a fixed chip constant.
 // cuda_ops.h uses absl::StatusOr without including its header.
@@ -122,14 +123,24 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
 #pragma unroll
     for (int kk = 0; kk < kKeysPerWarp; ++kk) slot[kk] = __shfl_sync(0xffffffffu, my_slot, kk);
     __syncwarp();  // the previous keys' reads of k_w are done
-    float kscale[kKeysPerWarp];  // fp8: the keys' scales
+    // fp8: lane kk < 8 finds key kk's value offset and scale in the paged layout (32-bit
+    // division, once per key), then every lane gets them by shuffle.
+    float kscale[kKeysPerWarp];
+    int64_t kvoff[kKeysPerWarp];
     if constexpr (kFp8) {
+      int64_t my_voff = 0;
+      float my_scale = 0.f;
+      if (my_slot >= 0) {
+        const int blk = my_slot / p.block_size, off = my_slot - blk * p.block_size;
+        const int64_t base = int64_t{blk} * p.block_size * (p.dim + 4);
+        my_voff = base + int64_t{off} * p.dim;
+        my_scale = *reinterpret_cast<const float*>(p.keys8 + base +
+                                                   int64_t{p.block_size} * p.dim + 4 * off);
+      }
 #pragma unroll
       for (int kk = 0; kk < kKeysPerWarp; ++kk) {
-        kscale[kk] = slot[kk] >= 0 ? *reinterpret_cast<const float*>(
-                                         p.keys8 + kv_fp8::IndexScaleOffset(slot[kk], p.block_size,
-                                                                            p.dim))
-                                   : 0.f;
+        kvoff[kk] = __shfl_sync(0xffffffffu, my_voff, kk);
+        kscale[kk] = __shfl_sync(0xffffffffu, my_scale, kk);
       }
     }
     for (int c4 = lane; c4 < dp4; c4 += 32) {
@@ -140,8 +151,7 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
           // key = e4m3 value * the token's scale (exact), then the fp32 path's arithmetic.
           if (slot[kk] >= 0 && c4 < d4) {
             __nv_fp8x4_e4m3 q;
-            q.__x = *reinterpret_cast<const __nv_fp8x4_storage_t*>(
-                p.keys8 + kv_fp8::IndexValueOffset(slot[kk], p.block_size, p.dim) + 4 * c4);
+            q.__x = *reinterpret_cast<const __nv_fp8x4_storage_t*>(p.keys8 + kvoff[kk] + 4 * c4);
             const float4 f = static_cast<float4>(q);
             const float sc = kscale[kk];
             val[kk] = make_float4(f.x * sc, f.y * sc, f.z * sc, f.w * sc);
