@@ -32,11 +32,14 @@ rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('
 scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 t = [float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1.0) for r in rows]
 names = [r["Kernel Name"] for r in rows]
-# A step ends with the lm_head, the longest launch of a step; the last step starts after the
-# previous step's lm_head (the longest launch before it that is not a bench calibration kernel).
-last = max(range(len(t)), key=lambda i: (t[i] if i >= len(t) // 2 else -1))
-prev = max(range(last), key=lambda i: (t[i] if names[i] == names[last] else -1))
-step = range(prev + 1, last + 1)
+# The bench runs the same decode step twice (--warmup 1 --steps 1): the last step is the longest
+# suffix of launches that repeats right before itself.
+n = len(names)
+step_len = next((L for L in range(n // 2, 0, -1) if names[n - L:] == names[n - 2 * L:n - L]), 0)
+if step_len == 0:
+    sys.exit("could not find two identical decode steps in the profile")
+step = range(n - step_len, n)
+last = max(step, key=lambda i: t[i])
 agg = collections.OrderedDict()
 for i in step:
     a = agg.setdefault(names[i][:90], [0.0, 0])
@@ -44,7 +47,7 @@ for i in step:
 total = sum(t[i] for i in step)
 for name, (us, n) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
     print(f"{us:9.1f} us {n:4d}x {100 * us / total:5.1f}%  {name}")
-print(f"{total:9.1f} us in the last step's {len(step)} launches (lm_head {t[last]:.1f} us); "
-      f"{len(rows)} launches profiled")
+print(f"{total:9.1f} us in the last step's {len(step)} launches (longest launch, the lm_head: "
+      f"{t[last]:.1f} us); {len(rows)} launches profiled")
 PY
 done
