@@ -39,13 +39,13 @@ step() {  # step NAME TIMEOUT_S CMD...
   summary+=("$(printf '%-44s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-step cuda_narrow_test 90 "$bin/cuda_narrow_test"
-step engine_golden_narrow_test 120 env GLM_GOLDEN_DIR="$golden" \
+step cuda_narrow_test 60 "$bin/cuda_narrow_test"
+step engine_golden_narrow_test 90 env GLM_GOLDEN_DIR="$golden" \
   "$bin/engine_golden_narrow_test"
 fx=$golden/tiny-fp8
 ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$fx/reference.json'))['prompt_ids'])))")
 for be in cuda cpu; do
-  step "glm-run --backend $be --dtype auto tiny-fp8" 60 "$bin/glm-run" --backend $be \
+  step "glm-run --backend $be --dtype auto tiny-fp8" 30 "$bin/glm-run" --backend $be \
     --dtype auto --model "$fx" --tokens "$ids" --max-tokens 32 --ignore-eos
 done
 if [[ ${MEMCHECK:-0} == 1 ]]; then
