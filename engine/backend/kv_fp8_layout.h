@@ -17,7 +17,8 @@
 //   "ue8m0"), e clamped to [-126, 127] so the scale is a normal float; amax == 0 gives scale 1;
 //   q = e4m3(x / scale): round to nearest even, |x / scale| > 448 (only +-inf here) saturates
 //   to +-448, NaN stays NaN (0x7F) — the codec of engine/weights/float_codec.h, bit for bit.
-//   Dequantized value = float(q) * scale (exact in fp32).
+//   Dequantized value = float(q) * scale (exact in fp32). k_pe is bf16 (RNE); a NaN in k_pe stays
+//   NaN but its payload bits may differ between backends.
 // The division by a power of two is exact, so host and device give identical bytes.
 // Alignment: every field starts on a 4-byte boundary when kv_lora_rank, index_head_dim and
 // qk_rope_head_dim are even multiples the validators below ask for (kernels use 4-byte loads).
