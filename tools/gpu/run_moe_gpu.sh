@@ -13,7 +13,8 @@
 # Steps (each under a time limit; SKIP_PROFILE=1 / SKIP_MEMCHECK=1 drop the last ones):
 #   moe_route_test; cuda_moe_test (every MoeExperts path x fp32/bf16/fp8 vs the CPU backend,
 #   graph replay = eager); the MoE cases of cuda_ops_test and cuda_narrow_test; cuda_ops_bench
-#   --only moe (GLM-5 widths, fp8 / bf16, batch 1 / 8 / 64, each path, fraction of a D2D copy);
+#   --only moe (MoeRoute per launch in a graph; GLM-5 widths, fp8 / bf16, batch 1 / 8 / 64, each
+#   path and decode setting, fraction of a D2D copy); MoeRoute alone under ncu;
 #   tools/gpu/profile_decode.sh at batch 1 and 8 (ncu per-kernel times of one decode step);
 #   compute-sanitizer memcheck of moe_route_test and cuda_moe_test.
 # Logs in $OUT (or /tmp/glm-moe-out).
@@ -46,6 +47,24 @@ step cuda_moe_test 45 "$bin/cuda_moe_test"
 step "cuda_ops_test Moe" 40 "$bin/cuda_ops_test" --gtest_filter='*Moe*'
 step "cuda_narrow_test Moe" 40 "$bin/cuda_narrow_test" --gtest_filter='*Moe*'
 step "cuda_ops_bench moe" 45 "$bin/cuda_ops_bench" --only moe --iters 20
+if [[ -z ${SKIP_PROFILE:-} ]] && command -v ncu >/dev/null; then
+  # MoeRoute alone under ncu (caches flushed as in profile_decode.sh), both top-k loops, 1 / 8 /
+  # 64 rows: the eager launch of each case (kernel) and its graphs of 50 launches (one result).
+  timeout 40 ncu --metrics gpu__time_duration.sum --csv --graph-profiling graph \
+    "$bin/cuda_ops_bench" --only route --iters 1 >"$out/ncu_route.csv" 2>&1
+  python3 - "$out/ncu_route.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+agg = collections.OrderedDict()
+for r in rows:
+    if r.get("Metric Name") != "gpu__time_duration.sum": continue
+    key = (r.get("Kernel Name", "?").split("(")[0][:60], r.get("Grid Size", "-"))
+    v = float(r["Metric Value"].replace(",", ""))
+    agg.setdefault(key, []).append(v / 1000 if r["Metric Unit"] == "nsecond" else v)
+for (k, g), v in agg.items():
+    print(f"ncu {k} grid {g}: {len(v)} launches, median {sorted(v)[len(v)//2]:.2f} us")
+PY
+fi
 if [[ -z ${SKIP_PROFILE:-} ]]; then
   for b in 1 8; do
     t0=$SECONDS

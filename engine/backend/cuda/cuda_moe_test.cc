@@ -1,7 +1,7 @@
 // MoeExperts on the CUDA backend (cuda_ops_moe.cu) against the CPU backend on the same
 // (dequantized) expert weights, through all three GPU paths (cuda_ops_moe.h MoeDecodePath): the
-// decode kernels (default for tokens x top_k <= 64), the previous decode GEMV and the tiled
-// grouped GEMM. Sweep: 1 / 2 / 8 / 33 tokens, fp32 / bf16 / fp8 (128x128 block scales) experts,
+// decode kernels (default for tokens x top_k <= 64; also with tasks from the device counter and,
+// for fp8, integer widening), the previous decode GEMV and the tiled grouped GEMM. Sweep: 1 / 2 / 8 / 33 tokens, fp32 / bf16 / fp8 (128x128 block scales) experts,
 // top_k 1 and 8, 64 experts of which only some are used (empty experts), an expert in every
 // token (8 and 33 rows of one expert: several row passes, rows in both 32-pair halves), ids
 // outside [0, experts) (contribute nothing), hidden / moe_inter that are not multiples of 128
@@ -142,6 +142,8 @@ class CudaMoeTest : public ::testing::Test {
   }
   void TearDown() override {
     cuda::SetMoeDecodePath(MoeDecodePath::kAuto);
+    cuda::SetMoeDecodeDynamicTasks(false);
+    cuda::SetMoeDecodeFp8IntWiden(false);
     if (gpu_ != nullptr) {
       EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
     }
@@ -248,6 +250,14 @@ TEST_F(CudaMoeTest, AllPathsMatchCpu) {
     Experts ex = MakeExperts(dtype);
     for (const Case& c : cases) {
       Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
+      cuda::SetMoeDecodeDynamicTasks(true);  // tasks from the device counter: same results
+      Check(ex, dtype, c, MoeDecodePath::kAuto, "decode_dynamic");
+      cuda::SetMoeDecodeDynamicTasks(false);
+      if (dtype == WeightDType::kF8E4M3Block128) {
+        cuda::SetMoeDecodeFp8IntWiden(true);
+        Check(ex, dtype, c, MoeDecodePath::kAuto, "decode_fp8_int_widen");
+        cuda::SetMoeDecodeFp8IntWiden(false);
+      }
       Check(ex, dtype, c, MoeDecodePath::kLegacyGemv, "legacy_gemv");
       if (c.tokens <= 8) Check(ex, dtype, c, MoeDecodePath::kTiled, "tiled");
     }
@@ -258,8 +268,11 @@ TEST_F(CudaMoeTest, AllPathsMatchCpu) {
 TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
   if (!gpu_->SupportsGraphs()) GTEST_SKIP() << "backend without graphs";
   Experts ex = MakeExperts(WeightDType::kF8E4M3Block128);
-  for (int tokens : {1, 8}) {
-    SCOPED_TRACE(absl::StrCat("tokens=", tokens));
+  for (int variant = 0; variant < 4; ++variant) {
+    const int tokens = variant % 2 == 0 ? 1 : 8;
+    const bool dynamic = variant >= 2;  // tasks from the device counter (reset by each launch)
+    cuda::SetMoeDecodeDynamicTasks(dynamic);
+    SCOPED_TRACE(absl::StrCat("tokens=", tokens, " dynamic=", dynamic));
     const int top_k = 8;
     std::vector<int32_t> ids;
     for (int t = 0; t < tokens; ++t) {

@@ -4,11 +4,12 @@
 //   indexer:   32 heads x 128 dims over 128K keys, top_k 2048
 //   moe:       hidden 6144, moe_inter 2048, top-8 of --experts (default 256) experts, batch 1/8/64,
 //              fp8 and bf16 weights, each MoeExperts path, against a D2D copy of the same run
-// Usage: cuda_ops_bench [--experts N] [--iters N] [--only moe]. 256 bf16 experts need ~19.3 GB.
+// Usage: cuda_ops_bench [--experts N] [--iters N] [--only moe|route]. 256 bf16 experts need ~19.3 GB.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/cuda_ops_moe.h"
+#include "kernels/moe_route.h"
 
 #include <algorithm>
 #include <cmath>
@@ -255,19 +256,26 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
         const char* name;
         MoeDecodePath path;
         int ctas_per_sm, l2_prefetch;
+        bool dynamic, fp8_int;
       };
-      const Path paths[] = {{"decode", MoeDecodePath::kAuto, 0, 4},
-                            {"decode pf8", MoeDecodePath::kAuto, 0, 8},
-                            {"decode no-pf", MoeDecodePath::kAuto, 0, 0},
-                            {"decode 1 cta/sm", MoeDecodePath::kAuto, 1, 4},
-                            {"legacy gemv", MoeDecodePath::kLegacyGemv, 0, 4},
-                            {"tiled", MoeDecodePath::kTiled, 0, 4}};
+      // decode: the defaults (static tasks, no L2 prefetch, cvt widening); the others change
+      // one setting each (tuning record).
+      const Path paths[] = {{"decode", MoeDecodePath::kAuto, 0, 0, false, false},
+                            {"decode dynamic", MoeDecodePath::kAuto, 0, 0, true, false},
+                            {"decode fp8-int", MoeDecodePath::kAuto, 0, 0, false, true},
+                            {"decode pf4", MoeDecodePath::kAuto, 0, 4, false, false},
+                            {"decode 1 cta/sm", MoeDecodePath::kAuto, 1, 0, false, false},
+                            {"legacy gemv", MoeDecodePath::kLegacyGemv, 0, 0, false, false},
+                            {"tiled", MoeDecodePath::kTiled, 0, 0, false, false}};
       for (const Path& p : paths) {
         if (tokens * top_k > 64 && p.path != MoeDecodePath::kTiled) continue;  // tiled only
-        if ((p.ctas_per_sm != 0 || p.l2_prefetch != 4) && tokens > 8) continue;
+        if (p.fp8_int && !fp8) continue;
+        if ((p.ctas_per_sm != 0 || p.l2_prefetch != 0) && tokens > 1) continue;
         SetMoeDecodePath(p.path);
         SetMoeDecodeCtasPerSm(p.ctas_per_sm);
         SetMoeDecodeL2Prefetch(p.l2_prefetch);
+        SetMoeDecodeDynamicTasks(p.dynamic);
+        SetMoeDecodeFp8IntWiden(p.fp8_int);
         const double ms = TimeMs(
             [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
         const double gbps = bytes / (ms * 1e-3) / 1e9;
@@ -277,11 +285,62 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       }
       SetMoeDecodePath(MoeDecodePath::kAuto);
       SetMoeDecodeCtasPerSm(0);
-      SetMoeDecodeL2Prefetch(4);
+      SetMoeDecodeL2Prefetch(0);
+      SetMoeDecodeDynamicTasks(false);
+      SetMoeDecodeFp8IntWiden(false);
       cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
     }
     cudaFree(weights), cudaFree(scales);
   }
+}
+
+// MoeRoute (kernels/moe_route.h) at GLM-5's router: 256 experts, top-8, bias, renormalize,
+// 1 / 8 / 64 rows, both top-k loops; us per launch from a CUDA graph of 50 back-to-back launches
+// (launch gaps included, as in a decode graph).
+void BenchMoeRoute(std::mt19937& rng, int iters) {
+  const int experts = 256, top_k = 8, kLaunches = 50;
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  float* bias = DeviceCopy(Random(rng, experts, 0.1f));
+  for (int rows : {1, 8, 64}) {
+    float* logits = DeviceCopy(Random(rng, size_t(rows) * experts, 3.0f));
+    int32_t* ids = nullptr;
+    float* w = nullptr;
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&ids), size_t(rows) * top_k * 4));
+    BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w), size_t(rows) * top_k * 4));
+    for (bool compact : {false, true}) {
+      kernels::SetMoeRouteCompact(compact);
+      auto route = [&] {
+        return kernels::MoeRoute(logits, experts, bias, rows, experts, 1, 1, top_k, true, 2.5f,
+                                 ids, w, stream);
+      };
+      if (!route().ok()) std::exit(1);  // pointer checks outside the capture
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < kLaunches; ++i) (void)route();
+      BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+      BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      cudaEvent_t a, b;
+      BENCH_CHECK(cudaEventCreate(&a));
+      BENCH_CHECK(cudaEventCreate(&b));
+      BENCH_CHECK(cudaGraphLaunch(exec, stream));
+      BENCH_CHECK(cudaEventRecord(a, stream));
+      for (int i = 0; i < iters; ++i) BENCH_CHECK(cudaGraphLaunch(exec, stream));
+      BENCH_CHECK(cudaEventRecord(b, stream));
+      BENCH_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
+      std::printf("moe_route rows=%-2d 256 experts top8 %-8s %6.2f us per launch (graph)\n", rows,
+                  compact ? "compact" : "unrolled", ms * 1e3 / (iters * kLaunches));
+      cudaEventDestroy(a), cudaEventDestroy(b);
+      cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
+    }
+    kernels::SetMoeRouteCompact(false);
+    cudaFree(logits), cudaFree(ids), cudaFree(w);
+  }
+  cudaFree(bias);
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace
@@ -309,6 +368,7 @@ int main(int argc, char** argv) {
     glm::engine::cuda::BenchAttention(rng, scratch, iters * 5);
     glm::engine::cuda::BenchIndexer(rng, scratch, iters * 5);
   }
+  if (only.empty() || only == "moe" || only == "route") glm::engine::cuda::BenchMoeRoute(rng, iters);
   if (only.empty() || only == "moe") glm::engine::cuda::BenchMoe(rng, scratch, experts, iters);
   return 0;
 }

@@ -22,5 +22,12 @@ void SetMoeDecodeCtasPerSm(int ctas);
 // prefetching 4 / 8 iterations ahead was 6-19 % slower at batch 1 / 8; < 2: off; bench
 // tuning only).
 void SetMoeDecodeL2Prefetch(int chunks_ahead);
+// Decode kernels take tasks statically (default: warp w takes tasks w, w + W, ...) or from a
+// device counter (warps that finish early take more; on an H200 4-7 % slower at batch 1, equal at
+// batch 8: the per-task atomic costs more than the imbalance it removes). Results are identical.
+void SetMoeDecodeDynamicTasks(bool on);
+// fp8 weights widened with integer ops instead of the e4m3 conversion instructions (default off:
+// 20-30 % slower on an H200; an e4m3 NaN then widens to 480; bench tuning only).
+void SetMoeDecodeFp8IntWiden(bool on);
 
 }  // namespace glm::engine::cuda
