@@ -37,7 +37,7 @@ step() {  # step NAME TIMEOUT_S CMD...
   timeout "$limit" "$@" >"$out/step.log" 2>&1
   local rc=$?
   cat "$out/step.log" >>"$out/moe.log"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|max \|gpu|^moe |^d2d|ERROR SUMMARY|Failure|error" \
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|max \|gpu|^moe[ _]|^d2d|ERROR SUMMARY|Failure|error" \
     "$out/step.log" | head -n 120
   summary+=("$(printf '%-40s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
 }
@@ -60,7 +60,7 @@ for r in rows:
     if r.get("Metric Name") != "gpu__time_duration.sum": continue
     key = (r.get("Kernel Name", "?").split("(")[0][:60], r.get("Grid Size", "-"))
     v = float(r["Metric Value"].replace(",", ""))
-    agg.setdefault(key, []).append(v / 1000 if r["Metric Unit"] == "nsecond" else v)
+    agg.setdefault(key, []).append(v / 1000 if r["Metric Unit"] in ("ns", "nsecond") else v)
 for (k, g), v in agg.items():
     print(f"ncu {k} grid {g}: {len(v)} launches, median {sorted(v)[len(v)//2]:.2f} us")
 PY
