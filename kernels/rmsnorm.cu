@@ -1,10 +1,57 @@
 #include "kernels/rmsnorm.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "kernels/rmsnorm.cuh"
 
 namespace glm::kernels {
+namespace {
+
+// Threads for RmsNormRegKernel<.., kVec, kItems>: enough that each holds at most kItems vectors
+// of the row; 0 when the row does not fit in one CTA's registers that way.
+int RegThreads(int64_t cols, int vec, int items) {
+  const int64_t per_thread = int64_t{vec} * items;
+  const int64_t threads = (cols + per_thread - 1) / per_thread;
+  if (threads > detail::kRmsNormRegMaxThreads) return 0;
+  return static_cast<int>(std::max<int64_t>(32, (threads + 31) / 32 * 32));
+}
+
+template <typename T, int kVec>
+bool LaunchReg(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_t y_ld,
+               int64_t cols, dim3 grid, cudaStream_t stream) {
+  if (const int t = RegThreads(cols, kVec, 2); t > 0) {
+    detail::RmsNormRegKernel<T, kVec, 2><<<grid, t, 0, stream>>>(x, x_ld, w, eps, y, y_ld, cols);
+    return true;
+  }
+  // Scalar rows: up to 8 elements a thread (16-byte vectors x 4 would spill at 1024 threads).
+  if constexpr (kVec == 1) {
+    if (const int t = RegThreads(cols, 1, 8); t > 0) {
+      detail::RmsNormRegKernel<T, 1, 8><<<grid, t, 0, stream>>>(x, x_ld, w, eps, y, y_ld, cols);
+      return true;
+    }
+  }
+  return false;
+}
+
+template <typename T>
+void LaunchRmsNorm(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_t y_ld,
+                   int64_t cols, dim3 grid, cudaStream_t stream) {
+  // 16-byte vectors when every row start and w are 16-byte aligned and cols divides evenly.
+  constexpr int kVec = 16 / sizeof(T);
+  const bool aligned = cols % kVec == 0 && x_ld % kVec == 0 && y_ld % kVec == 0 &&
+                       reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  if (aligned && LaunchReg<T, kVec>(x, x_ld, w, eps, y, y_ld, cols, grid, stream)) return;
+  if (LaunchReg<T, 1>(x, x_ld, w, eps, y, y_ld, cols, grid, stream)) return;
+  detail::RmsNormKernel<T><<<grid, detail::kRmsNormThreads, 0, stream>>>(x, x_ld, w, eps, y,
+                                                                         y_ld, cols);
+}
+
+}  // namespace
 
 absl::Status RmsNorm(DType dtype, const void* x, int64_t x_ld, const void* w, float eps, void* y,
                      int64_t y_ld, int64_t rows, int64_t cols, cudaStream_t stream) {
@@ -24,13 +71,12 @@ absl::Status RmsNorm(DType dtype, const void* x, int64_t x_ld, const void* w, fl
   GLM_RETURN_IF_ERROR(CheckDevicePointer(y, kOp, "y"));
   const dim3 grid(static_cast<unsigned>(rows));
   if (dtype == DType::kF32) {
-    detail::RmsNormKernel<float><<<grid, detail::kRmsNormThreads, 0, stream>>>(
-        static_cast<const float*>(x), x_ld, static_cast<const float*>(w), eps,
-        static_cast<float*>(y), y_ld, cols);
+    LaunchRmsNorm(static_cast<const float*>(x), x_ld, static_cast<const float*>(w), eps,
+                  static_cast<float*>(y), y_ld, cols, grid, stream);
   } else {
-    detail::RmsNormKernel<__nv_bfloat16><<<grid, detail::kRmsNormThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), x_ld, static_cast<const __nv_bfloat16*>(w), eps,
-        static_cast<__nv_bfloat16*>(y), y_ld, cols);
+    LaunchRmsNorm(static_cast<const __nv_bfloat16*>(x), x_ld,
+                  static_cast<const __nv_bfloat16*>(w), eps, static_cast<__nv_bfloat16*>(y),
+                  y_ld, cols, grid, stream);
   }
   return CudaStatus(cudaGetLastError(), "RmsNorm launch");
 }

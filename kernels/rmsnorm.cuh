@@ -1,6 +1,13 @@
-// rmsnorm: one CTA of kRmsNormThreads per row. Pass 1 sums x^2 in fp32 (block reduction),
-// pass 2 writes w * x * rsqrt(mean + eps). The row is read twice (the second read hits L1/L2 for
-// rows up to tens of KB, every model width). Limits: cols < 2^31, rows < 2^31.
+// rmsnorm, two kernels:
+// - RmsNormRegKernel (every model width; the decode path): one CTA per row, sized to the row
+//   (threads = ceil(cols / (kVec * kItems)) rounded to a warp, at most 1024). Each thread loads
+//   its kItems vectors of x AND w up front (16-byte loads when the row is aligned, kVec = 1
+//   otherwise), so a row costs one memory round trip, one block reduction of sum(x^2) in fp32,
+//   and the writes from registers. Summation order: per thread over its items, then the fixed
+//   warp-shuffle tree and warp order of BlockSum (deterministic).
+// - RmsNormKernel (rows wider than 1024 threads x 2 vectors, or x 8 scalars when unaligned): 256
+//   threads, two passes over the row (the second read hits L1/L2).
+// Limits: cols < 2^31, rows < 2^31.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +17,60 @@
 namespace glm::kernels::detail {
 
 inline constexpr int kRmsNormThreads = 256;
+inline constexpr int kRmsNormRegMaxThreads = 1024;
+
+// kVec consecutive elements of T, loaded / stored as one access (16 bytes for the vector paths).
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) RmsVec {
+  T v[kVec];
+};
+
+template <typename T, int kVec, int kItems>
+__global__ void __launch_bounds__(kRmsNormRegMaxThreads)
+    RmsNormRegKernel(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_t y_ld,
+                     int64_t cols) {
+  __shared__ float scratch[32];
+  using V = RmsVec<T, kVec>;
+  const V* xr = reinterpret_cast<const V*>(x + blockIdx.x * x_ld);
+  const V* wv = reinterpret_cast<const V*>(w);
+  V* yr = reinterpret_cast<V*>(y + blockIdx.x * y_ld);
+  const int64_t nvec = cols / kVec;  // the launcher guarantees cols % kVec == 0
+  V xv[kItems], ww[kItems];
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int64_t j = static_cast<int64_t>(it) * blockDim.x + threadIdx.x;
+    if (j < nvec) {
+      xv[it] = xr[j];
+      ww[it] = wv[j];
+    }
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int64_t j = static_cast<int64_t>(it) * blockDim.x + threadIdx.x;
+    if (j < nvec) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const float v = ToFloat(xv[it].v[e]);
+        sum = fmaf(v, v, sum);
+      }
+    }
+  }
+  sum = BlockSum(sum, scratch);
+  const float scale = rsqrtf(sum / static_cast<float>(cols) + eps);
+#pragma unroll
+  for (int it = 0; it < kItems; ++it) {
+    const int64_t j = static_cast<int64_t>(it) * blockDim.x + threadIdx.x;
+    if (j < nvec) {
+      V out;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        out.v[e] = FromFloat<T>(ToFloat(ww[it].v[e]) * (ToFloat(xv[it].v[e]) * scale));
+      }
+      yr[j] = out;
+    }
+  }
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kRmsNormThreads) RmsNormKernel(const T* x, int64_t x_ld,

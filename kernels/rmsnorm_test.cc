@@ -33,7 +33,12 @@ TEST_P(RmsNormTest, MatchesReference) {
   struct Shape { int64_t rows, cols, pad; bool in_place; };
   const Shape shapes[] = {{1, 1, 0, false},    {1, 255, 1, false}, {3, 257, 0, false},
                           {7, 1000, 24, true}, {64, 6144, 0, false}, {5, 6144, 8, true},
-                          {2, 100003, 0, false}};
+                          {2, 100003, 0, false},
+                          // decode widths, 1..16 rows, aligned and not (pad 1: scalar path)
+                          {1, 6144, 0, false}, {16, 6144, 0, true}, {1, 2048, 0, false},
+                          {8, 512, 0, true},   {1, 6144, 1, false}, {3, 4096, 1, false},
+                          {1, 12, 0, false},   {2, 16384, 0, false}, {2, 16388, 0, false},
+                          {1, 8200, 4, true}};
   for (const Shape& s : shapes) {
     SCOPED_TRACE(absl::StrCat("rows=", s.rows, " cols=", s.cols, " pad=", s.pad,
                               " in_place=", s.in_place, " bf16=", bf16));

@@ -1,5 +1,8 @@
 #include "kernels/rope.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "kernels/rope.cuh"
@@ -23,14 +26,39 @@ absl::Status RopeInterleaved(DType dtype, void* x, int64_t rows, int64_t heads,
   GLM_RETURN_IF_ERROR(CheckDevicePointer(x, kOp, "x"));
   GLM_RETURN_IF_ERROR(CheckDevicePointer(positions, kOp, "positions"));
   GLM_RETURN_IF_ERROR(CheckDevicePointer(inv_freq, kOp, "inv_freq"));
-  const dim3 grid(static_cast<unsigned>(rows));
-  if (dtype == DType::kF32) {
-    detail::RopeInterleavedKernel<float><<<grid, detail::kRopeThreads, 0, stream>>>(
-        static_cast<float*>(x), heads, row_stride, head_stride, positions, inv_freq, num_freqs);
-  } else {
-    detail::RopeInterleavedKernel<__nv_bfloat16><<<grid, detail::kRopeThreads, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(x), heads, row_stride, head_stride, positions, inv_freq,
-        num_freqs);
+  // Rows on grid.y (at most 65535 per launch), chunks of kRopeThreads * kRopeItems pairs on
+  // grid.x (CTAs loop when a row has more chunks than grid.x allows).
+  const int64_t per_cta = int64_t{detail::kRopeThreads} * detail::kRopeItems;
+  const int64_t chunks = std::min<int64_t>((heads * num_freqs + per_cta - 1) / per_cta, 1 << 20);
+  const size_t es = dtype == DType::kF32 ? 4 : 2;
+  const bool pair_vec = reinterpret_cast<uintptr_t>(x) % (2 * es) == 0 && row_stride % 2 == 0 &&
+                        head_stride % 2 == 0;
+  constexpr int64_t kMaxGridY = 65535;
+  for (int64_t r0 = 0; r0 < rows; r0 += kMaxGridY) {
+    const dim3 grid(static_cast<unsigned>(chunks),
+                    static_cast<unsigned>(std::min(kMaxGridY, rows - r0)));
+    const int32_t* pos = positions + r0;
+    if (dtype == DType::kF32) {
+      float* xr = static_cast<float*>(x) + r0 * row_stride;
+      if (pair_vec) {
+        detail::RopeInterleavedKernel<float, true><<<grid, detail::kRopeThreads, 0, stream>>>(
+            xr, heads, row_stride, head_stride, pos, inv_freq, num_freqs);
+      } else {
+        detail::RopeInterleavedKernel<float, false><<<grid, detail::kRopeThreads, 0, stream>>>(
+            xr, heads, row_stride, head_stride, pos, inv_freq, num_freqs);
+      }
+    } else {
+      __nv_bfloat16* xr = static_cast<__nv_bfloat16*>(x) + r0 * row_stride;
+      if (pair_vec) {
+        detail::RopeInterleavedKernel<__nv_bfloat16, true>
+            <<<grid, detail::kRopeThreads, 0, stream>>>(xr, heads, row_stride, head_stride, pos,
+                                                        inv_freq, num_freqs);
+      } else {
+        detail::RopeInterleavedKernel<__nv_bfloat16, false>
+            <<<grid, detail::kRopeThreads, 0, stream>>>(xr, heads, row_stride, head_stride, pos,
+                                                        inv_freq, num_freqs);
+      }
+    }
   }
   return CudaStatus(cudaGetLastError(), "RopeInterleaved launch");
 }

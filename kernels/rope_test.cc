@@ -32,7 +32,12 @@ TEST_P(RopeTest, MatchesReference) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   struct Shape { int64_t rows, heads, head_dim; int num_freqs; int64_t row_pad; };
   const Shape shapes[] = {{1, 1, 2, 1, 0},     {3, 1, 64, 32, 0},  {5, 64, 192, 32, 0},
-                          {7, 3, 70, 33, 5},   {33, 128, 64, 32, 0}, {2, 1, 2048, 1024, 0}};
+                          {7, 3, 70, 33, 5},   {33, 128, 64, 32, 0}, {2, 1, 2048, 1024, 0},
+                          // decode: MLA q_pe of 1..16 rows, one odd-strided row, many CTAs a row
+                          {1, 64, 64, 32, 0},  {16, 64, 64, 32, 0}, {1, 64, 64, 32, 1},
+                          {1, 700, 64, 32, 0},
+                          // more rows than one launch's grid.y (65535)
+                          {65537, 1, 2, 1, 0}};
   for (const Shape& s : shapes) {
     SCOPED_TRACE(absl::StrCat("rows=", s.rows, " heads=", s.heads, " head_dim=", s.head_dim,
                               " num_freqs=", s.num_freqs, " bf16=", bf16));

@@ -147,6 +147,11 @@ TEST_F(CudaBackendTest, LinearMatchesCpu) {
   shapes.push_back({300, 1000, 6144 / 4, 3, 1, true});
   shapes.push_back({7, 129, 513, 1, 3, false});
   shapes.push_back({1, 4096, 512, 0, 1, false});
+  // fp32 router logits (6144 -> 256) at decode sizes: the small-M GEMV at 1 row, cuBLASLt above.
+  shapes.push_back({1, 256, 6144, 0, 0, false});
+  shapes.push_back({1, 256, 6144, 0, 0, true});
+  shapes.push_back({2, 256, 6144, 0, 0, false});
+  shapes.push_back({16, 100, 512, 1, 1, true});
   for (const S& s : shapes) {
     const std::string what = absl::StrCat("Linear m=", s.m, " n=", s.n, " k=", s.k, " pad=",
                                           s.pad, " off=", s.col_off, " acc=", s.acc);
@@ -167,7 +172,14 @@ TEST_F(CudaBackendTest, LinearPerHeadMatchesCpu) {
   struct S { int64_t rows, heads, in_dim, out_dim, x_extra, w_extra, y_extra; };
   const S shapes[] = {{1, 1, 8, 16, 0, 0, 0},      {5, 4, 64, 128, 3, 1, 2},
                       {33, 16, 129, 64, 0, 7, 0},  {3, 64, 192, 512, 64, 0, 0},
-                      {17, 8, 512, 128, 5, 3, 1},  {256, 16, 128, 512, 0, 0, 0}};
+                      {17, 8, 512, 128, 5, 3, 1},  {256, 16, 128, 512, 0, 0, 0},
+                      // Decode sizes (rows <= 16: kernels/per_head_gemv): GLM-5's absorbed
+                      // W_UK^T (192 -> 512, q_nope in a 256 slot) and W_UV (512 -> 256), odd
+                      // shapes (scalar loads, partial blocks, odd out_dim).
+                      {1, 64, 192, 512, 64, 0, 0}, {2, 64, 512, 256, 0, 0, 0},
+                      {8, 64, 192, 512, 64, 0, 0}, {16, 64, 512, 256, 0, 0, 0},
+                      {16, 3, 7, 5, 1, 1, 1},      {2, 5, 513, 19, 2, 3, 1},
+                      {8, 2, 132, 33, 0, 4, 3}};
   for (const S& s : shapes) {
     const std::string what = absl::StrCat("LinearPerHead rows=", s.rows, " heads=", s.heads,
                                           " in=", s.in_dim, " out=", s.out_dim);

@@ -1,0 +1,135 @@
+#include "kernels/per_head_gemv.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "kernels/cuda_util.h"
+#include "kernels/per_head_gemv.cuh"
+
+namespace glm::kernels {
+namespace {
+
+using detail::PerHeadGemvArgs;
+using KernelFn = void (*)(PerHeadGemvArgs);
+
+template <int kVec>
+KernelFn PickKernel(int rows) {
+  if (rows <= 1) return detail::PerHeadGemvKernel<kVec, 1>;
+  if (rows <= 2) return detail::PerHeadGemvKernel<kVec, 2>;
+  if (rows <= 4) return detail::PerHeadGemvKernel<kVec, 4>;
+  if (rows <= 8) return detail::PerHeadGemvKernel<kVec, 8>;
+  return detail::PerHeadGemvKernel<kVec, 16>;
+}
+
+int MaxMFor(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
+
+// Resident CTAs of `fn` with `smem` dynamic bytes on the current device (SM count x occupancy),
+// cached per (device, kernel, smem).
+absl::StatusOr<int> ResidentCtas(KernelFn fn, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, KernelFn, size_t>, int>* cache =
+      new std::map<std::tuple<int, KernelFn, size_t>, int>();
+  int device = 0;
+  GLM_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "PerHeadGemv: cudaGetDevice"));
+  const auto key = std::make_tuple(device, fn, smem);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache->find(key); it != cache->end()) return it->second;
+  }
+  int sms = 0, per_sm = 0;
+  GLM_RETURN_IF_ERROR(CudaStatus(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "PerHeadGemv: SMs"));
+  GLM_RETURN_IF_ERROR(CudaStatus(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, detail::kPhgThreads, smem),
+      "PerHeadGemv: occupancy"));
+  const int ctas = std::max(1, sms * std::max(1, per_sm));
+  std::lock_guard<std::mutex> lock(mu);
+  (*cache)[key] = ctas;
+  return ctas;
+}
+
+}  // namespace
+
+bool PerHeadGemvSupported(int64_t rows, int64_t in_dim) {
+  if (rows < 1 || rows > kPerHeadGemvMaxRows || in_dim < 0) return false;
+  const int64_t smem = rows * in_dim * 4 +
+                       int64_t{detail::kPhgWarps} * MaxMFor(static_cast<int>(rows)) *
+                           detail::kPhgRowsPerWarp * 4;
+  return smem <= kPerHeadGemvMaxSmemBytes;
+}
+
+absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_stride,
+                         const float* w, int64_t w_head_stride, int64_t w_ld, float* y,
+                         int64_t y_row_stride, int64_t y_head_stride, int64_t rows,
+                         int64_t heads, int64_t in_dim, int64_t out_dim, bool accumulate,
+                         cudaStream_t stream) {
+  constexpr std::string_view kOp = "PerHeadGemv";
+  if (rows < 0 || heads < 0 || heads > 65535 || in_dim < 0 || out_dim < 0 ||
+      (rows > 0 && heads > 0 && out_dim > 0 && !PerHeadGemvSupported(rows, in_dim)) ||
+      w_ld < in_dim || x_row_stride < 0 || x_head_stride < 0 || y_row_stride < 0 ||
+      y_head_stride < 0 || w_head_stride < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PerHeadGemv: bad shape rows=", rows, " heads=", heads, " in_dim=", in_dim,
+        " out_dim=", out_dim, " w_ld=", w_ld, " (need 1 <= rows <= ", kPerHeadGemvMaxRows,
+        ", rows * in_dim * 4 + partials <= ", kPerHeadGemvMaxSmemBytes,
+        " bytes, heads <= 65535, w_ld >= in_dim, non-negative strides; larger shapes go to a "
+        "GEMM)"));
+  }
+  if (rows == 0 || heads == 0 || out_dim == 0) return absl::OkStatus();
+  GLM_RETURN_IF_ERROR(CheckDevicePointer(y, kOp, "y"));
+  if (in_dim > 0) {
+    GLM_RETURN_IF_ERROR(CheckDevicePointer(x, kOp, "x"));
+    GLM_RETURN_IF_ERROR(CheckDevicePointer(w, kOp, "w"));
+  }
+  const bool vec4 = reinterpret_cast<uintptr_t>(w) % 16 == 0 && w_ld % 4 == 0 &&
+                    w_head_stride % 4 == 0 && in_dim % 4 == 0;
+  const int m = static_cast<int>(rows);
+  const KernelFn fn = vec4 ? PickKernel<4>(m) : PickKernel<1>(m);
+  const int vec = vec4 ? 4 : 1;
+  const size_t smem = static_cast<size_t>(rows * in_dim * 4) +
+                      size_t{detail::kPhgWarps} * MaxMFor(m) * detail::kPhgRowsPerWarp * 4;
+  GLM_ASSIGN_OR_RETURN(const int resident, ResidentCtas(fn, smem));
+
+  // K slices: as few as keep every resident CTA slot busy (each slice at least one block of
+  // kPhgUnroll chunks), since every slice beyond one adds a shared-memory reduction.
+  const int64_t block_cols = int64_t{32} * vec * detail::kPhgUnroll;
+  const int64_t k_blocks = std::max<int64_t>(1, (in_dim + block_cols - 1) / block_cols);
+  int ksplit = 1;
+  auto groups_for = [&](int ks) {
+    const int64_t rows_per_cta = int64_t{detail::kPhgWarps / ks} * detail::kPhgRowsPerWarp;
+    return (out_dim + rows_per_cta - 1) / rows_per_cta;
+  };
+  while (ksplit < detail::kPhgWarps && heads * groups_for(ksplit) < resident &&
+         k_blocks >= 2 * ksplit) {
+    ksplit *= 2;
+  }
+  PerHeadGemvArgs a;
+  a.x = x;
+  a.x_row_stride = x_row_stride;
+  a.x_head_stride = x_head_stride;
+  a.w = w;
+  a.w_head_stride = w_head_stride;
+  a.w_ld = w_ld;
+  a.y = y;
+  a.y_row_stride = y_row_stride;
+  a.y_head_stride = y_head_stride;
+  a.rows = m;
+  a.in_dim = in_dim;
+  a.out_dim = out_dim;
+  a.ksplit = ksplit;
+  a.groups = groups_for(ksplit);
+  a.accumulate = accumulate;
+  // CTA slots per head: enough to fill the resident slots, at most one per group.
+  const int64_t per_head = std::clamp<int64_t>((resident + heads - 1) / heads, 1, a.groups);
+  const dim3 grid(static_cast<unsigned>(per_head), static_cast<unsigned>(heads));
+  fn<<<grid, detail::kPhgThreads, smem, stream>>>(a);
+  return CudaStatus(cudaGetLastError(), "PerHeadGemv launch");
+}
+
+}  // namespace glm::kernels

@@ -1,0 +1,157 @@
+// per_head_gemv (per_head_gemv.h). Grid (CTA slots, heads); a CTA of kPhgWarps warps stages
+// x[:, h, :] ([rows, in_dim] fp32) in shared memory once, then loops over groups of output rows
+// of its head. Inside a CTA the warps form (kPhgWarps / ksplit) row teams x ksplit K slices:
+// a warp owns kPhgRowsPerWarp output rows and every ksplit-th block of kPhgUnroll chunks of
+// 32 * kVec columns of K; it issues all the block's weight loads (kVec = 4: 16-byte loads) before
+// its FMAs. Summation order (fixed, so results are deterministic): per lane in K order over its
+// blocks, then a butterfly over the warp, then (ksplit > 1) the K slices in slice order through
+// shared memory. No atomics.
+#pragma once
+
+#include <cstdint>
+
+namespace glm::kernels::detail {
+
+inline constexpr int kPhgWarps = 8;
+inline constexpr int kPhgThreads = kPhgWarps * 32;
+inline constexpr int kPhgRowsPerWarp = 2;
+inline constexpr int kPhgUnroll = 4;
+
+struct PerHeadGemvArgs {
+  const float* x;
+  int64_t x_row_stride, x_head_stride;
+  const float* w;
+  int64_t w_head_stride, w_ld;
+  float* y;
+  int64_t y_row_stride, y_head_stride;
+  int rows;
+  int64_t in_dim, out_dim;
+  int ksplit;          // K slices per row team: 1, 2, 4 or 8
+  int64_t groups;      // output-row groups per head: ceil(out_dim / rows per CTA)
+  bool accumulate;
+};
+
+template <int kVec>
+struct alignas(4 * kVec) PhgVec {
+  float v[kVec];
+};
+
+template <int kVec, int kMaxM>
+__global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs a) {
+  extern __shared__ float smem[];  // [rows][in_dim] x, then kPhgWarps * kMaxM * kRows partials
+  constexpr int kRows = kPhgRowsPerWarp;
+  using V = PhgVec<kVec>;
+  const int64_t K = a.in_dim;
+  const int64_t h = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int slice = warp % a.ksplit, team = warp / a.ksplit;
+  const int teams = kPhgWarps / a.ksplit;
+  const int64_t rows_per_cta = static_cast<int64_t>(teams) * kRows;
+  constexpr int64_t kChunk = 32 * kVec;
+  const int64_t block_cols = kChunk * kPhgUnroll;
+  const float* wh = a.w + h * a.w_head_stride;
+  float* sx = smem;
+  float* red = smem + static_cast<int64_t>(a.rows) * K;
+
+  V wv[kRows][kPhgUnroll];
+  // Loads the weight block starting at column kb of the warp's rows of group g.
+  auto load = [&](int64_t g, int64_t kb) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t n = g * rows_per_cta + team * kRows + r;
+#pragma unroll
+      for (int u = 0; u < kPhgUnroll; ++u) {
+        const int64_t k = kb + u * kChunk + lane * kVec;
+        if (n < a.out_dim && k < K) {
+          wv[r][u] = *reinterpret_cast<const V*>(wh + n * a.w_ld + k);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) wv[r][u].v[e] = 0.0f;
+        }
+      }
+    }
+  };
+
+  int64_t g = blockIdx.x;
+  const int64_t kb0 = slice * block_cols;
+  if (g < a.groups && kb0 < K) load(g, kb0);  // in flight while x is staged
+  for (int64_t i = threadIdx.x; i < a.rows * K; i += kPhgThreads) {
+    const int64_t m = i / K, k = i - m * K;
+    sx[i] = a.x[m * a.x_row_stride + h * a.x_head_stride + k];
+  }
+  __syncthreads();
+  bool preloaded = true;
+  for (; g < a.groups; g += gridDim.x) {
+    float acc[kMaxM][kRows];
+#pragma unroll
+    for (int m = 0; m < kMaxM; ++m) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[m][r] = 0.0f;
+    }
+    for (int64_t kb = kb0; kb < K; kb += block_cols * a.ksplit) {
+      if (!preloaded) load(g, kb);
+      preloaded = false;
+#pragma unroll
+      for (int u = 0; u < kPhgUnroll; ++u) {
+        const int64_t k = kb + u * kChunk + lane * kVec;
+        if (k >= K) continue;
+#pragma unroll
+        for (int m = 0; m < kMaxM; ++m) {
+          if (m >= a.rows) break;
+          const V xv = *reinterpret_cast<const V*>(sx + m * K + k);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) acc[m][r] = fmaf(wv[r][u].v[e], xv.v[e], acc[m][r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kMaxM; ++m) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
+        }
+      }
+    }
+    if (a.ksplit > 1) {
+      // Partials of every warp, then a fixed-order sum over the K slices of each team.
+#pragma unroll
+      for (int m = 0; m < kMaxM; ++m) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (lane == (m * kRows + r) % 32) red[(warp * kMaxM + m) * kRows + r] = acc[m][r];
+        }
+      }
+      __syncthreads();
+      for (int i = threadIdx.x; i < teams * kMaxM * kRows; i += kPhgThreads) {
+        const int t = i / (kMaxM * kRows), mr = i % (kMaxM * kRows);
+        const int m = mr / kRows, r = mr % kRows;
+        const int64_t n = g * rows_per_cta + t * kRows + r;
+        if (m >= a.rows || n >= a.out_dim) continue;
+        float s = 0.0f;
+        for (int sl = 0; sl < a.ksplit; ++sl) s += red[((t * a.ksplit + sl) * kMaxM + m) * kRows + r];
+        float* yp = a.y + m * a.y_row_stride + h * a.y_head_stride + n;
+        *yp = a.accumulate ? *yp + s : s;
+      }
+      __syncthreads();  // red is rewritten by the next group
+    } else {
+#pragma unroll
+      for (int m = 0; m < kMaxM; ++m) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const int64_t n = g * rows_per_cta + team * kRows + r;
+          if (m < a.rows && n < a.out_dim && lane == (m * kRows + r) % 32) {
+            float* yp = a.y + m * a.y_row_stride + h * a.y_head_stride + n;
+            *yp = a.accumulate ? *yp + acc[m][r] : acc[m][r];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace glm::kernels::detail

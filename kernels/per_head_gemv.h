@@ -1,0 +1,36 @@
+// Small-M fp32 GEMV over a batch of heads (absorbed MLA W_UK^T / W_UV; with heads == 1 an fp32
+// Linear such as the MoE router):
+//   y[m, h, n] (+)= sum_k x[m, h, k] * w[h][n, k]   m < rows, h < heads, n < out_dim, k < in_dim
+// fp32 in, fp32 accumulation, fp32 out, deterministic (fixed summation order, no atomics): graph
+// replay equals eager bit for bit. Meant for decode (rows <= kPerHeadGemvMaxRows), where it
+// streams the weights with 16-byte loads over every SM instead of a batched cuBLAS GEMV.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace glm::kernels {
+
+inline constexpr int64_t kPerHeadGemvMaxRows = 16;
+// x[:, h, :] is staged in shared memory: rows * in_dim * 4 bytes must fit in this.
+inline constexpr int64_t kPerHeadGemvMaxSmemBytes = 48 * 1024;
+
+// Whether PerHeadGemv takes this shape (1 <= rows <= kPerHeadGemvMaxRows, x of one head fits
+// the shared-memory stage). Any strides and alignment are accepted; 16-byte weight loads are
+// used when w, w_ld, w_head_stride and in_dim allow.
+bool PerHeadGemvSupported(int64_t rows, int64_t in_dim);
+
+// Element (m, h, k) of x at x[m * x_row_stride + h * x_head_stride + k]; w[h] row n at
+// w + h * w_head_stride + n * w_ld; y (m, h, n) at y[m * y_row_stride + h * y_head_stride + n].
+// All device pointers. y must not overlap x or w. accumulate: y += result instead of y = result.
+// rows == 0 or heads == 0 or out_dim == 0 is a no-op; in_dim == 0 writes zeros (or leaves y).
+absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_stride,
+                         const float* w, int64_t w_head_stride, int64_t w_ld, float* y,
+                         int64_t y_row_stride, int64_t y_head_stride, int64_t rows,
+                         int64_t heads, int64_t in_dim, int64_t out_dim, bool accumulate,
+                         cudaStream_t stream);
+
+}  // namespace glm::kernels

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Decode-size small ops (issue 4): RmsNorm / RopeInterleaved single-row kernels and the small-M
+# fp32 GEMV (kernels/per_head_gemv.h: CudaBackend::LinearPerHead and fp32 Linear at <= 16 rows)
+# on a GPU machine, over a build made elsewhere (builds nothing). On the CPU machine first:
+#   cmake --build build-smallops -j2 --target rmsnorm_test rope_test per_head_gemv_test \
+#     smallops_bench cuda_backend_test cuda_model_test cuda_graph_test glm-bench-cuda-decode
+#   BUILD_DIR=build-smallops STAGE_DIR=.gpurun-smallops \
+#     BINS="build-smallops/kernels/rmsnorm_test build-smallops/kernels/rope_test
+#           build-smallops/kernels/per_head_gemv_test build-smallops/kernels/smallops_bench
+#           build-smallops/engine/backend/cuda/cuda_backend_test
+#           build-smallops/engine/backend/cuda/cuda_model_test
+#           build-smallops/engine/backend/cuda/cuda_graph_test
+#           build-smallops/engine/model/bench/glm-bench-cuda-decode" tools/gpu/stage_build.sh
+# then on the GPU machine, from the repo root: tools/gpu/run_smallops_gpu.sh .gpurun-smallops
+# Steps: the tests (kernels vs fp64 host references; the backend vs the CPU backend; the model
+# on cuda vs cpu; graph replay == eager bitwise), compute-sanitizer memcheck of the new test,
+# smallops_bench (µs eager / graph, GB/s vs D2D copy), profile_decode.sh at batch 1 and 8.
+# Logs in $OUT (or /tmp/glm-smallops-out); summary last. STEPS picks steps (default all).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+stage=${1:-.gpurun-smallops}
+bin=$stage/bin
+out=${OUT:-/tmp/glm-smallops-out}
+steps=${STEPS:-tests memcheck bench profile}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source tools/gpu/common.sh
+find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
+export GLM_GOLDEN_DIR=$PWD/tests/golden
+summary=()
+step() {  # step NAME TIMEOUT_S CMD...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS log
+  log=$out/$(echo "$name" | tr ' /=' '___').log
+  echo "== $name: $*" >"$log"
+  timeout "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-32s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
+  grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|ERROR SUMMARY|Failure|max_diff" "$log" |
+    head -n 20 | sed 's/^/   /'
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader
+for s in $steps; do
+  case $s in
+    tests)
+      for t in rmsnorm_test rope_test per_head_gemv_test cuda_backend_test; do
+        [[ -x $bin/$t ]] && step "$t" 60 "$bin/$t"
+      done
+      [[ -x $bin/cuda_model_test ]] && step cuda_model_test 60 "$bin/cuda_model_test"
+      [[ -x $bin/cuda_graph_test ]] && step cuda_graph_test 60 "$bin/cuda_graph_test" \
+        --gtest_filter='*Bitwise*:*Eager*:*Replay*'
+      ;;
+    memcheck)
+      step "memcheck per_head_gemv_test" 60 compute-sanitizer --tool memcheck \
+        --error-exitcode 1 "$bin/per_head_gemv_test"
+      ;;
+    bench)
+      step smallops_bench 60 "$bin/smallops_bench"
+      cat "$out/smallops_bench.log"
+      ;;
+    profile)
+      [[ -x $bin/glm-bench-cuda-decode ]] && OUT=$out step profile_decode 90 \
+        tools/gpu/profile_decode.sh "$stage" "1 8"
+      head -c 9000 "$out/profile_decode.log"
+      ;;
+  esac
+done
+echo "== summary"
+printf '%s\n' "${summary[@]}"
