@@ -12,16 +12,17 @@
 #           build-smallops/engine/backend/cuda/cuda_graph_test
 #           build-smallops/engine/model/bench/glm-bench-cuda-decode" tools/gpu/stage_build.sh
 # then on the GPU machine, from the repo root: tools/gpu/run_smallops_gpu.sh .gpurun-smallops
-# Steps: the tests (kernels vs fp64 host references; the backend vs the CPU backend; the model
-# on cuda vs cpu; graph replay == eager bitwise), compute-sanitizer memcheck of the new test,
-# smallops_bench (µs eager / graph, GB/s vs D2D copy), profile_decode.sh at batch 1 and 8.
+# Steps: tests (kernels vs fp64 host references; the backend vs the CPU backend), memcheck
+# (compute-sanitizer on the new test), bench (smallops_bench: µs eager / graph, GB/s vs D2D
+# copy), profile (profile_decode.sh at batch 1 and 8), model (graph replay == eager bitwise; the
+# model on cuda vs cpu).
 # Logs in $OUT (or /tmp/glm-smallops-out); summary last. STEPS picks steps (default all).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 stage=${1:-.gpurun-smallops}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-smallops-out}
-steps=${STEPS:-tests memcheck bench profile}
+steps=${STEPS:-tests memcheck bench profile model}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source tools/gpu/common.sh
@@ -45,22 +46,24 @@ for s in $steps; do
   case $s in
     tests)
       for t in rmsnorm_test rope_test per_head_gemv_test cuda_backend_test; do
-        [[ -x $bin/$t ]] && step "$t" 60 "$bin/$t"
+        [[ -x $bin/$t ]] && step "$t" 40 "$bin/$t"
       done
-      [[ -x $bin/cuda_model_test ]] && step cuda_model_test 60 "$bin/cuda_model_test"
-      [[ -x $bin/cuda_graph_test ]] && step cuda_graph_test 60 "$bin/cuda_graph_test" \
+      ;;
+    model)
+      [[ -x $bin/cuda_graph_test ]] && step cuda_graph_test 40 "$bin/cuda_graph_test" \
         --gtest_filter='*Bitwise*:*Eager*:*Replay*'
+      [[ -x $bin/cuda_model_test ]] && step cuda_model_test 40 "$bin/cuda_model_test"
       ;;
     memcheck)
-      step "memcheck per_head_gemv_test" 60 compute-sanitizer --tool memcheck \
+      step "memcheck per_head_gemv_test" 40 compute-sanitizer --tool memcheck \
         --error-exitcode 1 "$bin/per_head_gemv_test"
       ;;
     bench)
-      step smallops_bench 60 "$bin/smallops_bench"
+      step smallops_bench 30 "$bin/smallops_bench"
       cat "$out/smallops_bench.log"
       ;;
     profile)
-      [[ -x $bin/glm-bench-cuda-decode ]] && OUT=$out step profile_decode 90 \
+      [[ -x $bin/glm-bench-cuda-decode ]] && OUT=$out step profile_decode 50 \
         tools/gpu/profile_decode.sh "$stage" "1 8"
       head -c 9000 "$out/profile_decode.log"
       ;;
