@@ -82,6 +82,14 @@ absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_st
         "GEMM)"));
   }
   if (rows == 0 || heads == 0 || out_dim == 0) return absl::OkStatus();
+  // Outputs must not overlap (each is written by one thread; overlap would race).
+  if ((heads > 1 && y_head_stride < out_dim) ||
+      (rows > 1 && y_row_stride < (heads - 1) * y_head_stride + out_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PerHeadGemv: overlapping outputs: y_row_stride=", y_row_stride,
+        " y_head_stride=", y_head_stride, " out_dim=", out_dim, " heads=", heads,
+        " (need y_head_stride >= out_dim when heads > 1, y_row_stride >= the last head's end)"));
+  }
   GLM_RETURN_IF_ERROR(CheckDevicePointer(y, kOp, "y"));
   if (in_dim > 0) {
     GLM_RETURN_IF_ERROR(CheckDevicePointer(x, kOp, "x"));

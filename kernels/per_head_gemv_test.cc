@@ -37,6 +37,10 @@ TEST(PerHeadGemvShapes, RejectsBadShapes) {
                            nullptr).ok());  // w_ld < in_dim
   EXPECT_TRUE(PerHeadGemv(nullptr, 8, 8, nullptr, 64, 8, nullptr, 8, 8, 0, 1, 8, 8, false,
                           nullptr).ok());  // no rows: no-op
+  EXPECT_FALSE(PerHeadGemv(nullptr, 16, 8, nullptr, 64, 8, nullptr, 16, 4, 1, 2, 8, 8, false,
+                           nullptr).ok());  // heads' outputs overlap
+  EXPECT_FALSE(PerHeadGemv(nullptr, 16, 8, nullptr, 64, 8, nullptr, 8, 8, 2, 2, 8, 8, false,
+                           nullptr).ok());  // rows' outputs overlap
 }
 
 class PerHeadGemvTest : public ::testing::Test {

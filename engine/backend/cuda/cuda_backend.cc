@@ -17,7 +17,6 @@
 #include "kernels/cuda_util.h"
 #include "kernels/layernorm.h"
 #include "kernels/moe_route.h"
-#include "kernels/per_head_gemv.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/rows.h"
@@ -178,14 +177,6 @@ class CudaBackend : public Backend {
       Record(Annotate(narrow_->Run(x, w, y, accumulate, scratch_, stream_), "Linear"));
       return;
     }
-    // fp32 weights at decode sizes (the MoE router): our small-M GEMV (kernels/per_head_gemv.h,
-    // one head), which streams the weight over every SM; cuBLASLt otherwise.
-    if (kernels::PerHeadGemvSupported(x.rows, x.cols)) {
-      Record(Annotate(kernels::PerHeadGemv(x.data, x.ld, 0, w.data, 0, w.ld, y.data, y.ld, 0,
-                                           x.rows, 1, x.cols, w.rows, accumulate, stream_),
-                      "Linear"));
-      return;
-    }
     cuda::GemmShape s;
     s.m = x.rows;
     s.n = w.rows;
@@ -201,15 +192,6 @@ class CudaBackend : public Backend {
     if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind()) return;
     if (x.dim == 0) {
       for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
-      return;
-    }
-    // Decode sizes: our per-head GEMV (kernels/per_head_gemv.h); cuBLASLt batched GEMM otherwise.
-    if (kernels::PerHeadGemvSupported(x.rows, x.dim)) {
-      Record(Annotate(kernels::PerHeadGemv(x.data, x.row_stride, x.head_stride, weights,
-                                           weight_head_stride, w_ld, y.data, y.row_stride,
-                                           y.head_stride, x.rows, x.heads, x.dim, y.dim, false,
-                                           stream_),
-                      "LinearPerHead"));
       return;
     }
     cuda::GemmShape s;
