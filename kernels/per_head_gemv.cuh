@@ -75,9 +75,10 @@ __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs
   int64_t g = blockIdx.x;
   const int64_t kb0 = slice * block_cols;
   if (g < a.groups && kb0 < K) load(g, kb0);  // in flight while x is staged
-  for (int64_t i = threadIdx.x; i < a.rows * K; i += kPhgThreads) {
-    const int64_t m = i / K, k = i - m * K;
-    sx[i] = a.x[m * a.x_row_stride + h * a.x_head_stride + k];
+  for (int m = 0; m < a.rows; ++m) {
+    const float* xm = a.x + m * a.x_row_stride + h * a.x_head_stride;
+#pragma unroll 4
+    for (int64_t k = threadIdx.x; k < K; k += kPhgThreads) sx[m * K + k] = __ldg(xm + k);
   }
   __syncthreads();
   bool preloaded = true;

@@ -11,7 +11,10 @@
 // every warp re-reads all of x from shared memory per 2 output rows (smem bandwidth bound as M
 // grows: needs more output rows per warp, register-blocked like a GEMM), the x stage is a
 // serialized loop with a 64-bit division per element, and one head (the router) gives too few
-// CTAs for 6 MB.
+// CTAs for 6 MB. After that run (not yet measured or run on a GPU): one CTA per group of
+// output rows instead of resident-sized looping CTAs, the x stage without the division, and
+// more K splitting for one head; rerun tools/gpu/run_smallops_gpu.sh (STEPS="tests memcheck
+// bench") before dispatching to it.
 #pragma once
 
 #include <cuda_runtime_api.h>
