@@ -7,6 +7,9 @@
 // so small working sets stay in L2; the cache is memset, so every score ties: the radix select's
 // worst case), the bytes the op must read (KV rows in the cache's layout,
 // every sequence its own keys), GB/s and the fraction of a device-to-device copy measured here.
+// Rows "attn-old" / "index-old": the legacy paths (SetAttentionLegacyForBench /
+// SetIndexerLegacyForBench, as GLM_CUDA_ATTENTION_LEGACY=1 / GLM_CUDA_INDEXER_LEGACY=1 do) in the
+// same process, before the default paths' rows.
 // Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5] [--calls 20]
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
@@ -25,6 +28,10 @@
 #include "kernels/bench_util.h"
 
 namespace glm::engine::cuda {
+
+// A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
+void SetAttentionLegacyForBench(bool legacy);
+
 namespace {
 
 using kernels::CheckOk;
@@ -194,12 +201,16 @@ int Main(int argc, char** argv) {
           a.index_width = kTopK;
           a.scale = 0.072f;
           a.out = HeadsView{d_o.as<float>(), rows, kHeads, kKvr, kHeads * kKvr, kKvr};
-          CheckOk(Attention(a, scratch, stream), "Attention");
-          BENCH_CHECK(cudaStreamSynchronize(stream));
-          const auto t = TimeEnqueues([&](int) { return Attention(a, scratch, stream); }, kCalls,
-                                      trials, stream);
-          Report("attention", fp8 ? "fp8" : "fp32", rows, keys, t.us_per_call,
-                 static_cast<double>(rows) * sel * row_bytes, d2d);
+          for (const bool legacy : {true, false}) {
+            SetAttentionLegacyForBench(legacy);
+            CheckOk(Attention(a, scratch, stream), "Attention");
+            BENCH_CHECK(cudaStreamSynchronize(stream));
+            const auto t = TimeEnqueues([&](int) { return Attention(a, scratch, stream); },
+                                        kCalls, trials, stream);
+            Report(legacy ? "attn-old" : "attention", fp8 ? "fp8" : "fp32", rows, keys,
+                   t.us_per_call, static_cast<double>(rows) * sel * row_bytes, d2d);
+          }
+          SetAttentionLegacyForBench(false);
         }
       }
     }

@@ -19,6 +19,15 @@
 // same kernel, the key / value loads read e4m3 c_kv (4 bytes per lane per float4, times the
 // 128-dim group's scale) and bf16 k_pe from the 656-byte rows; arithmetic stays fp32.
 // Combine: per-split weights e^(m_s - M) / L computed once per (row, head) in shared memory.
+// Staged path (default for G = 16; GLM_CUDA_ATTENTION_LEGACY=1 in the environment, read once, or
+// SetAttentionLegacyForBench forces the path above): the CTA copies each tile's T key rows
+// (fp32 k_a | k_b, or the fp8 656-byte rows as stored) into shared memory with cp.async (all
+// 16-byte chunks of the tile in flight at once, rows < 0 zero-filled), then scores and P.V read
+// shared memory (V too when v aliases k_a: the absorbed form). T = 32 keys (16 when the device's
+// shared memory is smaller); splits sized from the SM count times the kernel's occupancy, so a
+// batch-1 decode (4 head groups) runs ~2 CTAs on every SM. AttentionCombineWideKernel merges the
+// partials with float4 loads, 4 warps over the splits (8 loads in flight per thread) and a fixed
+// summation order (deterministic). Same arithmetic per key as the legacy path.
 // NOTE: shared memory per block is read from the device (GB10 ~99 KiB, H200 ~227 KiB opt-in);
 // absorbed GLM-5 decode (da 512 + db 64, G 16) needs ~41 KiB.
 // cuda_ops.h uses absl::StatusOr without including its header.
@@ -26,8 +35,10 @@
 #include "engine/backend/cuda/cuda_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -42,8 +53,43 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 64;       // keys per tile
-constexpr int kMaxSplits = 64;  // partials per (row, head)
+constexpr int kMaxSplits = 64;  // partials per (row, head), legacy path
+constexpr int kMaxSplitsWide = 128;  // partials per (row, head), staged path
+constexpr int kCombineThreads = 128;
 constexpr const char* kOp = "Attention";
+
+// -1: not read yet; 0: staged path; 1: legacy path (GLM_CUDA_ATTENTION_LEGACY=1).
+std::atomic<int> g_legacy{-1};
+
+bool LegacyPath() {
+  int v = g_legacy.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("GLM_CUDA_ATTENTION_LEGACY");
+    v = e != nullptr && e[0] == '1' ? 1 : 0;
+    int expected = -1;
+    if (!g_legacy.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v == 1;
+}
+
+// 16-byte global -> shared copy without registers (cp.async, sm_80+); valid == false fills zeros.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  *reinterpret_cast<float4*>(dst) =
+      valid ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+}
+
+__device__ __forceinline__ void CpAsyncWaitAll() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
 
 struct Params {
   const float* q_a;
@@ -66,6 +112,8 @@ struct Params {
   int32_t num_heads, da, db, dv;
   float scale;
   int32_t head_groups, num_splits, split_len;
+  int32_t tile;       // staged path: keys per tile (multiple of 16)
+  int32_t v_staged;   // staged path: v is read from the staged k_a rows (v aliases k_a, or fp8)
   float* part_acc;  // [rows, heads, splits, dv]
   float* part_ml;   // [rows, heads, splits, 2]
   // fp8 latent cache (AttentionArgs::latent_fp8; kv_fp8_layout.h): key row r at kv8 + r * kv8_rs
@@ -126,15 +174,21 @@ constexpr int HeadShift() {
   return G == 1 ? 5 : G == 2 ? 4 : G == 4 ? 3 : G == 8 ? 2 : G == 16 ? 1 : 0;
 }
 
-// grid: rows * head_groups * num_splits CTAs; block kThreads; dynamic smem SmemBytes(G, da+db).
-template <int G, int CPT, bool kFp8>
+// grid: rows * head_groups * num_splits CTAs; block kThreads; dynamic smem SmemBytes(G, da+db)
+// (legacy) or StagedSmemBytes (kStage: tiles of p.tile keys staged in shared memory).
+template <int G, int CPT, bool kFp8, bool kStage>
 __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
   extern __shared__ __align__(16) float smem[];
   const int dq = p.da + p.db;
+  const int tile_n = kStage ? p.tile : kTile;
+  // Staged key row: dq floats (k_a | k_b) or the fp8 cache row's kv8_rs bytes as stored.
+  const int kv_row_bytes = kFp8 ? static_cast<int>(p.kv8_rs) : 4 * dq;
   float4* q_s = reinterpret_cast<float4*>(smem);  // [G][dq / 4]
-  float* s_s = smem + G * dq;                     // [kTile][G] scores, then probabilities
-  int* row_s = reinterpret_cast<int*>(s_s + kTile * G);  // [kTile] key row or -1
-  float* m_s = reinterpret_cast<float*>(row_s + kTile);  // [G]
+  uint8_t* kv_s = reinterpret_cast<uint8_t*>(smem + G * dq);  // staged: [tile_n][kv_row_bytes]
+  float* s_s = kStage ? reinterpret_cast<float*>(kv_s + tile_n * kv_row_bytes)
+                      : smem + G * dq;            // [tile_n][G] scores, then probabilities
+  int* row_s = reinterpret_cast<int*>(s_s + tile_n * G);  // [tile_n] key row or -1
+  float* m_s = reinterpret_cast<float*>(row_s + tile_n);  // [G]
   float* l_s = m_s + G;                                  // [G]
   float* corr_s = l_s + G;                               // [G]
 
@@ -149,12 +203,21 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
   const int dq4 = dq / 4, da4 = p.da / 4, db4 = p.db / 4;
   for (int i = tid; i < G * dq4; i += kThreads) {
     const int g = i / dq4, d4 = i % dq4, h = h0 + g;
-    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (h < p.num_heads) {
-      val = d4 < da4 ? reinterpret_cast<const float4*>(p.q_a + t * p.q_a_rs + h * p.q_a_hs)[d4]
-                     : reinterpret_cast<const float4*>(p.q_b + t * p.q_b_rs + h * p.q_b_hs)[d4 - da4];
+    if constexpr (kStage) {
+      // All of the CTA's query loads in flight at once (waited for with the first tile).
+      const int hc = min(h, p.num_heads - 1);
+      const float* src = d4 < da4 ? p.q_a + t * p.q_a_rs + hc * p.q_a_hs + 4 * d4
+                                  : p.q_b + t * p.q_b_rs + hc * p.q_b_hs + 4 * (d4 - da4);
+      CpAsync16(q_s + i, src, h < p.num_heads);
+    } else {
+      float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (h < p.num_heads) {
+        val = d4 < da4
+                  ? reinterpret_cast<const float4*>(p.q_a + t * p.q_a_rs + h * p.q_a_hs)[d4]
+                  : reinterpret_cast<const float4*>(p.q_b + t * p.q_b_rs + h * p.q_b_hs)[d4 - da4];
+      }
+      q_s[i] = val;
     }
-    q_s[i] = val;
   }
   if (tid < G) {
     m_s[tid] = -INFINITY;
@@ -177,9 +240,9 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
 #pragma unroll
     for (int c = 0; c < CPT; ++c) acc[g][c] = 0.f;
 
-  for (int tile = begin; tile < end; tile += kTile) {
-    __syncthreads();  // previous tile's row_s / s_s fully consumed (and q_s, m_s written)
-    if (tid < kTile) {
+  for (int tile = begin; tile < end; tile += tile_n) {
+    __syncthreads();  // previous tile's row_s / s_s / kv_s fully consumed (and q_s, m_s written)
+    if (tid < tile_n) {
       const int i = tile + tid;
       int r = -1;
       if (i < end) {
@@ -189,18 +252,52 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
       row_s[tid] = r;
     }
     __syncthreads();
+    if constexpr (kStage) {
+      // The tile's key rows into shared memory, every 16-byte chunk in flight at once.
+      const int chunks = kv_row_bytes / 16;
+      for (int i = tid; i < tile_n * chunks; i += kThreads) {
+        const int k = i / chunks, c = i - k * chunks;
+        const int r = row_s[k];
+        const int64_t rr = max(r, 0);
+        const void* src;
+        if constexpr (kFp8) {
+          src = p.kv8 + rr * p.kv8_rs + 16 * c;
+        } else {
+          src = c < da4 ? static_cast<const void*>(k_a + rr * p.k_a_rs + 4 * c)
+                        : static_cast<const void*>(k_b + rr * p.k_b_rs + 4 * (c - da4));
+        }
+        CpAsync16(kv_s + k * kv_row_bytes + 16 * c, src, r >= 0);
+      }
+      CpAsyncWaitAll();
+      __syncthreads();
+    }
 
     // Scores of the tile's keys: warp w takes keys w + 16i and w + 16i + 8 together, so two
     // keys' loads are in flight per lane and each shared query float4 serves both.
-    for (int kt = warp; kt < kTile; kt += 2 * kWarps) {
+    for (int kt = warp; kt < tile_n; kt += 2 * kWarps) {
       const int r0 = row_s[kt], r1 = row_s[kt + kWarps];
       float part0[G], part1[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) part0[g] = part1[g] = 0.f;
-      const float4* ka0 = reinterpret_cast<const float4*>(k_a + max(r0, 0) * p.k_a_rs);
-      const float4* ka1 = reinterpret_cast<const float4*>(k_a + max(r1, 0) * p.k_a_rs);
-      const uint8_t* row0 = p.kv8 + max(r0, 0) * p.kv8_rs;
-      const uint8_t* row1 = p.kv8 + max(r1, 0) * p.kv8_rs;
+      const float4* ka0;
+      const float4* ka1;
+      const float4* kb0;
+      const float4* kb1;
+      const uint8_t* row0;
+      const uint8_t* row1;
+      if constexpr (kStage) {
+        const uint8_t* s0 = kv_s + kt * kv_row_bytes;
+        const uint8_t* s1 = kv_s + (kt + kWarps) * kv_row_bytes;
+        row0 = s0, row1 = s1;
+        ka0 = reinterpret_cast<const float4*>(s0);
+        ka1 = reinterpret_cast<const float4*>(s1);
+        kb0 = ka0 + da4, kb1 = ka1 + da4;
+      } else {
+        ka0 = reinterpret_cast<const float4*>(k_a + max(r0, 0) * p.k_a_rs);
+        ka1 = reinterpret_cast<const float4*>(k_a + max(r1, 0) * p.k_a_rs);
+        row0 = p.kv8 + max(r0, 0) * p.kv8_rs;
+        row1 = p.kv8 + max(r1, 0) * p.kv8_rs;
+      }
       const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
       for (int d4 = lane; d4 < da4; d4 += 32) {
         float4 kv0, kv1;
@@ -218,8 +315,10 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
           part1[g] += Dot4(qv, kv1);
         }
       }
-      const float4* kb0 = reinterpret_cast<const float4*>(k_b + max(r0, 0) * p.k_b_rs);
-      const float4* kb1 = reinterpret_cast<const float4*>(k_b + max(r1, 0) * p.k_b_rs);
+      if constexpr (!kStage) {  // formed here: not live across the c_kv loop
+        kb0 = reinterpret_cast<const float4*>(k_b + max(r0, 0) * p.k_b_rs);
+        kb1 = reinterpret_cast<const float4*>(k_b + max(r1, 0) * p.k_b_rs);
+      }
       for (int d4 = lane; d4 < db4; d4 += 32) {
         float4 kv0, kv1;
         if constexpr (kFp8) {
@@ -250,13 +349,13 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
     // Online softmax update, warp w owns heads w, w+8, ...
     for (int g = warp; g < G; g += kWarps) {
       float mx = -INFINITY;
-      for (int kt = lane; kt < kTile; kt += 32) mx = fmaxf(mx, s_s[kt * G + g]);
+      for (int kt = lane; kt < tile_n; kt += 32) mx = fmaxf(mx, s_s[kt * G + g]);
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       const float m_old = m_s[g];
       const float m_new = fmaxf(m_old, mx);
       float sum = 0.f;
-      for (int kt = lane; kt < kTile; kt += 32) {
+      for (int kt = lane; kt < tile_n; kt += 32) {
         const float s = s_s[kt * G + g];
         const float e = s == -INFINITY ? 0.f : expf(s - m_new);
         s_s[kt * G + g] = e;
@@ -283,13 +382,16 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
     }
     // Batches of kBatch keys: all value loads of a batch are issued before the FMAs.
     constexpr int kBatch = 8;
-    for (int kt0 = 0; kt0 < kTile; kt0 += kBatch) {
+    for (int kt0 = 0; kt0 < tile_n; kt0 += kBatch) {
       float vv[kBatch][CPT];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int r = row_s[kt0 + u];
-        const float* vr = v + max(r, 0) * p.v_rs;
-        const uint8_t* row = p.kv8 + max(r, 0) * p.kv8_rs;
+        const bool staged = kStage && (kFp8 || p.v_staged != 0);
+        const float* vr = staged ? reinterpret_cast<const float*>(kv_s + (kt0 + u) * kv_row_bytes)
+                                 : v + max(r, 0) * p.v_rs;
+        const uint8_t* row =
+            kStage ? kv_s + (kt0 + u) * kv_row_bytes : p.kv8 + max(r, 0) * p.kv8_rs;
 #pragma unroll
         for (int c = 0; c < CPT; ++c) {
           const int col = tid + c * kThreads;
@@ -324,6 +426,7 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
       }
     }
   }
+  if constexpr (kStage) CpAsyncWaitAll();  // a split without keys still issued its query copies
   __syncthreads();
 
 #pragma unroll
@@ -393,28 +496,147 @@ __global__ void __launch_bounds__(kThreads) AttentionCombineKernel(Params p) {
   }
 }
 
+// Merges the splits of one (row, head) like AttentionCombineKernel, for many splits and few rows.
+// grid: (rows * heads, ceil(dv / 128)); block kCombineThreads = 4 warps. Lane = one float4 of
+// the CTA's 128 columns; warp w sums splits w, w + 4, ... (8 loads in flight), then warp 0 adds
+// the other warps' sums in warp order: a fixed order, deterministic.
+__global__ void __launch_bounds__(kCombineThreads) AttentionCombineWideKernel(Params p) {
+  __shared__ float w_s[kMaxSplitsWide];
+  __shared__ float4 sum_s[kCombineThreads / 32 - 1][32];
+  const int64_t rh = blockIdx.x;
+  const int64_t t = rh / p.num_heads;
+  const int h = static_cast<int>(rh % p.num_heads);
+  const int S = p.num_splits;
+  const float* ml = p.part_ml + rh * S * 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp == 0) {
+    float m = -INFINITY;
+    for (int s = lane; s < S; s += 32) m = fmaxf(m, ml[2 * s]);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = 0.f;
+    for (int s = lane; s < S; s += 32) {
+      const float ms = ml[2 * s];
+      const float e = ms == -INFINITY ? 0.f : expf(ms - m);
+      w_s[s] = e;
+      l += ml[2 * s + 1] * e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    for (int s = lane; s < S; s += 32) w_s[s] *= inv;
+  }
+  __syncthreads();
+  constexpr int kWarpsC = kCombineThreads / 32;
+  constexpr int kUnroll = 8;
+  const int dv4 = p.dv / 4;
+  const int c4 = blockIdx.y * 32 + lane;
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (c4 < dv4) {
+    const float4* acc = reinterpret_cast<const float4*>(p.part_acc + rh * S * p.dv) + c4;
+    for (int s0 = warp; s0 < S; s0 += kWarpsC * kUnroll) {
+      float4 x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int s = s0 + u * kWarpsC;
+        x[u] = s < S ? acc[int64_t{s} * dv4] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int s = s0 + u * kWarpsC;
+        if (s < S) {
+          const float w = w_s[s];
+          sum.x += x[u].x * w;
+          sum.y += x[u].y * w;
+          sum.z += x[u].z * w;
+          sum.w += x[u].w * w;
+        }
+      }
+    }
+  }
+  if (warp > 0) sum_s[warp - 1][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && c4 < dv4) {
+#pragma unroll
+    for (int w = 0; w < kWarpsC - 1; ++w) {
+      const float4 x = sum_s[w][lane];
+      sum.x += x.x;
+      sum.y += x.y;
+      sum.z += x.z;
+      sum.w += x.w;
+    }
+    reinterpret_cast<float4*>(p.out + t * p.out_rs + h * p.out_hs)[c4] = sum;
+  }
+}
+
 int64_t SmemBytes(int g, int dq) {
   return int64_t{4} * (int64_t{g} * dq + int64_t{kTile} * g + kTile + 3 * g);
 }
 
-template <int G, int CPT, bool kFp8>
-absl::Status Launch(const Params& p, int64_t num_ctas, const detail::DeviceInfo& info,
-                    cudaStream_t stream) {
-  const int64_t smem = SmemBytes(G, p.da + p.db);
+// Staged path: queries, `tile` staged key rows of row_bytes, scores, rows, m / l / corr.
+int64_t StagedSmemBytes(int g, int dq, int tile, int64_t row_bytes) {
+  return int64_t{4} * (int64_t{g} * dq + int64_t{tile} * g + tile + 3 * g) + tile * row_bytes;
+}
+
+// Resident CTAs per SM of the staged AttentionSplitKernel<16, CPT, kFp8> with `smem` dynamic
+// bytes (cached per instantiation for the last smem size asked; sizing only, never correctness).
+template <int CPT, bool kFp8>
+int CtasPerSm(int64_t smem) {
+  constexpr auto kernel = AttentionSplitKernel<16, CPT, kFp8, true>;
+  static std::atomic<int64_t> cached{-1};  // smem << 16 | blocks
+  const int64_t c = cached.load(std::memory_order_relaxed);
+  if (c >= 0 && (c >> 16) == smem) return static_cast<int>(c & 0xffff);
+  int blocks = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads,
+                                                    static_cast<size_t>(smem)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    blocks = 1;
+  }
+  blocks = std::clamp(blocks, 1, 0xffff);
+  cached.store((smem << 16) | blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
+template <int G, int CPT, bool kFp8, bool kStage>
+absl::Status Launch(const Params& p, int64_t num_ctas, int64_t smem,
+                    const detail::DeviceInfo& info, cudaStream_t stream) {
   GLM_RETURN_IF_ERROR(
-      detail::UseDynamicSmem(AttentionSplitKernel<G, CPT, kFp8>, smem, info, kOp));
-  AttentionSplitKernel<G, CPT, kFp8>
+      detail::UseDynamicSmem(AttentionSplitKernel<G, CPT, kFp8, kStage>, smem, info, kOp));
+  AttentionSplitKernel<G, CPT, kFp8, kStage>
       <<<static_cast<unsigned>(num_ctas), kThreads, smem, stream>>>(p);
   return detail::CudaCheck(cudaGetLastError(), kOp, "AttentionSplitKernel launch");
 }
 
-template <int G, bool kFp8>
-absl::Status LaunchCpt(const Params& p, int64_t num_ctas, const detail::DeviceInfo& info,
-                       cudaStream_t stream) {
+template <int G, bool kFp8, bool kStage>
+absl::Status LaunchCpt(const Params& p, int64_t num_ctas, int64_t smem,
+                       const detail::DeviceInfo& info, cudaStream_t stream) {
   const int cpt = static_cast<int>(detail::CeilDiv(p.dv, kThreads));
-  if (cpt <= 1) return Launch<G, 1, kFp8>(p, num_ctas, info, stream);
-  if (cpt <= 2) return Launch<G, 2, kFp8>(p, num_ctas, info, stream);
-  return Launch<G, 4, kFp8>(p, num_ctas, info, stream);
+  if (cpt <= 1) return Launch<G, 1, kFp8, kStage>(p, num_ctas, smem, info, stream);
+  if (cpt <= 2) return Launch<G, 2, kFp8, kStage>(p, num_ctas, smem, info, stream);
+  return Launch<G, 4, kFp8, kStage>(p, num_ctas, smem, info, stream);
+}
+
+// The staged kernel's occupancy for the instantiation Attention will launch.
+template <bool kFp8>
+int StagedCtasPerSm(int dv, int64_t smem, const detail::DeviceInfo& info) {
+  if (smem > info.smem_optin) return 0;
+  const int cpt = static_cast<int>(detail::CeilDiv(dv, kThreads));
+  if (cpt <= 1) {
+    if (!detail::UseDynamicSmem(AttentionSplitKernel<16, 1, kFp8, true>, smem, info, kOp).ok()) {
+      return 0;
+    }
+    return CtasPerSm<1, kFp8>(smem);
+  }
+  if (cpt <= 2) {
+    if (!detail::UseDynamicSmem(AttentionSplitKernel<16, 2, kFp8, true>, smem, info, kOp).ok()) {
+      return 0;
+    }
+    return CtasPerSm<2, kFp8>(smem);
+  }
+  if (!detail::UseDynamicSmem(AttentionSplitKernel<16, 4, kFp8, true>, smem, info, kOp).ok()) {
+    return 0;
+  }
+  return CtasPerSm<4, kFp8>(smem);
 }
 
 bool VecOk(const HeadsView& x) {
@@ -423,6 +645,10 @@ bool VecOk(const HeadsView& x) {
 }
 
 }  // namespace
+
+// A/B hook for benches and tests (not in cuda_ops.h; declare it where used): true forces the
+// legacy path (as GLM_CUDA_ATTENTION_LEGACY=1 does), false the staged one.
+void SetAttentionLegacyForBench(bool legacy) { g_legacy.store(legacy ? 1 : 0); }
 
 absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t stream) {
   const int64_t rows = a.q_a.rows, heads = a.q_a.heads;
@@ -485,6 +711,66 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
 
   const int64_t n_max = a.indices != nullptr ? a.index_width : a.table.max_num_keys;
   const int64_t base_ctas = rows * p.head_groups;
+
+  // Staged path (G = 16): tile of 32 keys (16 when 32 do not fit the device's shared memory).
+  const int64_t kv_row_bytes = fp8 ? p.kv8_rs : int64_t{4} * dq;
+  int tile = 0;
+  int64_t staged_smem = 0;
+  int ctas_per_sm = 0;
+  if (g == 16 && !LegacyPath() && kv_row_bytes % 16 == 0) {
+    for (const int cand : {32, 16}) {
+      const int64_t bytes = StagedSmemBytes(16, dq, cand, kv_row_bytes);
+      const int occ = bytes <= info.smem_optin
+                          ? (fp8 ? StagedCtasPerSm<true>(p.dv, bytes, info)
+                                 : StagedCtasPerSm<false>(p.dv, bytes, info))
+                          : 0;
+      if (occ > 0) {
+        tile = cand, staged_smem = bytes, ctas_per_sm = occ;
+        break;
+      }
+    }
+  }
+  if (tile > 0) {
+    p.tile = tile;
+    p.v_staged = fp8 || (a.v.data == a.k_a.data && a.v.row_stride == a.k_a.row_stride &&
+                         a.v.head_stride == a.k_a.head_stride && p.dv <= p.da);
+    const int64_t want = int64_t{ctas_per_sm} * info.num_sms;
+    int64_t splits = 1;
+    if (base_ctas < want && n_max > tile) {
+      splits = std::min<int64_t>({detail::CeilDiv(want, base_ctas), detail::CeilDiv(n_max, tile),
+                                  kMaxSplitsWide});
+    }
+    const int64_t split_len = detail::CeilDiv(
+        detail::CeilDiv(std::max<int64_t>(n_max, 1), splits), tile) * tile;
+    splits = std::max<int64_t>(1, detail::CeilDiv(n_max, split_len));
+    p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
+    if (splits > 1) {
+      const size_t parts = static_cast<size_t>(rows * heads * splits);
+      GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
+      GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
+      p.part_acc = static_cast<float*>(acc);
+      p.part_ml = static_cast<float*>(ml);
+    }
+    const int64_t num_ctas = base_ctas * splits;
+    if (num_ctas > 0x7fffffff || rows * heads > 0x7fffffff) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda Attention: ", num_ctas,
+                                                     " CTAs exceed the grid limit"));
+    }
+    if (fp8) {
+      GLM_RETURN_IF_ERROR((LaunchCpt<16, true, true>(p, num_ctas, staged_smem, info, stream)));
+    } else {
+      GLM_RETURN_IF_ERROR((LaunchCpt<16, false, true>(p, num_ctas, staged_smem, info, stream)));
+    }
+    if (splits > 1) {
+      const dim3 grid(static_cast<unsigned>(rows * heads),
+                      static_cast<unsigned>(detail::CeilDiv(p.dv, 128)));
+      AttentionCombineWideKernel<<<grid, kCombineThreads, 0, stream>>>(p);
+      GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    }
+    return absl::OkStatus();
+  }
+
+  // Legacy path: tiles of kTile keys read from global memory.
   int64_t splits = 1;
   if (base_ctas < 2 * info.num_sms && n_max > kTile) {
     splits = std::min<int64_t>({detail::CeilDiv(2 * info.num_sms, base_ctas),
@@ -506,16 +792,17 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
     return absl::InvalidArgumentError(absl::StrCat("cuda Attention: ", num_ctas,
                                                    " CTAs exceed the grid limit"));
   }
+  const int64_t smem = SmemBytes(g, dq);
   if (fp8) {
     if (g == 16) {
-      GLM_RETURN_IF_ERROR((LaunchCpt<16, true>(p, num_ctas, info, stream)));
+      GLM_RETURN_IF_ERROR((LaunchCpt<16, true, false>(p, num_ctas, smem, info, stream)));
     } else {
-      GLM_RETURN_IF_ERROR((LaunchCpt<1, true>(p, num_ctas, info, stream)));
+      GLM_RETURN_IF_ERROR((LaunchCpt<1, true, false>(p, num_ctas, smem, info, stream)));
     }
   } else if (g == 16) {
-    GLM_RETURN_IF_ERROR((LaunchCpt<16, false>(p, num_ctas, info, stream)));
+    GLM_RETURN_IF_ERROR((LaunchCpt<16, false, false>(p, num_ctas, smem, info, stream)));
   } else {
-    GLM_RETURN_IF_ERROR((LaunchCpt<1, false>(p, num_ctas, info, stream)));
+    GLM_RETURN_IF_ERROR((LaunchCpt<1, false, false>(p, num_ctas, smem, info, stream)));
   }
   if (splits > 1) {
     AttentionCombineKernel<<<static_cast<unsigned>(rows * heads), kThreads, 0, stream>>>(p);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -22,6 +23,10 @@
 #include "kernels/gpu_test_util.h"
 
 namespace glm::engine::cuda {
+
+// A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
+void SetAttentionLegacyForBench(bool legacy);
+
 namespace {
 
 using kernels::testing::GuardedBuffer;
@@ -204,28 +209,41 @@ TEST_P(AttentionTest, MatchesCpu) {
 
   auto dq_buf = Upload(q), dkv = Upload(kv), dkpe = Upload(kpe), didx = Upload(indices);
   DeviceTable dt{Upload(table.slots), Upload(table.row_offset), Upload(table.row_num_keys)};
-  GuardedBuffer dout(out_n * sizeof(float));
-  ASSERT_EQ(dout.Poison(0xFF), cudaSuccess);
-  const absl::Status st = Attention(
-      make_args(dq_buf->as<float>(), dkv->as<float>(), dkpe->as<float>(), dout.as<float>(),
-                dt.View(table.max_num_keys),
-                indices.empty() ? nullptr : didx->as<int32_t>()),
-      scratch_, nullptr);
-  ASSERT_TRUE(st.ok()) << st;
-  GLM_CUDA_ASSERT(cudaDeviceSynchronize());
-  const std::vector<float> got = Download<float>(dout, out_n);
-  EXPECT_TRUE(dout.GuardsIntact());
-  EXPECT_TRUE(AllFinite(got)) << "NaN/Inf (or unwritten) outputs";
-  double max_diff = 0;
-  size_t bad = 0;
-  for (size_t i = 0; i < out_n; ++i) {
-    const double d = std::fabs(double(got[i]) - want[i]);
-    max_diff = std::max(max_diff, d);
-    if (!(d <= 2e-5 + 1e-4 * std::fabs(want[i]))) ++bad;
+  // Both paths (staged: the default; legacy: GLM_CUDA_ATTENTION_LEGACY=1), and the staged one
+  // twice: bitwise the same (fixed reduction order).
+  std::vector<float> first;
+  for (const int run : {0, 1, 2}) {
+    const bool legacy = run == 2;
+    SetAttentionLegacyForBench(legacy);
+    GuardedBuffer dout(out_n * sizeof(float));
+    ASSERT_EQ(dout.Poison(0xFF), cudaSuccess);
+    const absl::Status st = Attention(
+        make_args(dq_buf->as<float>(), dkv->as<float>(), dkpe->as<float>(), dout.as<float>(),
+                  dt.View(table.max_num_keys),
+                  indices.empty() ? nullptr : didx->as<int32_t>()),
+        scratch_, nullptr);
+    SetAttentionLegacyForBench(false);
+    ASSERT_TRUE(st.ok()) << st;
+    GLM_CUDA_ASSERT(cudaDeviceSynchronize());
+    const std::vector<float> got = Download<float>(dout, out_n);
+    EXPECT_TRUE(dout.GuardsIntact());
+    EXPECT_TRUE(AllFinite(got)) << "NaN/Inf (or unwritten) outputs, run " << run;
+    double max_diff = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < out_n; ++i) {
+      const double d = std::fabs(double(got[i]) - want[i]);
+      max_diff = std::max(max_diff, d);
+      if (!(d <= 2e-5 + 1e-4 * std::fabs(want[i]))) ++bad;
+    }
+    EXPECT_EQ(bad, 0u) << "max diff " << max_diff << ", run " << run;
+    if (run == 0) first = got;
+    if (run == 1) {
+      EXPECT_EQ(std::memcmp(first.data(), got.data(), out_n * sizeof(float)), 0)
+          << "staged path not deterministic";
+    }
+    std::printf("[attention %s%s] max |gpu - cpu| = %.3g over %zu outputs\n", c.name.c_str(),
+                legacy ? " legacy" : "", max_diff, out_n);
   }
-  EXPECT_EQ(bad, 0u) << "max diff " << max_diff;
-  std::printf("[attention %s] max |gpu - cpu| = %.3g over %zu outputs\n", c.name.c_str(), max_diff,
-              out_n);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -233,6 +251,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // GLM-5 absorbed decode: 64 heads share the latent (G = 16), 2048 selected, splits.
         AttnCase{"Large_absorbed_decode", 1, 64, 512, 64, 512, true, {3000}, 2048, 4096},
+        // Split sizing of the staged path: 1 / 2 / 8 rows x 4K keys (2048 selected), fewer keys
+        // than the index width, and a long causal row without indices (more splits than 64).
+        AttnCase{"Large_absorbed_1x4k", 1, 64, 512, 64, 512, true, {4096}, 2048, 4096},
+        AttnCase{"Large_absorbed_2x4k", 2, 64, 512, 64, 512, true, {4096, 4000}, 2048, 4096},
+        AttnCase{"Large_absorbed_8x4k", 8, 64, 512, 64, 512, true, Keys(8, 4096, -7), 2048,
+                 4096},
+        AttnCase{"absorbed_keys_below_width", 2, 64, 512, 64, 512, true, {700, 33}, 2048, 800},
+        AttnCase{"absorbed_1row_causal_long", 1, 16, 64, 16, 64, true, {9000}, 0, 9100},
+        AttnCase{"absorbed_3rows_dv96", 3, 32, 96, 12, 96, true, {40, 200, 1}, 0, 300},
         AttnCase{"Large_expanded_prefill", 6, 64, 192, 64, 256, false, Keys(6, 300, 57), 0, 700},
         AttnCase{"absorbed_20heads_idx", 3, 20, 32, 8, 32, true, {50, 0, 130}, 100, 200},
         AttnCase{"absorbed_4heads_causal", 5, 4, 16, 8, 16, true, Keys(5, 0, 40), 0, 300},
