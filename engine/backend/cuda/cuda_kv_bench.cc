@@ -31,6 +31,7 @@ namespace glm::engine::cuda {
 
 // A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
 void SetAttentionLegacyForBench(bool legacy);
+void SetIndexerLegacyForBench(bool legacy);
 
 namespace {
 
@@ -161,12 +162,16 @@ int Main(int argc, char** argv) {
           a.score_scale = 0.088f;
           a.top_k = kTopK;
           a.out = d_out.as<int32_t>();
-          CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");  // grow scratch
-          BENCH_CHECK(cudaStreamSynchronize(stream));
-          const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); },
-                                      kCalls, trials, stream);
-          Report("indexer", fp8 ? "fp8" : "fp32", rows, keys, t.us_per_call,
-                 static_cast<double>(slots) * key_bytes, d2d);
+          for (const bool legacy : {true, false}) {
+            SetIndexerLegacyForBench(legacy);
+            CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");  // grow scratch
+            BENCH_CHECK(cudaStreamSynchronize(stream));
+            const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); },
+                                        kCalls, trials, stream);
+            Report(legacy ? "index-old" : "indexer", fp8 ? "fp8" : "fp32", rows, keys,
+                   t.us_per_call, static_cast<double>(slots) * key_bytes, d2d);
+          }
+          SetIndexerLegacyForBench(false);
         }
       }
       // ---- attention (absorbed, 2048 selected of `keys`)

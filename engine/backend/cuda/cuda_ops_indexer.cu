@@ -24,6 +24,15 @@
 //   2^31 - 1; one CTA selects a row, so a decode step with few very long rows is bound by one SM
 //   reading its row up to 4 times from L2. Scratch: rows x max_num_keys floats + rows x 1 KiB.
 //   -0.0 ranks equal to +0.0; NaN ranks below -inf.
+// Multi-CTA radix passes (default when rows < SM count; GLM_CUDA_INDEXER_LEGACY=1 in the
+//   environment, read once, or SetIndexerLegacyForBench forces the single-CTA passes above):
+//   IndexerHistKernel builds the histogram of radix pass 1, 2, 3 (one launch each) over chunks of
+//   the row spread on the whole GPU: each CTA re-derives the prefix of the earlier passes from
+//   their (complete) histograms, counts its chunk's keys matching it (warp-aggregated shared
+//   atomics) and adds the counts into [rows, 4, 256] with integer atomics (exact, so
+//   deterministic); it does nothing once an earlier pass took its bin whole. The select kernel
+//   then takes all 4 passes from those histograms and only runs the ordered output pass over the
+//   row. Same output, bit for bit, as the single-CTA passes.
 // fp8 keys (IndexerTopKArgs::keys_fp8, engine/backend/kv_fp8_layout.h): the score kernel reads the
 //   e4m3 values (4 bytes per lane; lane k of the warp finds key k's page offset and scale once,
 //   with 32-bit division, and shuffles them to the others) and the token's scale and stores
@@ -34,7 +43,9 @@
 #include "engine/backend/cuda/cuda_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 
 #include <cuda_fp8.h>
 
@@ -53,6 +64,23 @@ constexpr int kTileKeys = kScoreWarps * kKeysPerWarp;  // 64
 constexpr int kMaxChunk = 8 * kTileKeys;  // keys per CTA at most (sized from the SM count)
 constexpr int kSelectThreads = 1024;
 constexpr int kItems = 16;  // scores per thread per step of the select kernel
+constexpr int kHistThreads = 256;
+constexpr int kHistPasses = 4;  // radix passes (8 bits each) with a histogram in scratch
+constexpr int kHistChunkAlign = 512;  // keys per IndexerHistKernel CTA: a multiple of this
+
+// -1: not read yet; 0: multi-CTA radix passes; 1: legacy (GLM_CUDA_INDEXER_LEGACY=1).
+std::atomic<int> g_legacy{-1};
+
+bool LegacyPath() {
+  int v = g_legacy.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("GLM_CUDA_INDEXER_LEGACY");
+    v = e != nullptr && e[0] == '1' ? 1 : 0;
+    int expected = -1;
+    if (!g_legacy.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v == 1;
+}
 
 // Larger float -> larger key; -0.0 == +0.0; NaN lowest.
 __device__ __forceinline__ uint32_t OrderedKey(float f) {
@@ -79,7 +107,9 @@ struct ScoreParams {
   float weight_scale, score_scale;
   float* scores;   // [rows, ld]
   int64_t ld;
-  uint32_t* hist;  // [rows, 256] top-byte histogram of the scores, zeroed before the launch
+  uint32_t* hist;  // [rows, hist_stride]: top-byte histogram of the scores in the first 256,
+                   // zeroed before the launch
+  int32_t hist_stride;
 };
 
 // grid: rows * chunks; block kScoreThreads; dynamic smem ScoreSmemBytes. Each warp owns 8 key
@@ -219,7 +249,7 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
   }
   __syncthreads();
   for (int i = tid; i < 256; i += kScoreThreads) {
-    if (hist_s[i] != 0) atomicAdd(&p.hist[t * 256 + i], hist_s[i]);
+    if (hist_s[i] != 0) atomicAdd(&p.hist[t * p.hist_stride + i], hist_s[i]);
   }
 }
 
@@ -285,10 +315,11 @@ __device__ __forceinline__ void PickDigit(const uint32_t* hist, uint32_t remaini
   __syncthreads();
 }
 
-// grid: rows; block kSelectThreads. hist: [rows, 256] top-byte histograms from the score kernel.
+// grid: rows; block kSelectThreads. row_hist: [rows, hist_passes, 256]: the histograms of the
+// first hist_passes radix passes (1: the score kernel's top byte; 4: with IndexerHistKernel's).
 __global__ void __launch_bounds__(kSelectThreads)
     IndexerSelectKernel(const float* scores, int64_t ld, const uint32_t* row_hist,
-                        const int32_t* row_num_keys, int top_k, int32_t* out) {
+                        int hist_passes, const int32_t* row_num_keys, int top_k, int32_t* out) {
   __shared__ uint32_t hist[256];
   __shared__ uint32_t warp_sums[32];
   __shared__ uint32_t sel[3];  // digit, remaining, bin complete
@@ -305,9 +336,9 @@ __global__ void __launch_bounds__(kSelectThreads)
   // Radix select: pass 0 from the score kernel's histogram, then passes over the row that
   // count only keys matching the prefix (warps with no match skip the histogram update).
   uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(top_k);
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    if (shift == 24) {
-      if (tid < 256) hist[tid] = row_hist[t * 256 + tid];
+  for (int shift = 24, pass = 0; shift >= 0; shift -= 8, ++pass) {
+    if (pass < hist_passes) {
+      if (tid < 256) hist[tid] = row_hist[(t * hist_passes + pass) * 256 + tid];
     } else {
       if (tid < 256) hist[tid] = 0;
       __syncthreads();
@@ -375,12 +406,75 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
 }
 
+// Radix pass `pass` (1..3, digit bits 24 - 8 pass ..) of the rows' selection, histogram built
+// by many CTAs. grid: rows * chunks; block kHistThreads. hist: [rows, kHistPasses, 256], passes
+// before `pass` complete. Adds the counts of chunk c's keys (positions [c * chunk_len, ...))
+// that match the earlier passes' prefix into hist[t, pass]; nothing once a pass before took its
+// bin whole (then the select kernel stops there too).
+__global__ void __launch_bounds__(kHistThreads)
+    IndexerHistKernel(const float* scores, int64_t ld, uint32_t* hist,
+                      const int32_t* row_num_keys, int top_k, int pass, int chunks,
+                      int chunk_len) {
+  __shared__ uint32_t h_s[256];
+  __shared__ uint32_t warp_sums[32];
+  __shared__ uint32_t sel[3];
+  const int64_t t = blockIdx.x / chunks;
+  const int chunk = static_cast<int>(blockIdx.x % chunks);
+  const int n = row_num_keys[t];
+  const int64_t begin64 = int64_t{chunk} * chunk_len;
+  if (n <= top_k || begin64 >= n) return;  // uniform over the CTA
+  const int begin = static_cast<int>(begin64);
+  const int end = static_cast<int>(min(int64_t{n}, begin64 + chunk_len));
+  const int tid = threadIdx.x, lane = tid & 31;
+  uint32_t* rh = hist + t * kHistPasses * 256;
+  // The prefix of passes 0 .. pass - 1, as the select kernel derives it.
+  uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(top_k);
+  for (int q = 0; q < pass; ++q) {
+    const int sh = 24 - 8 * q;
+    h_s[tid] = rh[q * 256 + tid];  // kHistThreads == 256
+    __syncthreads();
+    PickDigit(h_s, remaining, warp_sums, sel);
+    prefix |= sel[0] << sh;
+    mask |= 255u << sh;
+    remaining = sel[1];
+    const bool complete = sel[2] != 0;
+    __syncthreads();  // sel and h_s read by all before they are rewritten
+    if (complete) return;  // uniform
+  }
+  h_s[tid] = 0;
+  __syncthreads();
+  const int shift = 24 - 8 * pass;
+  const float* s = scores + t * ld;
+  // begin is a multiple of 4 and i0 < end <= ld (a multiple of 4): the float4 stays in the row.
+  for (int base = begin; base < end; base += 4 * kHistThreads) {
+    const int i0 = base + 4 * tid;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (i0 < end) x = *reinterpret_cast<const float4*>(s + i0);
+    const float v[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t u = OrderedKey(v[j]);
+      const uint32_t digit = i0 + j < end && (u & mask) == prefix ? (u >> shift) & 255u : 256u;
+      if (__any_sync(0xffffffffu, digit < 256)) {
+        const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+        if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&h_s[digit], __popc(peers));
+      }
+    }
+  }
+  __syncthreads();
+  if (h_s[tid] != 0) atomicAdd(&rh[pass * 256 + tid], h_s[tid]);
+}
+
 int64_t ScoreSmemBytes(int heads_pad, int dim_pad) {
   return int64_t{4} * (int64_t{kTileKeys} * dim_pad + int64_t{heads_pad} * (dim_pad + 1) +
                        heads_pad);
 }
 
 }  // namespace
+
+// A/B hook for benches and tests (not in cuda_ops.h; declare it where used): true forces the
+// single-CTA radix passes (as GLM_CUDA_INDEXER_LEGACY=1 does), false the default choice.
+void SetIndexerLegacyForBench(bool legacy) { g_legacy.store(legacy ? 1 : 0); }
 
 absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_t stream) {
   const int64_t rows = a.q.rows;
@@ -436,10 +530,14 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     GLM_ASSIGN_OR_RETURN(void* scores,
                          scratch.Get(0, static_cast<size_t>(rows * p.ld) * sizeof(float)));
     p.scores = static_cast<float*>(scores);
-    GLM_ASSIGN_OR_RETURN(void* hist, scratch.Get(1, static_cast<size_t>(rows) * 256 * 4));
+    // Multi-CTA radix passes when one select CTA per row leaves SMs idle.
+    const bool multi = !LegacyPath() && rows < info.num_sms;
+    const int hist_passes = multi ? kHistPasses : 1;
+    p.hist_stride = 256 * hist_passes;
+    const size_t hist_bytes = static_cast<size_t>(rows) * p.hist_stride * 4;
+    GLM_ASSIGN_OR_RETURN(void* hist, scratch.Get(1, hist_bytes));
     p.hist = static_cast<uint32_t*>(hist);
-    GLM_CUDA_OPS_RETURN_IF_ERROR(
-        kOp, cudaMemsetAsync(hist, 0, static_cast<size_t>(rows) * 256 * 4, stream));
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, hist_bytes, stream));
     const int64_t smem = ScoreSmemBytes(p.heads_pad, p.dim_pad);
     GLM_RETURN_IF_ERROR(fp8 ? detail::UseDynamicSmem(IndexerScoreKernel<true>, smem, info, kOp)
                             : detail::UseDynamicSmem(IndexerScoreKernel<false>, smem, info, kOp));
@@ -454,11 +552,25 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
       IndexerScoreKernel<false><<<static_cast<unsigned>(ctas), kScoreThreads, smem, stream>>>(p);
     }
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    if (multi) {
+      // ~2 CTAs per SM over all rows, chunks of a multiple of kHistChunkAlign keys.
+      const int64_t per_row =
+          std::max<int64_t>(1, detail::CeilDiv(int64_t{2} * info.num_sms, rows));
+      const int64_t hchunk_len =
+          detail::CeilDiv(detail::CeilDiv(max_keys, per_row), kHistChunkAlign) * kHistChunkAlign;
+      const int64_t hchunks = detail::CeilDiv(max_keys, hchunk_len);
+      for (int pass = 1; pass < kHistPasses; ++pass) {
+        IndexerHistKernel<<<static_cast<unsigned>(rows * hchunks), kHistThreads, 0, stream>>>(
+            p.scores, p.ld, p.hist, a.table.row_num_keys, a.top_k, pass,
+            static_cast<int>(hchunks), static_cast<int>(hchunk_len));
+        GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+      }
+    }
     IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-        p.scores, p.ld, p.hist, a.table.row_num_keys, a.top_k, a.out);
+        p.scores, p.ld, p.hist, hist_passes, a.table.row_num_keys, a.top_k, a.out);
   } else {
     IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-        nullptr, 0, nullptr, a.table.row_num_keys, a.top_k, a.out);
+        nullptr, 0, nullptr, 1, a.table.row_num_keys, a.top_k, a.out);
   }
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   return absl::OkStatus();

@@ -26,6 +26,7 @@ namespace glm::engine::cuda {
 
 // A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
 void SetAttentionLegacyForBench(bool legacy);
+void SetIndexerLegacyForBench(bool legacy);
 
 namespace {
 
@@ -331,16 +332,27 @@ TEST_P(IndexerTest, MatchesCpu) {
 
   auto dqb = Upload(q), dw = Upload(w), dk = Upload(keys);
   DeviceTable dt{Upload(table.slots), Upload(table.row_offset), Upload(table.row_num_keys)};
-  GuardedBuffer dout(out_n * sizeof(int32_t));
-  ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
-  const absl::Status st =
-      IndexerTopK(make_args(dqb->as<float>(), dw->as<float>(), dk->as<float>(),
-                            dt.View(table.max_num_keys), dout.as<int32_t>()),
-                  scratch_, nullptr);
-  ASSERT_TRUE(st.ok()) << st;
-  GLM_CUDA_ASSERT(cudaDeviceSynchronize());
-  const std::vector<int32_t> got = Download<int32_t>(dout, out_n);
-  EXPECT_TRUE(dout.GuardsIntact());
+  // The legacy single-CTA radix passes (GLM_CUDA_INDEXER_LEGACY=1) first, then the default
+  // (multi-CTA passes when rows < SMs): both exact, so bitwise the same output.
+  std::vector<int32_t> got;
+  for (const bool legacy : {true, false}) {
+    SetIndexerLegacyForBench(legacy);
+    GuardedBuffer dout(out_n * sizeof(int32_t));
+    ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
+    const absl::Status st =
+        IndexerTopK(make_args(dqb->as<float>(), dw->as<float>(), dk->as<float>(),
+                              dt.View(table.max_num_keys), dout.as<int32_t>()),
+                    scratch_, nullptr);
+    SetIndexerLegacyForBench(false);
+    ASSERT_TRUE(st.ok()) << st;
+    GLM_CUDA_ASSERT(cudaDeviceSynchronize());
+    const std::vector<int32_t> run = Download<int32_t>(dout, out_n);
+    EXPECT_TRUE(dout.GuardsIntact());
+    if (!legacy) {
+      EXPECT_TRUE(run == got) << "multi-CTA radix passes differ from the single-CTA ones";
+    }
+    got = run;
+  }
 
   // Exact equality with the CPU (same set, same ascending order), except that a pair of
   // positions whose scores differ by fp32 summation-order noise may swap at the threshold.
@@ -400,6 +412,15 @@ INSTANTIATE_TEST_SUITE_P(
     Sweep, IndexerTest,
     ::testing::Values(
         IndexerCase{"Large_glm5_decode", 32, 128, 2048, {70001}, 80000, 0.0f, false},
+        // Multi-CTA radix pass sizing: 1 row x 4K / 128K, 2 and 8 rows, keys below top_k,
+        // many exact ties (duplicated key rows and zero scores: every pass runs).
+        IndexerCase{"Large_1x128k", 32, 128, 2048, {131072}, 140000, 0.0f, true},
+        IndexerCase{"glm5_1x4k", 32, 128, 2048, {4096}, 5000, 0.0f, true},
+        IndexerCase{"glm5_2x4k_ties", 32, 128, 2048, {4096, 4000}, 600, 0.3f, true},
+        IndexerCase{"glm5_8rows_mixed", 32, 128, 2048, {4096, 2048, 100, 2049, 9000, 4097, 0,
+                                                        3000},
+                    7000, 0.05f, true},
+        IndexerCase{"all_ties_1x5k", 8, 32, 2048, {5000}, 1, 0.0f, false},
         IndexerCase{"Large_glm5_prefill_ties", 32, 128, 2048, Keys(4, 1500, 1500), 3000, 0.5f,
                     false},
         IndexerCase{"glm5_rows_mixed", 32, 128, 64, {0, 10, 64, 65, 1000, 513, 4097}, 5000,
