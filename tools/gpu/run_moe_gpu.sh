@@ -10,7 +10,9 @@
 #     build-moe/engine/backend/cuda/cuda_narrow_test build-moe/engine/backend/cuda/cuda_ops_bench \
 #     build-moe/engine/model/bench/glm-bench-cuda-decode" tools/gpu/stage_build.sh
 # then, from the repo root on the GPU machine (carry .gpurun-moe): tools/gpu/run_moe_gpu.sh
-# Steps (each under a time limit; SKIP_PROFILE=1 / SKIP_MEMCHECK=1 drop the last ones):
+# Steps (each under a time limit; SKIP_PROFILE=1 / SKIP_MEMCHECK=1 drop the last ones;
+# SKIP_ROUTE=1 drops moe_route_test and its memcheck, SKIP_NARROW=1 cuda_narrow_test;
+# MEMCHECK_FILTER (default '*Graph*') picks the cuda_moe_test cases under memcheck):
 #   moe_route_test; cuda_moe_test (every MoeExperts path x fp32/bf16/fp8 vs the CPU backend,
 #   graph replay = eager); the MoE cases of cuda_ops_test and cuda_narrow_test; cuda_ops_bench
 #   --only moe (MoeRoute per launch in a graph; GLM-5 widths, fp8 / bf16, batch 1 / 8 / 64, each
@@ -42,10 +44,10 @@ step() {  # step NAME TIMEOUT_S CMD...
   summary+=("$(printf '%-40s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-step moe_route_test 20 "$bin/moe_route_test"
+[[ -z ${SKIP_ROUTE:-} ]] && step moe_route_test 20 "$bin/moe_route_test"
 step cuda_moe_test 45 "$bin/cuda_moe_test"
 step "cuda_ops_test Moe" 40 "$bin/cuda_ops_test" --gtest_filter='*Moe*'
-step "cuda_narrow_test Moe" 40 "$bin/cuda_narrow_test" --gtest_filter='*Moe*'
+[[ -z ${SKIP_NARROW:-} ]] && step "cuda_narrow_test Moe" 40 "$bin/cuda_narrow_test" --gtest_filter='*Moe*'
 step "cuda_ops_bench moe" 45 "$bin/cuda_ops_bench" --only moe --iters 20
 if [[ -z ${SKIP_PROFILE:-} ]] && command -v ncu >/dev/null; then
   # MoeRoute alone under ncu (caches flushed as in profile_decode.sh), both top-k loops, 1 / 8 /
@@ -74,10 +76,11 @@ if [[ -z ${SKIP_PROFILE:-} ]]; then
   done
 fi
 if [[ -z ${SKIP_MEMCHECK:-} ]] && command -v compute-sanitizer >/dev/null; then
-  step "memcheck moe_route_test" 60 compute-sanitizer --tool memcheck --error-exitcode 7 \
-    "$bin/moe_route_test"
-  step "memcheck cuda_moe_test graph" 90 compute-sanitizer --tool memcheck --error-exitcode 7 \
-    "$bin/cuda_moe_test" --gtest_filter='*Graph*'
+  [[ -z ${SKIP_ROUTE:-} ]] && step "memcheck moe_route_test" 60 compute-sanitizer --tool memcheck \
+    --error-exitcode 7 "$bin/moe_route_test"
+  step "memcheck cuda_moe_test ${MEMCHECK_FILTER:-*Graph*}" "${MEMCHECK_LIMIT:-90}" \
+    compute-sanitizer --tool memcheck --error-exitcode 7 "$bin/cuda_moe_test" \
+    --gtest_filter="${MEMCHECK_FILTER:-*Graph*}"
 fi
 grep -hE "^\[  FAILED  \]" "$out/moe.log" | sort -u | head -n 40
 echo "== summary"

@@ -8,6 +8,12 @@
 // (partial scale blocks). Weight rows are padded with NaN (a read past k poisons the output),
 // outputs carry guards on both ends, every output is checked finite; each run is repeated for
 // bit-identical results and a CUDA graph replay must equal the eager call bit for bit.
+// Listed decode (64 < pairs <= 512, cuda::kMoeListedMaxPairs; forced at any size): batch 16 /
+// 33 / 64 with top-8 (pairs 128..512) and top-1, fp32 / bf16 / fp8 experts (fp8 with 1 / 2 / 4
+// token rows per pass), an expert in every token (64 rows of one expert), invalid ids, 65 tokens
+// (520 pairs: the tiled GEMM under kAuto), and the kernels forced at 1 / 8 tokens. Every call
+// checks which kernels ran (cuda::LastMoeRanPath), and a graph of the listed path replays to the
+// eager result bit for bit.
 // GPU tests skip (printing why) without a usable GPU.
 #include <gtest/gtest.h>
 
@@ -33,6 +39,36 @@ namespace glm::engine {
 namespace {
 
 using cuda::MoeDecodePath;
+using cuda::MoeRanPath;
+
+// The kernels MoeExperts must launch for `path` at `pairs` (the test's weights all have 16-byte
+// rows, so the decode kernels apply).
+MoeRanPath ExpectedPath(MoeDecodePath path, int64_t pairs) {
+  switch (path) {
+    case MoeDecodePath::kAuto:
+      return pairs <= cuda::kMoeDecodeMaxPairs  ? MoeRanPath::kDecode
+             : pairs <= cuda::kMoeListedMaxPairs ? MoeRanPath::kListed
+                                                 : MoeRanPath::kTiled;
+    case MoeDecodePath::kLegacyGemv:
+      return pairs <= cuda::kMoeDecodeMaxPairs ? MoeRanPath::kLegacyGemv : MoeRanPath::kTiled;
+    case MoeDecodePath::kListed:
+      return pairs <= cuda::kMoeListedForceMaxPairs ? MoeRanPath::kListed : MoeRanPath::kTiled;
+    case MoeDecodePath::kTiled:
+      break;
+  }
+  return MoeRanPath::kTiled;
+}
+
+const char* RanName(MoeRanPath p) {
+  switch (p) {
+    case MoeRanPath::kNone: return "none";
+    case MoeRanPath::kDecode: return "decode";
+    case MoeRanPath::kListed: return "listed";
+    case MoeRanPath::kLegacyGemv: return "legacy_gemv";
+    case MoeRanPath::kTiled: return "tiled";
+  }
+  return "?";
+}
 
 constexpr int64_t kGuard = 64;
 constexpr float kGuardValue = 12345.0f;
@@ -144,6 +180,7 @@ class CudaMoeTest : public ::testing::Test {
     cuda::SetMoeDecodePath(MoeDecodePath::kAuto);
     cuda::SetMoeDecodeDynamicTasks(false);
     cuda::SetMoeDecodeFp8IntWiden(false);
+    cuda::SetMoeListedFp8Rows(0);
     if (gpu_ != nullptr) {
       EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
     }
@@ -219,6 +256,9 @@ class CudaMoeTest : public ::testing::Test {
       g.resize(host.size());
       gpu_->CopyToHost(g.data(), dout->data(), g.size() * 4);
       ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+      const MoeRanPath want_path = ExpectedPath(path, int64_t{c.tokens} * c.top_k);
+      ASSERT_EQ(cuda::LastMoeRanPath(), want_path)
+          << "ran " << RanName(cuda::LastMoeRanPath()) << ", want " << RanName(want_path);
     }
     ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4), 0)
         << "two identical calls differ";
@@ -264,13 +304,41 @@ TEST_F(CudaMoeTest, AllPathsMatchCpu) {
   }
 }
 
+// Decode batches past 64 pairs: the listed decode kernels (kAuto up to 512 pairs, then tiled;
+// forced at small and large sizes) against the CPU backend. With 40 used experts, batch 64 top-8
+// gives each expert ~13 rows (several row passes per task) and the hot expert 64.
+TEST_F(CudaMoeTest, ListedDecodeMatchesCpu) {
+  const Case cases[] = {{16, 8, false, false}, {33, 8, true, false}, {64, 8, false, false},
+                        {64, 8, true, true},   {64, 1, false, false}, {65, 8, false, false}};
+  const Case forced[] = {{1, 8, false, false}, {8, 8, true, true}, {64, 8, true, false}};
+  for (WeightDType dtype : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
+    Experts ex = MakeExperts(dtype);
+    const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
+    for (const Case& c : cases) {
+      Check(ex, dtype, c, MoeDecodePath::kAuto, "auto");
+      if (fp8 && int64_t{c.tokens} * c.top_k <= cuda::kMoeListedMaxPairs) {
+        for (int rows : {2, 4}) {  // 1 is the default
+          cuda::SetMoeListedFp8Rows(rows);
+          Check(ex, dtype, c, MoeDecodePath::kAuto, rows == 2 ? "auto_fp8_rows2" : "auto_fp8_rows4");
+        }
+        cuda::SetMoeListedFp8Rows(0);
+      }
+    }
+    for (const Case& c : forced) Check(ex, dtype, c, MoeDecodePath::kListed, "listed_forced");
+    // 65 x 8 = 520 pairs forced onto the listed kernels (past kAuto's cut-over).
+    Check(ex, dtype, {65, 8, true, false}, MoeDecodePath::kListed, "listed_forced");
+  }
+}
+
 // A captured graph of the decode path replays to the eager result bit for bit.
 TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
   if (!gpu_->SupportsGraphs()) GTEST_SKIP() << "backend without graphs";
   Experts ex = MakeExperts(WeightDType::kF8E4M3Block128);
-  for (int variant = 0; variant < 4; ++variant) {
-    const int tokens = variant % 2 == 0 ? 1 : 8;
-    const bool dynamic = variant >= 2;  // tasks from the device counter (reset by each launch)
+  for (int variant = 0; variant < 6; ++variant) {
+    // 0..3: decode kernels at 1 / 8 tokens, static / device-counter tasks; 4, 5: the listed
+    // decode kernels at 16 / 64 tokens (device token lists).
+    const int tokens = variant < 4 ? (variant % 2 == 0 ? 1 : 8) : variant == 4 ? 16 : 64;
+    const bool dynamic = variant == 2 || variant == 3;  // tasks from the device counter
     cuda::SetMoeDecodeDynamicTasks(dynamic);
     SCOPED_TRACE(absl::StrCat("tokens=", tokens, " dynamic=", dynamic));
     const int top_k = 8;
@@ -294,6 +362,7 @@ TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
     gpu_->CopyToDevice(dout->data(), out0.data(), out0.size() * 4);
     const MatView xv{dx->f32(), tokens, kHidden, kHidden}, ov{dout->f32(), tokens, kHidden, kHidden};
     gpu_->MoeExperts(xv, dids->i32(), dw->f32(), top_k, ex.Device(), ov);
+    ASSERT_EQ(cuda::LastMoeRanPath(), ExpectedPath(MoeDecodePath::kAuto, int64_t{tokens} * top_k));
     std::vector<float> eager(x.size()), replay(x.size());
     gpu_->CopyToHost(eager.data(), dout->data(), eager.size() * 4);
     gpu_->SetPointerChecks(false);  // as the decode graphs run

@@ -2,7 +2,8 @@
 // mean over iterations after warm-up) and achieved bandwidth over the bytes the op must read.
 //   attention: absorbed MLA, 64 heads, da 512 + db 64, dv 512, 2048 selected of 128K cached keys
 //   indexer:   32 heads x 128 dims over 128K keys, top_k 2048
-//   moe:       hidden 6144, moe_inter 2048, top-8 of --experts (default 256) experts, batch 1/8/64,
+//   moe:       hidden 6144, moe_inter 2048, top-8 of --experts (default 256) experts, batch
+//              1/8/16/32/64,
 //              fp8 and bf16 weights, each MoeExperts path, against a D2D copy of the same run
 // Usage: cuda_ops_bench [--experts N] [--iters N] [--only moe|route]. 256 bf16 experts need ~19.3 GB.
 // cuda_ops.h uses absl::StatusOr without including its header.
@@ -193,8 +194,9 @@ double D2dGBps(size_t bytes, int iters) {
 }
 
 // Routed experts at GLM-5 widths with fp8 (128x128 block scales) and bf16 weights: per batch
-// (1 / 8 / 64 tokens, top-8 of `num_experts`), every MoeExperts path that applies (decode
-// kernels, the previous decode GEMV, the tiled GEMM), us per call, GB/s of the distinct experts'
+// (1 / 8 / 16 / 32 / 64 tokens, top-8 of `num_experts`), every MoeExperts path that applies
+// (decode kernels, listed decode kernels with fp8 1 / 2 / 4 rows per pass, the previous decode
+// GEMV, the tiled GEMM), us per call, GB/s of the distinct experts'
 // weight bytes (+ scales) and that as a fraction of a D2D copy measured in the same run.
 void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int iters) {
   const int hidden = 6144, inter = 2048, top_k = 8;
@@ -236,7 +238,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       g.push_back(gv), u.push_back(uv), d.push_back(dv);
     }
     const ExpertWeights ew{g.data(), u.data(), d.data(), num_experts};
-    for (int tokens : {1, 8, 64}) {
+    for (int tokens : {1, 8, 16, 32, 64}) {
       std::vector<int32_t> ids;
       std::set<int32_t> used;
       for (int t = 0; t < tokens; ++t) {
@@ -257,18 +259,27 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
         MoeDecodePath path;
         int ctas_per_sm, l2_prefetch;
         bool dynamic, fp8_int;
+        int list_rows;  // listed decode, fp8 token rows per pass (0: default)
       };
       // decode: the defaults (static tasks, no L2 prefetch, cvt widening); the others change
       // one setting each (tuning record).
-      const Path paths[] = {{"decode", MoeDecodePath::kAuto, 0, 0, false, false},
-                            {"decode dynamic", MoeDecodePath::kAuto, 0, 0, true, false},
-                            {"decode fp8-int", MoeDecodePath::kAuto, 0, 0, false, true},
-                            {"decode pf4", MoeDecodePath::kAuto, 0, 4, false, false},
-                            {"decode 1 cta/sm", MoeDecodePath::kAuto, 1, 0, false, false},
-                            {"legacy gemv", MoeDecodePath::kLegacyGemv, 0, 0, false, false},
-                            {"tiled", MoeDecodePath::kTiled, 0, 0, false, false}};
+      // auto: the default selection (decode <= 64 pairs, listed <= 512, tiled above).
+      const Path paths[] = {{"auto", MoeDecodePath::kAuto, 0, 0, false, false, 0},
+                            {"decode dynamic", MoeDecodePath::kAuto, 0, 0, true, false, 0},
+                            {"decode fp8-int", MoeDecodePath::kAuto, 0, 0, false, true, 0},
+                            {"decode pf4", MoeDecodePath::kAuto, 0, 4, false, false, 0},
+                            {"decode 1 cta/sm", MoeDecodePath::kAuto, 1, 0, false, false, 0},
+                            {"listed", MoeDecodePath::kListed, 0, 0, false, false, 0},
+                            {"listed fp8 r1", MoeDecodePath::kListed, 0, 0, false, false, 1},
+                            {"listed fp8 r2", MoeDecodePath::kListed, 0, 0, false, false, 2},
+                            {"listed fp8 r4", MoeDecodePath::kListed, 0, 0, false, false, 4},
+                            {"legacy gemv", MoeDecodePath::kLegacyGemv, 0, 0, false, false, 0},
+                            {"tiled", MoeDecodePath::kTiled, 0, 0, false, false, 0}};
+      const bool small = tokens * top_k <= kMoeDecodeMaxPairs;
       for (const Path& p : paths) {
-        if (tokens * top_k > 64 && p.path != MoeDecodePath::kTiled) continue;  // tiled only
+        const bool decode_setting = p.path == MoeDecodePath::kAuto && p.name[0] == 'd';
+        if (!small && (decode_setting || p.path == MoeDecodePath::kLegacyGemv)) continue;
+        if (p.list_rows != 0 && (!fp8 || tokens < 8)) continue;
         if (p.fp8_int && !fp8) continue;
         if ((p.ctas_per_sm != 0 || p.l2_prefetch != 0) && tokens > 1) continue;
         SetMoeDecodePath(p.path);
@@ -276,18 +287,26 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
         SetMoeDecodeL2Prefetch(p.l2_prefetch);
         SetMoeDecodeDynamicTasks(p.dynamic);
         SetMoeDecodeFp8IntWiden(p.fp8_int);
+        SetMoeListedFp8Rows(p.list_rows);
         const double ms = TimeMs(
             [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
         const double gbps = bytes / (ms * 1e-3) / 1e9;
-        std::printf("moe %s batch=%-2d top8/%d (%3zu used) %-16s %9.1f us %8.1f GB/s  %.2f of d2d\n",
-                    fp8 ? "fp8 " : "bf16", tokens, num_experts, used.size(), p.name, ms * 1e3,
-                    gbps, gbps / d2d);
+        const MoeRanPath ran = LastMoeRanPath();
+        const char* ran_name = ran == MoeRanPath::kDecode       ? "decode"
+                               : ran == MoeRanPath::kListed     ? "listed"
+                               : ran == MoeRanPath::kLegacyGemv ? "legacy"
+                                                                : "tiled";
+        std::printf(
+            "moe %s batch=%-2d top8/%d (%3zu used) %-16s %9.1f us %8.1f GB/s  %.2f of d2d [%s]\n",
+            fp8 ? "fp8 " : "bf16", tokens, num_experts, used.size(), p.name, ms * 1e3, gbps,
+            gbps / d2d, ran_name);
       }
       SetMoeDecodePath(MoeDecodePath::kAuto);
       SetMoeDecodeCtasPerSm(0);
       SetMoeDecodeL2Prefetch(0);
       SetMoeDecodeDynamicTasks(false);
       SetMoeDecodeFp8IntWiden(false);
+      SetMoeListedFp8Rows(0);
       cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
     }
     cudaFree(weights), cudaFree(scales);

@@ -22,6 +22,11 @@
 //    MoeCombineByPairKernel: three launches (see the kernels' comment). Chosen on the host from
 //    pairs only (no sync, graph-capture safe). cuda_ops_moe.h can force the previous decode
 //    path, 2'./3'. below (1. + MoeGemvKernel in place of 2. and 3. + 4.), or the tiled one.
+// Listed decode (64 < pairs <= kMoeListedMaxPairs = 512, i.e. decode batches 9..64 with top-8,
+//    16-byte weight rows), also the default: MoeListRouteKernel (deterministic per-expert token
+//    lists on the device) then MoeDecodeListKernel<fused> / <down> (the decode kernels' weight
+//    streaming, each distinct expert's weights read once per kNG token rows) and
+//    MoeCombineByPairKernel. Past 512 pairs (prefill) the tiled GEMM below.
 // 2'./3'. MoeGemvKernel: same outputs as 2./3. (act, y by row): each warp streams 4 weight rows
 //    with 16-byte loads against the expert's rows staged in shared memory.
 // 4. MoeCombineKernel: out[t] += sum_j w[t, j] * y[pair_row[t, j]], j in fixed order (no float
@@ -389,6 +394,7 @@ constexpr int kGemvWarps = 8;
 constexpr int kGemvRows = 4;
 constexpr int kGemvChunks = 4;  // 16-byte chunks per lane per staged k slice
 static_assert(kGemvMaxPairs <= kBM, "an expert of the GEMV path must have exactly one tile");
+static_assert(kGemvMaxPairs == kMoeDecodeMaxPairs, "cuda_ops_moe.h's decode limit");
 
 template <int kWT>
 __device__ __forceinline__ void WidenChunk(const uint4& q, float* f) {
@@ -781,9 +787,31 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
   }
 }
 
+// First weight rows of a task's two row halves (see DecodePass) for output columns n0..:
+// fused gate / up rows n0.., down rows n0.. (both halves; DecodePass adds the second's offset).
+template <bool kFused, int kWT>
+__device__ __forceinline__ void TaskWeights(const ExpertPtr& ex, int n0, const char*& w0,
+                                            int64_t& ld0, const char*& w1, int64_t& ld1,
+                                            const float*& s0, const float*& s1) {
+  constexpr int kEB = ElemBytes(kWT);
+  if constexpr (kFused) {
+    w0 = static_cast<const char*>(ex.gate) + int64_t{n0} * ex.gate_ld * kEB;
+    w1 = static_cast<const char*>(ex.up) + int64_t{n0} * ex.up_ld * kEB;
+    ld0 = ex.gate_ld * kEB, ld1 = ex.up_ld * kEB;
+    if constexpr (IsFp8(kWT)) {
+      s0 = ex.gate_s + (n0 >> 7) * ex.gate_sld;
+      s1 = ex.up_s + (n0 >> 7) * ex.up_sld;
+    }
+  } else {
+    ld0 = ld1 = ex.down_ld * kEB;
+    w0 = static_cast<const char*>(ex.down) + int64_t{n0} * ld0;
+    w1 = w0;  // rows n0 + kDecWRows / 2.. (DecodePass adds the half's offset)
+    if constexpr (IsFp8(kWT)) s0 = s1 = ex.down_s + (n0 >> 7) * ex.down_sld;
+  }
+}
+
 template <bool kFused, int kWT>
 __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParams p) {
-  constexpr int kEB = ElemBytes(kWT);
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int lane = threadIdx.x & 31;
   const int gw = blockIdx.x * kDecWarps + (threadIdx.x >> 5);
@@ -810,24 +838,10 @@ __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParam
     unsigned long long rows =
         (static_cast<unsigned long long>(__ballot_sync(0xffffffffu, rt.id_b == e)) << 32) |
         __ballot_sync(0xffffffffu, rt.id_a == e);
-    const ExpertPtr ex = p.experts[e];
     const char *w0, *w1;
     int64_t ld0, ld1;
     const float *s0 = nullptr, *s1 = nullptr;
-    if constexpr (kFused) {
-      w0 = static_cast<const char*>(ex.gate) + int64_t{n0} * ex.gate_ld * kEB;
-      w1 = static_cast<const char*>(ex.up) + int64_t{n0} * ex.up_ld * kEB;
-      ld0 = ex.gate_ld * kEB, ld1 = ex.up_ld * kEB;
-      if constexpr (IsFp8(kWT)) {
-        s0 = ex.gate_s + (n0 >> 7) * ex.gate_sld;
-        s1 = ex.up_s + (n0 >> 7) * ex.up_sld;
-      }
-    } else {
-      ld0 = ld1 = ex.down_ld * kEB;
-      w0 = static_cast<const char*>(ex.down) + int64_t{n0} * ld0;
-      w1 = w0;  // rows n0 + kDecWRows / 2.. (DecodePass adds the half's offset)
-      if constexpr (IsFp8(kWT)) s0 = s1 = ex.down_s + (n0 >> 7) * ex.down_sld;
-    }
+    TaskWeights<kFused, kWT>(p.experts[e], n0, w0, ld0, w1, ld1, s0, s1);
     constexpr int kDecRows = DecRows<kWT>();
     while (rows != 0) {
       int pair_of[kDecRows];
@@ -916,6 +930,149 @@ absl::Status LaunchDecodeFor(int wt, const DecodeParams& p, int64_t max_slots,
   if (wt == kWFP8) return LaunchDecode<kFused, kWFP8>(p, max_slots, info, stream);
   if (wt == kWFP8I) return LaunchDecode<kFused, kWFP8I>(p, max_slots, info, stream);
   return LaunchDecode<kFused, kWF32>(p, max_slots, info, stream);
+}
+
+// ---- 2'''./3'''. listed decode path: device token lists for up to 512 (forced: 4096) pairs -----
+//
+// Decode batches past the 64 pairs DecodeRoute holds in two registers per lane (batch 9..64 with
+// top-8) would otherwise take the tiled GEMM, whose 64-row tiles are mostly padding at ~2 rows
+// per expert. Instead:
+// MoeListRouteKernel (one CTA): the distinct valid experts in ascending id order (slots), each
+// slot's row range, and its rows = its pairs in ascending pair order (rank of pair i = number of
+// pairs j < i with the same id: no atomics in the order, so the lists are deterministic; integer
+// atomics only count). MoeDecodeListKernel<kFused, kWT, kNG>: MoeDecodeKernel's tasks (slot,
+// column group) in slot-major order over the device's n_active slots, each streaming its
+// kDecWRows weight rows once per kNG token rows with DecodePass (identical per-row arithmetic),
+// act / y by pair; then MoeCombineByPairKernel. The grid is sized for min(experts, pairs) slots;
+// warps past the device's task count exit. Static task order only.
+struct DecodeLists {
+  const int32_t* n_active;     // [1]
+  const int32_t* slot_expert;  // [slots]
+  const int32_t* slot_off;     // [slots + 1]: rows of slot s are slot_off[s] .. slot_off[s + 1]
+  const int32_t* row_pair;     // [pairs]: pair of each row
+};
+
+// grid 1, block kRouteThreads (>= num_experts: one scan element per thread); pairs <=
+// kMoeListedForceMaxPairs.
+__global__ void __launch_bounds__(kRouteThreads)
+    MoeListRouteKernel(const int32_t* ids, int pairs, int num_experts, int32_t* n_active,
+                       int32_t* slot_expert, int32_t* slot_off, int32_t* row_pair) {
+  __shared__ int s_ids[kMoeListedForceMaxPairs];
+  __shared__ int cnt[kMaxExperts];
+  __shared__ int warp_sums[32];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < num_experts; e += kRouteThreads) cnt[e] = 0;
+  for (int i = tid; i < pairs; i += kRouteThreads) {
+    const int e = ids[i];
+    s_ids[i] = e >= 0 && e < num_experts ? e : -1;
+  }
+  __syncthreads();
+  for (int i = tid; i < pairs; i += kRouteThreads) {
+    if (s_ids[i] >= 0) atomicAdd(&cnt[s_ids[i]], 1);
+  }
+  __syncthreads();
+  const int c = tid < num_experts ? cnt[tid] : 0;
+  int total_rows, active;
+  const int row0 = BlockExclusiveScan(c, warp_sums, &total_rows);
+  const int slot = BlockExclusiveScan(c > 0 ? 1 : 0, warp_sums, &active);
+  if (tid < num_experts) {
+    cnt[tid] = row0;  // only thread tid reads cnt[tid] above
+    if (c > 0) slot_expert[slot] = tid, slot_off[slot] = row0;
+  }
+  if (tid == 0) *n_active = active, slot_off[active] = total_rows;
+  __syncthreads();
+  for (int i = tid; i < pairs; i += kRouteThreads) {
+    const int e = s_ids[i];
+    if (e < 0) continue;
+    int rank = 0;
+    for (int j = 0; j < i; ++j) rank += s_ids[j] == e;
+    row_pair[cnt[e] + rank] = i;
+  }
+}
+
+template <bool kFused, int kWT, int kNG, int kMinCtas>
+__global__ void __launch_bounds__(kDecWarps * 32, kMinCtas)
+    MoeDecodeListKernel(DecodeParams p, DecodeLists l) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int lane = threadIdx.x & 31;
+  const int gw = blockIdx.x * kDecWarps + (threadIdx.x >> 5);
+  const int num_warps = gridDim.x * kDecWarps;
+  const int groups = (p.n + kCols - 1) / kCols;
+  const int tasks = *l.n_active * groups;
+  for (int t = gw; t < tasks; t += num_warps) {
+    const int slot = t / groups, n0 = (t - slot * groups) * kCols;
+    const int e = l.slot_expert[slot];
+    const int r0 = l.slot_off[slot], r1 = l.slot_off[slot + 1];
+    const char *w0, *w1;
+    int64_t ld0, ld1;
+    const float *s0 = nullptr, *s1 = nullptr;
+    TaskWeights<kFused, kWT>(p.experts[e], n0, w0, ld0, w1, ld1, s0, s1);
+    for (int rb = r0; rb < r1; rb += kNG) {
+      const int ng = min(kNG, r1 - rb);  // rows >= ng repeat row rb (computed, dropped)
+      int pair_of[kNG];
+      const float* a_rows[kNG];
+#pragma unroll
+      for (int q = 0; q < kNG; ++q) {
+        pair_of[q] = l.row_pair[q < ng ? rb + q : rb];
+        const int64_t a_row = kFused ? pair_of[q] / p.top_k : pair_of[q];
+        a_rows[q] = p.a + a_row * p.a_ld;
+      }
+      if constexpr (kNG == 1) {
+        DecodePass<kFused, kWT, 1>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
+      } else if constexpr (kNG == 2) {
+        if (ng == 1) {
+          DecodePass<kFused, kWT, 1>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
+        } else {
+          DecodePass<kFused, kWT, 2>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
+        }
+      } else {
+        if (ng == 1) {
+          DecodePass<kFused, kWT, 1>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
+        } else if (ng == 2) {
+          DecodePass<kFused, kWT, 2>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
+        } else {
+          DecodePass<kFused, kWT, kNG>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0,
+                                       lane);
+        }
+      }
+    }
+  }
+}
+
+std::atomic<int> g_list_fp8_rows{0};  // SetMoeListedFp8Rows (0: kListFp8RowsDefault)
+// fp8 token rows per pass, measured on an H200 at GLM-5 widths, 256 experts top-8 (us per call,
+// rows 1 / 2 / 4): batch 8 640 / 857 / 854, 16 1225 / 1570 / 1555, 32 2386 / 2837 / 2755,
+// 64 4716 / 5105 / 4705: one row per pass with 2 CTAs per SM (re-reads mostly from L2) wins.
+constexpr int kListFp8RowsDefault = 1;
+
+template <bool kFused, int kWT, int kNG, int kMinCtas>
+absl::Status LaunchList(const DecodeParams& p, const DecodeLists& l, int64_t max_slots,
+                        const detail::DeviceInfo& info, cudaStream_t stream) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
+  int per_sm = ResidentCtas(MoeDecodeListKernel<kFused, kWT, kNG, kMinCtas>, kDecWarps * 32);
+  const int cap = g_decode_ctas_per_sm.load(std::memory_order_relaxed);
+  if (cap > 0) per_sm = std::min(per_sm, cap);
+  const int64_t resident = int64_t{info.num_sms} * per_sm;
+  DecodeParams q = p;
+  q.l2_prefetch = g_decode_l2_prefetch.load(std::memory_order_relaxed);
+  q.counters = nullptr;
+  const int64_t blocks = std::max<int64_t>(1, std::min(detail::CeilDiv(tasks, kDecWarps), resident));
+  MoeDecodeListKernel<kFused, kWT, kNG, kMinCtas>
+      <<<static_cast<unsigned>(blocks), kDecWarps * 32, 0, stream>>>(q, l);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeListKernel launch");
+}
+
+template <bool kFused>
+absl::Status LaunchListFor(int wt, const DecodeParams& p, const DecodeLists& l, int64_t max_slots,
+                           const detail::DeviceInfo& info, cudaStream_t stream) {
+  if (wt == kWBF16) return LaunchList<kFused, kWBF16, 2, 2>(p, l, max_slots, info, stream);
+  if (wt == kWF32) return LaunchList<kFused, kWF32, 2, 2>(p, l, max_slots, info, stream);
+  int rows = g_list_fp8_rows.load(std::memory_order_relaxed);
+  if (rows <= 0) rows = kListFp8RowsDefault;
+  if (rows == 1) return LaunchList<kFused, kWFP8, 1, 2>(p, l, max_slots, info, stream);
+  if (rows == 2) return LaunchList<kFused, kWFP8, 2, 1>(p, l, max_slots, info, stream);
+  return LaunchList<kFused, kWFP8, 4, 1>(p, l, max_slots, info, stream);
 }
 
 // out[t] += sum_j w[t, j] * y[t * top_k + j] over the valid ids, j in order (deterministic).
@@ -1076,8 +1233,14 @@ void* Carve(void*& p, size_t bytes) {
 }
 
 std::atomic<MoeDecodePath> g_decode_path{MoeDecodePath::kAuto};
+std::atomic<MoeRanPath> g_last_path{MoeRanPath::kNone};
 
 }  // namespace
+
+MoeRanPath LastMoeRanPath() { return g_last_path.load(); }
+void SetMoeListedFp8Rows(int rows) {
+  g_list_fp8_rows.store(rows <= 0 ? 0 : rows == 1 ? 1 : rows <= 2 ? 2 : 4);
+}
 
 void SetMoeDecodePath(MoeDecodePath path) { g_decode_path.store(path); }
 void SetMoeDecodeCtasPerSm(int ctas) { g_decode_ctas_per_sm.store(ctas); }
@@ -1117,6 +1280,48 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   const int num_experts = experts.num_experts;
   const MoeDecodePath path = g_decode_path.load(std::memory_order_relaxed);
   const bool small = pairs <= kGemvMaxPairs && table->gemv_ok;
+  const bool listed =
+      table->gemv_ok && ((path == MoeDecodePath::kAuto && !small && pairs <= kMoeListedMaxPairs) ||
+                         (path == MoeDecodePath::kListed && pairs <= kMoeListedForceMaxPairs));
+  if (listed) {
+    // Decode batches past 64 pairs: device token lists, then the weight-streaming kernels.
+    const int64_t max_slots = std::min<int64_t>(num_experts, pairs);
+    auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    const size_t int_bytes = rounded(sizeof(int32_t)) + rounded(max_slots * sizeof(int32_t)) +
+                             rounded((max_slots + 1) * sizeof(int32_t)) +
+                             rounded(static_cast<size_t>(pairs) * sizeof(int32_t));
+    GLM_ASSIGN_OR_RETURN(void* ints, scratch.Get(0, int_bytes));
+    void* cur = ints;
+    auto* n_active = static_cast<int32_t*>(Carve(cur, sizeof(int32_t)));
+    auto* slot_expert = static_cast<int32_t*>(Carve(cur, max_slots * sizeof(int32_t)));
+    auto* slot_off = static_cast<int32_t*>(Carve(cur, (max_slots + 1) * sizeof(int32_t)));
+    auto* row_pair = static_cast<int32_t*>(Carve(cur, pairs * sizeof(int32_t)));
+    GLM_ASSIGN_OR_RETURN(void* act, scratch.Get(1, static_cast<size_t>(pairs * inter) * 4));
+    GLM_ASSIGN_OR_RETURN(void* y, scratch.Get(2, static_cast<size_t>(pairs * hidden) * 4));
+    MoeListRouteKernel<<<1, kRouteThreads, 0, stream>>>(ids, static_cast<int>(pairs), num_experts,
+                                                        n_active, slot_expert, slot_off, row_pair);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    const DecodeLists l{n_active, slot_expert, slot_off, row_pair};
+    DecodeParams d{};
+    d.ids = ids, d.pairs = static_cast<int>(pairs), d.top_k = top_k;
+    d.num_experts = num_experts, d.experts = table->device;
+    d.a = x.data, d.a_ld = x.ld;
+    d.n = static_cast<int>(inter), d.k = static_cast<int>(hidden);
+    d.c = static_cast<float*>(act);
+    GLM_RETURN_IF_ERROR(LaunchListFor<true>(table->wt, d, l, max_slots, info, stream));
+    d.a = static_cast<const float*>(act), d.a_ld = inter;
+    d.n = static_cast<int>(hidden), d.k = static_cast<int>(inter);
+    d.c = static_cast<float*>(y);
+    GLM_RETURN_IF_ERROR(LaunchListFor<false>(table->wt, d, l, max_slots, info, stream));
+    MoeCombineByPairKernel<<<dim3(static_cast<unsigned>(tokens),
+                                  static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
+                             kCombineThreads, 0, stream>>>(
+        static_cast<const float*>(y), ids, weights, top_k, num_experts, static_cast<int>(hidden),
+        out.data, out.ld);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    g_last_path.store(MoeRanPath::kListed);
+    return absl::OkStatus();
+  }
   if (small && path == MoeDecodePath::kAuto) {
     // Decode: two weight-streaming kernels that route from ids themselves, then the combine.
     GLM_ASSIGN_OR_RETURN(void* act, scratch.Get(1, static_cast<size_t>(pairs * inter) * 4));
@@ -1144,6 +1349,7 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
         static_cast<const float*>(y), ids, weights, top_k, num_experts, static_cast<int>(hidden),
         out.data, out.ld);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    g_last_path.store(MoeRanPath::kDecode);
     return absl::OkStatus();
   }
   auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
@@ -1189,6 +1395,7 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
                                                    weights, top_k, static_cast<int>(hidden),
                                                    out.data, out.ld);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  g_last_path.store(gemv ? MoeRanPath::kLegacyGemv : MoeRanPath::kTiled);
   return absl::OkStatus();
 }
 
