@@ -15,7 +15,8 @@
 #             cuda_graph_test, cuda_model_test; the Attention cases again with shared memory
 #             capped to GB10's 99 KiB (16-key tiles);
 #   memcheck: compute-sanitizer memcheck of the new small cases;
-#   bench:    cuda_kv_bench rows 1 / 8, keys 4K / 128K (attn-old / index-old = legacy paths in
+#   bench:    cuda_kv_bench rows 1 / 8, keys 4K / 128K (attn-old / index-old = legacy paths,
+#             attn-new / index-new = new paths forced, attention / indexer = default; all in
 #             the same process);
 #   ncu:      per-kernel gpu__time_duration of cuda_kv_bench's Attention / Indexer kernels
 #             (legacy then new, fp32 then fp8), rows 1, 4K and 128K keys;
@@ -49,7 +50,7 @@ step() {  # step NAME TIMEOUT_S CMD...
   timeout "$limit" "$@" >"$out/step.log" 2>&1
   local rc=$?
   cat "$out/step.log" >>"$out/attn1.log"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|ERROR SUMMARY|Failure|Expected|Which is|error|^(indexer|index-old|attention|attn-old) |D2D" \
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|ERROR SUMMARY|Failure|Expected|Which is|error|^(indexer|index-old|index-new|attention|attn-old|attn-new) |D2D" \
     "$out/step.log" | head -n 80
   grep -E "^\[(attention|indexer) " "$out/step.log" | grep -E "Large|1x|2x|8x|below|long|ties" |
     head -n 40

@@ -7,9 +7,9 @@
 // so small working sets stay in L2; the cache is memset, so every score ties: the radix select's
 // worst case), the bytes the op must read (KV rows in the cache's layout,
 // every sequence its own keys), GB/s and the fraction of a device-to-device copy measured here.
-// Rows "attn-old" / "index-old": the legacy paths (SetAttentionLegacyForBench /
-// SetIndexerLegacyForBench, as GLM_CUDA_ATTENTION_LEGACY=1 / GLM_CUDA_INDEXER_LEGACY=1 do) in the
-// same process, before the default paths' rows.
+// Rows "attn-old" / "index-old": the legacy paths (as GLM_CUDA_ATTENTION_LEGACY=1 /
+// GLM_CUDA_INDEXER_LEGACY=1 force); "attn-new" / "index-new": the staged attention / multi-CTA
+// radix passes forced; "attention" / "indexer": the default choice by shape; all in one process.
 // Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5] [--calls 20]
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
@@ -30,8 +30,9 @@
 namespace glm::engine::cuda {
 
 // A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
-void SetAttentionLegacyForBench(bool legacy);
-void SetIndexerLegacyForBench(bool legacy);
+// mode 0: by shape, 1: legacy path, 2: the new path wherever it applies, -1: environment's.
+void SetAttentionPathForBench(int mode);
+void SetIndexerPathForBench(int mode);
 
 namespace {
 
@@ -162,16 +163,17 @@ int Main(int argc, char** argv) {
           a.score_scale = 0.088f;
           a.top_k = kTopK;
           a.out = d_out.as<int32_t>();
-          for (const bool legacy : {true, false}) {
-            SetIndexerLegacyForBench(legacy);
+          for (const int mode : {1, 2, 0}) {
+            SetIndexerPathForBench(mode);
             CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");  // grow scratch
             BENCH_CHECK(cudaStreamSynchronize(stream));
             const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); },
                                         kCalls, trials, stream);
-            Report(legacy ? "index-old" : "indexer", fp8 ? "fp8" : "fp32", rows, keys,
+            Report(mode == 1 ? "index-old" : mode == 2 ? "index-new" : "indexer",
+                   fp8 ? "fp8" : "fp32", rows, keys,
                    t.us_per_call, static_cast<double>(slots) * key_bytes, d2d);
           }
-          SetIndexerLegacyForBench(false);
+          SetIndexerPathForBench(-1);
         }
       }
       // ---- attention (absorbed, 2048 selected of `keys`)
@@ -206,16 +208,17 @@ int Main(int argc, char** argv) {
           a.index_width = kTopK;
           a.scale = 0.072f;
           a.out = HeadsView{d_o.as<float>(), rows, kHeads, kKvr, kHeads * kKvr, kKvr};
-          for (const bool legacy : {true, false}) {
-            SetAttentionLegacyForBench(legacy);
+          for (const int mode : {1, 2, 0}) {
+            SetAttentionPathForBench(mode);
             CheckOk(Attention(a, scratch, stream), "Attention");
             BENCH_CHECK(cudaStreamSynchronize(stream));
             const auto t = TimeEnqueues([&](int) { return Attention(a, scratch, stream); },
                                         kCalls, trials, stream);
-            Report(legacy ? "attn-old" : "attention", fp8 ? "fp8" : "fp32", rows, keys,
+            Report(mode == 1 ? "attn-old" : mode == 2 ? "attn-new" : "attention",
+                   fp8 ? "fp8" : "fp32", rows, keys,
                    t.us_per_call, static_cast<double>(rows) * sel * row_bytes, d2d);
           }
-          SetAttentionLegacyForBench(false);
+          SetAttentionPathForBench(-1);
         }
       }
     }

@@ -19,8 +19,9 @@
 // same kernel, the key / value loads read e4m3 c_kv (4 bytes per lane per float4, times the
 // 128-dim group's scale) and bf16 k_pe from the 656-byte rows; arithmetic stays fp32.
 // Combine: per-split weights e^(m_s - M) / L computed once per (row, head) in shared memory.
-// Staged path (default for G = 16; GLM_CUDA_ATTENTION_LEGACY=1 in the environment, read once, or
-// SetAttentionLegacyForBench forces the path above): the CTA copies each tile's T key rows
+// Staged path (G = 16 with fp8 rows, or fp32 rows at <= 2 tiles per CTA, i.e. batch 1-2 decode;
+// GLM_CUDA_ATTENTION_LEGACY=1 in the environment, read once, forces the path above everywhere;
+// SetAttentionPathForBench picks either for tests / benches): the CTA copies each tile's T key rows
 // (fp32 k_a | k_b, or the fp8 656-byte rows as stored) into shared memory with cp.async (all
 // 16-byte chunks of the tile in flight at once, rows < 0 zero-filled), then scores and P.V read
 // shared memory (V too when v aliases k_a: the absorbed form). T = 32 keys (16 when the device's
@@ -58,18 +59,19 @@ constexpr int kMaxSplitsWide = 128;  // partials per (row, head), staged path
 constexpr int kCombineThreads = 128;
 constexpr const char* kOp = "Attention";
 
-// -1: not read yet; 0: staged path; 1: legacy path (GLM_CUDA_ATTENTION_LEGACY=1).
-std::atomic<int> g_legacy{-1};
+// Path choice: -1 = not read yet; 0 = by shape (default); 1 = legacy (GLM_CUDA_ATTENTION_LEGACY=1 in the
+// environment, read once); 2 = the new path wherever it applies (tests / benches only).
+std::atomic<int> g_mode{-1};
 
-bool LegacyPath() {
-  int v = g_legacy.load(std::memory_order_relaxed);
+int PathMode() {
+  int v = g_mode.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("GLM_CUDA_ATTENTION_LEGACY");
     v = e != nullptr && e[0] == '1' ? 1 : 0;
     int expected = -1;
-    if (!g_legacy.compare_exchange_strong(expected, v)) v = expected;
+    if (!g_mode.compare_exchange_strong(expected, v)) v = expected;
   }
-  return v == 1;
+  return v;
 }
 
 // 16-byte global -> shared copy without registers (cp.async, sm_80+); valid == false fills zeros.
@@ -646,9 +648,10 @@ bool VecOk(const HeadsView& x) {
 
 }  // namespace
 
-// A/B hook for benches and tests (not in cuda_ops.h; declare it where used): true forces the
-// legacy path (as GLM_CUDA_ATTENTION_LEGACY=1 does), false the staged one.
-void SetAttentionLegacyForBench(bool legacy) { g_legacy.store(legacy ? 1 : 0); }
+// A/B hook for benches and tests (not in cuda_ops.h; declare it where used): mode 0 = by shape
+// (the default), 1 = legacy path, 2 = the new path wherever it applies, -1 = back to the
+// environment's choice (GLM_CUDA_ATTENTION_LEGACY).
+void SetAttentionPathForBench(int mode) { g_mode.store(mode < 0 ? -1 : mode); }
 
 absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t stream) {
   const int64_t rows = a.q_a.rows, heads = a.q_a.heads;
@@ -717,7 +720,8 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
   int tile = 0;
   int64_t staged_smem = 0;
   int ctas_per_sm = 0;
-  if (g == 16 && !LegacyPath() && kv_row_bytes % 16 == 0) {
+  const int mode = PathMode();
+  if (g == 16 && mode != 1 && kv_row_bytes % 16 == 0) {
     for (const int cand : {32, 16}) {
       const int64_t bytes = StagedSmemBytes(16, dq, cand, kv_row_bytes);
       const int occ = bytes <= info.smem_optin
@@ -743,31 +747,37 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
     const int64_t split_len = detail::CeilDiv(
         detail::CeilDiv(std::max<int64_t>(n_max, 1), splits), tile) * tile;
     splits = std::max<int64_t>(1, detail::CeilDiv(n_max, split_len));
-    p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
-    if (splits > 1) {
-      const size_t parts = static_cast<size_t>(rows * heads * splits);
-      GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
-      GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
-      p.part_acc = static_cast<float*>(acc);
-      p.part_ml = static_cast<float*>(ml);
+    // Measured (H200, cuda_kv_bench, 2048 selected): staged wins with fp8 rows at batch 1 and 8
+    // (43 -> 33 us, 194 -> 171 us) and with fp32 rows at 1-2 tiles per CTA (batch 1: 40 -> 35
+    // us), but loses with fp32 rows at 8 tiles per CTA (batch 8: 185 -> 204 us: the tile's
+    // copy is not overlapped with the previous tile's math). So fp32 takes it up to 2 tiles.
+    if (mode == 2 || fp8 || split_len <= 2 * tile) {
+      p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
+      if (splits > 1) {
+        const size_t parts = static_cast<size_t>(rows * heads * splits);
+        GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
+        GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
+        p.part_acc = static_cast<float*>(acc);
+        p.part_ml = static_cast<float*>(ml);
+      }
+      const int64_t num_ctas = base_ctas * splits;
+      if (num_ctas > 0x7fffffff || rows * heads > 0x7fffffff) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cuda Attention: ", num_ctas, " CTAs exceed the grid limit"));
+      }
+      if (fp8) {
+        GLM_RETURN_IF_ERROR((LaunchCpt<16, true, true>(p, num_ctas, staged_smem, info, stream)));
+      } else {
+        GLM_RETURN_IF_ERROR((LaunchCpt<16, false, true>(p, num_ctas, staged_smem, info, stream)));
+      }
+      if (splits > 1) {
+        const dim3 grid(static_cast<unsigned>(rows * heads),
+                        static_cast<unsigned>(detail::CeilDiv(p.dv, 128)));
+        AttentionCombineWideKernel<<<grid, kCombineThreads, 0, stream>>>(p);
+        GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+      }
+      return absl::OkStatus();
     }
-    const int64_t num_ctas = base_ctas * splits;
-    if (num_ctas > 0x7fffffff || rows * heads > 0x7fffffff) {
-      return absl::InvalidArgumentError(absl::StrCat("cuda Attention: ", num_ctas,
-                                                     " CTAs exceed the grid limit"));
-    }
-    if (fp8) {
-      GLM_RETURN_IF_ERROR((LaunchCpt<16, true, true>(p, num_ctas, staged_smem, info, stream)));
-    } else {
-      GLM_RETURN_IF_ERROR((LaunchCpt<16, false, true>(p, num_ctas, staged_smem, info, stream)));
-    }
-    if (splits > 1) {
-      const dim3 grid(static_cast<unsigned>(rows * heads),
-                      static_cast<unsigned>(detail::CeilDiv(p.dv, 128)));
-      AttentionCombineWideKernel<<<grid, kCombineThreads, 0, stream>>>(p);
-      GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-    }
-    return absl::OkStatus();
   }
 
   // Legacy path: tiles of kTile keys read from global memory.

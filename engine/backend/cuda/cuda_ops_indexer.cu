@@ -24,8 +24,9 @@
 //   2^31 - 1; one CTA selects a row, so a decode step with few very long rows is bound by one SM
 //   reading its row up to 4 times from L2. Scratch: rows x max_num_keys floats + rows x 1 KiB.
 //   -0.0 ranks equal to +0.0; NaN ranks below -inf.
-// Multi-CTA radix passes (default when rows < SM count; GLM_CUDA_INDEXER_LEGACY=1 in the
-//   environment, read once, or SetIndexerLegacyForBench forces the single-CTA passes above):
+// Multi-CTA radix passes (default when rows < SM count and a row has more than 16K keys, i.e. more
+//   than one select step per pass; GLM_CUDA_INDEXER_LEGACY=1 in the environment, read once,
+//   forces the single-CTA passes above; SetIndexerPathForBench picks either for tests / benches):
 //   IndexerHistKernel builds the histogram of radix pass 1, 2, 3 (one launch each) over chunks of
 //   the row spread on the whole GPU: each CTA re-derives the prefix of the earlier passes from
 //   their (complete) histograms, counts its chunk's keys matching it (warp-aggregated shared
@@ -68,18 +69,19 @@ constexpr int kHistThreads = 256;
 constexpr int kHistPasses = 4;  // radix passes (8 bits each) with a histogram in scratch
 constexpr int kHistChunkAlign = 512;  // keys per IndexerHistKernel CTA: a multiple of this
 
-// -1: not read yet; 0: multi-CTA radix passes; 1: legacy (GLM_CUDA_INDEXER_LEGACY=1).
-std::atomic<int> g_legacy{-1};
+// Path choice: -1 = not read yet; 0 = by shape (default); 1 = legacy (GLM_CUDA_INDEXER_LEGACY=1 in the
+// environment, read once); 2 = the new path wherever it applies (tests / benches only).
+std::atomic<int> g_mode{-1};
 
-bool LegacyPath() {
-  int v = g_legacy.load(std::memory_order_relaxed);
+int PathMode() {
+  int v = g_mode.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("GLM_CUDA_INDEXER_LEGACY");
     v = e != nullptr && e[0] == '1' ? 1 : 0;
     int expected = -1;
-    if (!g_legacy.compare_exchange_strong(expected, v)) v = expected;
+    if (!g_mode.compare_exchange_strong(expected, v)) v = expected;
   }
-  return v == 1;
+  return v;
 }
 
 // Larger float -> larger key; -0.0 == +0.0; NaN lowest.
@@ -472,9 +474,10 @@ int64_t ScoreSmemBytes(int heads_pad, int dim_pad) {
 
 }  // namespace
 
-// A/B hook for benches and tests (not in cuda_ops.h; declare it where used): true forces the
-// single-CTA radix passes (as GLM_CUDA_INDEXER_LEGACY=1 does), false the default choice.
-void SetIndexerLegacyForBench(bool legacy) { g_legacy.store(legacy ? 1 : 0); }
+// A/B hook for benches and tests (not in cuda_ops.h; declare it where used): mode 0 = by shape
+// (the default), 1 = legacy path, 2 = the new path wherever it applies, -1 = back to the
+// environment's choice (GLM_CUDA_INDEXER_LEGACY).
+void SetIndexerPathForBench(int mode) { g_mode.store(mode < 0 ? -1 : mode); }
 
 absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_t stream) {
   const int64_t rows = a.q.rows;
@@ -530,8 +533,12 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     GLM_ASSIGN_OR_RETURN(void* scores,
                          scratch.Get(0, static_cast<size_t>(rows * p.ld) * sizeof(float)));
     p.scores = static_cast<float*>(scores);
-    // Multi-CTA radix passes when one select CTA per row leaves SMs idle.
-    const bool multi = !LegacyPath() && rows < info.num_sms;
+    // Multi-CTA radix passes when one select CTA per row leaves SMs idle and a row takes the
+    // select CTA more than one step per pass (measured, H200, batch 1: 128K keys 159 -> 96 us;
+    // 4K keys 28.2 -> 28.7 us, the 3 extra launches cost more than one step saves).
+    const int mode = PathMode();
+    const bool multi = mode == 2 || (mode == 0 && rows < info.num_sms &&
+                                     max_keys > int64_t{kSelectThreads} * kItems);
     const int hist_passes = multi ? kHistPasses : 1;
     p.hist_stride = 256 * hist_passes;
     const size_t hist_bytes = static_cast<size_t>(rows) * p.hist_stride * 4;

@@ -25,8 +25,9 @@
 namespace glm::engine::cuda {
 
 // A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
-void SetAttentionLegacyForBench(bool legacy);
-void SetIndexerLegacyForBench(bool legacy);
+// mode 0: by shape, 1: legacy path, 2: the new path wherever it applies, -1: environment's.
+void SetAttentionPathForBench(int mode);
+void SetIndexerPathForBench(int mode);
 
 namespace {
 
@@ -210,12 +211,12 @@ TEST_P(AttentionTest, MatchesCpu) {
 
   auto dq_buf = Upload(q), dkv = Upload(kv), dkpe = Upload(kpe), didx = Upload(indices);
   DeviceTable dt{Upload(table.slots), Upload(table.row_offset), Upload(table.row_num_keys)};
-  // Both paths (staged: the default; legacy: GLM_CUDA_ATTENTION_LEGACY=1), and the staged one
-  // twice: bitwise the same (fixed reduction order).
+  // Runs 0, 1: the staged path wherever it applies (twice: bitwise the same, fixed reduction
+  // order); run 2: legacy (GLM_CUDA_ATTENTION_LEGACY=1); run 3: the default choice by shape.
   std::vector<float> first;
-  for (const int run : {0, 1, 2}) {
+  for (const int run : {0, 1, 2, 3}) {
     const bool legacy = run == 2;
-    SetAttentionLegacyForBench(legacy);
+    SetAttentionPathForBench(run == 3 ? 0 : legacy ? 1 : 2);
     GuardedBuffer dout(out_n * sizeof(float));
     ASSERT_EQ(dout.Poison(0xFF), cudaSuccess);
     const absl::Status st = Attention(
@@ -223,7 +224,7 @@ TEST_P(AttentionTest, MatchesCpu) {
                   dt.View(table.max_num_keys),
                   indices.empty() ? nullptr : didx->as<int32_t>()),
         scratch_, nullptr);
-    SetAttentionLegacyForBench(false);
+    SetAttentionPathForBench(-1);
     ASSERT_TRUE(st.ok()) << st;
     GLM_CUDA_ASSERT(cudaDeviceSynchronize());
     const std::vector<float> got = Download<float>(dout, out_n);
@@ -243,7 +244,7 @@ TEST_P(AttentionTest, MatchesCpu) {
           << "staged path not deterministic";
     }
     std::printf("[attention %s%s] max |gpu - cpu| = %.3g over %zu outputs\n", c.name.c_str(),
-                legacy ? " legacy" : "", max_diff, out_n);
+                legacy ? " legacy" : run == 3 ? " default" : " staged", max_diff, out_n);
   }
 }
 
@@ -332,24 +333,25 @@ TEST_P(IndexerTest, MatchesCpu) {
 
   auto dqb = Upload(q), dw = Upload(w), dk = Upload(keys);
   DeviceTable dt{Upload(table.slots), Upload(table.row_offset), Upload(table.row_num_keys)};
-  // The legacy single-CTA radix passes (GLM_CUDA_INDEXER_LEGACY=1) first, then the default
-  // (multi-CTA passes when rows < SMs): both exact, so bitwise the same output.
+  // The legacy single-CTA radix passes (GLM_CUDA_INDEXER_LEGACY=1) first, then the multi-CTA
+  // passes forced, then the default choice by shape: all exact, so bitwise the same output.
   std::vector<int32_t> got;
-  for (const bool legacy : {true, false}) {
-    SetIndexerLegacyForBench(legacy);
+  for (const int mode : {1, 2, 0}) {
+    const bool legacy = mode == 1;
+    SetIndexerPathForBench(mode);
     GuardedBuffer dout(out_n * sizeof(int32_t));
     ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
     const absl::Status st =
         IndexerTopK(make_args(dqb->as<float>(), dw->as<float>(), dk->as<float>(),
                               dt.View(table.max_num_keys), dout.as<int32_t>()),
                     scratch_, nullptr);
-    SetIndexerLegacyForBench(false);
+    SetIndexerPathForBench(-1);
     ASSERT_TRUE(st.ok()) << st;
     GLM_CUDA_ASSERT(cudaDeviceSynchronize());
     const std::vector<int32_t> run = Download<int32_t>(dout, out_n);
     EXPECT_TRUE(dout.GuardsIntact());
     if (!legacy) {
-      EXPECT_TRUE(run == got) << "multi-CTA radix passes differ from the single-CTA ones";
+      EXPECT_TRUE(run == got) << "mode " << mode << " differs from the single-CTA radix passes";
     }
     got = run;
   }
