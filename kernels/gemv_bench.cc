@@ -5,7 +5,8 @@
 // fp8: gemm_fp8_block's kAuto path (activation quantization + cuBLASLt block-scaled GEMM, or
 // our split-K kernel + its reduction where cuBLASLt does not apply), fed bf16 x (the fp32->bf16
 // conversion launch of the old Linear path is not included); bf16: cuBLASLt bf16 GEMM. The
-// "speedup" column is baseline time / gemv time.
+// "speedup" column is baseline time / gemv time. old_us / clu_us: the same shape with the
+// previous kernel's global split-K reduction / the cluster reduction forced (A/B in one run).
 // Timing: `calls` back-to-back calls rotating over weight copies that together exceed 256 MiB
 // (weights come from HBM, not the L2), captured in one CUDA graph and replayed; time = median
 // replay / calls (bench_util.h).
@@ -134,8 +135,17 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
     const int calls = std::max(sets, 16);
     auto plan = GemvNarrowPlan::Create({m, p.n, p.k, type});
     CheckOk(plan.status(), "gemv plan");
-    void* work = Alloc(plan->workspace_bytes());
-    auto time_gemv = [&](bool overlap) {
+    // A/B in the same process: the previous kernel (global split-K reduction) and the cluster
+    // reduction forced (splits capped to the cluster size).
+    auto plan_old = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kGlobal);
+    CheckOk(plan_old.status(), "gemv plan (global reduction)");
+    auto plan_clu = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kCluster);
+    CheckOk(plan_clu.status(), "gemv plan (cluster reduction)");
+    auto plan_one = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kCluster, 1);
+    CheckOk(plan_one.status(), "gemv plan (cluster reduction, one CTA per SM)");
+    void* work = Alloc(std::max({plan->workspace_bytes(), plan_old->workspace_bytes(),
+                                 plan_clu->workspace_bytes(), plan_one->workspace_bytes()}));
+    auto time_gemv = [&](const GemvNarrowPlan& pl, bool overlap) {
       return TimeEnqueues(
             [&](int i) {
               GemvNarrowArgs a;
@@ -148,13 +158,15 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
               a.y = y;
               a.ldy = p.n;
               a.overlap_previous = overlap;
-              return plan->Run(a, work, plan->workspace_bytes(), counters, num_counters, stream);
+              return pl.Run(a, work, pl.workspace_bytes(), counters, num_counters, stream);
             },
             calls, 7, stream)
             .us_per_call;
     };
-    const double us_plain = time_gemv(false);
-    const double us = time_gemv(true);
+    const double us = time_gemv(*plan, true);
+    const double us_old = time_gemv(*plan_old, true);
+    const double us_clu = plan_clu->tiling().cluster > 1 ? time_gemv(*plan_clu, true) : 0.0;
+    const double us_one = time_gemv(*plan_one, true);
     cudaFree(work);
     // Baseline on the same shape.
     double base_us = 0;
@@ -196,13 +208,14 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
     }
     const double gbs = bytes / (us * 1e-6) / 1e9;
     const double base_gbs = bytes / (base_us * 1e-6) / 1e9;
-    std::printf("%-13s %-4s %3lld %6lld %6lld %9.2f %7.0f %6.3f %8.2f   %-9s %9.2f %7.0f %6.3f "
-                "%6.2fx  %s\n",
+    std::printf("%-13s %-4s %3lld %6lld %6lld %9.2f %7.0f %6.3f %8.2f %8.2f %8.2f   %-9s %9.2f "
+                "%7.0f %6.3f %6.2fx  %s | clu: splits=%d%s | one: splits=%d%s\n",
                 p.name, fp8 ? "fp8" : "bf16", static_cast<long long>(m),
                 static_cast<long long>(p.n), static_cast<long long>(p.k), us, gbs, gbs / d2d_gbs,
-                us_plain,
-                base_name.c_str(), base_us, base_gbs, base_gbs / d2d_gbs, base_us / us,
-                plan->tiling().DebugString().c_str());
+                us_old, us_clu, us_one, base_name.c_str(), base_us, base_gbs, base_gbs / d2d_gbs,
+                base_us / us, plan->tiling().DebugString().c_str(), plan_clu->tiling().splits,
+                plan_clu->tiling().cluster > 1 ? " cluster" : " (no cluster)",
+                plan_one->tiling().splits, plan_one->tiling().cluster > 1 ? " cluster" : "");
   }
   for (void* q : ws) cudaFree(q);
   for (float* q : scales) cudaFree(q);
@@ -228,9 +241,9 @@ int Main(int argc, char** argv) {
   constexpr int64_t kCounters = 1 << 16;
   int32_t* counters = static_cast<int32_t*>(Alloc(kCounters * 4));
   BENCH_CHECK(cudaMemset(counters, 0, kCounters * 4));
-  std::printf("\n%-13s %-4s %3s %6s %6s %9s %7s %6s %8s   %-9s %9s %7s %6s %7s  %s\n",
-              "projection", "w", "M", "N", "K", "gemv_us", "GB/s", "of_d2d", "no_pdl", "baseline",
-              "base_us", "GB/s", "of_d2d", "speedup", "gemv tiling");
+  std::printf("\n%-13s %-4s %3s %6s %6s %9s %7s %6s %8s %8s %8s   %-9s %9s %7s %6s %7s  %s\n",
+              "projection", "w", "M", "N", "K", "gemv_us", "GB/s", "of_d2d", "old_us", "clu_us",
+              "one_us", "baseline", "base_us", "GB/s", "of_d2d", "speedup", "gemv tiling");
   // GLM-5 projections [out, in] (../shared/specs/glm5-architecture.md): q_a and the shared
   // expert's gate/up share 2048 x 6144.
   std::vector<Proj> projs = {{"q_a|sh_gate", 2048, 6144}, {"q_b", 16384, 2048},
@@ -245,8 +258,12 @@ int Main(int argc, char** argv) {
   for (const Proj& p : projs) {
     BenchProjection(**lt, p, {1, 8, 16}, false, d2d, counters, kCounters, stream);
   }
-  std::printf("\ngemv_us: launched with overlap_previous (programmatic dependent launch: a call's "
-              "weight prefetch overlaps the previous call's tail); no_pdl: plain stream order. "
+  std::printf("\ngemv_us: the default plan (kAuto), launched with overlap_previous (programmatic "
+              "dependent launch: a call's weight prefetch overlaps the previous call's tail); "
+              "old_us: the previous kernel's global split-K reduction (kGlobal); clu_us: the "
+              "cluster reduction forced (kCluster, splits capped to the cluster; 0: no cluster); "
+              "one_us: kCluster with K split to fill one CTA per SM (room for the next "
+              "kernel's programmatic launch). "
               "GB/s = (weight + fp8 scale bytes) / gemv_us; of_d2d = GB/s / D2D copy GB/s; "
               "speedup = baseline time / gemv_us.\n");
   cudaFree(counters);

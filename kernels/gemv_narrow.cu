@@ -56,7 +56,7 @@ std::string GemvNarrowShape::DebugString() const {
 std::string GemvNarrowTiling::DebugString() const {
   return absl::StrCat("row_blocks=", row_blocks, " splits=", splits,
                       " groups/split=", groups_per_split, " smem=", smem_bytes,
-                      " partial=", partial_bytes);
+                      " partial=", partial_bytes, cluster > 1 ? " cluster" : "");
 }
 
 std::string GemvNarrowPlan::DebugString() const {
@@ -64,7 +64,8 @@ std::string GemvNarrowPlan::DebugString() const {
 }
 
 absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& s,
-                                                const DeviceLimits& limits) {
+                                                const DeviceLimits& limits,
+                                                const GemvNarrowOptions& options) {
   const bool fp8 = s.weight == GemvWeight::kF8E4M3Block128;
   if (s.m < 0 || s.m > kGemvNarrowMaxM || s.n <= 0 || s.k <= 0 || s.n > INT32_MAX ||
       s.k > INT32_MAX || (fp8 && s.k % 16 != 0)) {
@@ -83,7 +84,8 @@ absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& s,
   while (gmax > 1 && static_cast<int64_t>(SmemBytes(m, static_cast<int>(gmax), fp8)) > budget) {
     --gmax;
   }
-  const int64_t per_sm = limits.max_blocks_per_sm_cap > 0 ? limits.max_blocks_per_sm_cap : 2;
+  int64_t per_sm = limits.max_blocks_per_sm_cap > 0 ? limits.max_blocks_per_sm_cap : 2;
+  if (options.ctas_per_sm > 0) per_sm = std::min<int64_t>(per_sm, options.ctas_per_sm);
   const int64_t slots = per_sm * std::max(limits.num_sms, 1);
   const int64_t fill = t.row_blocks >= slots ? 1 : slots / t.row_blocks;
   int64_t splits = std::clamp<int64_t>(std::max(fill, CeilDiv(groups, gmax)), 1, groups);
@@ -99,10 +101,50 @@ absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& s,
   t.smem_bytes = SmemBytes(m, t.groups_per_split, fp8);
   t.partial_bytes = splits > 1 ? static_cast<size_t>(splits) * s.m * s.n * 4 : 0;
   t.counters = splits > 1 ? t.row_blocks : 0;
+  // Cluster reduction: the splits of a row block in one cluster (at most max_cluster CTAs),
+  // each CTA also holding its [m][128] fp32 partials in shared memory; the splits are capped to
+  // the cluster size. kAuto takes it where gemv_bench (H200, same process) measured it faster
+  // than the global reduction: clusters of >= 4 CTAs, or of 2-3 at m >= 8 (q_b 16384x2048,
+  // clusters of 2: +1-4 % slower at m <= 2, 4-11 % faster at m >= 8); sh_down 6144x2048 (4 CTAs)
+  // m=1: 6.3 vs 6.7 µs, m=16 12.6 vs 15.0; kv_a 576x6144 (48 splits capped to 16) m=1 4.0 vs
+  // 5.1, m=16 8.8 vs 15.3. Create also requires every row block's cluster resident at once
+  // (q_a 16x16 and o_proj 48x5 were not, and measured 36-60 % slower).
+  const int64_t max_cluster =
+      std::min<int64_t>(options.max_cluster, detail::kGemvMaxCluster);
+  if (options.reduce == GemvSplitReduce::kGlobal || max_cluster < 2 || splits < 2) return t;
+  const size_t red_bytes = static_cast<size_t>(m) * detail::kGemvRows * 4;
+  int64_t gmax_c = gmax;
+  while (gmax_c >= 1 &&
+         static_cast<int64_t>(SmemBytes(m, static_cast<int>(gmax_c), fp8) + red_bytes) > budget) {
+    --gmax_c;
+  }
+  if (gmax_c < 1) return t;
+  int64_t cs = std::max(splits, CeilDiv(groups, gmax_c));
+  // kAuto caps only a split count over twice the cluster (where the global path's last CTA sums
+  // many partials: kv_a's 48); q_a's 16 capped to 8 measured 5 % slower than 16 global.
+  if (cs > max_cluster && options.reduce == GemvSplitReduce::kAuto && splits <= 2 * max_cluster) {
+    return t;
+  }
+  cs = std::min(cs, max_cluster);
+  const int64_t per_c = CeilDiv(groups, cs);
+  cs = CeilDiv(groups, per_c);
+  if (cs < 2 || per_c > gmax_c) return t;
+  if (options.reduce == GemvSplitReduce::kAuto && cs < 4 && m < 8) return t;
+  const size_t red_offset = SmemBytes(m, static_cast<int>(per_c), fp8);
+  const size_t smem_c = red_offset + red_bytes;
+  t.splits = static_cast<int>(cs);
+  t.groups_per_split = static_cast<int>(per_c);
+  t.x_stride_bytes = XStride(t.groups_per_split, fp8);
+  t.smem_bytes = smem_c;
+  t.reduce_offset = red_offset;
+  t.partial_bytes = 0;
+  t.counters = 0;
+  t.cluster = static_cast<int>(cs);
   return t;
 }
 
-absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& shape) {
+absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& shape,
+                                                     GemvSplitReduce reduce, int ctas_per_sm) {
   const bool fp8 = shape.weight == GemvWeight::kF8E4M3Block128;
   int device = 0, major = 0, minor = 0;
   GLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -121,14 +163,55 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
   GLM_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, kernel, detail::kGemvThreads, 0));
   limits.max_blocks_per_sm_cap = std::max(per_sm, 1);
-  GemvNarrowPlan plan;
-  plan.shape_ = shape;
-  plan.pdl_ = major >= 9;
-  GLM_ASSIGN_OR_RETURN(plan.tiling_, PlanGemvNarrow(shape, limits));
   // Every plan on this device stays within SmemBudget, so one attribute value serves them all.
   GLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(SmemBudget(limits))));
+  GemvNarrowPlan plan;
+  plan.shape_ = shape;
+  plan.pdl_ = major >= 9;
+  GemvNarrowOptions opt;
+  opt.reduce = reduce;
+  opt.ctas_per_sm = std::max(ctas_per_sm, 0);
+  int cluster_launch = 0;
+  if (major >= 9 && reduce != GemvSplitReduce::kGlobal &&
+      cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
+      cluster_launch != 0) {
+    // Non-portable cluster sizes (16 on H100/H200) where the device allows them.
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    opt.max_cluster = detail::kGemvMaxCluster;
+  }
+  GLM_ASSIGN_OR_RETURN(plan.tiling_, PlanGemvNarrow(shape, limits, opt));
+  // The device's answer for this plan's cluster: the size must launch at all, and under kAuto
+  // every row block's cluster must be resident at once (else the global reduction's grid).
+  while (plan.tiling_.cluster > 1) {
+    const GemvNarrowTiling& t = plan.tiling_;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(t.row_blocks), static_cast<unsigned>(t.splits));
+    cfg.blockDim = dim3(detail::kGemvThreads);
+    cfg.dynamicSmemBytes = t.smem_bytes;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(t.cluster);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int resident = 0;
+    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      resident = 0;
+    }
+    const bool fits = reduce == GemvSplitReduce::kAuto ? resident >= t.row_blocks : resident > 0;
+    if (fits) break;
+    // Smaller clusters (kCluster, or a size this device cannot launch), else the global
+    // reduction (kAuto: launchable but not all resident).
+    opt.max_cluster = reduce == GemvSplitReduce::kCluster || resident == 0 ? t.cluster - 1 : 1;
+    GLM_ASSIGN_OR_RETURN(plan.tiling_, PlanGemvNarrow(shape, limits, opt));
+  }
   return plan;
 }
 
@@ -155,7 +238,7 @@ absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_
   GLM_RETURN_IF_ERROR(CheckAligned(a.x, 4, kOp, "x"));
   GLM_RETURN_IF_ERROR(CheckAligned(a.y, 4, kOp, "y"));
   if (fp8) GLM_RETURN_IF_ERROR(CheckAligned(a.w_scales, 4, kOp, "w_scales"));
-  if (tiling_.splits > 1) {
+  if (tiling_.splits > 1 && tiling_.cluster <= 1) {
     if (workspace == nullptr || workspace_bytes < tiling_.partial_bytes || counters == nullptr ||
         num_counters < tiling_.counters) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -183,17 +266,30 @@ absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_
   p.groups_per_split = tiling_.groups_per_split;
   p.x_stride = tiling_.x_stride_bytes;
   p.accumulate = a.accumulate ? 1 : 0;
+  p.cluster = std::max(tiling_.cluster, 1);
+  p.red_offset = static_cast<int>(tiling_.reduce_offset);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(tiling_.row_blocks),
                      static_cast<unsigned>(tiling_.splits));
   cfg.blockDim = dim3(detail::kGemvThreads);
   cfg.dynamicSmemBytes = tiling_.smem_bytes;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned num_attrs = 0;
+  if (a.overlap_previous && pdl_) {
+    attr[num_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[num_attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++num_attrs;
+  }
+  if (tiling_.cluster > 1) {
+    attr[num_attrs].id = cudaLaunchAttributeClusterDimension;
+    attr[num_attrs].val.clusterDim.x = 1;
+    attr[num_attrs].val.clusterDim.y = static_cast<unsigned>(tiling_.cluster);
+    attr[num_attrs].val.clusterDim.z = 1;
+    ++num_attrs;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = a.overlap_previous && pdl_ ? 1 : 0;
+  cfg.numAttrs = num_attrs;
   cudaError_t err;
   if (s.m > 8) {
     err = fp8 ? cudaLaunchKernelEx(&cfg, detail::GemvNarrowKernel<2, true>, p)

@@ -25,6 +25,12 @@
 // ticket from the row block's counter; the last CTA of a row block sums the partials in split
 // order (deterministic: no float atomics, the order does not depend on which CTA finishes
 // last), writes y and resets the counter to 0 for the next launch.
+// Cluster split K (GemvSplitReduce::kCluster, sm_90+): the row block's splits are one cluster
+// (dims 1 x splits); each CTA writes its partials [m][128] fp32 to its own shared memory, one
+// cluster barrier publishes them, and CTA r of the cluster sums elements r·256 + tid (stride
+// splits·256) over the cluster's CTAs in split order (all peer loads issued before the adds),
+// writes y, and a second barrier keeps every CTA's shared memory alive until its peers have read
+// it. The sums are the kGlobal path's, in the same order: the same bits.
 // Shared memory rows are padded so the B-fragment reads are conflict-free: fp8 reads 16-byte
 // units {0,2,4,6} of a 128-byte line per token row (stride ≡ 16 mod 128), bf16 units {0..3}
 // (stride ≡ 64 mod 128).
@@ -47,11 +53,17 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#include <cooperative_groups.h>
+#define GLM_GEMV_CLUSTERS 1
+#endif
+
 namespace glm::kernels::detail {
 
 inline constexpr int kGemvWarps = 8;
 inline constexpr int kGemvThreads = 32 * kGemvWarps;
 inline constexpr int kGemvRows = 16 * kGemvWarps;  // rows per CTA: one fp8 scale block row
+inline constexpr int kGemvMaxCluster = 16;  // the most splits reduced through a cluster
 // Steps in flight per warp: 4 (8 KiB) with one 8-token tile; 3 with two (registers: no spills).
 template <int kNT>
 inline constexpr int kGemvDepth = kNT == 1 ? 4 : 3;
@@ -72,6 +84,8 @@ struct GemvParams {
   int groups_per_split;  // 128-column groups per K range
   int x_stride;          // bytes per token row of the staged x
   int accumulate;
+  int cluster;           // > 1: cluster split-K reduction (grid.y == cluster), else 1
+  int red_offset;        // cluster: byte offset of the [m][128] fp32 partials in shared memory
 };
 
 // The activation quantization rule of quant_fp8_group.cuh (QuantScale / QuantE4m3), repeated
@@ -319,6 +333,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
 
   // acc[nt][e]: row r0 + g + 8 * (e / 2), token nt * 8 + 2t + e % 2.
   const bool split = gridDim.y > 1;
+  const bool use_cluster = p.cluster > 1;
+  float* red = reinterpret_cast<float*>(smem + p.red_offset);  // cluster: [m][kGemvRows]
   if (warp_active) {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -327,7 +343,9 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
         const int64_t row = r0 + g + 8 * (e / 2);
         const int tok = nt * 8 + 2 * t + (e % 2);
         if (row >= p.n || tok >= p.m) continue;
-        if (split) {
+        if (use_cluster) {
+          red[tok * kGemvRows + (row - n0)] = acc[nt][e];
+        } else if (split) {
           p.partial[(static_cast<int64_t>(blockIdx.y) * p.m + tok) * p.n + row] = acc[nt][e];
         } else {
           float* yp = p.y + tok * p.ldy + row;
@@ -336,6 +354,34 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
       }
     }
   }
+#if defined(GLM_GEMV_CLUSTERS) && defined(__CUDA_ARCH__)
+  if (use_cluster) {
+    // Every thread of every CTA of the cluster reaches both barriers (no early return above).
+    cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+    cl.sync();
+    const int cs = p.cluster;  // == gridDim.y; cluster rank == blockIdx.y == split index
+    const int rank = static_cast<int>(cl.block_rank());
+    const int rows = static_cast<int>(min(static_cast<int64_t>(kGemvRows), p.n - n0));
+    for (int i = rank * kGemvThreads + tid; i < p.m * kGemvRows; i += cs * kGemvThreads) {
+      const int tok = i / kGemvRows, r = i - tok * kGemvRows;
+      if (r >= rows) continue;
+      float v[kGemvMaxCluster];
+#pragma unroll
+      for (int z = 0; z < kGemvMaxCluster; ++z) {
+        if (z < cs) v[z] = *cl.map_shared_rank(red + i, static_cast<unsigned>(z));
+      }
+      float sum = 0.0f;
+#pragma unroll
+      for (int z = 0; z < kGemvMaxCluster; ++z) {
+        if (z < cs) sum += v[z];
+      }
+      float* yp = p.y + tok * p.ldy + n0 + r;
+      *yp = p.accumulate ? *yp + sum : sum;
+    }
+    cl.sync();
+    return;
+  }
+#endif
   if (!split) return;
   __threadfence();
   __syncthreads();

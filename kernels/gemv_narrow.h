@@ -31,6 +31,28 @@ namespace glm::kernels {
 
 enum class GemvWeight { kBF16, kF8E4M3Block128 };
 
+// How the partial sums of a K split reach y.
+// - kGlobal: every CTA writes fp32 partials to the workspace and takes a ticket from its row
+//   block's counter; the last CTA sums them in split order (works on every device).
+// - kCluster: the splits of one row block form a thread-block cluster (compute capability 9.0+);
+//   each CTA leaves its partials in its shared memory and, after one cluster barrier, the CTAs
+//   sum a slice of the row block each over the cluster's CTAs in split order (distributed shared
+//   memory): no workspace, no counters, no global round trip. Same sums in the same order as
+//   kGlobal, so the two give the same bits.
+// - kAuto: kCluster where it measured faster (clusters of >= 4 CTAs, or >= 2 at m >= 8) and
+//   every row block's cluster is resident at once; else kGlobal (PlanGemvNarrow has the rule).
+// kCluster asked for on a device without clusters, or where the K range per CTA would not fit
+// shared memory with the splits capped to the cluster size, plans kGlobal.
+enum class GemvSplitReduce { kAuto, kGlobal, kCluster };
+
+struct GemvNarrowOptions {
+  GemvSplitReduce reduce = GemvSplitReduce::kAuto;
+  int max_cluster = 1;  // the largest cluster the device can launch of this kernel (1: none)
+  // > 0: split K to fill this many CTAs per SM (at most the kernel's occupancy) instead of all
+  // resident slots, leaving room for the next kernel's programmatic launch to prefetch.
+  int ctas_per_sm = 0;
+};
+
 inline constexpr int64_t kGemvNarrowMaxM = 16;
 
 struct GemvNarrowShape {
@@ -52,6 +74,10 @@ struct GemvNarrowTiling {
   size_t smem_bytes = 0;     // dynamic shared memory per CTA
   size_t partial_bytes = 0;  // workspace: splits · m · n fp32 when splits > 1, else 0
   int64_t counters = 0;      // int32 arrival counters (row_blocks when splits > 1, else 0)
+  // > 1: the splits of a row block are one cluster of this many CTAs (== splits), reduced
+  // through distributed shared memory (partial_bytes and counters are 0). 1: kGlobal.
+  int cluster = 1;
+  size_t reduce_offset = 0;  // cluster: byte offset of the [m][128] fp32 partials in smem
 
   std::string DebugString() const;
 };
@@ -60,8 +86,11 @@ struct GemvNarrowTiling {
 // kernel's resident CTAs per SM by registers (0: 2). The K range per CTA is capped so that its
 // staged x fits half an SM's shared memory (at least 48 KiB, at most the per-block opt-in), and
 // K is split until the grid fills one wave of resident CTAs. InvalidArgument for a bad shape.
+// options.reduce / max_cluster pick the split-K reduction (GemvSplitReduce); the residency
+// check of kAuto needs the device and is made by GemvNarrowPlan::Create.
 absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& shape,
-                                                const DeviceLimits& limits);
+                                                const DeviceLimits& limits,
+                                                const GemvNarrowOptions& options = {});
 
 struct GemvNarrowArgs {
   const float* x = nullptr;  // [m, k] fp32, row stride ldx (>= k); 4-byte aligned
@@ -84,7 +113,11 @@ class GemvNarrowPlan {
  public:
   // Plans for the current device (QueryDeviceLimits: env caps apply). InvalidArgument for a bad
   // shape; FailedPrecondition on a device older than compute capability 8.9 (fp8) / 8.0.
-  static absl::StatusOr<GemvNarrowPlan> Create(const GemvNarrowShape& shape);
+  // `reduce` picks the split-K reduction (kGlobal: the previous kernel's, for A/B runs).
+  // ctas_per_sm: GemvNarrowOptions::ctas_per_sm (0: the kernel's occupancy).
+  static absl::StatusOr<GemvNarrowPlan> Create(const GemvNarrowShape& shape,
+                                               GemvSplitReduce reduce = GemvSplitReduce::kAuto,
+                                               int ctas_per_sm = 0);
 
   // Enqueues one kernel on `stream`. workspace: >= workspace_bytes() of device memory, 16-byte
   // aligned (may be null when workspace_bytes() == 0). counters: >= num_counters() int32 of

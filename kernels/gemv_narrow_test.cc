@@ -155,6 +155,15 @@ void Reference(const Weight& w, const EffectiveX& e, int64_t m, int64_t r, int64
   *l1 = a;
 }
 
+// Whether the current device can launch thread-block clusters (the kCluster reduction).
+bool DeviceHasClusters() {
+  int dev = 0, major = 0, cl = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, dev);
+  return major >= 9 && cl != 0;
+}
+
 class GemvNarrowTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -206,8 +215,6 @@ class GemvNarrowTest : public ::testing::Test {
                                           " n=", n, " k=", k, " acc=", acc);
     SCOPED_TRACE(what);
     const Weight w = MakeWeight(type, n, k, seed);
-    auto plan = GemvNarrowPlan::Create({m, n, k, type});
-    ASSERT_TRUE(plan.ok()) << plan.status();
     const int64_t ldx = k + 3, ldy = n + 5;
     Rng rng(seed + 1);
     std::vector<float> x(m * ldx);
@@ -223,17 +230,6 @@ class GemvNarrowTest : public ::testing::Test {
     for (float& v : y0) v = rng.Uniform();
     GuardedBuffer dx(x.size() * 4), dy(y0.size() * 4);
     ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
-    ASSERT_EQ(dy.Upload(y0.data(), y0.size() * 4), cudaSuccess);
-    ASSERT_TRUE(Launch(*plan, w, dx.as<float>(), ldx, dy.as<float>(), ldy, acc).ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<float> y(y0.size());
-    ASSERT_EQ(dy.Download(y.data(), y.size() * 4), cudaSuccess);
-    EXPECT_TRUE(dy.GuardsIntact());
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t c = n; c < ldy; ++c) {
-        ASSERT_EQ(y[r * ldy + c], y0[r * ldy + c]) << "gap column written at " << r << "," << c;
-      }
-    }
     const EffectiveX e = MakeEffectiveX(type, x, m, k, ldx);
     // Rows checked: all when small, else a stride plus both ends (each 128-row block's edges).
     std::vector<int64_t> rows;
@@ -241,23 +237,71 @@ class GemvNarrowTest : public ::testing::Test {
     const int64_t stride = work <= (int64_t{1} << 25) ? 1 : std::max<int64_t>(1, work >> 25);
     for (int64_t i = 0; i < n; i += stride) rows.push_back(i);
     for (int64_t i = std::max<int64_t>(0, n - 130); i < n; ++i) rows.push_back(i);
-    double worst = 0;
+    std::vector<double> refs(m * rows.size()), l1s(m * rows.size());
     for (int64_t r = 0; r < m; ++r) {
-      for (int64_t nn : rows) {
-        double ref = 0, l1 = 0;
-        Reference(w, e, m, r, nn, &ref, &l1);
-        const double base = acc ? y0[r * ldy + nn] : 0.0;
-        const double got = y[r * ldy + nn];
-        ASSERT_TRUE(std::isfinite(got)) << "token " << r << " row " << nn;
-        const double err = std::fabs(got - (base + ref));
-        const double tol = 4e-5 * l1 + 1e-6 * (std::fabs(ref) + std::fabs(base)) + 1e-30;
-        ASSERT_LE(err, tol) << "token " << r << " row " << nn << " got " << got << " ref "
-                            << base + ref << " L1 " << l1;
-        if (l1 > 0) worst = std::max(worst, err / l1);
+      for (size_t j = 0; j < rows.size(); ++j) {
+        Reference(w, e, m, r, rows[j], &refs[r * rows.size() + j], &l1s[r * rows.size() + j]);
       }
     }
-    std::printf("[%s] %s: max err/L1 %.3g over %zu rows\n", what.c_str(),
-                plan->DebugString().c_str(), worst, rows.size());
+    // Every split-K reduction: the global one (the previous kernel), the cluster one (forced:
+    // capped to the cluster size) and the default; the same split partition gives the same bits.
+    // Also the cluster reduction of a grid sized to one CTA per SM.
+    std::vector<float> y_global;
+    GemvNarrowTiling t_global;
+    for (int variant = 0; variant < 4; ++variant) {
+      const GemvSplitReduce reduce =
+          variant == 0 ? GemvSplitReduce::kGlobal
+                       : variant == 2 ? GemvSplitReduce::kAuto : GemvSplitReduce::kCluster;
+      auto plan = GemvNarrowPlan::Create({m, n, k, type}, reduce, variant == 3 ? 1 : 0);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const GemvNarrowTiling& t = plan->tiling();
+      SCOPED_TRACE(plan->DebugString());
+      if (reduce == GemvSplitReduce::kGlobal) {
+        EXPECT_EQ(t.cluster, 1);
+        t_global = t;
+      } else if (variant == 1 && t_global.splits > 1 && DeviceHasClusters()) {
+        EXPECT_GT(t.cluster, 1) << "kCluster planned no cluster on a cluster-capable device";
+      }
+      if (t.cluster > 1) {
+        EXPECT_EQ(t.cluster, t.splits);
+        EXPECT_EQ(t.partial_bytes, 0u);
+        EXPECT_EQ(t.counters, 0);
+      }
+      ASSERT_EQ(dy.Upload(y0.data(), y0.size() * 4), cudaSuccess);
+      ASSERT_TRUE(Launch(*plan, w, dx.as<float>(), ldx, dy.as<float>(), ldy, acc).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> y(y0.size());
+      ASSERT_EQ(dy.Download(y.data(), y.size() * 4), cudaSuccess);
+      EXPECT_TRUE(dy.GuardsIntact());
+      if (reduce == GemvSplitReduce::kGlobal) {
+        y_global = y;
+      } else if (t.splits == t_global.splits && t.groups_per_split == t_global.groups_per_split) {
+        ASSERT_EQ(std::memcmp(y.data(), y_global.data(), y.size() * 4), 0)
+            << "same splits as the global reduction, different bits";
+      }
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = n; c < ldy; ++c) {
+          ASSERT_EQ(y[r * ldy + c], y0[r * ldy + c]) << "gap column written at " << r << "," << c;
+        }
+      }
+      double worst = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        for (size_t j = 0; j < rows.size(); ++j) {
+          const int64_t nn = rows[j];
+          const double ref = refs[r * rows.size() + j], l1 = l1s[r * rows.size() + j];
+          const double base = acc ? y0[r * ldy + nn] : 0.0;
+          const double got = y[r * ldy + nn];
+          ASSERT_TRUE(std::isfinite(got)) << "token " << r << " row " << nn;
+          const double err = std::fabs(got - (base + ref));
+          const double tol = 4e-5 * l1 + 1e-6 * (std::fabs(ref) + std::fabs(base)) + 1e-30;
+          ASSERT_LE(err, tol) << "token " << r << " row " << nn << " got " << got << " ref "
+                              << base + ref << " L1 " << l1;
+          if (l1 > 0) worst = std::max(worst, err / l1);
+        }
+      }
+      std::printf("[%s] %s: max err/L1 %.3g over %zu rows\n", what.c_str(),
+                  plan->DebugString().c_str(), worst, rows.size());
+    }
   }
 
   static constexpr int64_t kCounters = 4096;
@@ -360,12 +404,19 @@ TEST_F(GemvNarrowTest, NonFiniteInputPoisonsOnlyItsToken) {
 }
 
 // Split-K shapes: repeated eager launches and a graph replay agree bit for bit.
+// Every reduction (global, cluster, default) at M = 1 and 8.
 TEST_F(GemvNarrowTest, DeterministicAndGraphReplayEqualsEager) {
-  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
-    const int64_t m = 8, n = 2048, k = 6144;
+  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16})
+  for (int variant = 0; variant < 4; ++variant)
+  for (int64_t m : {1, 8}) {
+    const GemvSplitReduce reduce =
+        variant == 0 ? GemvSplitReduce::kGlobal
+                     : variant == 2 ? GemvSplitReduce::kAuto : GemvSplitReduce::kCluster;
+    const int64_t n = 2048, k = 6144;
     const Weight w = MakeWeight(type, n, k, 21);
-    auto plan = GemvNarrowPlan::Create({m, n, k, type});
+    auto plan = GemvNarrowPlan::Create({m, n, k, type}, reduce, variant == 3 ? 1 : 0);
     ASSERT_TRUE(plan.ok()) << plan.status();
+    SCOPED_TRACE(plan->DebugString());
     EXPECT_GT(plan->tiling().splits, 1) << plan->DebugString();
     Rng rng(3);
     std::vector<float> x(m * k);
@@ -407,12 +458,16 @@ TEST_F(GemvNarrowTest, DeterministicAndGraphReplayEqualsEager) {
 // previous one's output, or accumulates into it) give the same bits as plain stream order,
 // eager and replayed from a graph.
 TEST_F(GemvNarrowTest, OverlappedLaunchesKeepStreamOrder) {
-  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
-    SCOPED_TRACE(type == GemvWeight::kBF16 ? "bf16" : "fp8");
+  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16})
+  for (int variant = 0; variant < 4; ++variant) {
+    const GemvSplitReduce reduce =
+        variant == 0 ? GemvSplitReduce::kGlobal
+                     : variant == 2 ? GemvSplitReduce::kAuto : GemvSplitReduce::kCluster;
+    SCOPED_TRACE(absl::StrCat(type == GemvWeight::kBF16 ? "bf16" : "fp8", " variant ", variant));
     const int64_t m = 4, n1 = 2048, k = 6144, n2 = 576;
     const Weight w1 = MakeWeight(type, n1, k, 31), w2 = MakeWeight(type, n2, n1, 32);
-    auto p1 = GemvNarrowPlan::Create({m, n1, k, type});
-    auto p2 = GemvNarrowPlan::Create({m, n2, n1, type});
+    auto p1 = GemvNarrowPlan::Create({m, n1, k, type}, reduce, variant == 3 ? 1 : 0);
+    auto p2 = GemvNarrowPlan::Create({m, n2, n1, type}, reduce, variant == 3 ? 1 : 0);
     ASSERT_TRUE(p1.ok() && p2.ok());
     Rng rng(9);
     std::vector<float> x(m * k);
@@ -515,6 +570,106 @@ TEST(GemvNarrowPlanTest, FitsSharedMemoryAndCoversK) {
     }
   }
   EXPECT_FALSE(PlanGemvNarrow({17, 64, 128, GemvWeight::kBF16}, H200Limits()).ok());
+}
+
+// Planning only (no GPU): the cluster reduction. kAuto keeps the global plan's split count and
+// only changes the reduction (when it fits a cluster); kCluster caps the splits to the cluster;
+// kGlobal or max_cluster 1 is the plan without options; the smem budget holds throughout.
+TEST(GemvNarrowPlanTest, ClusterReduction) {
+  for (const DeviceLimits& lim : {Gb10Limits(), H200Limits()}) {
+    const int64_t budget = std::min<int64_t>(
+        lim.smem_optin_per_block,
+        std::max<int64_t>(lim.smem_per_sm / 2 - lim.reserved_smem_per_block, 48 * 1024));
+    for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
+      for (int64_t m : {1, 2, 8, 16}) {
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 6144}, {16384, 2048}, {576, 6144},
+                            {6144, 16384}, {154880, 6144}, {6144, 2048}, {1, 16}}) {
+          SCOPED_TRACE(absl::StrCat(n, "x", k, " m=", m));
+          auto base = PlanGemvNarrow({m, n, k, type}, lim);
+          ASSERT_TRUE(base.ok());
+          for (int max_cluster : {1, 8, 16}) {
+            auto g = PlanGemvNarrow({m, n, k, type}, lim, {GemvSplitReduce::kGlobal, max_cluster});
+            ASSERT_TRUE(g.ok());
+            EXPECT_EQ(g->DebugString(), base->DebugString());
+            EXPECT_EQ(g->cluster, 1);
+            auto a = PlanGemvNarrow({m, n, k, type}, lim, {GemvSplitReduce::kAuto, max_cluster});
+            auto c =
+                PlanGemvNarrow({m, n, k, type}, lim, {GemvSplitReduce::kCluster, max_cluster});
+            ASSERT_TRUE(a.ok() && c.ok());
+            for (const GemvNarrowTiling* t : {&*a, &*c}) {
+              EXPECT_LE(static_cast<int64_t>(t->smem_bytes), budget);
+              const int64_t groups = CeilDiv(k, 128);
+              EXPECT_GE(int64_t{t->splits} * t->groups_per_split, groups);
+              EXPECT_LT(int64_t{t->splits - 1} * t->groups_per_split, groups);
+              if (t->cluster > 1) {
+                EXPECT_EQ(t->cluster, t->splits);
+                EXPECT_LE(t->cluster, max_cluster);
+                EXPECT_EQ(t->partial_bytes, 0u);
+                EXPECT_EQ(t->counters, 0);
+                EXPECT_GE(t->reduce_offset,
+                          static_cast<size_t>(m) * t->x_stride_bytes);
+                EXPECT_EQ(t->smem_bytes, t->reduce_offset + static_cast<size_t>(m) * 128 * 4);
+              } else {
+                EXPECT_EQ(t->DebugString(), base->DebugString());
+              }
+            }
+            const bool fits_smem = base->smem_bytes + static_cast<size_t>(m) * 128 * 4 <=
+                                   static_cast<size_t>(budget);
+            if (a->cluster > 1) {
+              EXPECT_TRUE(a->cluster >= 4 || m >= 8) << a->DebugString();
+              if (base->splits > 2 * max_cluster) {
+                EXPECT_LE(a->splits, max_cluster);
+                EXPECT_LT(a->splits, base->splits);
+              } else if (fits_smem) {
+                EXPECT_EQ(a->splits, base->splits);
+                EXPECT_EQ(a->groups_per_split, base->groups_per_split);
+              } else {
+                EXPECT_GE(a->splits, base->splits);
+              }
+            } else if (max_cluster > 1 && base->splits > 1 && base->splits <= max_cluster &&
+                       fits_smem && (base->splits >= 4 || m >= 8)) {
+              ADD_FAILURE() << "kAuto kept the global reduction where the splits fit a cluster "
+                            << base->DebugString();
+            }
+            if (max_cluster == 1 || base->splits == 1) {
+              EXPECT_EQ(c->cluster, 1);
+            }
+            // One CTA per SM: never more splits than filling every resident slot.
+            GemvNarrowOptions one{GemvSplitReduce::kCluster, max_cluster};
+            one.ctas_per_sm = 1;
+            auto o = PlanGemvNarrow({m, n, k, type}, lim, one);
+            ASSERT_TRUE(o.ok());
+            EXPECT_LE(o->splits, std::max(c->splits, base->splits));
+            EXPECT_LE(static_cast<int64_t>(o->smem_bytes), budget);
+            EXPECT_GE(int64_t{o->splits} * o->groups_per_split, CeilDiv(k, 128));
+          }
+        }
+      }
+    }
+  }
+  // GLM-5 q_a at M = 1 on H200 with clusters of 16: the cluster reduction of the same grid.
+  auto t = PlanGemvNarrow({1, 2048, 6144, GemvWeight::kF8E4M3Block128}, H200Limits(),
+                          {GemvSplitReduce::kAuto, 16});
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->cluster, t->splits);
+  EXPECT_GT(t->cluster, 1);
+  // kv_a 576x6144: the global plan's 48 splits are capped to a cluster of 16.
+  for (int64_t m : {1, 16}) {
+    auto kv = PlanGemvNarrow({m, 576, 6144, GemvWeight::kF8E4M3Block128}, H200Limits(),
+                             {GemvSplitReduce::kAuto, 16});
+    ASSERT_TRUE(kv.ok());
+    EXPECT_EQ(kv->cluster, 16) << kv->DebugString();
+    EXPECT_EQ(kv->splits, 16);
+  }
+  // q_b 16384x2048 (2 splits): global at m = 1, a cluster of 2 at m = 8.
+  auto qb1 = PlanGemvNarrow({1, 16384, 2048, GemvWeight::kF8E4M3Block128}, H200Limits(),
+                            {GemvSplitReduce::kAuto, 16});
+  auto qb8 = PlanGemvNarrow({8, 16384, 2048, GemvWeight::kF8E4M3Block128}, H200Limits(),
+                            {GemvSplitReduce::kAuto, 16});
+  ASSERT_TRUE(qb1.ok() && qb8.ok());
+  EXPECT_EQ(qb1->splits, 2);
+  EXPECT_EQ(qb1->cluster, 1);
+  EXPECT_EQ(qb8->cluster, 2);
 }
 
 }  // namespace
