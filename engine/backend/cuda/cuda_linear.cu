@@ -46,6 +46,9 @@ int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 //     sh_down 14.9 vs 10.8.
 //   bf16 (vs cuBLASLt) m=1: q_a 9.5 vs 10.8, q_b 19.1 vs 18.3, o_proj 59.0 vs 51.1;  m=8: kv_a
 //     9.5 vs 6.8, q_b 22.4 vs 18.5.
+// With the cluster split-K reduction (gemv_narrow kAuto: kv_a's 48 splits become one cluster of
+// 16): kv_a 576x6144 fp8 m=1 4.0 (was 5.1), m=16 8.8 vs 16.0; bf16 m=8 6.0 vs cuBLASLt 7.5,
+// m=16 7.1 vs 7.7, so small bf16 weights take the GEMV up to 16 tokens.
 bool GemvPreferred(int64_t m, int64_t n, int64_t k, bool fp8) {
   const int64_t elems = n * k;
   constexpr int64_t kM = int64_t{1} << 20;
@@ -55,7 +58,7 @@ bool GemvPreferred(int64_t m, int64_t n, int64_t k, bool fp8) {
     if (m <= 8) return elems <= 16 * kM;
     return m <= kernels::kGemvNarrowMaxM && elems <= 4 * kM;
   }
-  return m <= 2 && elems <= 40 * kM;
+  return (m <= 2 && elems <= 40 * kM) || (m <= kernels::kGemvNarrowMaxM && elems <= 4 * kM);
 }
 
 }  // namespace
