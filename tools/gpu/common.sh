@@ -27,3 +27,71 @@ PY
   LD_LIBRARY_PATH=$(dirname "$f")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export LD_LIBRARY_PATH
 }
+
+# gpu_env STAGE: the environment every run_*.sh sets up (call from the repo root, after sourcing
+# this file): the staged libraries (STAGE/lib) first on LD_LIBRARY_PATH, the machine's cuBLASLt
+# (find_cublaslt; a warning when missing), GLM_GOLDEN_DIR = tests/golden.
+gpu_env() {
+  local stage=$1
+  export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
+  export LD_LIBRARY_PATH
+  export GLM_GOLDEN_DIR=$PWD/tests/golden
+}
+
+# gpu_step NAME TIMEOUT_S CMD...: runs CMD under `timeout`, keeps its output in a log, prints the
+# lines worth reading and appends "NAME rc=RC SECONDSs" to the caller's `summary` array. The
+# caller sets $out (the output folder) and these shell variables (read at each call):
+#   GPU_STEP_LOG     set: one log for all steps; the "== NAME: CMD" header also goes to stdout,
+#                    CMD's output goes to $out/step.log (shown from there) and is appended to it.
+#                    unset: one log per step, $out/NAME.log (' ', '/', '=' in NAME become '_'),
+#                    the header only in the log.
+#   GPU_STEP_APPEND  (per-step logs) 1: append to an existing log; else start it afresh.
+#   GPU_STEP_FILE    (per-step logs) this log file instead of $out/NAME.log (appended to).
+#   GPU_STEP_GREP    extended regex of the lines to print (empty: none);
+#   GPU_STEP_HEAD    at most this many of them (default 120); GPU_STEP_INDENT prefixes each.
+#   GPU_STEP_WIDTH   width of the name column in the summary line (default 40).
+#   GPU_STEP_BUDGET  set: a wall-clock budget (s, against $SECONDS): a step that would start with
+#                    < 5 s left is skipped ("skipped (budget)"), limits are clipped to what is left.
+#   GPU_STEP_AFTER   set: a function called as AFTER NAME RC SECONDS LOGFILE after the step.
+gpu_step() {
+  local name=$1 limit=$2
+  shift 2
+  local width=${GPU_STEP_WIDTH:-40}
+  if [[ -n ${GPU_STEP_BUDGET:-} ]]; then
+    local left=$((GPU_STEP_BUDGET - SECONDS))
+    if ((left < 5)); then
+      summary+=("$(printf "%-${width}s skipped (budget)" "$name")")
+      return
+    fi
+    ((limit > left)) && limit=$left
+  fi
+  local t0=$SECONDS log rc
+  if [[ -n ${GPU_STEP_LOG:-} ]]; then
+    echo "== $name: $*" | tee -a "$GPU_STEP_LOG"
+    timeout "$limit" "$@" >"$out/step.log" 2>&1
+    rc=$?
+    cat "$out/step.log" >>"$GPU_STEP_LOG"
+    log=$out/step.log
+  else
+    if [[ -n ${GPU_STEP_FILE:-} ]]; then
+      log=$GPU_STEP_FILE
+      echo "== $name: $*" >>"$log"
+    else
+      log=$out/$(echo "$name" | tr ' /=' '___').log
+      if [[ ${GPU_STEP_APPEND:-0} == 1 ]]; then
+        echo "== $name: $*" >>"$log"
+      else
+        echo "== $name: $*" >"$log"
+      fi
+    fi
+    timeout "$limit" "$@" >>"$log" 2>&1
+    rc=$?
+  fi
+  if [[ -n ${GPU_STEP_GREP:-} ]]; then
+    grep -E "$GPU_STEP_GREP" "$log" | head -n "${GPU_STEP_HEAD:-120}" |
+      sed "s/^/${GPU_STEP_INDENT:-}/"
+  fi
+  [[ -n ${GPU_STEP_AFTER:-} ]] && "$GPU_STEP_AFTER" "$name" "$rc" "$((SECONDS - t0))" "$log"
+  summary+=("$(printf "%-${width}s rc=%-3s %4ss" "$name" "$rc" "$((SECONDS - t0))")")
+}

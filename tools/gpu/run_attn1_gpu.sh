@@ -30,32 +30,19 @@ out=${OUT:-/tmp/glm-attn1-out}
 steps=${STEPS:-tests memcheck bench ncu profile}
 budget=${BUDGET_S:-140}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export GLM_GOLDEN_DIR=$PWD/tests/golden
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
-export LD_LIBRARY_PATH
+gpu_env "$stage"
 summary=()
-step() {  # step NAME TIMEOUT_S CMD...
-  local name=$1 limit=$2
-  shift 2
-  local left=$((budget - SECONDS))
-  if ((left < 5)); then
-    summary+=("$(printf '%-40s skipped (budget)' "$name")")
-    return
-  fi
-  ((limit > left)) && limit=$left
-  local t0=$SECONDS
-  echo "== $name: $*" | tee -a "$out/attn1.log"
-  timeout "$limit" "$@" >"$out/step.log" 2>&1
-  local rc=$?
-  cat "$out/step.log" >>"$out/attn1.log"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|ERROR SUMMARY|Failure|Expected|Which is|error|^(indexer|index-old|index-new|attention|attn-old|attn-new) |D2D" \
-    "$out/step.log" | head -n 80
-  grep -E "^\[(attention|indexer) " "$out/step.log" | grep -E "Large|1x|2x|8x|below|long|ties" |
+GPU_STEP_LOG=$out/attn1.log
+GPU_STEP_BUDGET=$budget
+GPU_STEP_GREP="^\[  (PASSED|FAILED) |^\[  FAILED|ERROR SUMMARY|Failure|Expected|Which is|error|^(indexer|index-old|index-new|attention|attn-old|attn-new) |D2D"
+GPU_STEP_HEAD=80
+attn1_after() {  # the per-shape rows of the path-choice tests
+  grep -E "^\[(attention|indexer) " "$4" | grep -E "Large|1x|2x|8x|below|long|ties" |
     head -n 40
-  summary+=("$(printf '%-40s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
 }
+GPU_STEP_AFTER=attn1_after
+step() { gpu_step "$@"; }  # step NAME TIMEOUT_S CMD... (tools/gpu/common.sh)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 for s in $steps; do
   case $s in

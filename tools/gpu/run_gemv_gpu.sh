@@ -24,21 +24,16 @@ steps=${STEPS:-tests bench profile_on profile_off memcheck}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-gemv-out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
-export LD_LIBRARY_PATH
-export GLM_GOLDEN_DIR=$PWD/tests/golden
+gpu_env "$stage"
 summary=()
-step() {  # step NAME LOG TIMEOUT_S CMD...
-  local name=$1 log=$out/$2 limit=$3
-  shift 3
-  local t0=$SECONDS
-  echo "== $name: $*" >>"$log"
-  timeout "$limit" "$@" >>"$log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-36s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-  echo "== $name rc=$rc $((SECONDS - t0))s"
+GPU_STEP_WIDTH=36
+gemv_after() { echo "== $1 rc=$2 $3s"; }
+GPU_STEP_AFTER=gemv_after
+step() {  # step NAME LOG TIMEOUT_S CMD... (tools/gpu/common.sh gpu_step, appending to $out/LOG)
+  local name=$1 log=$out/$2
+  shift 2
+  GPU_STEP_FILE=$log gpu_step "$name" "$@"
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 for s in $steps; do

@@ -25,23 +25,13 @@ stage=${1:-.gpurun-h7}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-graphs-gpu-out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
-export GLM_GOLDEN_DIR=$PWD/tests/golden
+gpu_env "$stage"
 summary=()
-step() {  # step NAME TIMEOUT_S CMD...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS log
-  log=$out/$(echo "$name" | tr ' /=' '___').log
-  echo "== $name: $*" >"$log"
-  timeout "$limit" "$@" >>"$log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-40s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-  grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|ERROR SUMMARY|decode step|memory plan|random batch|glm-run:" "$log" |
-    head -n 30 | sed 's/^/   /'
-}
+GPU_STEP_GREP="^\[  (PASSED|FAILED) |FAILED  \]|ERROR SUMMARY|decode step|memory plan|random batch|glm-run:"
+GPU_STEP_HEAD=30
+GPU_STEP_INDENT='   '
+step() { gpu_step "$@"; }  # step NAME TIMEOUT_S CMD... (tools/gpu/common.sh; log $out/NAME.log)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 step cuda_graph_test 120 "$bin/cuda_graph_test"
 step cuda_model_test 90 "$bin/cuda_model_test"

@@ -30,24 +30,13 @@ bin=$stage/bin
 out=${OUT:-/tmp/glm-kv-out}
 steps=${STEPS:-tests memcheck bench decode ncu}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export GLM_GOLDEN_DIR=$PWD/tests/golden
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
-export LD_LIBRARY_PATH
+gpu_env "$stage"
 summary=()
-step() {  # step NAME TIMEOUT_S CMD...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "== $name: $*" | tee -a "$out/kv.log"
-  timeout "$limit" "$@" >"$out/step.log" 2>&1
-  local rc=$?
-  cat "$out/step.log" >>"$out/kv.log"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|rel diff|greedy|ERROR SUMMARY|Failure|Expected|Which is|actual|error|^(indexer|attention|write)|D2D|ms/layer|fp8/fp32|^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+" \
-    "$out/step.log" | head -n 150
-  summary+=("$(printf '%-40s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-}
+GPU_STEP_LOG=$out/kv.log
+GPU_STEP_GREP="^\[  (PASSED|FAILED) |^\[  FAILED|rel diff|greedy|ERROR SUMMARY|Failure|Expected|Which is|actual|error|^(indexer|attention|write)|D2D|ms/layer|fp8/fp32|^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+"
+GPU_STEP_HEAD=150
+step() { gpu_step "$@"; }  # step NAME TIMEOUT_S CMD... (tools/gpu/common.sh)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for s in $steps; do
   case $s in

@@ -15,8 +15,8 @@
 # MEMCHECK_FILTER (default '*Graph*') picks the cuda_moe_test cases under memcheck):
 #   moe_route_test; cuda_moe_test (every MoeExperts path x fp32/bf16/fp8 vs the CPU backend,
 #   graph replay = eager); the MoE cases of cuda_ops_test and cuda_narrow_test; cuda_ops_bench
-#   --only moe (MoeRoute per launch in a graph; GLM-5 widths, fp8 / bf16, batch 1 / 8 / 64, each
-#   path and decode setting, fraction of a D2D copy); MoeRoute alone under ncu;
+#   --only moe (MoeRoute per launch in a graph; GLM-5 widths, fp8 / bf16, batch 1 / 8 / 16 /
+#   32 / 64, each path, fraction of a D2D copy); MoeRoute alone under ncu;
 #   tools/gpu/profile_decode.sh at batch 1 and 8 (ncu per-kernel times of one decode step);
 #   compute-sanitizer memcheck of moe_route_test and cuda_moe_test.
 # Logs in $OUT (or /tmp/glm-moe-out).
@@ -26,23 +26,13 @@ stage=${1:-.gpurun-moe}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-moe-out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
-export LD_LIBRARY_PATH
+gpu_env "$stage"
 summary=()
-step() {  # step NAME TIMEOUT_S CMD...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "== $name: $*" | tee -a "$out/moe.log"
-  timeout "$limit" "$@" >"$out/step.log" 2>&1
-  local rc=$?
-  cat "$out/step.log" >>"$out/moe.log"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|max \|gpu|^moe[ _]|^d2d|ERROR SUMMARY|Failure|error" \
-    "$out/step.log" | head -n 120
-  summary+=("$(printf '%-40s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-}
+GPU_STEP_LOG=$out/moe.log
+GPU_STEP_GREP="^\[  (PASSED|FAILED) |^\[  FAILED|max \|gpu|^moe[ _]|^d2d|ERROR SUMMARY|Failure|error"
+GPU_STEP_HEAD=120
+step() { gpu_step "$@"; }  # step NAME TIMEOUT_S CMD... (tools/gpu/common.sh)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 [[ -z ${SKIP_ROUTE:-} ]] && step moe_route_test 20 "$bin/moe_route_test"
 step cuda_moe_test 45 "$bin/cuda_moe_test"
@@ -50,8 +40,7 @@ step "cuda_ops_test Moe" 40 "$bin/cuda_ops_test" --gtest_filter='*Moe*'
 [[ -z ${SKIP_NARROW:-} ]] && step "cuda_narrow_test Moe" 40 "$bin/cuda_narrow_test" --gtest_filter='*Moe*'
 step "cuda_ops_bench moe" 45 "$bin/cuda_ops_bench" --only moe --iters 20
 if [[ -z ${SKIP_PROFILE:-} ]] && command -v ncu >/dev/null; then
-  # MoeRoute alone under ncu (caches flushed as in profile_decode.sh), both top-k loops, 1 / 8 /
-  # 64 rows: the eager launch of each case (kernel) and its graphs of 50 launches (one result).
+  # MoeRoute alone under ncu (caches flushed as in profile_decode.sh), 1 / 8 / 64 rows: the eager launch of each case (kernel) and its graphs of 50 launches (one result).
   timeout 40 ncu --metrics gpu__time_duration.sum --csv --graph-profiling graph \
     "$bin/cuda_ops_bench" --only route --iters 1 >"$out/ncu_route.csv" 2>&1
   python3 - "$out/ncu_route.csv" <<'PY'

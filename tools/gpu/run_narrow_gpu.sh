@@ -21,23 +21,15 @@ stage=${1:-.gpurun-narrow}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-narrow-out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
+gpu_env "$stage"
 golden=$PWD/tests/golden
 summary=()
-step() {  # step NAME TIMEOUT_S CMD...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "== $name: $*" | tee -a "$out/narrow.log"
-  timeout "$limit" "$@" >"$out/step.log" 2>&1
-  local rc=$?
-  cat "$out/step.log" >>"$out/narrow.log"
-  grep -E "^\[  (PASSED|FAILED) |rel diff|greedy|max \|gpu|ERROR SUMMARY|Failure|^[0-9,]+$" \
-    "$out/step.log" | head -n 120
-  summary+=("$(printf '%-44s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-}
+GPU_STEP_LOG=$out/narrow.log
+GPU_STEP_GREP="^\[  (PASSED|FAILED) |rel diff|greedy|max \|gpu|ERROR SUMMARY|Failure|^[0-9,]+\$"
+GPU_STEP_HEAD=120
+GPU_STEP_WIDTH=44
+step() { gpu_step "$@"; }  # step NAME TIMEOUT_S CMD... (tools/gpu/common.sh)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 step cuda_narrow_test 60 "$bin/cuda_narrow_test"
 step engine_golden_narrow_test 90 env GLM_GOLDEN_DIR="$golden" \

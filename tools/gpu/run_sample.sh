@@ -17,24 +17,15 @@ stage=${1:-.gpurun-h9}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-sample-out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# cuBLASLt (the cuda backend links it; not staged): run_engine_gpu.sh's finder.
-source tools/gpu/common.sh  # find_cublaslt
-find_cublaslt || echo "cublasLt not found: sample_backend_test / golden_sampling will fail to load"
-export LD_LIBRARY_PATH
+source tools/gpu/common.sh
+gpu_env "$stage"  # cuBLASLt (the cuda backend links it; not staged) and GLM_GOLDEN_DIR
 export PATH=$PATH:/usr/local/cuda/bin
-export GLM_GOLDEN_DIR=$PWD/tests/golden
 summary=()
-step() {  # step NAME TIMEOUT_S CMD...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  echo "== $name: $*" >>"$out/$name.log"
-  timeout "$limit" "$@" >>"$out/$name.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-  grep -E "FAILED|Failure|ERROR SUMMARY|us/step|tokens equal|PASSED|SKIPPED" "$out/$name.log" | head -n 30
-}
+GPU_STEP_APPEND=1
+GPU_STEP_GREP="FAILED|Failure|ERROR SUMMARY|us/step|tokens equal|PASSED|SKIPPED"
+GPU_STEP_HEAD=30
+GPU_STEP_WIDTH=22
+step() { gpu_step "$@"; }  # step NAME TIMEOUT_S CMD... (tools/gpu/common.sh; log $out/NAME.log)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [[ -x $bin/sample_test ]]; then
   step sample_test 60 "$bin/sample_test" --gtest_also_run_disabled_tests

@@ -24,23 +24,14 @@ bin=$stage/bin
 out=${OUT:-/tmp/glm-smallops-out}
 steps=${STEPS:-tests memcheck bench profile model}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
-export GLM_GOLDEN_DIR=$PWD/tests/golden
+gpu_env "$stage"
 summary=()
-step() {  # step NAME TIMEOUT_S CMD...
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS log
-  log=$out/$(echo "$name" | tr ' /=' '___').log
-  echo "== $name: $*" >"$log"
-  timeout "$limit" "$@" >>"$log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-32s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-  grep -hE "^\[  (PASSED|FAILED) |FAILED  \]|ERROR SUMMARY|Failure|max_diff" "$log" |
-    head -n 20 | sed 's/^/   /'
-}
+GPU_STEP_GREP="^\[  (PASSED|FAILED) |FAILED  \]|ERROR SUMMARY|Failure|max_diff"
+GPU_STEP_HEAD=20
+GPU_STEP_INDENT='   '
+GPU_STEP_WIDTH=32
+step() { gpu_step "$@"; }  # step NAME TIMEOUT_S CMD... (tools/gpu/common.sh; log $out/NAME.log)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader
 for s in $steps; do
   case $s in
