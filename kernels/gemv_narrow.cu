@@ -167,14 +167,20 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
   GLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(SmemBudget(limits))));
+  // Programmatic dependent launch and clusters need the kernel's sm_90+ code path (compiled
+  // under __CUDA_ARCH__ >= 900): a binary built for an older virtual architecture and run (JIT)
+  // on a Hopper/Blackwell GPU has neither the grid-dependency wait nor the cluster reduction.
+  cudaFuncAttributes fa{};
+  GLM_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&fa, kernel));
+  const bool sm90_code = major >= 9 && fa.ptxVersion >= 90;
   GemvNarrowPlan plan;
   plan.shape_ = shape;
-  plan.pdl_ = major >= 9;
+  plan.pdl_ = sm90_code;
   GemvNarrowOptions opt;
   opt.reduce = reduce;
   opt.ctas_per_sm = std::max(ctas_per_sm, 0);
   int cluster_launch = 0;
-  if (major >= 9 && reduce != GemvSplitReduce::kGlobal &&
+  if (sm90_code && reduce != GemvSplitReduce::kGlobal &&
       cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
       cluster_launch != 0) {
     // Non-portable cluster sizes (16 on H100/H200) where the device allows them.

@@ -36,8 +36,12 @@ absl::StatusOr<ClusterLimits> DeviceClusterLimits() {
   GLM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   GLM_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+  // Clusters need the kernel's sm_90+ code (ClusterSize() is 1 in code compiled for an older
+  // virtual architecture, which would then index rows by blockIdx / 1 out of bounds).
+  cudaFuncAttributes fa{};
+  GLM_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&fa, detail::SampleRowsKernel));
   int best = 1;
-  if (major >= 9) {
+  if (major >= 9 && fa.ptxVersion >= 90) {
     // Non-portable sizes (16 on H100/H200) when the device allows them; else the portable 8.
     const cudaError_t np = cudaFuncSetAttribute(
         detail::SampleRowsKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);

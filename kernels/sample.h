@@ -25,7 +25,10 @@ struct SampleRowsArgs {
   const uint64_t* seed = nullptr;      // [rows]; the request's stream
   const int64_t* index = nullptr;      // [rows]; the draw number (tokens generated so far)
   int32_t* out_ids = nullptr;          // [rows]
-  float* out_logprobs = nullptr;       // [rows] or null: log softmax(logits)[id] (no T, no top-k/p)
+  // [rows] or null: log softmax(logits)[id] (no T, no top-k/p). fp32 log-sum-exp combined over
+  // the row's CTAs: its last bits may change with the CTAs per row (batch size, device); the
+  // token never does.
+  float* out_logprobs = nullptr;
   // CTAs per row (a thread-block cluster, sm_90+): 0 = sized from the device, the vocab (~8K
   // ids per CTA at least) and the rows (rows x CTAs <= SMs); N > 0 = N, capped by the device
   // (tests force 1, 2, 4...). The token does not depend on it.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "engine/backend/kv_fp8_layout.h"
 #include "engine/weights/float_codec.h"
 
@@ -89,69 +90,99 @@ void GatherLatent(const Fp8LatentCache& src, const int32_t* slots, const MatView
   }
 }
 
+namespace {
+
+// Dequantizes each cache slot a step reads exactly once (prefill rows of one sequence share
+// their keys: dequantizing per row would cost rows x keys memory) and builds the slot table for
+// the dequantized rows: `slots` is parallel to the original table.slots (same row_offset), its
+// entries index `rows` (width floats each); entries no row reads point at row 0.
+class SlotDequantizer {
+ public:
+  SlotDequantizer(const KeyTable& table, int64_t num_rows, int64_t width)
+      : table_(table), width_(width) {
+    int64_t len = 0;
+    for (int64_t t = 0; t < num_rows; ++t) {
+      len = std::max<int64_t>(len, int64_t{table.row_offset[t]} +
+                                       std::max<int32_t>(table.row_num_keys[t], 0));
+    }
+    slots_.assign(static_cast<size_t>(len), 0);
+  }
+
+  // Position p of row t is read; `dequantize(slot, out)` fills width floats the first time.
+  template <typename F>
+  void Use(int64_t t, int32_t p, F&& dequantize) {
+    const int64_t i = int64_t{table_.row_offset[t]} + p;
+    const int32_t slot = table_.slots[i];
+    auto [it, inserted] = index_.try_emplace(slot, static_cast<int32_t>(index_.size()));
+    if (inserted) {
+      rows_.resize(rows_.size() + static_cast<size_t>(width_));
+      dequantize(slot, rows_.data() + rows_.size() - width_);
+    }
+    slots_[i] = it->second;
+  }
+
+  int64_t num_rows() const { return std::max<int64_t>(static_cast<int64_t>(index_.size()), 1); }
+  float* rows() {
+    if (rows_.empty()) rows_.assign(static_cast<size_t>(width_), 0.0f);  // nothing read
+    return rows_.data();
+  }
+  const int32_t* slots() const { return slots_.empty() ? &zero_ : slots_.data(); }
+
+ private:
+  const KeyTable& table_;
+  int64_t width_;
+  std::vector<int32_t> slots_;
+  std::vector<float> rows_;
+  absl::flat_hash_map<int32_t, int32_t> index_;  // cache slot -> dequantized row
+  int32_t zero_ = 0;
+};
+
+}  // namespace
+
 void Attention(Backend& backend, const AttentionArgs& a) {
   const Fp8LatentCache& c = a.latent_fp8;
   const int64_t rows = a.q_a.rows, width = c.kv_lora_rank + c.rope_dim;
   const int64_t row_bytes = kv_fp8::LatentRowBytes(c.kv_lora_rank, c.rope_dim);
-  // Per query row t, logical positions map to rows of `deq` (only the positions read).
-  std::vector<int32_t> offset(rows), map;
-  std::vector<float> deq;
-  int64_t num_deq = 0;
+  SlotDequantizer deq(a.table, rows, width);
+  auto dequantize = [&](int32_t slot, float* out) {
+    DequantizeLatentRow(c.data + int64_t{slot} * row_bytes, c.kv_lora_rank, c.rope_dim, out);
+  };
   for (int64_t t = 0; t < rows; ++t) {
     const int32_t num_keys = a.table.row_num_keys[t];
-    const int32_t* slots = a.table.slots + a.table.row_offset[t];
-    offset[t] = static_cast<int32_t>(map.size());
-    map.resize(map.size() + std::max(num_keys, 0), -1);
-    int32_t* m = map.data() + offset[t];
-    auto take = [&](int32_t p) {
-      if (p < 0 || p >= num_keys || m[p] >= 0) return;
-      m[p] = static_cast<int32_t>(num_deq++);
-      deq.resize(num_deq * width);
-      DequantizeLatentRow(c.data + int64_t{slots[p]} * row_bytes, c.kv_lora_rank, c.rope_dim,
-                          deq.data() + (num_deq - 1) * width);
-    };
     if (a.indices != nullptr) {
-      for (int32_t i = 0; i < a.index_width; ++i) take(a.indices[t * a.index_width + i]);
+      for (int32_t i = 0; i < a.index_width; ++i) {
+        const int32_t p = a.indices[t * a.index_width + i];
+        if (p >= 0 && p < num_keys) deq.Use(t, p, dequantize);
+      }
     } else {
-      for (int32_t p = 0; p < num_keys; ++p) take(p);
+      for (int32_t p = 0; p < num_keys; ++p) deq.Use(t, p, dequantize);
     }
   }
-  for (int32_t& v : map) v = std::max(v, 0);  // positions never read
-  if (deq.empty()) deq.assign(width, 0.0f);
   AttentionArgs f = a;
   f.latent_fp8 = {};
   const int64_t heads = a.q_a.heads;
-  f.k_a = HeadsView{deq.data(), num_deq, heads, c.kv_lora_rank, width, 0};
+  float* base = deq.rows();
+  f.k_a = HeadsView{base, deq.num_rows(), heads, c.kv_lora_rank, width, 0};
   f.v = f.k_a;
-  f.k_b = HeadsView{deq.data() + c.kv_lora_rank, num_deq, heads, c.rope_dim, width, 0};
-  f.table.slots = map.data();
-  f.table.row_offset = offset.data();
+  f.k_b = HeadsView{base + c.kv_lora_rank, deq.num_rows(), heads, c.rope_dim, width, 0};
+  f.table.slots = deq.slots();
   backend.Attention(f);
 }
 
 void IndexerTopK(Backend& backend, const IndexerTopKArgs& a) {
   const Fp8IndexCache& c = a.keys_fp8;
   const int64_t rows = a.q.rows, dim = c.dim;
-  std::vector<int32_t> offset(rows, 0), slots_new;
-  std::vector<float> deq;
+  SlotDequantizer deq(a.table, rows, dim);
+  auto dequantize = [&](int32_t slot, float* out) { DequantizeIndexKey(c, slot, out); };
   for (int64_t t = 0; t < rows; ++t) {
     const int32_t num_keys = a.table.row_num_keys[t];
     if (num_keys <= a.top_k) continue;  // every position selected, no key read
-    const int32_t* slots = a.table.slots + a.table.row_offset[t];
-    offset[t] = static_cast<int32_t>(slots_new.size());
-    const int64_t base = static_cast<int64_t>(slots_new.size());
-    deq.resize((base + num_keys) * dim);
-    for (int32_t p = 0; p < num_keys; ++p) {
-      slots_new.push_back(static_cast<int32_t>(base + p));
-      DequantizeIndexKey(c, slots[p], deq.data() + (base + p) * dim);
-    }
+    for (int32_t p = 0; p < num_keys; ++p) deq.Use(t, p, dequantize);
   }
-  if (deq.empty()) deq.assign(dim, 0.0f);
   IndexerTopKArgs f = a;
   f.keys_fp8 = {};
-  f.keys = MatView{deq.data(), static_cast<int64_t>(deq.size()) / dim, dim, dim};
-  f.table.slots = slots_new.empty() ? offset.data() : slots_new.data();
-  f.table.row_offset = offset.data();
+  f.keys = MatView{deq.rows(), deq.num_rows(), dim, dim};
+  f.table.slots = deq.slots();
   backend.IndexerTopK(f);
 }
 
