@@ -63,16 +63,7 @@ constexpr const char* kOp = "Attention";
 // environment, read once); 2 = the new path wherever it applies (tests / benches only).
 std::atomic<int> g_mode{-1};
 
-int PathMode() {
-  int v = g_mode.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("GLM_CUDA_ATTENTION_LEGACY");
-    v = e != nullptr && e[0] == '1' ? 1 : 0;
-    int expected = -1;
-    if (!g_mode.compare_exchange_strong(expected, v)) v = expected;
-  }
-  return v;
-}
+int PathMode() { return detail::EnvPathMode("GLM_CUDA_ATTENTION_LEGACY", g_mode); }
 
 // 16-byte global -> shared copy without registers (cp.async, sm_80+); valid == false fills zeros.
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
@@ -460,6 +451,27 @@ __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
   }
 }
 
+// One warp (lane = 0..31) turns the splits' (m_s, l_s) pairs `ml` into the combine weights
+// w_s = e^(m_s - M) / L, M = max m_s, L = sum l_s e^(m_s - M) (0 where m_s = -inf or L = 0).
+__device__ __forceinline__ void SplitWeights(const float* ml, int num_splits, int lane,
+                                             float* w_s) {
+  float m = -INFINITY;
+  for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, ml[2 * s]);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float l = 0.f;
+  for (int s = lane; s < num_splits; s += 32) {
+    const float ms = ml[2 * s];
+    const float e = ms == -INFINITY ? 0.f : expf(ms - m);
+    w_s[s] = e;
+    l += ml[2 * s + 1] * e;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  for (int s = lane; s < num_splits; s += 32) w_s[s] *= inv;
+}
+
 // Merges the splits of one (row, head): out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
 // grid: rows * heads; block kThreads over dv. Warp 0 turns the splits' (m, l) into weights
 // w_s = e^(m_s - M) / L in shared memory once; then each column is a plain weighted sum (no
@@ -470,24 +482,7 @@ __global__ void __launch_bounds__(kThreads) AttentionCombineKernel(Params p) {
   const int64_t t = rh / p.num_heads;
   const int h = static_cast<int>(rh % p.num_heads);
   const float* ml = p.part_ml + rh * p.num_splits * 2;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float m = -INFINITY;
-    for (int s = lane; s < p.num_splits; s += 32) m = fmaxf(m, ml[2 * s]);
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float l = 0.f;
-    for (int s = lane; s < p.num_splits; s += 32) {
-      const float ms = ml[2 * s];
-      const float e = ms == -INFINITY ? 0.f : expf(ms - m);
-      w_s[s] = e;
-      l += ml[2 * s + 1] * e;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    for (int s = lane; s < p.num_splits; s += 32) w_s[s] *= inv;
-  }
+  if (threadIdx.x < 32) SplitWeights(ml, p.num_splits, threadIdx.x, w_s);
   __syncthreads();
   const float* acc = p.part_acc + rh * p.num_splits * p.dv;
   float* o = p.out + t * p.out_rs + h * p.out_hs;
@@ -511,23 +506,7 @@ __global__ void __launch_bounds__(kCombineThreads) AttentionCombineWideKernel(Pa
   const int S = p.num_splits;
   const float* ml = p.part_ml + rh * S * 2;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (warp == 0) {
-    float m = -INFINITY;
-    for (int s = lane; s < S; s += 32) m = fmaxf(m, ml[2 * s]);
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float l = 0.f;
-    for (int s = lane; s < S; s += 32) {
-      const float ms = ml[2 * s];
-      const float e = ms == -INFINITY ? 0.f : expf(ms - m);
-      w_s[s] = e;
-      l += ml[2 * s + 1] * e;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    for (int s = lane; s < S; s += 32) w_s[s] *= inv;
-  }
+  if (warp == 0) SplitWeights(ml, S, lane, w_s);
   __syncthreads();
   constexpr int kWarpsC = kCombineThreads / 32;
   constexpr int kUnroll = 8;
@@ -581,22 +560,10 @@ int64_t StagedSmemBytes(int g, int dq, int tile, int64_t row_bytes) {
 }
 
 // Resident CTAs per SM of the staged AttentionSplitKernel<16, CPT, kFp8> with `smem` dynamic
-// bytes (cached per instantiation for the last smem size asked; sizing only, never correctness).
+// bytes on the current device (cached per (device, smem); sizing only, never correctness).
 template <int CPT, bool kFp8>
 int CtasPerSm(int64_t smem) {
-  constexpr auto kernel = AttentionSplitKernel<16, CPT, kFp8, true>;
-  static std::atomic<int64_t> cached{-1};  // smem << 16 | blocks
-  const int64_t c = cached.load(std::memory_order_relaxed);
-  if (c >= 0 && (c >> 16) == smem) return static_cast<int>(c & 0xffff);
-  int blocks = 1;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads,
-                                                    static_cast<size_t>(smem)) != cudaSuccess) {
-    (void)cudaGetLastError();
-    blocks = 1;
-  }
-  blocks = std::clamp(blocks, 1, 0xffff);
-  cached.store((smem << 16) | blocks, std::memory_order_relaxed);
-  return blocks;
+  return detail::CachedCtasPerSm(AttentionSplitKernel<16, CPT, kFp8, true>, kThreads, smem);
 }
 
 template <int G, int CPT, bool kFp8, bool kStage>

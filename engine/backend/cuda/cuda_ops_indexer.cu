@@ -73,16 +73,7 @@ constexpr int kHistChunkAlign = 512;  // keys per IndexerHistKernel CTA: a multi
 // environment, read once); 2 = the new path wherever it applies (tests / benches only).
 std::atomic<int> g_mode{-1};
 
-int PathMode() {
-  int v = g_mode.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("GLM_CUDA_INDEXER_LEGACY");
-    v = e != nullptr && e[0] == '1' ? 1 : 0;
-    int expected = -1;
-    if (!g_mode.compare_exchange_strong(expected, v)) v = expected;
-  }
-  return v;
-}
+int PathMode() { return detail::EnvPathMode("GLM_CUDA_INDEXER_LEGACY", g_mode); }
 
 // Larger float -> larger key; -0.0 == +0.0; NaN lowest.
 __device__ __forceinline__ uint32_t OrderedKey(float f) {

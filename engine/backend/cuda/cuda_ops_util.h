@@ -4,8 +4,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -65,6 +69,46 @@ absl::Status UseDynamicSmem(Kernel kernel, int64_t bytes, const DeviceInfo& info
                                  static_cast<int>(bytes)));
   }
   return absl::OkStatus();
+}
+
+// A kernel-path switch: `mode` is -1 until read; then 0 = by shape (default), 1 = legacy (the
+// environment variable `var` starts with '1', read once per process), 2 = the new path wherever
+// it applies (set by tests / benches through `mode`). Returns the current mode.
+inline int EnvPathMode(const char* var, std::atomic<int>& mode) {
+  int v = mode.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv(var);
+    v = e != nullptr && e[0] == '1' ? 1 : 0;
+    int expected = -1;
+    if (!mode.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v;
+}
+
+// Resident CTAs per SM of `kernel` with `threads` per block and `smem` dynamic bytes on the current
+// device, cached per (kernel, device, smem); 1 when the query fails (sizing only, never
+// correctness).
+template <typename Kernel>
+int CachedCtasPerSm(Kernel kernel, int threads, int64_t smem) {
+  static std::mutex* mu = new std::mutex;
+  static auto* cache = new std::map<std::tuple<const void*, int, int, int64_t>, int>;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem);
+  std::lock_guard<std::mutex> lock(*mu);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  int blocks = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads,
+                                                    static_cast<size_t>(smem)) != cudaSuccess ||
+      blocks < 1) {
+    (void)cudaGetLastError();
+    blocks = 1;
+  }
+  (*cache)[key] = blocks;
+  return blocks;
 }
 
 inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
