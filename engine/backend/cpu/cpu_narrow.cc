@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "engine/weights/float_codec.h"
+
 // The 8-wide vector helpers are inlined into the target_clones kernels; their ABI never crosses
 // a call boundary.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -20,32 +22,11 @@ constexpr int64_t kTileN = 32;     // weight rows widened at a time (the fp32 ke
 constexpr int64_t kChunkM = 64;    // x rows per task
 constexpr int64_t kMaxFusedM = 4;  // up to this many x rows: the fused decode kernel
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
+// e4m3 code -> fp32 for the hot loops: float_codec's exact decoder, tabulated once.
 const std::array<float, 256>& E4m3Table() {
   static const std::array<float, 256> table = [] {
     std::array<float, 256> t{};
-    for (int v = 0; v < 256; ++v) {
-      const int e = (v >> 3) & 0xf, m = v & 7;
-      float a;
-      if (e == 0xf && m == 7) {
-        a = std::numeric_limits<float>::quiet_NaN();
-      } else if (e == 0) {
-        a = std::ldexp(static_cast<float>(m), -9);  // subnormal: m/8 * 2^-6
-      } else {
-        a = std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
-      }
-      t[v] = (v & 0x80) != 0 ? -a : a;
-    }
+    for (int v = 0; v < 256; ++v) t[v] = Fp8E4M3ToFloat(static_cast<uint8_t>(v));
     return t;
   }();
   return table;
@@ -201,31 +182,19 @@ void FusedBlock(const MatView& xv, const MatView& w, const MatView& y, bool accu
 
 }  // namespace
 
-float RoundToBf16(float v) {
-  const uint32_t u = Bits(v);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return FromBits((u | 0x00400000u) & 0xffff0000u);  // NaN
-  return FromBits((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
-}
+// The codecs are engine/weights/float_codec's (the checkpoint decoders); only the e4m3 NaN
+// encoding differs: float_codec gives 0x7f, this keeps the sign like the CUDA host mirror
+// (kernels::FloatToE4m3Sat = __nv_cvt_float_to_fp8). Either code decodes to NaN, so the
+// narrow path's values do not depend on it.
+float RoundToBf16(float v) { return glm::engine::Bf16ToFloat(FloatToBf16(v)); }
 
-float Bf16ToFloat(uint16_t bits) { return FromBits(static_cast<uint32_t>(bits) << 16); }
+float Bf16ToFloat(uint16_t bits) { return glm::engine::Bf16ToFloat(bits); }
 
 float E4m3ToFloat(uint8_t v) { return E4m3Table()[v]; }
 
 uint8_t FloatToE4m3Sat(float v) {
-  const uint32_t u = Bits(v);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  if (std::isnan(v)) return sign | 0x7f;
-  const float a = std::fabs(v);
-  if (a >= kE4m3Max) return sign | 0x7e;  // saturate (inf too)
-  if (a < 0.015625f) {                    // below 2^-6: subnormal quantum 2^-9; 8 -> 2^-6 (0x08)
-    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
-  }
-  // Normal: keep 3 of fp32's 23 mantissa bits, round to nearest even (may carry into exponent).
-  const uint32_t ua = Bits(a);
-  const uint32_t r = (ua + 0x7ffffu + ((ua >> 20) & 1u)) & 0xfff00000u;
-  const int e = static_cast<int>(r >> 23) - 127;  // [-6, 8]
-  const uint32_t code = static_cast<uint32_t>(e + 7) << 3 | ((r >> 20) & 7u);
-  return sign | static_cast<uint8_t>(std::min<uint32_t>(code, 0x7e));
+  if (std::isnan(v)) return static_cast<uint8_t>((std::signbit(v) ? 0x80u : 0u) | 0x7fu);
+  return FloatToFp8E4M3(v);
 }
 
 void EffectiveLinearX(WeightDType dtype, const float* x, int64_t ldx, int64_t m, int64_t k,
