@@ -7,21 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "kernels/gpu_test_util.h"
 
 namespace glm::engine::cuda {
 namespace {
-
-bool HaveGpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIP: no usable CUDA device (cudaGetDeviceCount found none)\n");
-    return false;
-  }
-  return true;
-}
 
 // y[m, n] = x[m, k] . w[n, k]^T on the GPU through `mm`, compared to the host.
 void RunAndCheck(LtMatmul& mm, int64_t m, int64_t n, int64_t k) {
@@ -35,8 +28,8 @@ void RunAndCheck(LtMatmul& mm, int64_t m, int64_t n, int64_t k) {
   ASSERT_EQ(cudaMalloc(&vw, w.size() * 4), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&vy, y.size() * 4), cudaSuccess);
   float *dx = static_cast<float*>(vx), *dw = static_cast<float*>(vw), *dy = static_cast<float*>(vy);
-  cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
-  cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   GemmShape s;
   s.m = m, s.n = n, s.k = k, s.x_ld = k, s.w_ld = k, s.y_ld = n;
   ASSERT_TRUE(mm.Run(s, dx, dw, dy, /*accumulate=*/false, nullptr).ok());
@@ -54,31 +47,33 @@ void RunAndCheck(LtMatmul& mm, int64_t m, int64_t n, int64_t k) {
 }
 
 TEST(LtMatmulPlanCache, RejectsZeroCapacity) {
-  if (!HaveGpu()) return;
-  EXPECT_FALSE(LtMatmul::Create(1 << 20, 0).ok());
+  // Checked before any CUDA call: runs without a GPU too.
+  const auto mm = LtMatmul::Create(1 << 20, 0);
+  ASSERT_FALSE(mm.ok());
+  EXPECT_NE(mm.status().message().find("max_plans"), std::string::npos) << mm.status();
 }
 
 TEST(LtMatmulPlanCache, EvictsLeastRecentlyUsedAndRemakesCorrectly) {
-  if (!HaveGpu()) return;
+  GLM_SKIP_WITHOUT_GPU();
   auto mm = LtMatmul::Create(4 << 20, /*max_plans=*/2);
   ASSERT_TRUE(mm.ok()) << mm.status();
   LtMatmul& lt = **mm;
-  RunAndCheck(lt, 1, 64, 96);   // A
-  RunAndCheck(lt, 3, 64, 96);   // B
+  ASSERT_NO_FATAL_FAILURE(RunAndCheck(lt, 1, 64, 96));  // A
+  ASSERT_NO_FATAL_FAILURE(RunAndCheck(lt, 3, 64, 96));  // B
   EXPECT_EQ(lt.num_plans(), 2u);
   EXPECT_EQ(lt.plans_made(), 2u);
-  RunAndCheck(lt, 1, 64, 96);   // A again: a hit, A becomes most recent
+  ASSERT_NO_FATAL_FAILURE(RunAndCheck(lt, 1, 64, 96));  // A: a hit, now most recent
   EXPECT_EQ(lt.plans_made(), 2u);
-  RunAndCheck(lt, 5, 48, 32);   // C evicts B (least recently used), not A
+  ASSERT_NO_FATAL_FAILURE(RunAndCheck(lt, 5, 48, 32));  // C evicts B (LRU), not A
   EXPECT_EQ(lt.num_plans(), 2u);
   EXPECT_EQ(lt.plans_made(), 3u);
-  RunAndCheck(lt, 1, 64, 96);   // A still cached
+  ASSERT_NO_FATAL_FAILURE(RunAndCheck(lt, 1, 64, 96));  // A still cached
   EXPECT_EQ(lt.plans_made(), 3u);
-  RunAndCheck(lt, 3, 64, 96);   // B was evicted: re-made (evicting C), same results
+  ASSERT_NO_FATAL_FAILURE(RunAndCheck(lt, 3, 64, 96));  // B re-made (evicts C)
   EXPECT_EQ(lt.plans_made(), 4u);
   EXPECT_EQ(lt.num_plans(), 2u);
   // Many shapes (prefill chunk lengths): the cache never exceeds its bound.
-  for (int64_t m = 1; m <= 24; ++m) RunAndCheck(lt, m, 32, 64);
+  for (int64_t m = 1; m <= 24; ++m) ASSERT_NO_FATAL_FAILURE(RunAndCheck(lt, m, 32, 64));
   EXPECT_EQ(lt.num_plans(), 2u);
   EXPECT_EQ(lt.plans_made(), 28u);
 }
