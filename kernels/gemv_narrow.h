@@ -10,8 +10,8 @@
 // Products accumulate in fp32 (tensor cores); y is fp32, written or accumulated (y += result).
 // Deterministic: the same inputs give the same bits on every launch, eager or graph replay
 // (split-K partials are summed in split order by the last CTA of each row block, or across a
-// thread-block cluster: GemvSplitReduce; no float atomics). Memory-bound: the weight is streamed once with 16-byte loads; gemv_narrow.cuh has
-// the tiling.
+// thread-block cluster: GemvSplitReduce; no float atomics). Memory-bound: the weight is
+// streamed once with 16-byte loads; gemv_narrow.cuh has the tiling.
 //
 // Plans are made per (shape, device) from the device's attributes (SM count, shared memory per
 // block and per SM, the kernel's occupancy); Run allocates nothing and launches one kernel.

@@ -1,10 +1,10 @@
 // sample_rows: one thread-block cluster of C CTAs (kSampleThreads each) per row, the rule of
-// kernels/sample_rule.h, no sort. CTA r of a row's cluster owns the ids [r * chunk, (r + 1) * chunk)
-// (chunk = ceil(vocab / C)); per-CTA partial results are combined through distributed shared
-// memory (every CTA reads its peers' values in rank order and reaches the same answer, so no
-// broadcast is needed and every decision is identical across the cluster). C = 1 is the plain
-// one-CTA-per-row kernel (any architecture); C > 1 needs sm_90+ (the launcher sizes C from the
-// device: cudaOccupancyMaxPotentialClusterSize, and ~8K ids per CTA at least).
+// kernels/sample_rule.h, no sort. CTA r of a row's cluster owns the ids
+// [r * chunk, (r + 1) * chunk) (chunk = ceil(vocab / C)); per-CTA partial results are combined
+// through distributed shared memory (every CTA reads its peers' values in rank order and
+// reaches the same answer, so no broadcast is needed and every decision is identical across the
+// cluster). C = 1 is the plain one-CTA-per-row kernel (any architecture); C > 1 needs sm_90+
+// code (the launcher sizes C from the device, the vocab and the rows: SampleClusterSize).
 //
 // Algorithm (every step exact; integer weights make all sums order-free and deterministic):
 //  1. One pass: the largest key and its lowest id (greedy answer), and an online log-sum-exp for

@@ -348,7 +348,8 @@ TEST_F(SampleTest, DISABLED_Bench) {
       cudaEventElapsedTime(&ms, a, b);
       std::printf("sample_rows vocab=%lld batch=%lld ctas/row=%d %-26s %8.1f us/step\n",
                   static_cast<long long>(vocab), static_cast<long long>(rows),
-                  SampleClusterSize(vocab, rows, cluster).value_or(-1), m.name, 1000.0 * ms / kIters);
+                  SampleClusterSize(vocab, rows, cluster).value_or(-1), m.name,
+                  1000.0 * ms / kIters);
       cudaEventDestroy(a);
       cudaEventDestroy(b);
     }

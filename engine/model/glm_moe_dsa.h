@@ -8,9 +8,10 @@
 //   c_kv | roped k_pe, kv_lora_rank + qk_rope_head_dim floats; plus index_head_dim floats of
 //   indexer keys on full-indexer layers and the MTP layer). With kv.dtype kFp8 the rows are the
 //   656-byte latent / 132-byte indexer-key layouts of engine/backend/kv_fp8_layout.h (GLM-5
-//   widths), written by quantizing paged writes and read by the fp8 Attention / IndexerTopK. Forward writes the new tokens' KV at
-//   the slots their block_table names and reads positions < start_pos from there, so prefill may
-//   come in chunks and decode is one token per step. Block ids are the block manager's.
+//   widths), written by quantizing paged writes and read by the fp8 Attention / IndexerTopK.
+//   Forward writes the new tokens' KV at the slots their block_table names and reads positions
+//   < start_pos from there, so prefill may come in chunks and decode is one token per step.
+//   Block ids are the block manager's.
 // - Attention form: per slice, expanded (kv_b_proj per head) when it has more than one new token
 //   and options.expanded_prefill, else absorbed (q_nope W_UK against the latent cache). Both are
 //   tested to agree to ~1e-6 relative.
