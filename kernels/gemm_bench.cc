@@ -64,22 +64,6 @@ void FillConst(float* dst, size_t n, float v) {
   BENCH_CHECK(cudaMemcpy(dst, h.data(), n * 4, cudaMemcpyHostToDevice));
 }
 
-double MeasureD2D(cudaStream_t stream) {
-  const size_t bytes = size_t{2} << 30;
-  void *a = nullptr, *b = nullptr;
-  BENCH_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  const double us = TimeCalls(
-      [&](int) {
-        return CudaStatus(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream), "memcpy");
-      },
-      4, 10, stream);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * bytes / (us * 1e-6) / 1e9;
-}
-
 struct Ceilings {
   double d2d_gbs = 0;
   double bf16_tflops = 0;
@@ -94,7 +78,7 @@ void* Alloc(size_t bytes) {
 
 Ceilings MeasureCeilings(const BlasLtHandle& lt, cudaStream_t stream) {
   Ceilings c;
-  c.d2d_gbs = MeasureD2D(stream);
+  c.d2d_gbs = MeasureD2DGBps(size_t{2} << 30, stream);  // eager (bench_util.h)
   const int64_t s = 8192;
   const double flops = 2.0 * s * s * s;
   void* x = Alloc(s * s * 2);

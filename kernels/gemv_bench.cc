@@ -63,39 +63,6 @@ void FillConst(float* dst, size_t n, float v) {
   BENCH_CHECK(cudaMemcpy(dst, h.data(), n * 4, cudaMemcpyHostToDevice));
 }
 
-// Eager cudaMemcpyAsync (as glm-bench-cuda-decode measures it): a memcpy node replayed from a
-// CUDA graph runs on the copy engines at ~2/3 of this.
-double MeasureD2D(cudaStream_t stream) {
-  const size_t bytes = size_t{2} << 30;
-  void* a = Alloc(bytes);
-  void* b = Alloc(bytes);
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  cudaEvent_t e0, e1;
-  BENCH_CHECK(cudaEventCreate(&e0));
-  BENCH_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 2; ++i) {
-    BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-  }
-  std::vector<double> gbs;
-  for (int t = 0; t < 5; ++t) {
-    BENCH_CHECK(cudaEventRecord(e0, stream));
-    for (int i = 0; i < 4; ++i) {
-      BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-    }
-    BENCH_CHECK(cudaEventRecord(e1, stream));
-    BENCH_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    gbs.push_back(2.0 * bytes * 4 / (ms * 1e-3) / 1e9);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaFree(a);
-  cudaFree(b);
-  std::sort(gbs.begin(), gbs.end());
-  return gbs[gbs.size() / 2];
-}
-
 struct Proj {
   const char* name;
   int64_t n, k;
@@ -236,7 +203,7 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto lt = BlasLtHandle::Create();
   CheckOk(lt.status(), "cublasLtCreate");
-  const double d2d = MeasureD2D(stream);
+  const double d2d = MeasureD2DGBps(size_t{2} << 30, stream);
   std::printf("limit: D2D copy %.0f GB/s (read+write bytes / time, eager memcpy)\n", d2d);
   constexpr int64_t kCounters = 1 << 16;
   int32_t* counters = static_cast<int32_t*>(Alloc(kCounters * 4));

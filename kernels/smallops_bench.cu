@@ -28,31 +28,9 @@ struct Opts {
   int trials = 7;
 };
 
-// Median µs per call of `calls` eager launches.
-double TimeEager(const std::function<absl::Status(int)>& enqueue, int calls, int trials,
-                 cudaStream_t stream) {
-  cudaEvent_t a, b;
-  BENCH_CHECK(cudaEventCreate(&a));
-  BENCH_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int t = 0; t < trials + 2; ++t) {
-    BENCH_CHECK(cudaEventRecord(a, stream));
-    for (int i = 0; i < calls; ++i) CheckOk(enqueue(i), "enqueue");
-    BENCH_CHECK(cudaEventRecord(b, stream));
-    BENCH_CHECK(cudaEventSynchronize(b));
-    float m = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&m, a, b));
-    if (t >= 2) ms.push_back(m);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1000.0 / calls;
-}
-
 void Report(const char* what, const std::function<absl::Status(int)>& enqueue, const Opts& o,
             cudaStream_t stream, double bytes = 0, double copy_gbs = 0) {
-  const double eager = TimeEager(enqueue, o.calls, o.trials, stream);
+  const double eager = TimeEagerUs(enqueue, o.calls, o.trials, stream);
   const BenchTiming g = TimeEnqueues(enqueue, o.calls, o.trials, stream);
   std::printf("%-46s eager %7.2f us  graph %7.2f us%s", what, eager, g.us_per_call,
               g.graph ? "" : " (capture failed: eager)");
@@ -86,26 +64,10 @@ int Main(int argc, char** argv) {
   std::printf("device %s, %d SMs; %d calls, median of %d trials\n", prop.name,
               prop.multiProcessorCount, o.calls, o.trials);
 
-  // D2D copy baseline: eager cudaMemcpyAsync of 1 GiB (read + write counted).
-  double copy_gbs = 0;
-  {
-    const size_t bytes = size_t{1} << 30;
-    void *a = nullptr, *b = nullptr;
-    BENCH_CHECK(cudaMalloc(&a, bytes));
-    BENCH_CHECK(cudaMalloc(&b, bytes));
-    BENCH_CHECK(cudaMemset(a, 1, bytes));
-    const double us = TimeEager(
-        [&](int) {
-          return CudaStatus(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream),
-                            "memcpy");
-        },
-        3, 5, stream);
-    copy_gbs = 2.0 * bytes / (us * 1e3);
-    std::printf("D2D cudaMemcpyAsync 1 GiB eager: %.1f us, %.1f GB/s (read + write)\n", us,
-                copy_gbs);
-    cudaFree(a);
-    cudaFree(b);
-  }
+  // D2D copy baseline: eager cudaMemcpyAsync of 1 GiB (read + write counted; bench_util.h).
+  const double copy_gbs = MeasureD2DGBps(size_t{1} << 30, stream);
+  std::printf("D2D cudaMemcpyAsync 1 GiB eager: %.1f us, %.1f GB/s (read + write)\n",
+              2.0 * double(size_t{1} << 30) / (copy_gbs * 1e3), copy_gbs);
 
   // RmsNorm.
   float* x = DeviceRandom(size_t{16} * 6144, 1);

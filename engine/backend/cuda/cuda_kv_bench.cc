@@ -37,6 +37,7 @@ void SetIndexerPathForBench(int mode);
 namespace {
 
 using kernels::CheckOk;
+using kernels::MeasureD2DGBps;
 using kernels::TimeEnqueues;
 
 class BenchScratch final : public Scratch {
@@ -76,19 +77,6 @@ void Upload(const DevBuf& d, const std::vector<T>& v) {
   BENCH_CHECK(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
-double D2DGBs(cudaStream_t stream) {
-  const size_t bytes = size_t{1} << 30;
-  DevBuf a(bytes), b(bytes);
-  auto t = TimeEnqueues(
-      [&](int) {
-        return cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess
-                   ? absl::OkStatus()
-                   : absl::InternalError("memcpy");
-      },
-      4, 5, stream);
-  return 2.0 * bytes / (t.us_per_call * 1e-6) / 1e9;
-}
-
 std::vector<int> ParseInts(const std::string& s) {
   std::vector<int> v;
   for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
@@ -122,7 +110,7 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  const double d2d = D2DGBs(stream);
+  const double d2d = MeasureD2DGBps(size_t{1} << 30, stream);  // eager (bench_util.h)
   std::printf("cuda_kv_bench: %s, %d SMs; D2D copy %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, d2d);
   std::printf("%-10s %-5s %5s %7s %10s %10s %9s %7s\n", "op", "kv", "rows", "keys", "us",
