@@ -1,18 +1,10 @@
 #include "kernels/moe_route.h"
 
-#include <atomic>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "kernels/moe_route.cuh"
 
 namespace glm::kernels {
-namespace detail {
-std::atomic<bool> g_moe_route_compact{false};
-}  // namespace detail
-
-void SetMoeRouteCompact(bool on) { detail::g_moe_route_compact.store(on); }
-
 absl::Status MoeRoute(const float* logits, int64_t ld, const float* bias, int64_t rows,
                       int num_experts, int n_group, int topk_group, int top_k, bool renormalize,
                       float scale, int32_t* ids, float* weights, cudaStream_t stream) {
@@ -33,18 +25,15 @@ absl::Status MoeRoute(const float* logits, int64_t ld, const float* bias, int64_
   GLM_RETURN_IF_ERROR(CheckDevicePointer(weights, kOp, "weights"));
   const unsigned blocks =
       static_cast<unsigned>((rows + detail::kMoeRouteWarps - 1) / detail::kMoeRouteWarps);
-  const bool compact = detail::g_moe_route_compact.load(std::memory_order_relaxed);
   auto launch = [&](auto kernel) {
     kernel<<<blocks, detail::kMoeRouteWarps * 32, 0, stream>>>(
         logits, ld, bias, rows, num_experts, n_group, topk_group, top_k, renormalize, scale, ids,
         weights);
   };
   if (num_experts <= 256) {
-    compact ? launch(detail::MoeRouteWarpKernel<8, true>)
-            : launch(detail::MoeRouteWarpKernel<8, false>);
+    launch(detail::MoeRouteWarpKernel<8>);
   } else {
-    compact ? launch(detail::MoeRouteWarpKernel<32, true>)
-            : launch(detail::MoeRouteWarpKernel<32, false>);
+    launch(detail::MoeRouteWarpKernel<32>);
   }
   return CudaStatus(cudaGetLastError(), "MoeRoute launch");
 }

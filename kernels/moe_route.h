@@ -26,9 +26,4 @@ absl::Status MoeRoute(const float* logits, int64_t ld, const float* bias, int64_
                       int num_experts, int n_group, int topk_group, int top_k, bool renormalize,
                       float scale, int32_t* ids, float* weights, cudaStream_t stream);
 
-// Which top-k loop MoeRoute launches (same results): false (default) the rounds scan registers
-// (fully unrolled), true a rolled loop over shared memory (smaller code; on an H200 11.9 vs
-// 8.7 us per launch in a graph at 256 experts top-8). Tests and benches.
-void SetMoeRouteCompact(bool on);
-
 }  // namespace glm::kernels

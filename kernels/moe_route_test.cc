@@ -103,11 +103,8 @@ TEST_F(MoeRouteTest, MatchesCpuRouter) {
       {2, 33, 1, 1, 33, true, true, false, 1.0f}};
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 2.0f);
-  for (int variant = 0; variant < 2 * static_cast<int>(std::size(cases)); ++variant) {
-    const Case& c = cases[variant / 2];
-    const bool compact = variant % 2 == 1;  // both top-k loops (SetMoeRouteCompact)
-    SetMoeRouteCompact(compact);
-    SCOPED_TRACE(absl::StrCat("compact=", compact, " rows=", c.rows, " experts=", c.experts, " n_group=", c.n_group,
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("rows=", c.rows, " experts=", c.experts, " n_group=", c.n_group,
                               " topk_group=", c.topk_group, " top_k=", c.top_k,
                               " renormalize=", c.renormalize, " coarse=", c.coarse));
     const int64_t ld = c.experts + 3;
@@ -153,7 +150,6 @@ TEST_F(MoeRouteTest, MatchesCpuRouter) {
 }
 
 TEST_F(MoeRouteTest, RejectsBadInputs) {
-  SetMoeRouteCompact(false);
   GuardedBuffer d(1 << 16);
   std::vector<float> host(64);
   float* p = d.as<float>();

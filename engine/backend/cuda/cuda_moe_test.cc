@@ -1,7 +1,7 @@
 // MoeExperts on the CUDA backend (cuda_ops_moe.cu) against the CPU backend on the same
-// (dequantized) expert weights, through all three GPU paths (cuda_ops_moe.h MoeDecodePath): the
-// decode kernels (default for tokens x top_k <= 64; also with tasks from the device counter and,
-// for fp8, integer widening), the previous decode GEMV and the tiled grouped GEMM. Sweep: 1 / 2 / 8 / 33 tokens, fp32 / bf16 / fp8 (128x128 block scales) experts,
+// (dequantized) expert weights, through every GPU path (cuda_ops_moe.h MoeDecodePath): the
+// decode kernels (default for tokens x top_k <= 64), the previous decode GEMV and the tiled
+// grouped GEMM. Sweep: 1 / 2 / 8 / 33 tokens, fp32 / bf16 / fp8 (128x128 block scales) experts,
 // top_k 1 and 8, 64 experts of which only some are used (empty experts), an expert in every
 // token (8 and 33 rows of one expert: several row passes, rows in both 32-pair halves), ids
 // outside [0, experts) (contribute nothing), hidden / moe_inter that are not multiples of 128
@@ -9,11 +9,11 @@
 // outputs carry guards on both ends, every output is checked finite; each run is repeated for
 // bit-identical results and a CUDA graph replay must equal the eager call bit for bit.
 // Listed decode (64 < pairs <= 512, cuda::kMoeListedMaxPairs; forced at any size): batch 16 /
-// 33 / 64 with top-8 (pairs 128..512) and top-1, fp32 / bf16 / fp8 experts (fp8 with 1 / 2 / 4
-// token rows per pass), an expert in every token (64 rows of one expert), invalid ids, 65 tokens
-// (520 pairs: the tiled GEMM under kAuto), and the kernels forced at 1 / 8 tokens. Every call
-// checks which kernels ran (cuda::LastMoeRanPath), and a graph of the listed path replays to the
-// eager result bit for bit.
+// 33 / 64 with top-8 (pairs 128..512) and top-1, fp32 / bf16 / fp8 experts, an expert in every
+// token (64 rows of one expert), invalid ids, 65 tokens (520 pairs: the tiled GEMM under
+// kAuto), and the kernels forced at 1 / 8 / 64 / 65 tokens. Every call checks which kernels ran
+// (cuda::LastMoeRanPath); graphs of the decode, listed and tiled paths replay to the eager
+// result bit for bit.
 // GPU tests skip (printing why) without a usable GPU.
 #include <gtest/gtest.h>
 
@@ -178,9 +178,6 @@ class CudaMoeTest : public ::testing::Test {
   }
   void TearDown() override {
     cuda::SetMoeDecodePath(MoeDecodePath::kAuto);
-    cuda::SetMoeDecodeDynamicTasks(false);
-    cuda::SetMoeDecodeFp8IntWiden(false);
-    cuda::SetMoeListedFp8Rows(0);
     if (gpu_ != nullptr) {
       EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
     }
@@ -290,14 +287,6 @@ TEST_F(CudaMoeTest, AllPathsMatchCpu) {
     Experts ex = MakeExperts(dtype);
     for (const Case& c : cases) {
       Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
-      cuda::SetMoeDecodeDynamicTasks(true);  // tasks from the device counter: same results
-      Check(ex, dtype, c, MoeDecodePath::kAuto, "decode_dynamic");
-      cuda::SetMoeDecodeDynamicTasks(false);
-      if (dtype == WeightDType::kF8E4M3Block128) {
-        cuda::SetMoeDecodeFp8IntWiden(true);
-        Check(ex, dtype, c, MoeDecodePath::kAuto, "decode_fp8_int_widen");
-        cuda::SetMoeDecodeFp8IntWiden(false);
-      }
       Check(ex, dtype, c, MoeDecodePath::kLegacyGemv, "legacy_gemv");
       if (c.tokens <= 8) Check(ex, dtype, c, MoeDecodePath::kTiled, "tiled");
     }
@@ -313,34 +302,21 @@ TEST_F(CudaMoeTest, ListedDecodeMatchesCpu) {
   const Case forced[] = {{1, 8, false, false}, {8, 8, true, true}, {64, 8, true, false}};
   for (WeightDType dtype : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
     Experts ex = MakeExperts(dtype);
-    const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
-    for (const Case& c : cases) {
-      Check(ex, dtype, c, MoeDecodePath::kAuto, "auto");
-      if (fp8 && int64_t{c.tokens} * c.top_k <= cuda::kMoeListedMaxPairs) {
-        for (int rows : {2, 4}) {  // 1 is the default
-          cuda::SetMoeListedFp8Rows(rows);
-          Check(ex, dtype, c, MoeDecodePath::kAuto, rows == 2 ? "auto_fp8_rows2" : "auto_fp8_rows4");
-        }
-        cuda::SetMoeListedFp8Rows(0);
-      }
-    }
+    for (const Case& c : cases) Check(ex, dtype, c, MoeDecodePath::kAuto, "auto");
     for (const Case& c : forced) Check(ex, dtype, c, MoeDecodePath::kListed, "listed_forced");
     // 65 x 8 = 520 pairs forced onto the listed kernels (past kAuto's cut-over).
     Check(ex, dtype, {65, 8, true, false}, MoeDecodePath::kListed, "listed_forced");
   }
 }
 
-// A captured graph of the decode path replays to the eager result bit for bit.
+// A captured graph of each default path replays to the eager result bit for bit: the decode
+// kernels at 1 / 8 tokens, the listed decode kernels at 16 / 64 (device token lists), the tiled
+// GEMM at 65 (520 pairs, past kMoeListedMaxPairs).
 TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
   if (!gpu_->SupportsGraphs()) GTEST_SKIP() << "backend without graphs";
   Experts ex = MakeExperts(WeightDType::kF8E4M3Block128);
-  for (int variant = 0; variant < 6; ++variant) {
-    // 0..3: decode kernels at 1 / 8 tokens, static / device-counter tasks; 4, 5: the listed
-    // decode kernels at 16 / 64 tokens (device token lists).
-    const int tokens = variant < 4 ? (variant % 2 == 0 ? 1 : 8) : variant == 4 ? 16 : 64;
-    const bool dynamic = variant == 2 || variant == 3;  // tasks from the device counter
-    cuda::SetMoeDecodeDynamicTasks(dynamic);
-    SCOPED_TRACE(absl::StrCat("tokens=", tokens, " dynamic=", dynamic));
+  for (int tokens : {1, 8, 16, 64, 65}) {
+    SCOPED_TRACE(absl::StrCat("tokens=", tokens));
     const int top_k = 8;
     std::vector<int32_t> ids;
     for (int t = 0; t < tokens; ++t) {

@@ -8,8 +8,10 @@
 // Usage: cuda_ops_bench [--experts N] [--iters N] [--only moe|route]. 256 bf16 experts need ~19.3 GB.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
+#include "engine/backend/cuda/cuda_bench_scratch.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/cuda_ops_moe.h"
+#include "kernels/bench_util.h"
 #include "kernels/moe_route.h"
 
 #include <algorithm>
@@ -27,35 +29,7 @@
 namespace glm::engine::cuda {
 namespace {
 
-#define BENCH_CHECK(expr)                                                              \
-  do {                                                                                 \
-    const cudaError_t e_ = (expr);                                                     \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                 \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-
-class BenchScratch final : public Scratch {
- public:
-  ~BenchScratch() override {
-    for (void* p : ptr_) cudaFree(p);
-  }
-  absl::StatusOr<void*> Get(int slot, size_t bytes) override {
-    if (bytes > size_[slot]) {
-      cudaFree(ptr_[slot]);
-      if (cudaMalloc(&ptr_[slot], bytes) != cudaSuccess) {
-        return absl::ResourceExhaustedError("bench scratch: cudaMalloc failed");
-      }
-      size_[slot] = bytes;
-    }
-    return ptr_[slot];
-  }
-
- private:
-  void* ptr_[kScratchSlots] = {};
-  size_t size_[kScratchSlots] = {};
-};
+using kernels::MeasureD2DGBps;  // BENCH_CHECK, the D2D baseline: kernels/bench_util.h
 
 template <typename T>
 T* DeviceCopy(const std::vector<T>& v) {
@@ -176,32 +150,15 @@ void BenchIndexer(std::mt19937& rng, BenchScratch& scratch, int iters) {
   cudaFree(keys), cudaFree(d_slots);
 }
 
-// Device-to-device copy of `bytes`: read + write bytes per second (the bandwidth baseline).
-double D2dGBps(size_t bytes, int iters) {
-  void *a = nullptr, *b = nullptr;
-  BENCH_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  const double ms = TimeMs(
-      [&] {
-        return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess
-                   ? absl::OkStatus()
-                   : absl::InternalError("cudaMemcpyAsync");
-      },
-      iters);
-  cudaFree(a), cudaFree(b);
-  return 2.0 * bytes / (ms * 1e-3) / 1e9;
-}
-
 // Routed experts at GLM-5 widths with fp8 (128x128 block scales) and bf16 weights: per batch
 // (1 / 8 / 16 / 32 / 64 tokens, top-8 of `num_experts`), every MoeExperts path that applies
-// (decode kernels, listed decode kernels with fp8 1 / 2 / 4 rows per pass, the previous decode
-// GEMV, the tiled GEMM), us per call, GB/s of the distinct experts'
-// weight bytes (+ scales) and that as a fraction of a D2D copy measured in the same run.
+// (the default selection, the listed decode kernels, the previous decode GEMV, the tiled GEMM),
+// us per call, GB/s of the distinct experts' weight bytes (+ scales) and that as a fraction of a
+// D2D copy measured in the same run.
 void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int iters) {
   const int hidden = 6144, inter = 2048, top_k = 8;
   const size_t mat = size_t(hidden) * inter;
-  const double d2d = D2dGBps(size_t{1} << 30, iters);
+  const double d2d = MeasureD2DGBps(size_t{1} << 30);  // eager, default stream
   std::printf("d2d copy 1 GiB: %.1f GB/s (read + write)\n", d2d);
   for (WeightDType dtype : {WeightDType::kF8E4M3Block128, WeightDType::kBF16}) {
     const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
@@ -257,37 +214,16 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       struct Path {
         const char* name;
         MoeDecodePath path;
-        int ctas_per_sm, l2_prefetch;
-        bool dynamic, fp8_int;
-        int list_rows;  // listed decode, fp8 token rows per pass (0: default)
       };
-      // decode: the defaults (static tasks, no L2 prefetch, cvt widening); the others change
-      // one setting each (tuning record).
       // auto: the default selection (decode <= 64 pairs, listed <= 512, tiled above).
-      const Path paths[] = {{"auto", MoeDecodePath::kAuto, 0, 0, false, false, 0},
-                            {"decode dynamic", MoeDecodePath::kAuto, 0, 0, true, false, 0},
-                            {"decode fp8-int", MoeDecodePath::kAuto, 0, 0, false, true, 0},
-                            {"decode pf4", MoeDecodePath::kAuto, 0, 4, false, false, 0},
-                            {"decode 1 cta/sm", MoeDecodePath::kAuto, 1, 0, false, false, 0},
-                            {"listed", MoeDecodePath::kListed, 0, 0, false, false, 0},
-                            {"listed fp8 r1", MoeDecodePath::kListed, 0, 0, false, false, 1},
-                            {"listed fp8 r2", MoeDecodePath::kListed, 0, 0, false, false, 2},
-                            {"listed fp8 r4", MoeDecodePath::kListed, 0, 0, false, false, 4},
-                            {"legacy gemv", MoeDecodePath::kLegacyGemv, 0, 0, false, false, 0},
-                            {"tiled", MoeDecodePath::kTiled, 0, 0, false, false, 0}};
+      const Path paths[] = {{"auto", MoeDecodePath::kAuto},
+                            {"listed", MoeDecodePath::kListed},
+                            {"legacy gemv", MoeDecodePath::kLegacyGemv},
+                            {"tiled", MoeDecodePath::kTiled}};
       const bool small = tokens * top_k <= kMoeDecodeMaxPairs;
       for (const Path& p : paths) {
-        const bool decode_setting = p.path == MoeDecodePath::kAuto && p.name[0] == 'd';
-        if (!small && (decode_setting || p.path == MoeDecodePath::kLegacyGemv)) continue;
-        if (p.list_rows != 0 && (!fp8 || tokens < 8)) continue;
-        if (p.fp8_int && !fp8) continue;
-        if ((p.ctas_per_sm != 0 || p.l2_prefetch != 0) && tokens > 1) continue;
+        if (!small && p.path == MoeDecodePath::kLegacyGemv) continue;
         SetMoeDecodePath(p.path);
-        SetMoeDecodeCtasPerSm(p.ctas_per_sm);
-        SetMoeDecodeL2Prefetch(p.l2_prefetch);
-        SetMoeDecodeDynamicTasks(p.dynamic);
-        SetMoeDecodeFp8IntWiden(p.fp8_int);
-        SetMoeListedFp8Rows(p.list_rows);
         const double ms = TimeMs(
             [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
         const double gbps = bytes / (ms * 1e-3) / 1e9;
@@ -302,11 +238,6 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
             gbps / d2d, ran_name);
       }
       SetMoeDecodePath(MoeDecodePath::kAuto);
-      SetMoeDecodeCtasPerSm(0);
-      SetMoeDecodeL2Prefetch(0);
-      SetMoeDecodeDynamicTasks(false);
-      SetMoeDecodeFp8IntWiden(false);
-      SetMoeListedFp8Rows(0);
       cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
     }
     cudaFree(weights), cudaFree(scales);
@@ -314,7 +245,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
 }
 
 // MoeRoute (kernels/moe_route.h) at GLM-5's router: 256 experts, top-8, bias, renormalize,
-// 1 / 8 / 64 rows, both top-k loops; us per launch from a CUDA graph of 50 back-to-back launches
+// 1 / 8 / 64 rows; us per launch from a CUDA graph of 50 back-to-back launches
 // (launch gaps included, as in a decode graph).
 void BenchMoeRoute(std::mt19937& rng, int iters) {
   const int experts = 256, top_k = 8, kLaunches = 50;
@@ -327,8 +258,7 @@ void BenchMoeRoute(std::mt19937& rng, int iters) {
     float* w = nullptr;
     BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&ids), size_t(rows) * top_k * 4));
     BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w), size_t(rows) * top_k * 4));
-    for (bool compact : {false, true}) {
-      kernels::SetMoeRouteCompact(compact);
+    {
       auto route = [&] {
         return kernels::MoeRoute(logits, experts, bias, rows, experts, 1, 1, top_k, true, 2.5f,
                                  ids, w, stream);
@@ -350,12 +280,11 @@ void BenchMoeRoute(std::mt19937& rng, int iters) {
       BENCH_CHECK(cudaEventSynchronize(b));
       float ms = 0;
       BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
-      std::printf("moe_route rows=%-2d 256 experts top8 %-8s %6.2f us per launch (graph)\n", rows,
-                  compact ? "compact" : "unrolled", ms * 1e3 / (iters * kLaunches));
+      std::printf("moe_route rows=%-2d 256 experts top8 %6.2f us per launch (graph)\n", rows,
+                  ms * 1e3 / (iters * kLaunches));
       cudaEventDestroy(a), cudaEventDestroy(b);
       cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
     }
-    kernels::SetMoeRouteCompact(false);
     cudaFree(logits), cudaFree(ids), cudaFree(w);
   }
   cudaFree(bias);

@@ -77,11 +77,6 @@ constexpr int kCombineThreads = 256;
 
 // Weight element types of the GEMM kernel (template argument): WeightDType as an int.
 constexpr int kWF32 = 0, kWBF16 = 1, kWFP8 = 2;
-// fp8 widened with integer ops (MoeDecodeKernel only; SetMoeDecodeFp8IntWiden): the e4m3 bits
-// placed into an fp32's sign / exponent / mantissa fields, times 2^120 (exact for every finite
-// e4m3 value, subnormals included; the NaN encoding widens to 480 instead of NaN).
-constexpr int kWFP8I = 3;
-constexpr bool IsFp8(int wt) { return wt == kWFP8 || wt == kWFP8I; }
 constexpr int ElemBytes(int wt) { return wt == kWF32 ? 4 : wt == kWBF16 ? 2 : 1; }
 
 struct ExpertPtr {
@@ -398,19 +393,7 @@ static_assert(kGemvMaxPairs == kMoeDecodeMaxPairs, "cuda_ops_moe.h's decode limi
 
 template <int kWT>
 __device__ __forceinline__ void WidenChunk(const uint4& q, float* f) {
-  if constexpr (kWT == kWFP8I) {
-    const unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const unsigned v = w[i];  // byte b: sign bit 8b + 7 -> 31, bits 8b..8b+6 -> 20..26
-      f[4 * i] = __uint_as_float(((v << 24) & 0x80000000u) | ((v << 20) & 0x07f00000u)) * 0x1p120f;
-      f[4 * i + 1] =
-          __uint_as_float(((v << 16) & 0x80000000u) | ((v << 12) & 0x07f00000u)) * 0x1p120f;
-      f[4 * i + 2] =
-          __uint_as_float(((v << 8) & 0x80000000u) | ((v << 4) & 0x07f00000u)) * 0x1p120f;
-      f[4 * i + 3] = __uint_as_float((v & 0x80000000u) | ((v >> 4) & 0x07f00000u)) * 0x1p120f;
-    }
-  } else if constexpr (kWT == kWF32) {
+  if constexpr (kWT == kWF32) {
     f[0] = __uint_as_float(q.x), f[1] = __uint_as_float(q.y);
     f[2] = __uint_as_float(q.z), f[3] = __uint_as_float(q.w);
   } else if constexpr (kWT == kWBF16) {
@@ -594,12 +577,9 @@ absl::Status LaunchGemvFor(int wt, const GemmParams& p, int64_t slots, cudaStrea
 // 2 output columns fused: 2 gate + 2 up rows; 4 down rows otherwise: kDecWRows = 4 weight rows
 // per task; 8 spill at 128 registers);
 // a persistent grid of min(tasks, SMs x resident CTAs) CTAs of kDecWarps warps, global warp w
-// takes tasks w, w + W, ... (concurrent warps stream neighbouring rows; SetMoeDecodeDynamicTasks
-// makes lane 0 fetch the next task from a per-table device counter instead, which the launch's
-// last warp resets: same results, slower on an H200). A task streams its 4
+// takes tasks w, w + W, ... (concurrent warps stream neighbouring rows). A task streams its 4
 // rows with 16-byte loads that skip L1 (lane l: chunk l + 32 i of each row, a warp load covers
-// 512 contiguous bytes), the next chunk's 4 loads issued before the current one is consumed and
-// chunks further ahead prefetched into L2 (prefetch.global.L2: bytes in flight without registers);
+// 512 contiguous bytes), the next chunk's 4 loads issued before the current one is consumed;
 // x / act come through L1 (__ldg; shared by all warps of a token). fp8: the partial dot of a
 // 16-value chunk is multiplied by the row block's scale (all rows of a task lie in one
 // 128-row block since kCols | 128). Token rows: up to DecRows() per pass over the weights (a
@@ -613,7 +593,7 @@ constexpr int kDecWRows = 4;  // weight rows per task
 // Token rows per pass over a task's weights: 2 (1 for fp8, whose 16-value chunks would need
 // more than 128 registers for two rows; a second row re-reads the task's rows, mostly from L2).
 template <int kWT>
-constexpr int DecRows() { return IsFp8(kWT) ? 1 : 2; }
+constexpr int DecRows() { return kWT == kWFP8 ? 1 : 2; }
 
 struct DecodeParams {
   const int32_t* ids;  // [pairs]
@@ -622,14 +602,8 @@ struct DecodeParams {
   const float* a;  // fused: x [tokens, k] (row = pair / top_k); else act [pairs, k]
   int64_t a_ld;
   int n, k;
-  float* c;         // [pairs, n]
-  int l2_prefetch;  // chunks ahead (per lane, in units of 32) prefetched into L2; < 2: off
-  int* counters;    // [2] zero at launch: dynamic task fetch (next task, warps done); null: static
+  float* c;  // [pairs, n]
 };
-
-__device__ __forceinline__ void PrefetchL2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
 
 __device__ __forceinline__ uint4 LdStreamNoL1(const void* p) {
   uint4 v;
@@ -698,18 +672,7 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
 #pragma unroll
     for (int m = 0; m < kDecWRows; ++m) acc[r][m] = 0.f;
 
-  // L2 prefetch (no registers): chunk iterations 2 .. pf - 1 now, iteration i + pf in iteration
-  // i; one lane per 128-byte line. Registers hold iterations i and i + 1.
-  const int pf = p.l2_prefetch;
-  const bool line_lead = (lane & 7) == 0;
-  if (line_lead) {
-    for (int j = 2; j < pf; ++j) {
-      const int cc = lane + 32 * j;
-      if (cc >= nchunks) break;
-#pragma unroll
-      for (int m = 0; m < kDecWRows; ++m) PrefetchL2(wr[m] + int64_t{cc} * 16);
-    }
-  }
+  // Registers hold chunk iterations i and i + 1.
   uint4 cur[kDecWRows];
   if (lane < nchunks) {
 #pragma unroll
@@ -722,13 +685,8 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
 #pragma unroll
       for (int m = 0; m < kDecWRows; ++m) nxt[m] = LdStreamNoL1(wr[m] + int64_t{cn} * 16);
     }
-    const int cp = c + 32 * pf;
-    if (pf >= 2 && line_lead && cp < nchunks) {
-#pragma unroll
-      for (int m = 0; m < kDecWRows; ++m) PrefetchL2(wr[m] + int64_t{cp} * 16);
-    }
     float sc0 = 1.f, sc1 = 1.f;
-    if constexpr (IsFp8(kWT)) {
+    if constexpr (kWT == kWFP8) {
       sc0 = __ldg(s0 + ((c * kV) >> 7));
       sc1 = __ldg(s1 + ((c * kV) >> 7));
     }
@@ -750,7 +708,7 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
         float s = 0.f;
 #pragma unroll
         for (int v = 0; v < kV; ++v) s += xv[r][v] * wf[v];
-        if constexpr (IsFp8(kWT)) acc[r][m] += s * (m < kHalf ? sc0 : sc1);
+        if constexpr (kWT == kWFP8) acc[r][m] += s * (m < kHalf ? sc0 : sc1);
         else acc[r][m] += s;
       }
     }
@@ -798,7 +756,7 @@ __device__ __forceinline__ void TaskWeights(const ExpertPtr& ex, int n0, const c
     w0 = static_cast<const char*>(ex.gate) + int64_t{n0} * ex.gate_ld * kEB;
     w1 = static_cast<const char*>(ex.up) + int64_t{n0} * ex.up_ld * kEB;
     ld0 = ex.gate_ld * kEB, ld1 = ex.up_ld * kEB;
-    if constexpr (IsFp8(kWT)) {
+    if constexpr (kWT == kWFP8) {
       s0 = ex.gate_s + (n0 >> 7) * ex.gate_sld;
       s1 = ex.up_s + (n0 >> 7) * ex.up_sld;
     }
@@ -806,7 +764,7 @@ __device__ __forceinline__ void TaskWeights(const ExpertPtr& ex, int n0, const c
     ld0 = ld1 = ex.down_ld * kEB;
     w0 = static_cast<const char*>(ex.down) + int64_t{n0} * ld0;
     w1 = w0;  // rows n0 + kDecWRows / 2.. (DecodePass adds the half's offset)
-    if constexpr (IsFp8(kWT)) s0 = s1 = ex.down_s + (n0 >> 7) * ex.down_sld;
+    if constexpr (kWT == kWFP8) s0 = s1 = ex.down_s + (n0 >> 7) * ex.down_sld;
   }
 }
 
@@ -819,18 +777,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParam
   const DecodeRouting rt = DecodeRoute(p, lane);
   const int groups = (p.n + kCols - 1) / kCols;
   const int tasks = rt.n_active * groups;
-  // Dynamic: lane 0 takes the next task index from counters[0] one task ahead (the atomic's
-  // latency hides behind the current task); static: tasks gw, gw + W, ...
-  int* const ctr = p.counters;
-  int t = gw;
-  if (ctr != nullptr) {
-    int v = 0;
-    if (lane == 0) v = atomicAdd(ctr, 1);
-    t = __shfl_sync(0xffffffffu, v, 0);
-  }
-  while (t < tasks) {
-    int t_next = t + num_warps;
-    if (ctr != nullptr && lane == 0) t_next = atomicAdd(ctr, 1);
+  for (int t = gw; t < tasks; t += num_warps) {
     const int slot = t / groups, n0 = (t - slot * groups) * kCols;
     const int na = __popc(rt.lead_a);
     const int e = slot < na ? __shfl_sync(0xffffffffu, rt.id_a, NthSetBit(rt.lead_a, slot))
@@ -866,16 +813,6 @@ __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParam
                                           lane);
       }
     }
-    t = ctr != nullptr ? __shfl_sync(0xffffffffu, t_next, 0) : t_next;
-  }
-  if (ctr != nullptr && lane == 0) {
-    // Every warp's last fetch happened before its increment of counters[1]; the last warp
-    // resets both for the next launch on this stream.
-    __threadfence();
-    if (atomicAdd(ctr + 1, 1) == num_warps - 1) {
-      atomicExch(ctr, 0);
-      atomicExch(ctr + 1, 0);
-    }
   }
 }
 
@@ -901,25 +838,16 @@ int ResidentCtas(Kernel kernel, int threads) {
   return n;
 }
 
-std::atomic<int> g_decode_ctas_per_sm{0};  // 0: as many as fit (SetMoeDecodeCtasPerSm)
-std::atomic<int> g_decode_l2_prefetch{0};
-std::atomic<bool> g_decode_dynamic{false};  // SetMoeDecodeDynamicTasks
-std::atomic<bool> g_decode_fp8_int{false};  // SetMoeDecodeFp8IntWiden  // DecodeParams::l2_prefetch (SetMoeDecodeL2Prefetch)
-
 template <bool kFused, int kWT>
 absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail::DeviceInfo& info,
                           cudaStream_t stream) {
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
-  int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT>, kDecWarps * 32);
-  const int cap = g_decode_ctas_per_sm.load(std::memory_order_relaxed);
-  if (cap > 0) per_sm = std::min(per_sm, cap);
+  const int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT>, kDecWarps * 32);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
-  DecodeParams q = p;
-  q.l2_prefetch = g_decode_l2_prefetch.load(std::memory_order_relaxed);
   const int64_t blocks = std::max<int64_t>(1, std::min(detail::CeilDiv(tasks, kDecWarps), resident));
   MoeDecodeKernel<kFused, kWT>
-      <<<static_cast<unsigned>(blocks), kDecWarps * 32, 0, stream>>>(q);
+      <<<static_cast<unsigned>(blocks), kDecWarps * 32, 0, stream>>>(p);
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeKernel launch");
 }
 
@@ -928,7 +856,6 @@ absl::Status LaunchDecodeFor(int wt, const DecodeParams& p, int64_t max_slots,
                              const detail::DeviceInfo& info, cudaStream_t stream) {
   if (wt == kWBF16) return LaunchDecode<kFused, kWBF16>(p, max_slots, info, stream);
   if (wt == kWFP8) return LaunchDecode<kFused, kWFP8>(p, max_slots, info, stream);
-  if (wt == kWFP8I) return LaunchDecode<kFused, kWFP8I>(p, max_slots, info, stream);
   return LaunchDecode<kFused, kWF32>(p, max_slots, info, stream);
 }
 
@@ -990,8 +917,8 @@ __global__ void __launch_bounds__(kRouteThreads)
   }
 }
 
-template <bool kFused, int kWT, int kNG, int kMinCtas>
-__global__ void __launch_bounds__(kDecWarps * 32, kMinCtas)
+template <bool kFused, int kWT, int kNG>
+__global__ void __launch_bounds__(kDecWarps * 32, 2)
     MoeDecodeListKernel(DecodeParams p, DecodeLists l) {
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int lane = threadIdx.x & 31;
@@ -1019,60 +946,38 @@ __global__ void __launch_bounds__(kDecWarps * 32, kMinCtas)
       }
       if constexpr (kNG == 1) {
         DecodePass<kFused, kWT, 1>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
-      } else if constexpr (kNG == 2) {
-        if (ng == 1) {
-          DecodePass<kFused, kWT, 1>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
-        } else {
-          DecodePass<kFused, kWT, 2>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
-        }
       } else {
         if (ng == 1) {
           DecodePass<kFused, kWT, 1>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
-        } else if (ng == 2) {
-          DecodePass<kFused, kWT, 2>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
         } else {
-          DecodePass<kFused, kWT, kNG>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0,
-                                       lane);
+          DecodePass<kFused, kWT, 2>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
         }
       }
     }
   }
 }
 
-std::atomic<int> g_list_fp8_rows{0};  // SetMoeListedFp8Rows (0: kListFp8RowsDefault)
-// fp8 token rows per pass, measured on an H200 at GLM-5 widths, 256 experts top-8 (us per call,
-// rows 1 / 2 / 4): batch 8 640 / 857 / 854, 16 1225 / 1570 / 1555, 32 2386 / 2837 / 2755,
-// 64 4716 / 5105 / 4705: one row per pass with 2 CTAs per SM (re-reads mostly from L2) wins.
-constexpr int kListFp8RowsDefault = 1;
-
-template <bool kFused, int kWT, int kNG, int kMinCtas>
+// Token rows per pass: fp8 1 (2 CTAs per SM, a task's weight rows re-read per token row, mostly
+// from L2: see the measurements under "tried" in cuda_ops_moe.h), bf16 / fp32 2.
+template <bool kFused, int kWT, int kNG>
 absl::Status LaunchList(const DecodeParams& p, const DecodeLists& l, int64_t max_slots,
                         const detail::DeviceInfo& info, cudaStream_t stream) {
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
-  int per_sm = ResidentCtas(MoeDecodeListKernel<kFused, kWT, kNG, kMinCtas>, kDecWarps * 32);
-  const int cap = g_decode_ctas_per_sm.load(std::memory_order_relaxed);
-  if (cap > 0) per_sm = std::min(per_sm, cap);
+  const int per_sm = ResidentCtas(MoeDecodeListKernel<kFused, kWT, kNG>, kDecWarps * 32);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
-  DecodeParams q = p;
-  q.l2_prefetch = g_decode_l2_prefetch.load(std::memory_order_relaxed);
-  q.counters = nullptr;
   const int64_t blocks = std::max<int64_t>(1, std::min(detail::CeilDiv(tasks, kDecWarps), resident));
-  MoeDecodeListKernel<kFused, kWT, kNG, kMinCtas>
-      <<<static_cast<unsigned>(blocks), kDecWarps * 32, 0, stream>>>(q, l);
+  MoeDecodeListKernel<kFused, kWT, kNG>
+      <<<static_cast<unsigned>(blocks), kDecWarps * 32, 0, stream>>>(p, l);
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeListKernel launch");
 }
 
 template <bool kFused>
 absl::Status LaunchListFor(int wt, const DecodeParams& p, const DecodeLists& l, int64_t max_slots,
                            const detail::DeviceInfo& info, cudaStream_t stream) {
-  if (wt == kWBF16) return LaunchList<kFused, kWBF16, 2, 2>(p, l, max_slots, info, stream);
-  if (wt == kWF32) return LaunchList<kFused, kWF32, 2, 2>(p, l, max_slots, info, stream);
-  int rows = g_list_fp8_rows.load(std::memory_order_relaxed);
-  if (rows <= 0) rows = kListFp8RowsDefault;
-  if (rows == 1) return LaunchList<kFused, kWFP8, 1, 2>(p, l, max_slots, info, stream);
-  if (rows == 2) return LaunchList<kFused, kWFP8, 2, 1>(p, l, max_slots, info, stream);
-  return LaunchList<kFused, kWFP8, 4, 1>(p, l, max_slots, info, stream);
+  if (wt == kWBF16) return LaunchList<kFused, kWBF16, 2>(p, l, max_slots, info, stream);
+  if (wt == kWF32) return LaunchList<kFused, kWF32, 2>(p, l, max_slots, info, stream);
+  return LaunchList<kFused, kWFP8, 1>(p, l, max_slots, info, stream);
 }
 
 // out[t] += sum_j w[t, j] * y[t * top_k + j] over the valid ids, j in order (deterministic).
@@ -1119,9 +1024,6 @@ struct TableEntry {
   int64_t inter = 0, hidden = 0;
   int wt = kWF32;  // weight dtype of every expert
   bool gemv_ok = false;  // MoeGemvKernel's limits hold (16-byte rows, k % values per chunk)
-  // MoeDecodeKernel's task counters (fused: [0, 2), down: [2, 4)); zero between launches (each
-  // launch's last warp resets them). One set per table: calls on one table are stream-ordered.
-  int* counters = nullptr;
 };
 
 absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream_t stream) {
@@ -1172,11 +1074,6 @@ absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream
   if (entry.device == nullptr) {
     GLM_CUDA_OPS_RETURN_IF_ERROR(
         kOp, cudaMalloc(&entry.device, host.size() * sizeof(ExpertPtr)));
-  }
-  if (entry.counters == nullptr) {
-    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMalloc(&entry.counters, 4 * sizeof(int)));
-    GLM_CUDA_OPS_RETURN_IF_ERROR(
-        kOp, cudaMemsetAsync(entry.counters, 0, 4 * sizeof(int), stream));
   }
   entry.host = std::move(host);
   entry.inter = inter, entry.hidden = hidden;
@@ -1238,15 +1135,7 @@ std::atomic<MoeRanPath> g_last_path{MoeRanPath::kNone};
 }  // namespace
 
 MoeRanPath LastMoeRanPath() { return g_last_path.load(); }
-void SetMoeListedFp8Rows(int rows) {
-  g_list_fp8_rows.store(rows <= 0 ? 0 : rows == 1 ? 1 : rows <= 2 ? 2 : 4);
-}
-
 void SetMoeDecodePath(MoeDecodePath path) { g_decode_path.store(path); }
-void SetMoeDecodeCtasPerSm(int ctas) { g_decode_ctas_per_sm.store(ctas); }
-void SetMoeDecodeL2Prefetch(int chunks_ahead) { g_decode_l2_prefetch.store(chunks_ahead); }
-void SetMoeDecodeDynamicTasks(bool on) { g_decode_dynamic.store(on); }
-void SetMoeDecodeFp8IntWiden(bool on) { g_decode_fp8_int.store(on); }
 
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
@@ -1333,16 +1222,11 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
     d.a = x.data, d.a_ld = x.ld;
     d.n = static_cast<int>(inter), d.k = static_cast<int>(hidden);
     d.c = static_cast<float*>(act);
-    const bool dynamic = g_decode_dynamic.load(std::memory_order_relaxed);
-    d.counters = dynamic ? table->counters : nullptr;
-    const int wt =
-        table->wt == kWFP8 && g_decode_fp8_int.load(std::memory_order_relaxed) ? kWFP8I : table->wt;
-    GLM_RETURN_IF_ERROR(LaunchDecodeFor<true>(wt, d, max_slots, info, stream));
+    GLM_RETURN_IF_ERROR(LaunchDecodeFor<true>(table->wt, d, max_slots, info, stream));
     d.a = static_cast<const float*>(act), d.a_ld = inter;
     d.n = static_cast<int>(hidden), d.k = static_cast<int>(inter);
     d.c = static_cast<float*>(y);
-    d.counters = dynamic ? table->counters + 2 : nullptr;
-    GLM_RETURN_IF_ERROR(LaunchDecodeFor<false>(wt, d, max_slots, info, stream));
+    GLM_RETURN_IF_ERROR(LaunchDecodeFor<false>(table->wt, d, max_slots, info, stream));
     MoeCombineByPairKernel<<<dim3(static_cast<unsigned>(tokens),
                                   static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
                              kCombineThreads, 0, stream>>>(

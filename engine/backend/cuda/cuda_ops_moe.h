@@ -29,25 +29,15 @@ MoeRanPath LastMoeRanPath();
 
 // Process-wide; takes effect at the next MoeExperts call (not for already captured graphs).
 void SetMoeDecodePath(MoeDecodePath path);
-// Caps the decode kernels' persistent grid at `ctas` CTAs per SM (0: as many as are resident;
-// bench tuning only).
-void SetMoeDecodeCtasPerSm(int ctas);
-// L2 prefetch distance of the decode kernels in 32-chunk iterations (default 0 = off: on an H200
-// prefetching 4 / 8 iterations ahead was 6-19 % slower at batch 1 / 8; < 2: off; bench
-// tuning only).
-void SetMoeDecodeL2Prefetch(int chunks_ahead);
-// Decode kernels take tasks statically (default: warp w takes tasks w, w + W, ...) or from a
-// device counter (warps that finish early take more; on an H200 4-7 % slower at batch 1, equal at
-// batch 8: the per-task atomic costs more than the imbalance it removes). Results are identical.
-void SetMoeDecodeDynamicTasks(bool on);
-// fp8 weights widened with integer ops instead of the e4m3 conversion instructions (default off:
-// 20-30 % slower on an H200; an e4m3 NaN then widens to 480; bench tuning only).
-void SetMoeDecodeFp8IntWiden(bool on);
-// Token rows per pass over a task's weights in the listed decode kernels for fp8 experts: 1, 2 or
-// 4 (0: the default, 1; others are rounded to those). 1 re-reads a task's weight rows per token
-// row (mostly L2 hits) with 2 CTAs per SM; 2 / 4 read them once per 2 / 4 rows with 1 CTA per SM
-// (149-218 registers): on an H200 2 was 8-34 % and 4 0-33 % slower than 1 at batch 8..64 (bench
-// tuning only). bf16 / fp32 always take 2 rows per pass. Results are identical.
-void SetMoeListedFp8Rows(int rows);
+
+// Tried on an H200 at GLM-5 widths (256 experts top-8) and removed as slower than the kernels
+// above: L2 prefetch 4 / 8 chunk iterations ahead in the decode kernels, 6-19 % slower at batch
+// 1 / 8; decode tasks fetched from a device counter (warps that finish early take more), 4-7 %
+// slower at batch 1, equal at batch 8; fp8 widened with integer ops instead of the e4m3
+// conversion instructions, 20-30 % slower; listed decode fp8 with 2 / 4 token rows per pass
+// (1 CTA per SM) instead of 1, us per call at batch 8 / 16 / 32 / 64: 1 row 640 / 1225 / 2386 /
+// 4716, 2 rows 857 / 1570 / 2837 / 5105, 4 rows 854 / 1555 / 2755 / 4705; a cap on the decode
+// kernels' CTAs per SM was a bench knob with no recorded gain. (And in
+// kernels/moe_route: a rolled top-k loop over shared memory, 11.9 vs 8.7 us per launch.)
 
 }  // namespace glm::engine::cuda
