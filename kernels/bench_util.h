@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -32,6 +33,57 @@ inline void CheckOk(const absl::Status& s, const char* what) {
   }
 }
 
+// Median over `trials` (after two warm-ups) of the event-timed milliseconds of `run` (which
+// enqueues work on `stream`).
+inline double MedianTrialMs(const std::function<void()>& run, int trials, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int trial = 0; trial < trials + 2; ++trial) {
+    BENCH_CHECK(cudaEventRecord(start, stream));
+    run();
+    BENCH_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    float m = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&m, start, stop));
+    if (trial >= 2) ms.push_back(m);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Fills device memory with pseudo-random bytes (an up-to-8 MiB host pattern block copied over).
+// For e4m3 weights `fp8` avoids the NaN encodings; for bf16 it writes finite values near +-1.
+inline void FillRandom(void* dst, size_t bytes, bool fp8, uint32_t seed) {
+  const size_t block = std::min<size_t>(bytes, size_t{8} << 20);
+  std::vector<uint8_t> h(block);
+  uint32_t s = seed * 2654435761u + 1;
+  for (size_t i = 0; i < block; ++i) {
+    s = s * 1664525u + 1013904223u;
+    uint8_t b = static_cast<uint8_t>(s >> 24);
+    if (fp8) {
+      if ((b & 0x7F) == 0x7F) b = 0x38;
+    } else if (i % 2 == 1) {
+      b = static_cast<uint8_t>(0x3C + (b & 3));  // bf16 high byte: exponent near 1.0, sign +/-
+      if (s & 0x100) b |= 0x80;
+    }
+    h[i] = b;
+  }
+  for (size_t off = 0; off < bytes; off += block) {
+    BENCH_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, h.data(), std::min(block, bytes - off),
+                           cudaMemcpyHostToDevice));
+  }
+}
+
+// n floats of value v, uploaded to dst.
+inline void FillConst(float* dst, size_t n, float v) {
+  std::vector<float> h(n, v);
+  BENCH_CHECK(cudaMemcpy(dst, h.data(), n * 4, cudaMemcpyHostToDevice));
+}
+
 struct BenchTiming {
   double us_per_call = 0;
   bool graph = false;  // the calls ran as one captured CUDA graph
@@ -41,9 +93,6 @@ struct BenchTiming {
 // calls are captured into one CUDA graph first; eager launches if capture fails.
 inline BenchTiming TimeEnqueues(const std::function<absl::Status(int)>& enqueue, int calls,
                                 int trials, cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   bool captured = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess;
@@ -54,50 +103,31 @@ inline BenchTiming TimeEnqueues(const std::function<absl::Status(int)>& enqueue,
         captured && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
   }
   (void)cudaGetLastError();
-  std::vector<float> ms;
-  for (int trial = 0; trial < trials + 2; ++trial) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    if (captured) {
-      BENCH_CHECK(cudaGraphLaunch(exec, stream));
-    } else {
-      for (int i = 0; i < calls; ++i) CheckOk(enqueue(i), "enqueue");
-    }
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    float m = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&m, start, stop));
-    if (trial >= 2) ms.push_back(m);
-  }
+  const double ms = MedianTrialMs(
+      [&] {
+        if (captured) {
+          BENCH_CHECK(cudaGraphLaunch(exec, stream));
+        } else {
+          for (int i = 0; i < calls; ++i) CheckOk(enqueue(i), "enqueue");
+        }
+      },
+      trials, stream);
   BENCH_CHECK(cudaGetLastError());
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2] * 1000.0 / calls, captured};
+  return {ms * 1000.0 / calls, captured};
 }
 
 // Median over `trials` (after two warm-ups) of (time of `calls` eager enqueues) / calls, in µs:
 // no graph (for what a graph replays differently, e.g. memcpy nodes).
 inline double TimeEagerUs(const std::function<absl::Status(int)>& enqueue, int calls, int trials,
                           cudaStream_t stream) {
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int trial = 0; trial < trials + 2; ++trial) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < calls; ++i) CheckOk(enqueue(i), "enqueue");
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    float m = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&m, start, stop));
-    if (trial >= 2) ms.push_back(m);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1000.0 / calls;
+  return MedianTrialMs(
+             [&] {
+               for (int i = 0; i < calls; ++i) CheckOk(enqueue(i), "enqueue");
+             },
+             trials, stream) *
+         1000.0 / calls;
 }
 
 // The bandwidth baseline of the benches: device-to-device cudaMemcpyAsync of `bytes` (use >= 1

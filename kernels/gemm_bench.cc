@@ -36,34 +36,6 @@ double TimeCalls(const std::function<absl::Status(int)>& enqueue, int calls, int
   return t.us_per_call;
 }
 
-// Fills device memory with pseudo-random bytes (a host pattern block copied over). For e4m3
-// weights `fp8` avoids the NaN encodings; for bf16 it writes small finite values.
-void FillRandom(void* dst, size_t bytes, bool fp8, uint32_t seed) {
-  const size_t block = std::min<size_t>(bytes, size_t{8} << 20);
-  std::vector<uint8_t> h(block);
-  uint32_t s = seed * 2654435761u + 1;
-  for (size_t i = 0; i < block; ++i) {
-    s = s * 1664525u + 1013904223u;
-    uint8_t b = static_cast<uint8_t>(s >> 24);
-    if (fp8) {
-      if ((b & 0x7F) == 0x7F) b = 0x38;
-    } else if (i % 2 == 1) {
-      b = static_cast<uint8_t>(0x3C + (b & 3));  // bf16 high byte: exponent near 1.0, sign +/-
-      if (s & 0x100) b |= 0x80;
-    }
-    h[i] = b;
-  }
-  for (size_t off = 0; off < bytes; off += block) {
-    BENCH_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, h.data(), std::min(block, bytes - off),
-                           cudaMemcpyHostToDevice));
-  }
-}
-
-void FillConst(float* dst, size_t n, float v) {
-  std::vector<float> h(n, v);
-  BENCH_CHECK(cudaMemcpy(dst, h.data(), n * 4, cudaMemcpyHostToDevice));
-}
-
 struct Ceilings {
   double d2d_gbs = 0;
   double bf16_tflops = 0;

@@ -36,33 +36,6 @@ void* Alloc(size_t bytes) {
   return p;
 }
 
-// Pseudo-random bytes: e4m3 without NaN encodings, or bf16 values near ±1.
-void FillRandom(void* dst, size_t bytes, bool fp8, uint32_t seed) {
-  const size_t block = std::min<size_t>(bytes, size_t{8} << 20);
-  std::vector<uint8_t> h(block);
-  uint32_t s = seed * 2654435761u + 1;
-  for (size_t i = 0; i < block; ++i) {
-    s = s * 1664525u + 1013904223u;
-    uint8_t b = static_cast<uint8_t>(s >> 24);
-    if (fp8) {
-      if ((b & 0x7F) == 0x7F) b = 0x38;
-    } else if (i % 2 == 1) {
-      b = static_cast<uint8_t>(0x3C + (b & 3));
-      if (s & 0x100) b |= 0x80;
-    }
-    h[i] = b;
-  }
-  for (size_t off = 0; off < bytes; off += block) {
-    BENCH_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, h.data(), std::min(block, bytes - off),
-                           cudaMemcpyHostToDevice));
-  }
-}
-
-void FillConst(float* dst, size_t n, float v) {
-  std::vector<float> h(n, v);
-  BENCH_CHECK(cudaMemcpy(dst, h.data(), n * 4, cudaMemcpyHostToDevice));
-}
-
 struct Proj {
   const char* name;
   int64_t n, k;

@@ -13,6 +13,7 @@
 // Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5] [--calls 20]
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
+#include "engine/backend/cuda/cuda_bench_scratch.h"
 #include "engine/backend/cuda/cuda_ops.h"
 
 #include <algorithm>
@@ -39,27 +40,6 @@ namespace {
 using kernels::CheckOk;
 using kernels::MeasureD2DGBps;
 using kernels::TimeEnqueues;
-
-class BenchScratch final : public Scratch {
- public:
-  ~BenchScratch() override {
-    for (void* p : ptr_) cudaFree(p);
-  }
-  absl::StatusOr<void*> Get(int slot, size_t bytes) override {
-    if (bytes > size_[slot]) {
-      cudaFree(ptr_[slot]);
-      if (cudaMalloc(&ptr_[slot], bytes) != cudaSuccess) {
-        return absl::ResourceExhaustedError("bench scratch: cudaMalloc failed");
-      }
-      size_[slot] = bytes;
-    }
-    return ptr_[slot];
-  }
-
- private:
-  void* ptr_[kScratchSlots] = {};
-  size_t size_[kScratchSlots] = {};
-};
 
 struct DevBuf {
   void* p = nullptr;

@@ -8,8 +8,10 @@
 // Usage: cuda_ops_bench [--experts N] [--iters N] [--only moe|route]. 256 bf16 experts need ~19.3 GB.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
+#include "engine/backend/cuda/cuda_bench_scratch.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/cuda_ops_moe.h"
+#include "kernels/bench_util.h"
 #include "kernels/moe_route.h"
 
 #include <algorithm>
@@ -27,35 +29,7 @@
 namespace glm::engine::cuda {
 namespace {
 
-#define BENCH_CHECK(expr)                                                              \
-  do {                                                                                 \
-    const cudaError_t e_ = (expr);                                                     \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                 \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-
-class BenchScratch final : public Scratch {
- public:
-  ~BenchScratch() override {
-    for (void* p : ptr_) cudaFree(p);
-  }
-  absl::StatusOr<void*> Get(int slot, size_t bytes) override {
-    if (bytes > size_[slot]) {
-      cudaFree(ptr_[slot]);
-      if (cudaMalloc(&ptr_[slot], bytes) != cudaSuccess) {
-        return absl::ResourceExhaustedError("bench scratch: cudaMalloc failed");
-      }
-      size_[slot] = bytes;
-    }
-    return ptr_[slot];
-  }
-
- private:
-  void* ptr_[kScratchSlots] = {};
-  size_t size_[kScratchSlots] = {};
-};
+using kernels::MeasureD2DGBps;  // BENCH_CHECK, the D2D baseline: kernels/bench_util.h
 
 template <typename T>
 T* DeviceCopy(const std::vector<T>& v) {
@@ -176,23 +150,6 @@ void BenchIndexer(std::mt19937& rng, BenchScratch& scratch, int iters) {
   cudaFree(keys), cudaFree(d_slots);
 }
 
-// Device-to-device copy of `bytes`: read + write bytes per second (the bandwidth baseline).
-double D2dGBps(size_t bytes, int iters) {
-  void *a = nullptr, *b = nullptr;
-  BENCH_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CHECK(cudaMemset(a, 1, bytes));
-  const double ms = TimeMs(
-      [&] {
-        return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess
-                   ? absl::OkStatus()
-                   : absl::InternalError("cudaMemcpyAsync");
-      },
-      iters);
-  cudaFree(a), cudaFree(b);
-  return 2.0 * bytes / (ms * 1e-3) / 1e9;
-}
-
 // Routed experts at GLM-5 widths with fp8 (128x128 block scales) and bf16 weights: per batch
 // (1 / 8 / 16 / 32 / 64 tokens, top-8 of `num_experts`), every MoeExperts path that applies
 // (the default selection, the listed decode kernels, the previous decode GEMV, the tiled GEMM),
@@ -201,7 +158,7 @@ double D2dGBps(size_t bytes, int iters) {
 void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int iters) {
   const int hidden = 6144, inter = 2048, top_k = 8;
   const size_t mat = size_t(hidden) * inter;
-  const double d2d = D2dGBps(size_t{1} << 30, iters);
+  const double d2d = MeasureD2DGBps(size_t{1} << 30);  // eager, default stream
   std::printf("d2d copy 1 GiB: %.1f GB/s (read + write)\n", d2d);
   for (WeightDType dtype : {WeightDType::kF8E4M3Block128, WeightDType::kBF16}) {
     const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
