@@ -34,11 +34,11 @@ bin=$stage/bin
 out=${OUT:-/tmp/glm-all-gpu-out}
 steps=${STEPS:-tests nccl memcheck bench}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export GLM_GOLDEN_DIR=$PWD/tests/golden GLM_RUN_BINARY=$PWD/$bin/glm-run
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
+gpu_env "$stage"
+export GLM_RUN_BINARY=$PWD/$bin/glm-run
 summary=()
+# Not gpu_step: the summary line carries each step's last gtest/sanitizer verdict (notes use it).
 step() {  # step NAME LOG TIMEOUT_S CMD...
   local name=$1 log=$2 limit=$3
   shift 3
