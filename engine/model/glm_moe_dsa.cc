@@ -124,8 +124,8 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
   if (mode != LinearWeightMode::kF32 && !backend_->SupportsWeightDType(WeightDType::kBF16)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight dtype ", options_.weight_dtype, " is not supported by the ", backend_->name(),
-        " backend, which computes with fp32 weights only; use --dtype fp32 (weight_dtype "
-        "\"fp32\") or the cuda backend (--backend cuda)"));
+        " backend, which has no bf16/fp8 Linear; use --dtype fp32 (weight_dtype \"fp32\") or a "
+        "backend that has one (cpu, cuda)"));
   }
   // Device memory before any parameter is uploaded (memory plan: weights = the difference).
   backend_->Synchronize();
