@@ -151,4 +151,18 @@ inline double MeasureD2DGBps(size_t bytes, cudaStream_t stream = nullptr) {
   return 2.0 * static_cast<double>(bytes) / (us * 1e-6) / 1e9;
 }
 
+// Prints "device: NAME, N SMs, compute capability X.Y, L2 MB" for the current device and returns
+// a new non-blocking stream for the bench.
+inline cudaStream_t PrintDeviceAndCreateStream() {
+  int dev = 0;
+  BENCH_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs, compute capability %d.%d, %.0f MB L2\n", prop.name,
+              prop.multiProcessorCount, prop.major, prop.minor, prop.l2CacheSize / 1e6);
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return stream;
+}
+
 }  // namespace glm::kernels

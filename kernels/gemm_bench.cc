@@ -207,14 +207,7 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
 
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  int dev = 0;
-  BENCH_CHECK(cudaGetDevice(&dev));
-  cudaDeviceProp prop{};
-  BENCH_CHECK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("device: %s, %d SMs, compute capability %d.%d, %.0f MB L2\n", prop.name,
-              prop.multiProcessorCount, prop.major, prop.minor, prop.l2CacheSize / 1e6);
-  cudaStream_t stream;
-  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaStream_t stream = PrintDeviceAndCreateStream();
   auto lt = BlasLtHandle::Create();
   CheckOk(lt.status(), "cublasLtCreate");
   const Ceilings c = MeasureCeilings(**lt, stream);
