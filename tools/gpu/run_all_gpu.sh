@@ -8,9 +8,11 @@
 # then carry .gpurun-all and run `tools/gpu/run_all_gpu.sh .gpurun-all` from the repo root there.
 # Steps: every GPU test binary (kernels, CUDA backend and heavy ops, graphs, narrow weights,
 # sampling, golden fixtures through cuda in fp32 and bf16/fp8), the real-NCCL test through the
-# dlopen'd table (torch's libnccl), compute-sanitizer memcheck of the model/graph tests, a short
-# GLM-5-width decode bench (eager vs graphs, fp32 vs fp8 KV) and the sampling bench. Logs in $OUT (or /tmp/glm-all-gpu-out);
-# the summary comes last. Env: STEPS (default "tests nccl memcheck bench").
+# dlopen'd table (torch's libnccl), compute-sanitizer memcheck of the model/graph tests, the
+# GLM-5-width decode table (batch 1/8/64, 4K/128K, fp32 vs fp8 KV, graphs on), and the kernel
+# benches (sampling, GEMV, small ops, MoE, KV). More steps: eager (graphs off), profile (ncu).
+# Logs in $OUT (or /tmp/glm-all-gpu-out); the summary comes last. Env: STEPS (default
+# "tests nccl memcheck table bench").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tests=(argmax_test rmsnorm_test rope_test silu_mul_test topk_plan_test topk_radix_test
@@ -18,8 +20,9 @@ tests=(argmax_test rmsnorm_test rope_test silu_mul_test topk_plan_test topk_radi
   quant_fp8_group_test gemv_narrow_test cuda_backend_test cublaslt_matmul_test cuda_ops_test
   cuda_moe_test cuda_kv_fp8_test cuda_model_test cuda_graph_test cuda_narrow_test
   create_backend_test sample_backend_test engine_golden_test engine_golden_narrow_test
-  engine_kv_fp8_test)
-others=(nccl_gpu_test glm-run glm-bench-cuda-decode)
+  engine_kv_fp8_test per_head_gemv_test)
+others=(nccl_gpu_test glm-run glm-bench-cuda-decode gemv_bench smallops_bench cuda_ops_bench
+  cuda_kv_bench)
 if [[ ${1:-} == --targets ]]; then
   echo "${tests[@]} ${others[@]}"
   exit 0
@@ -32,7 +35,7 @@ fi
 stage=${1:-.gpurun-all}
 bin=$stage/bin
 out=${OUT:-/tmp/glm-all-gpu-out}
-steps=${STEPS:-tests nccl memcheck bench}
+steps=${STEPS:-tests nccl memcheck table bench}
 mkdir -p "$out"
 source tools/gpu/common.sh
 gpu_env "$stage"
@@ -64,15 +67,31 @@ for s in $steps; do
         step "memcheck $t" memcheck.log 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/$t"
       done
       ;;
-    bench)
-      for cfg in "off fp32" "on fp32" "on fp8"; do
-        set -- $cfg
-        step "decode bench graphs=$1 kv=$2" bench.log 240 "$bin/glm-bench-cuda-decode" \
-          --dtype fp8 --kv-dtype "$2" --layers 1,2 --batches 1,8 --contexts 4096 --steps 8 \
-          --graphs "$1"
+    table)
+      # The decode-step table of docs/benchmarks.md: fp8 weights, fp32 and fp8 KV in one process,
+      # CUDA graphs on.
+      step "decode table" table.log 300 "$bin/glm-bench-cuda-decode" --dtype fp8 --kv-dtype both \
+        --layers 1,2 --batches 1,8,64 --contexts 4096,131072 --steps 8 --graphs on
+      ;;
+    eager)
+      for kv in fp32 fp8; do
+        step "decode eager kv=$kv" table.log 200 "$bin/glm-bench-cuda-decode" --dtype fp8 \
+          --kv-dtype "$kv" --layers 1,2 --batches 1,8 --contexts 4096 --steps 8 --graphs off
       done
+      ;;
+    profile)
+      step "profile decode (fp8 KV)" profile.log 150 env OUT="$out/profile" \
+        tools/gpu/profile_decode.sh "$stage" "1 8" --kv-dtype fp8
+      ;;
+    bench)
       step "sample bench" bench.log 120 "$bin/sample_test" --gtest_also_run_disabled_tests \
         --gtest_filter='*Bench*'
+      [[ -x $bin/gemv_bench ]] && step gemv_bench bench.log 120 "$bin/gemv_bench" --quick
+      [[ -x $bin/smallops_bench ]] && step smallops_bench bench.log 120 "$bin/smallops_bench"
+      [[ -x $bin/cuda_ops_bench ]] && step "cuda_ops_bench moe" bench.log 120 \
+        "$bin/cuda_ops_bench" --only moe --iters 10
+      [[ -x $bin/cuda_kv_bench ]] && step "cuda_kv_bench" bench.log 120 "$bin/cuda_kv_bench" \
+        --rows 1,8 --keys 4096,131072 --trials 3
       ;;
   esac
 done
