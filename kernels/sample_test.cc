@@ -1,10 +1,11 @@
 // SampleRows on the GPU against the host rule (kernels/sample_rule.h SampleRowHost, which
 // engine/sample and the CPU backend use): the same token for every row over vocab 1 .. 154,880,
 // greedy / temperature / top-k / top-p mixes, ties, NaN / -inf / +inf entries; draws that do not
-// depend on the batch; the empirical distribution against the exact truncated softmax; guard
-// bytes; one CTA per row and rows split over thread-block clusters of several sizes give the same
-// tokens. DISABLED_Bench times batch 1, 8 and 64 at GLM-5's vocab, one CTA per row vs the automatic
-// cluster (--gtest_also_run_disabled_tests).
+// depend on the batch (tokens exactly, logprobs up to rounding); the empirical distribution
+// against the exact truncated softmax; guard bytes; one CTA per row and rows split over
+// thread-block clusters of several sizes give the same tokens. DISABLED_Bench times batch 1, 8
+// and 64 at GLM-5's vocab, one CTA per row vs the automatic cluster
+// (--gtest_also_run_disabled_tests).
 #include "kernels/sample.h"
 
 #include <gtest/gtest.h>
@@ -225,7 +226,9 @@ TEST_F(SampleTest, ARowsDrawDoesNotDependOnTheBatch) {
     std::vector<float> lp1;
     ASSERT_TRUE(single.Run(&id1, &lp1).ok());
     EXPECT_EQ(id1[0], ids[r]) << "row " << r;
-    EXPECT_EQ(lp1[0], lps[r]) << "row " << r;
+    // The logprob's fp32 log-sum-exp is combined over the row's CTAs, whose count follows the
+    // batch (sample.h): equal up to rounding, not bit for bit.
+    EXPECT_NEAR(lp1[0], lps[r], 1e-5f * std::max(1.0f, std::abs(lps[r]))) << "row " << r;
   }
 }
 
