@@ -47,7 +47,7 @@ for i in step:
 total = sum(t[i] for i in step)
 for name, (us, n) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
     print(f"{us:9.1f} us {n:4d}x {100 * us / total:5.1f}%  {name}")
-print(f"{total:9.1f} us in the last step's {len(step)} launches (longest launch, the lm_head: "
-      f"{t[last]:.1f} us); {len(rows)} launches profiled")
+print(f"{total:9.1f} us in the last step's {len(step)} launches (longest: {t[last]:.1f} us, "
+      f"{names[last][:40]}); {len(rows)} launches profiled")
 PY
 done
