@@ -36,6 +36,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/load_util.cuh"
+
 namespace glm::kernels::detail {
 
 inline constexpr int kFp8Warps = 4;
@@ -60,18 +62,6 @@ __device__ __forceinline__ void MmaF16F32(float (&d)[4], uint32_t a0, uint32_t a
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint4 LoadStreaming(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t Word(const uint4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
 template <int MT>
@@ -114,7 +104,7 @@ __device__ __forceinline__ void LoadFrag(Fp8Frag<MT>& f, const Fp8GemmArgs& p, i
 #pragma unroll
   for (int nt = 0; nt < kFp8NTiles; ++nt) {
     const int64_t r = col0 + nt * 8 + g;
-    f.b[nt] = (k_ok && r < p.n) ? LoadStreaming(p.w + r * p.k + kk) : make_uint4(0, 0, 0, 0);
+    f.b[nt] = (k_ok && r < p.n) ? LoadStreaming16(p.w + r * p.k + kk) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -128,18 +118,18 @@ __device__ __forceinline__ void MmaChunk(const Fp8Frag<MT>& f, float (&blk)[MT][
     uint32_t b0[kFp8NTiles], b1[kFp8NTiles];
 #pragma unroll
     for (int nt = 0; nt < kFp8NTiles; ++nt) {
-      const uint32_t wv = Word(f.b[nt], j);
+      const uint32_t wv = Word4(f.b[nt], j);
       b0[nt] = E4m3x2ToHalf2(wv);
       b1[nt] = E4m3x2ToHalf2(wv >> 16);
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       if (mt * 16 >= rows_left) break;
-      const uint32_t lo = Word(f.a[mt][0], j);
+      const uint32_t lo = Word4(f.a[mt][0], j);
       const uint32_t a0 = E4m3x2ToHalf2(lo), a2 = E4m3x2ToHalf2(lo >> 16);
       uint32_t a1 = 0, a3 = 0;
       if (mt * 16 + 8 < rows_left) {
-        const uint32_t hi = Word(f.a[mt][1], j);
+        const uint32_t hi = Word4(f.a[mt][1], j);
         a1 = E4m3x2ToHalf2(hi);
         a3 = E4m3x2ToHalf2(hi >> 16);
       }

@@ -58,6 +58,8 @@
 #define GLM_GEMV_CLUSTERS 1
 #endif
 
+#include "kernels/load_util.cuh"
+
 namespace glm::kernels::detail {
 
 inline constexpr int kGemvWarps = 8;
@@ -103,18 +105,6 @@ __device__ __forceinline__ uint32_t GemvE4m3x2ToHalf2(uint32_t two) {
   uint32_t r;
   memcpy(&r, &h, 4);
   return r;
-}
-
-__device__ __forceinline__ uint4 GemvLoadStreaming(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t GemvWord(const uint4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
 
 template <bool kFp8>
@@ -185,7 +175,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int64_t col = k0 + static_cast<int64_t>(s) * kStepK + c * kChunkK + t * (16 / kEB);
-        dst[h * 2 + c] = (vrow[h] && col < p.k) ? GemvLoadStreaming(wrow[h] + col * kEB)
+        dst[h * 2 + c] = (vrow[h] && col < p.k) ? LoadStreaming16(wrow[h] + col * kEB)
                                                 : make_uint4(0, 0, 0, 0);
       }
     }
@@ -282,13 +272,13 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              const uint32_t wa = GemvWord(ring[d][c], j), wb = GemvWord(ring[d][2 + c], j);
+              const uint32_t wa = Word4(ring[d][c], j), wb = Word4(ring[d][2 + c], j);
               const uint32_t a0 = GemvE4m3x2ToHalf2(wa), a2 = GemvE4m3x2ToHalf2(wa >> 16);
               const uint32_t a1 = GemvE4m3x2ToHalf2(wb), a3 = GemvE4m3x2ToHalf2(wb >> 16);
 #pragma unroll
               for (int nt = 0; nt < kNT; ++nt) {
-                GemvMma<true>(blk[nt], a0, a1, a2, a3, GemvWord(xv[nt][j / 2], (2 * j) % 4),
-                              GemvWord(xv[nt][j / 2], (2 * j + 1) % 4));
+                GemvMma<true>(blk[nt], a0, a1, a2, a3, Word4(xv[nt][j / 2], (2 * j) % 4),
+                              Word4(xv[nt][j / 2], (2 * j + 1) % 4));
               }
             }
           }
@@ -319,9 +309,9 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
                           : make_uint4(0, 0, 0, 0);
 #pragma unroll
               for (int j = 0; j < 2; ++j) {
-                GemvMma<false>(acc[nt], GemvWord(wa, 2 * j), GemvWord(wb, 2 * j),
-                               GemvWord(wa, 2 * j + 1), GemvWord(wb, 2 * j + 1),
-                               GemvWord(xv, 2 * j), GemvWord(xv, 2 * j + 1));
+                GemvMma<false>(acc[nt], Word4(wa, 2 * j), Word4(wb, 2 * j),
+                               Word4(wa, 2 * j + 1), Word4(wb, 2 * j + 1),
+                               Word4(xv, 2 * j), Word4(xv, 2 * j + 1));
               }
             }
           }

@@ -49,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/cuda_ops_moe.h"
+#include "kernels/load_util.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -66,6 +67,8 @@
 
 namespace glm::engine::cuda {
 namespace {
+
+using kernels::detail::LoadStreaming16;
 
 constexpr const char* kOp = "MoeExperts";
 constexpr int kMaxExperts = 1024;
@@ -605,14 +608,6 @@ struct DecodeParams {
   float* c;  // [pairs, n]
 };
 
-__device__ __forceinline__ uint4 LdStreamNoL1(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // The warp's view of the routing: ids of pairs lane and lane + 32 (-1: none or out of range)
 // and the leader masks of both halves.
 struct DecodeRouting {
@@ -676,14 +671,14 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
   uint4 cur[kDecWRows];
   if (lane < nchunks) {
 #pragma unroll
-    for (int m = 0; m < kDecWRows; ++m) cur[m] = LdStreamNoL1(wr[m] + int64_t{lane} * 16);
+    for (int m = 0; m < kDecWRows; ++m) cur[m] = LoadStreaming16(wr[m] + int64_t{lane} * 16);
   }
   for (int c = lane; c < nchunks; c += 32) {
     uint4 nxt[kDecWRows];
     const int cn = c + 32;
     if (cn < nchunks) {
 #pragma unroll
-      for (int m = 0; m < kDecWRows; ++m) nxt[m] = LdStreamNoL1(wr[m] + int64_t{cn} * 16);
+      for (int m = 0; m < kDecWRows; ++m) nxt[m] = LoadStreaming16(wr[m] + int64_t{cn} * 16);
     }
     float sc0 = 1.f, sc1 = 1.f;
     if constexpr (kWT == kWFP8) {
