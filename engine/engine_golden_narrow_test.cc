@@ -51,6 +51,7 @@
 
 #include "engine/backend/create_backend.h"
 #include "engine/engine.h"
+#include "engine/golden_fixtures_test_util.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -59,6 +60,12 @@ namespace glm::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using golden::Case;
+using golden::Fixture;
+using golden::GreedyRequest;
+using golden::LoadFixtures;
+using golden::ReadF32;
+using golden::RelDiff;
 
 constexpr double kTol = 2e-2;  // cpu narrow vs transformers fp32, of max |logit| (issue 4)
 // cuda narrow vs cpu narrow, of max |logit| (see the file comment).
@@ -96,77 +103,10 @@ const BeyondTol* FindBeyondTol(const std::string& fixture, const std::string& dt
   return nullptr;
 }
 
-struct Case {
-  std::vector<int32_t> prompt, greedy;
-};
-struct Fixture {
-  std::string name, dir;
-  std::vector<Case> cases;  // main first
-  bool fp8 = false;         // config.json has an fp8 quantization_config
-};
-
-std::string GoldenDir() {
-  const char* env = std::getenv("GLM_GOLDEN_DIR");
-  return env != nullptr && *env != '\0' ? env : GLM_GOLDEN_DIR;
-}
-
-std::vector<Fixture> LoadFixtures() {
-  std::vector<Fixture> out;
-  for (const auto& entry : fs::directory_iterator(GoldenDir())) {
-    const fs::path ref = entry.path() / "reference.json";
-    if (!entry.is_directory() || !fs::exists(ref) || !fs::exists(entry.path() / "config.json")) {
-      continue;
-    }
-    nlohmann::json j = nlohmann::json::parse(std::ifstream(ref));
-    if (!j.contains("prompt_ids") || !j.contains("greedy_ids")) continue;
-    Fixture fx;
-    fx.name = entry.path().filename().string();
-    fx.dir = entry.path().string();
-    fx.cases.push_back({j["prompt_ids"].get<std::vector<int32_t>>(),
-                        j["greedy_ids"].get<std::vector<int32_t>>()});
-    if (j.contains("extra_cases")) {
-      for (const auto& c : j["extra_cases"]) {
-        fx.cases.push_back({c["prompt_ids"].get<std::vector<int32_t>>(),
-                            c["greedy_ids"].get<std::vector<int32_t>>()});
-      }
-    }
-    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(entry.path() / "config.json"));
-    fx.fp8 = cfg.contains("quantization_config") &&
-             cfg["quantization_config"].value("quant_method", "") == "fp8";
-    out.push_back(std::move(fx));
-  }
-  std::sort(out.begin(), out.end(),
-            [](const Fixture& a, const Fixture& b) { return a.name < b.name; });
-  return out;
-}
-
-std::vector<float> ReadF32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), {});
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
-
 double MaxAbs(const std::vector<float>& v) {
   double m = 0;
   for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
   return m;
-}
-
-// max |a - b| / max |ref| (ref = b).
-double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
-  return d / std::max(MaxAbs(b), 1e-30);
-}
-
-Request GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens) {
-  Request r;
-  r.prompt_ids = prompt;
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  return r;
 }
 
 EngineOptions Options(const std::string& dir, const std::string& backend,
@@ -373,7 +313,7 @@ ModelLoadOptions LoadOptions(const std::string& dir, const std::string& backend,
 }
 
 TEST(NarrowWeightsLoadTest, UnknownDtypeNamesTheAcceptedOnes) {
-  auto bad = LoadGlmMoeDsa(LoadOptions(GoldenDir() + "/tiny-dense", "cpu", "fp16"));
+  auto bad = LoadGlmMoeDsa(LoadOptions(golden::Dir() + "/tiny-dense", "cpu", "fp16"));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("fp32, bf16, auto"), std::string::npos) << bad.status();

@@ -19,6 +19,7 @@
 
 #include "engine/backend/create_backend.h"
 #include "engine/engine.h"
+#include "engine/golden_fixtures_test_util.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -27,23 +28,12 @@ namespace glm::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Case {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> greedy;
-};
-
-struct Fixture {
-  std::string name;
-  std::string dir;
-  Case main;
-  std::vector<Case> extra;
-};
-
-std::string GoldenDir() {
-  const char* env = std::getenv("GLM_GOLDEN_DIR");
-  return env != nullptr && *env != '\0' ? env : GLM_GOLDEN_DIR;
-}
+using golden::Case;
+using golden::Fixture;
+using golden::GreedyRequest;
+using golden::LoadFixtures;
+using golden::ReadF32;
+using golden::RelDiff;
 
 std::string GlmRunBinary() {
   const char* env = std::getenv("GLM_RUN_BINARY");
@@ -61,58 +51,6 @@ std::string GlmRunBinary() {
       if (!glm_avail_.ok()) GTEST_SKIP() << "backend cuda: " << glm_avail_.message(); \
     }                                                                             \
   } while (0)
-
-std::vector<Fixture> LoadFixtures() {
-  std::vector<Fixture> out;
-  for (const auto& entry : fs::directory_iterator(GoldenDir())) {
-    const fs::path ref = entry.path() / "reference.json";
-    if (!entry.is_directory() || !fs::exists(ref) || !fs::exists(entry.path() / "config.json")) {
-      continue;
-    }
-    std::ifstream f(ref);
-    nlohmann::json j = nlohmann::json::parse(f);
-    if (!j.contains("prompt_ids") || !j.contains("greedy_ids")) continue;
-    Fixture fx;
-    fx.name = entry.path().filename().string();
-    fx.dir = entry.path().string();
-    fx.main = {j["prompt_ids"].get<std::vector<int32_t>>(), j["greedy_ids"].get<std::vector<int32_t>>()};
-    if (j.contains("extra_cases")) {
-      for (const auto& c : j["extra_cases"]) {
-        fx.extra.push_back({c["prompt_ids"].get<std::vector<int32_t>>(),
-                            c["greedy_ids"].get<std::vector<int32_t>>()});
-      }
-    }
-    out.push_back(std::move(fx));
-  }
-  std::sort(out.begin(), out.end(), [](const Fixture& a, const Fixture& b) { return a.name < b.name; });
-  return out;
-}
-
-std::vector<float> ReadF32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), {});
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
-
-// max |a - b| / max |b|
-double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    max_ref = std::max(max_ref, std::abs(static_cast<double>(b[i])));
-  }
-  return max_diff / std::max(max_ref, 1e-30);
-}
-
-Request GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens) {
-  Request r;
-  r.prompt_ids = prompt;
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  return r;
-}
 
 EngineOptions SmallChunks(const std::string& dir, const std::string& backend, int mtp = 0) {
   EngineOptions eo;
@@ -146,7 +84,7 @@ class GoldenEngineTest
 TEST_P(GoldenEngineTest, ConcurrentChunkedGreedyMatchesReference) {
   auto engine = Engine::Create(SmallChunks(fixture_.dir, backend_));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  const Case& m = fixture_.main;
+  const Case& m = fixture_.main();
   // Truncated variants of the prompt: no reference of their own, so each must equal the same
   // prompt run alone on an engine without chunking or prefix caching.
   std::vector<std::vector<int32_t>> truncated = {
@@ -161,7 +99,7 @@ TEST_P(GoldenEngineTest, ConcurrentChunkedGreedyMatchesReference) {
     want.push_back(w);
   };
   submit(m.prompt, m.greedy, static_cast<int>(m.greedy.size()));
-  for (const Case& c : fixture_.extra) submit(c.prompt, c.greedy, static_cast<int>(c.greedy.size()));
+  for (const Case& c : fixture_.extra()) submit(c.prompt, c.greedy, static_cast<int>(c.greedy.size()));
   for (const auto& p : truncated) submit(p, {}, 24);
   std::vector<std::vector<int32_t>> got;
   for (auto& h : hs) got.push_back(h.stream->CollectTokens());
@@ -197,7 +135,7 @@ TEST_P(GoldenEngineTest, ConcurrentChunkedGreedyMatchesReference) {
 TEST_P(GoldenEngineTest, PromptLogitsMatchReference) {
   auto engine = Engine::Create(SmallChunks(fixture_.dir, backend_));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  Request r = GreedyRequest(fixture_.main.prompt, 1);
+  Request r = GreedyRequest(fixture_.main().prompt, 1);
   r.return_prompt_logits = true;
   auto h = (*engine)->Submit(r);
   ASSERT_TRUE(h.ok());
@@ -252,11 +190,11 @@ TEST_P(GoldenMtpTest, SpeculativeGreedyEqualsPlainGreedy) {
     ASSERT_TRUE(engine.ok()) << engine.status();
     std::vector<RequestHandle> hs;
     std::vector<std::vector<int32_t>> want;
-    for (const Case* c = &fx.main; c; c = nullptr) {
+    for (const Case* c = &fx.main(); c; c = nullptr) {
       hs.push_back(*(*engine)->Submit(GreedyRequest(c->prompt, static_cast<int>(c->greedy.size()))));
       want.push_back(c->greedy);
     }
-    for (const Case& c : fx.extra) {
+    for (const Case& c : fx.extra()) {
       hs.push_back(*(*engine)->Submit(GreedyRequest(c.prompt, static_cast<int>(c.greedy.size()))));
       want.push_back(c.greedy);
     }
@@ -264,9 +202,9 @@ TEST_P(GoldenMtpTest, SpeculativeGreedyEqualsPlainGreedy) {
       EXPECT_EQ(hs[i].stream->CollectTokens(), want[i]) << fx.name << " k=" << k << " req " << i;
     }
     // Prefix-cache hit with MTP on.
-    auto again = (*engine)->Submit(GreedyRequest(fx.main.prompt, 32));
+    auto again = (*engine)->Submit(GreedyRequest(fx.main().prompt, 32));
     ASSERT_TRUE(again.ok());
-    EXPECT_EQ(again->stream->CollectTokens(), fx.main.greedy);
+    EXPECT_EQ(again->stream->CollectTokens(), fx.main().greedy);
     ASSERT_TRUE((*engine)->Drain().ok());
     const EngineStats st = (*engine)->Stats();
     std::printf("%s mtp k=%d drafts=%lld accepted=%lld acceptance_rate=%.3f steps=%lld\n",
@@ -349,8 +287,8 @@ TEST_P(GoldenMtpTest, DraftLogitsDoNotDependOnScheduling) {
     eo.mtp_draft_tokens = 2;
     auto engine = Engine::CreateWithModel(std::move(recording), eo);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    std::vector<const Case*> cases = {&fx.main};
-    for (const Case& c : fx.extra) cases.push_back(&c);
+    std::vector<const Case*> cases = {&fx.main()};
+    for (const Case& c : fx.extra()) cases.push_back(&c);
     for (int run = 0; run <= v.warm_runs; ++run) {
       const bool final_run = run == v.warm_runs;
       rec->set_sink(final_run ? &rows : &warm);
@@ -441,13 +379,13 @@ TEST_P(GlmRunTest, LastLineIsGreedyIdsAndDumpedLogitsMatch) {
       const std::string logits_path = tmp + "/glm_run_" + fx.name + "_" + GetParam() + ".f32";
       const std::string cmd = GlmRunBinary() + " --backend " + GetParam() + " --model " + fx.dir +
                               " --tokens " +
-                              Join(fx.main.prompt) + " --max-tokens " +
-                              std::to_string(fx.main.greedy.size()) + " --ignore-eos --threads 2" +
+                              Join(fx.main().prompt) + " --max-tokens " +
+                              std::to_string(fx.main().greedy.size()) + " --ignore-eos --threads 2" +
                               " --mtp " + std::to_string(mtp) + " --dump-logits " + logits_path;
       int rc = -1;
       const std::string out = RunCommand(cmd, &rc);
       ASSERT_EQ(rc, 0) << cmd << "\n" << out;
-      EXPECT_EQ(LastLine(out), Join(fx.main.greedy)) << fx.name << " mtp=" << mtp;
+      EXPECT_EQ(LastLine(out), Join(fx.main().greedy)) << fx.name << " mtp=" << mtp;
       const auto got = ReadF32(logits_path);
       const auto ref = ReadF32(fx.dir + "/logits.f32");
       ASSERT_EQ(got.size(), ref.size()) << fx.name;
@@ -487,10 +425,10 @@ TEST(GoldenSamplingTest, SeededSamplingIsBatchFreeAndEqualOnCpuAndCuda) {
     if (f.name == "tiny-dense") fx = std::move(f);
   }
   if (fx.name.empty()) GTEST_SKIP() << "fixture tiny-dense not found";
-  std::vector<std::vector<int32_t>> prompts = {fx.main.prompt};
-  for (const Case& c : fx.extra) prompts.push_back(c.prompt);
-  prompts.push_back(std::vector<int32_t>(fx.main.prompt.begin(),
-                                         fx.main.prompt.begin() + fx.main.prompt.size() / 2));
+  std::vector<std::vector<int32_t>> prompts = {fx.main().prompt};
+  for (const Case& c : fx.extra()) prompts.push_back(c.prompt);
+  prompts.push_back(std::vector<int32_t>(fx.main().prompt.begin(),
+                                         fx.main().prompt.begin() + fx.main().prompt.size() / 2));
   auto run = [&](const std::string& backend, int max_num_seqs) {
     EngineOptions eo = SmallChunks(fx.dir, backend);
     eo.max_num_seqs = max_num_seqs;
@@ -515,8 +453,8 @@ TEST(GoldenSamplingTest, SeededSamplingIsBatchFreeAndEqualOnCpuAndCuda) {
   ASSERT_EQ(cpu.size(), prompts.size());
   EXPECT_EQ(run("cpu", 1), cpu) << "batch composition changed a seeded draw";
   bool varied = false;  // sampling, not greedy: some token differs from the greedy reference
-  for (size_t t = 0; t < cpu[0].size() && t < fx.main.greedy.size(); ++t) {
-    varied = varied || cpu[0][t] != fx.main.greedy[t];
+  for (size_t t = 0; t < cpu[0].size() && t < fx.main().greedy.size(); ++t) {
+    varied = varied || cpu[0][t] != fx.main().greedy[t];
   }
   EXPECT_TRUE(varied);
   if (absl::Status s = CudaBackendAvailable(); !s.ok()) GTEST_SKIP() << "backend cuda: " << s;

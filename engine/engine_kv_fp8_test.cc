@@ -30,13 +30,16 @@
 
 #include "engine/backend/create_backend.h"
 #include "engine/engine.h"
+#include "engine/golden_fixtures_test_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 namespace glm::engine {
 namespace {
 
-namespace fs = std::filesystem;
+using golden::Fixture;
+using golden::LoadFixtures;
+using golden::RelDiff;
 
 struct Known {
   const char* name;
@@ -54,45 +57,6 @@ Known KnownFor(const std::string& name) {
     if (name == k.name) return k;
   }
   return {"", 5e-2, 1 << 30};
-}
-
-std::string GoldenDir() {
-  const char* env = std::getenv("GLM_GOLDEN_DIR");
-  return env != nullptr && *env != '\0' ? env : GLM_GOLDEN_DIR;
-}
-
-struct Fixture {
-  std::string name, dir;
-  std::vector<int32_t> prompt;
-  int num_greedy = 0;
-};
-
-std::vector<Fixture> LoadFixtures() {
-  std::vector<Fixture> out;
-  for (const auto& entry : fs::directory_iterator(GoldenDir())) {
-    const fs::path ref = entry.path() / "reference.json";
-    if (!entry.is_directory() || !fs::exists(ref) || !fs::exists(entry.path() / "config.json")) {
-      continue;
-    }
-    std::ifstream f(ref);
-    nlohmann::json j = nlohmann::json::parse(f);
-    if (!j.contains("prompt_ids") || !j.contains("greedy_ids")) continue;
-    out.push_back({entry.path().filename().string(), entry.path().string(),
-                   j["prompt_ids"].get<std::vector<int32_t>>(),
-                   static_cast<int>(j["greedy_ids"].size())});
-  }
-  std::sort(out.begin(), out.end(),
-            [](const Fixture& a, const Fixture& b) { return a.name < b.name; });
-  return out;
-}
-
-double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    max_ref = std::max(max_ref, std::abs(static_cast<double>(b[i])));
-  }
-  return max_diff / std::max(max_ref, 1e-30);
 }
 
 EngineOptions Options(const Fixture& fx, const std::string& backend, const std::string& kv) {
@@ -121,7 +85,7 @@ RunResult RunEngine(const EngineOptions& eo, const Fixture& fx, int num_tokens) 
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return r;
   Request req;
-  req.prompt_ids = fx.prompt;
+  req.prompt_ids = fx.main().prompt;
   req.sampling.max_tokens = num_tokens;
   req.sampling.ignore_eos = true;
   req.return_prompt_logits = true;
@@ -143,7 +107,7 @@ std::vector<float> StepLogits(const EngineOptions& eo, const Fixture& fx,
   auto engine = Engine::Create(eo);
   if (!engine.ok()) return {};
   Request req;
-  req.prompt_ids = fx.prompt;
+  req.prompt_ids = fx.main().prompt;
   req.prompt_ids.insert(req.prompt_ids.end(), tokens.begin(), tokens.begin() + n);
   req.sampling.max_tokens = 1;
   req.return_prompt_logits = true;
@@ -184,7 +148,7 @@ class KvFp8GoldenTest
 };
 
 TEST_P(KvFp8GoldenTest, CloseToFp32KvAndGreedyStable) {
-  const int n = fixture_.num_greedy;
+  const int n = static_cast<int>(fixture_.main().greedy.size());
   const RunResult f32 = RunEngine(Options(fixture_, backend_, "fp32"), fixture_, n);
   const RunResult f8 = RunEngine(Options(fixture_, backend_, "fp8"), fixture_, n);
   ASSERT_FALSE(f32.prompt_logits.empty());
@@ -206,7 +170,7 @@ TEST_P(KvFp8GoldenTest, CloseToFp32KvAndGreedyStable) {
       << fixture_.name << ": fp8 KV changed greedy token " << first << ", earlier than measured";
   // The fp32-KV top-2 gap where the runs part (printed for the record).
   const int64_t vocab =
-      static_cast<int64_t>(f32.prompt_logits.size() / fixture_.prompt.size());
+      static_cast<int64_t>(f32.prompt_logits.size() / fixture_.main().prompt.size());
   const std::vector<float> l =
       StepLogits(Options(fixture_, backend_, "fp32"), fixture_, f32.tokens, first, vocab);
   ASSERT_EQ(static_cast<int64_t>(l.size()), vocab);
