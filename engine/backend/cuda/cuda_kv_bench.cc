@@ -9,7 +9,8 @@
 // every sequence its own keys), GB/s and the fraction of a device-to-device copy measured here.
 // Rows "attn-old" / "index-old": the legacy paths (as GLM_CUDA_ATTENTION_LEGACY=1 /
 // GLM_CUDA_INDEXER_LEGACY=1 force); "attn-new" / "index-new": the staged attention / multi-CTA
-// radix passes forced; "attention" / "indexer": the default choice by shape; all in one process.
+// radix passes forced; "attn-tc": the tensor-core attention (fp8 latent) forced, with its speedup
+// over attn-new; "attention" / "indexer": the default choice by shape; all in one process.
 // Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5] [--calls 20]
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
@@ -31,8 +32,10 @@
 namespace glm::engine::cuda {
 
 // A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
-// mode 0: by shape, 1: legacy path, 2: the new path wherever it applies, -1: environment's.
+// mode 0: by shape, 1: legacy path, 2: the new path wherever it applies (attention: the staged
+// path), 3 (attention): the tensor-core path wherever it applies, -1: environment's.
 void SetAttentionPathForBench(int mode);
+int LastAttentionPathForBench();  // 1 legacy, 2 staged, 3 tensor core
 void SetIndexerPathForBench(int mode);
 
 namespace {
@@ -176,15 +179,31 @@ int Main(int argc, char** argv) {
           a.index_width = kTopK;
           a.scale = 0.072f;
           a.out = HeadsView{d_o.as<float>(), rows, kHeads, kKvr, kHeads * kKvr, kKvr};
-          for (const int mode : {1, 2, 0}) {
+          double us_staged = 0, us_tc = 0;
+          for (const int mode : {1, 2, 3, 0}) {
+            if (mode == 3 && !fp8) continue;  // the tensor-core path reads the fp8 latent only
             SetAttentionPathForBench(mode);
             CheckOk(Attention(a, scratch, stream), "Attention");
             BENCH_CHECK(cudaStreamSynchronize(stream));
+            if (mode == 3 && LastAttentionPathForBench() != 3) {
+              std::printf("attn-tc    fp8   %5d %7d  (tensor-core path not available here)\n",
+                          rows, keys);
+              continue;
+            }
             const auto t = TimeEnqueues([&](int) { return Attention(a, scratch, stream); },
                                         kCalls, trials, stream);
-            Report(mode == 1 ? "attn-old" : mode == 2 ? "attn-new" : "attention",
+            Report(mode == 1   ? "attn-old"
+                   : mode == 2 ? "attn-new"
+                   : mode == 3 ? "attn-tc"
+                               : "attention",
                    fp8 ? "fp8" : "fp32", rows, keys,
                    t.us_per_call, static_cast<double>(rows) * sel * row_bytes, d2d);
+            if (mode == 2) us_staged = t.us_per_call;
+            if (mode == 3) us_tc = t.us_per_call;
+          }
+          if (us_tc > 0) {
+            std::printf("attn-tc speedup over attn-new (staged), rows %d keys %d: %.2fx\n", rows,
+                        keys, us_staged / us_tc);
           }
           SetAttentionPathForBench(-1);
         }

@@ -7,6 +7,7 @@
 // Skips without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -21,6 +22,12 @@
 #include "gtest/gtest.h"
 
 namespace glm::engine {
+namespace cuda {
+// Attention path hooks of cuda_ops_attention.cu (not in cuda_ops.h): mode 0 by shape, 1 legacy,
+// 2 staged, 3 tensor core, -1 the environment's; the last call's path (1 / 2 / 3).
+void SetAttentionPathForBench(int mode);
+int LastAttentionPathForBench();
+}  // namespace cuda
 namespace {
 
 class CudaKvFp8Test : public ::testing::Test {
@@ -208,6 +215,134 @@ TEST_F(CudaKvFp8Test, AttentionMatchesCpu) {
     }
     EXPECT_LE(max_err, 2e-5 * std::max(1.0, max_ref)) << "max_ref " << max_ref;
   }
+}
+
+// The tensor-core attention path (split-bf16 mma.sync over the fp8 latent, GLM-5 widths 512 +
+// 64) against the CPU backend and against the staged CUDA-core path, over rows 1 / 2 / 8 / 64,
+// selected widths 1 / 17 / 2048 (and no index: every key), heads 16 / 32 / 64 / 128, rows with
+// fewer keys than the index width, -1 indices, a row with num_keys 0 and a row with only -1.
+// Bound: max |gpu - cpu| <= 2e-5 * max(1, max |cpu|) (the staged path's bound; the only roundings
+// are of q and P to hi + lo bf16 pairs, ~2^-17 relative). Each call must take the path asked
+// for; graph replay and a second eager call must equal the first eager call bit for bit.
+TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
+  constexpr int kKvr = 512, kRope = 64, kWidth = kKvr + kRope;
+  struct Shape { int rows, heads, slots, max_keys, topk; bool indices, empty_rows; };
+  const Shape shapes[] = {
+      {1, 64, 5000, 5000, 2048, true, false},   {2, 64, 3000, 3000, 2048, true, true},
+      {8, 64, 2400, 2100, 2048, true, false},   {64, 64, 4096, 4096, 2048, true, false},
+      {8, 128, 2200, 2100, 2048, true, true},   {1, 16, 300, 257, 17, true, false},
+      {2, 32, 300, 200, 17, true, true},        {8, 16, 700, 600, 1, true, false},
+      {3, 128, 100, 90, 1, true, false},        {64, 32, 300, 250, 17, true, false},
+      {1, 64, 300, 257, 0, false, false},       {4, 16, 100, 80, 0, false, true},
+      {2, 64, 3000, 2500, 0, false, false}};
+  cuda::SetAttentionPathForBench(0);
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(testing::Message() << "rows " << s.rows << " heads " << s.heads << " keys "
+                                    << s.max_keys << " topk " << s.topk << " indices "
+                                    << s.indices << " empty rows " << s.empty_rows);
+    std::vector<float> lat = Rows(s.slots, kWidth, kKvr, false, 1);
+    std::vector<int32_t> all(s.slots);
+    for (int i = 0; i < s.slots; ++i) all[i] = i;
+    std::vector<uint8_t> cache(s.slots * kv_fp8::LatentRowBytes(kKvr, kRope), 0);
+    Fp8LatentCache cc{cache.data(), s.slots, kKvr, kRope};
+    cpu_->WriteLatentFp8(MatView{lat.data(), s.slots, kWidth, kWidth}, all.data(), cc);
+    Fp8LatentCache gc{Dev(cache), s.slots, kKvr, kRope};
+    std::vector<int32_t> table, offset(s.rows), nkeys(s.rows);
+    for (int t = 0; t < s.rows; ++t) {
+      nkeys[t] = std::max(1, s.max_keys - 37 * t);
+      if (s.empty_rows && t == 1) nkeys[t] = 0;  // a row without keys
+      offset[t] = static_cast<int32_t>(table.size());
+      std::vector<int32_t> perm(all);
+      std::shuffle(perm.begin(), perm.end(), rng_);
+      table.insert(table.end(), perm.begin(), perm.begin() + nkeys[t]);
+    }
+    const int width = std::max(1, s.topk);
+    std::vector<int32_t> idx(s.rows * width, -1);
+    for (int t = 0; t < s.rows; ++t) {
+      std::vector<int32_t> pos(std::max(nkeys[t], 1));
+      for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+      std::shuffle(pos.begin(), pos.end(), rng_);
+      // Row 1 of empty_rows: positions >= num_keys (0), i.e. all masked; others valid.
+      for (int i = 0; i < std::min<int>(s.topk, pos.size()); ++i) idx[t * width + i] = pos[i];
+      if (s.topk > 3) idx[t * width + 1] = -1;   // padding in the middle
+      if (s.empty_rows && t == s.rows - 1 && t != 1) {
+        std::fill(idx.begin() + t * width, idx.begin() + (t + 1) * width, -1);  // only -1
+      }
+    }
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::vector<float> qa(s.rows * s.heads * kKvr), qb(s.rows * s.heads * kRope);
+    for (float& v : qa) v = nd(rng_);
+    for (float& v : qb) v = nd(rng_) * 10.0f;
+    AttentionArgs a;
+    a.q_a = HeadsView{qa.data(), s.rows, s.heads, kKvr, int64_t{s.heads} * kKvr, kKvr};
+    a.q_b = HeadsView{qb.data(), s.rows, s.heads, kRope, int64_t{s.heads} * kRope, kRope};
+    a.k_a = HeadsView{nullptr, s.slots, s.heads, kKvr, 0, 0};
+    a.k_b = HeadsView{nullptr, s.slots, s.heads, kRope, 0, 0};
+    a.v = a.k_a;
+    a.table = {table.data(), offset.data(), nkeys.data(), s.max_keys};
+    a.indices = s.indices ? idx.data() : nullptr;
+    a.index_width = s.indices ? s.topk : 0;
+    a.scale = 1.0f / std::sqrt(192.0f);
+    a.latent_fp8 = cc;
+    const size_t n_out = static_cast<size_t>(s.rows) * s.heads * kKvr;
+    std::vector<float> cpu_out(n_out);
+    a.out = HeadsView{cpu_out.data(), s.rows, s.heads, kKvr, int64_t{s.heads} * kKvr, kKvr};
+    cpu_->Attention(a);
+    AttentionArgs g = a;
+    g.q_a.data = Dev(qa);
+    g.q_b.data = Dev(qb);
+    g.table = {Dev(table), Dev(offset), Dev(nkeys), s.max_keys};
+    g.indices = s.indices ? Dev(idx) : nullptr;
+    g.latent_fp8 = gc;
+    const std::vector<float> nan_fill(n_out, std::nanf(""));
+    g.out.data = Dev(nan_fill);
+
+    double max_ref = 0;
+    for (float v : cpu_out) max_ref = std::max(max_ref, std::fabs(double{v}));
+    const double bound = 2e-5 * std::max(1.0, max_ref);
+    auto run = [&](int mode, int want_path) {
+      cuda::SetAttentionPathForBench(mode);
+      gpu_->CopyToDevice(g.out.data, nan_fill.data(), n_out * 4);
+      gpu_->Attention(g);
+      std::vector<float> out = Host(g.out.data, n_out);
+      EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+      EXPECT_EQ(cuda::LastAttentionPathForBench(), want_path) << "mode " << mode;
+      return out;
+    };
+    const std::vector<float> tc = run(3, 3);
+    const std::vector<float> staged = run(2, 2);
+    double err_cpu = 0, err_staged = 0;
+    for (size_t i = 0; i < n_out; ++i) {
+      ASSERT_TRUE(std::isfinite(tc[i])) << i;
+      ASSERT_TRUE(std::isfinite(staged[i])) << i;
+      err_cpu = std::max(err_cpu, std::fabs(double{tc[i]} - cpu_out[i]));
+      err_staged = std::max(err_staged, std::fabs(double{tc[i]} - staged[i]));
+    }
+    EXPECT_LE(err_cpu, bound) << "tc vs cpu, max_ref " << max_ref;
+    EXPECT_LE(err_staged, bound) << "tc vs staged, max_ref " << max_ref;
+    std::printf("tc rows %d heads %d keys %d topk %d: max|tc-cpu| %.3g max|tc-staged| %.3g "
+                "max|cpu| %.3g\n", s.rows, s.heads, s.max_keys, s.topk, err_cpu, err_staged,
+                max_ref);
+    if (s.empty_rows) {  // row 1 has no keys: zeros
+      for (int i = 0; i < s.heads * kKvr; ++i) ASSERT_EQ(tc[s.heads * kKvr + i], 0.0f) << i;
+    }
+
+    // Default choice by shape, a second eager call and a graph replay: bit for bit.
+    const std::vector<float> tc_default = run(0, 3);
+    EXPECT_EQ(std::memcmp(tc_default.data(), tc.data(), n_out * 4), 0);
+    gpu_->CopyToDevice(g.out.data, nan_fill.data(), n_out * 4);
+    gpu_->SetPointerChecks(false);  // as the decode graphs run
+    gpu_->BeginCapture();
+    gpu_->Attention(g);
+    std::unique_ptr<BackendGraph> graph = gpu_->EndCapture();
+    gpu_->SetPointerChecks(true);
+    ASSERT_NE(graph, nullptr) << gpu_->status();
+    gpu_->ReplayGraph(*graph);
+    const std::vector<float> replay = Host(g.out.data, n_out);
+    ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+    EXPECT_EQ(std::memcmp(replay.data(), tc.data(), n_out * 4), 0) << "graph replay != eager";
+  }
+  cuda::SetAttentionPathForBench(-1);
 }
 
 // Indexer over fp8 keys. Exact case: keys are small integers from {0, +-1, +-2, +-3, +-4, +-6,

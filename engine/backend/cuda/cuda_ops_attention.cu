@@ -29,6 +29,11 @@
 // batch-1 decode (4 head groups) runs ~2 CTAs on every SM. AttentionCombineWideKernel merges the
 // partials with float4 loads, 4 warps over the splits (8 loads in flight per thread) and a fixed
 // summation order (deterministic). Same arithmetic per key as the legacy path.
+// Tensor-core path (AttentionTcKernel, default for the fp8 latent cache at GLM-5 widths 512 + 64
+// with heads a multiple of 16; SetAttentionPathForBench(3) forces it, (2) the staged path):
+// one CTA per (row, 16-64 heads, split), split-bf16 mma.sync m16n8k16 for Q K^T and P V over
+// bf16-dequantized key tiles; see the comment above the kernel. H200, 2048 selected keys: batch
+// 1 / 8 / 64 in 19 / 41 / 232 us vs the staged path's 33 / 170 / 1274 us (cuda_kv_bench).
 // NOTE: shared memory per block is read from the device (GB10 ~99 KiB, H200 ~227 KiB opt-in);
 // absorbed GLM-5 decode (da 512 + db 64, G 16) needs ~41 KiB.
 // cuda_ops.h uses absl::StatusOr without including its header.
@@ -60,10 +65,14 @@ constexpr int kCombineThreads = 128;
 constexpr const char* kOp = "Attention";
 
 // Path choice: -1 = not read yet; 0 = by shape (default); 1 = legacy (GLM_CUDA_ATTENTION_LEGACY=1 in the
-// environment, read once); 2 = the new path wherever it applies (tests / benches only).
+// environment, read once); 2 = the staged path wherever it applies; 3 = the tensor-core path
+// wherever it applies (tests / benches only).
 std::atomic<int> g_mode{-1};
 
 int PathMode() { return detail::EnvPathMode("GLM_CUDA_ATTENTION_LEGACY", g_mode); }
+
+// The path of the last launch (1 legacy, 2 staged, 3 tensor core; 0 none yet), for tests.
+std::atomic<int> g_last_path{0};
 
 // 16-byte global -> shared copy without registers (cp.async, sm_80+); valid == false fills zeros.
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
@@ -550,6 +559,392 @@ __global__ void __launch_bounds__(kCombineThreads) AttentionCombineWideKernel(Pa
   }
 }
 
+// ---- Tensor-core path: fp8 latent cache, absorbed form, GLM-5 widths -------------------------
+// A CTA owns (row t, a group of 16 MT heads, one split of the row's selected positions) and walks
+// its split in tiles of kTcTile keys: the tile's 656-byte fp8 rows are copied to shared memory
+// with cp.async (the next tile's copy overlaps this tile's math), dequantized to bf16 (exact:
+// e4m3 x power-of-two scale; k_pe is bf16 already), then S = Q K^T and O += P V run on mma.sync
+// m16n8k16 (bf16 in, fp32 accumulate; sm_80+, no wgmma / tcgen05). Queries and probabilities
+// are split bf16 pairs (x = hi + lo, hi = bf16(x), lo = bf16(x - hi): ~2^-17 relative), two mmas
+// each, so results stay within ~1e-5 relative of the fp32 path. Online softmax in fp32 with the
+// same masking (positions outside [0, num_keys) and -1 indices) and the same partial (acc, m, l)
+// format, merged by AttentionCombineWideKernel.
+// Warps: score phase, warp w takes m-tile w / kWpm and kNts n-tiles of 8 keys (row max / sum
+// exchanged through shared memory in warp order: deterministic); P.V phase, warp w owns value
+// columns [w kCols, (w + 1) kCols) for all 16 MT heads (acc in registers).
+// Shared memory (bytes; MT = 4, H200): Q hi/lo 149504, key tile bf16 37376, raw tile 20992, P
+// hi/lo 10240, softmax exchange ~1.5K: ~219 KiB; MT = 1 (16 heads, ~97 KiB) fits a 99 KiB device.
+constexpr int kTcKvr = 512, kTcRope = 64, kTcDq = kTcKvr + kTcRope;
+constexpr int kTcTile = 32;          // keys per tile
+constexpr int kTcLd = kTcDq + 8;     // bf16 row stride (1168 bytes: ldmatrix conflict-free)
+constexpr int kTcPLd = kTcTile + 8;  // P row stride (80 bytes)
+constexpr int kTcRawRow = static_cast<int>(kv_fp8::LatentRowBytes(kTcKvr, kTcRope));  // 656
+constexpr int kTcScaleOff = static_cast<int>(kv_fp8::LatentScaleOffset(kTcKvr));
+constexpr int kTcRopeOff = static_cast<int>(kv_fp8::LatentRopeOffset(kTcKvr));
+static_assert(kTcRawRow % 16 == 0 && kTcRopeOff % 16 == 0, "fp8 latent row not 16-byte chunked");
+
+template <int MT>
+struct TcCfg {
+  static constexpr int kHeads = 16 * MT;
+  static constexpr int kWarps = MT == 1 ? 4 : 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWpm = kWarps / MT;         // score-phase warps per m-tile
+  static constexpr int kNts = kTcTile / 8 / kWpm;  // score n-tiles (8 keys) per warp
+  static constexpr int kCols = kTcKvr / kWarps;    // P.V value columns per warp
+  static constexpr int kNtv = kCols / 8;
+  static constexpr int kSmem = 2 * kHeads * kTcLd * 2 + kTcTile * kTcLd * 2 +
+                               kTcTile * kTcRawRow + 2 * kHeads * kTcPLd * 2 +
+                               (2 * kHeads * kWpm + 3 * kHeads) * 4 + 3 * kTcTile * 4;
+  static_assert(kNts == 1 || kNts == 2, "score tiling");
+  static_assert(kNtv % 2 == 0, "P.V tiling");
+};
+
+__device__ __forceinline__ unsigned SmemAddr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void LdMatrixX2(uint32_t (&r)[2], const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(SmemAddr(p)));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(SmemAddr(p)));
+#else
+  __trap();
+#endif
+}
+
+// d += a (16 x 16, row) * b (16 x 8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ uint32_t Bf16Bits(__nv_bfloat162 v) {
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// (x0, x1) as split bf16 pairs: hi = bf16(x), lo = bf16(x - hi).
+__device__ __forceinline__ void SplitBf16(float x0, float x1, uint32_t* hi, uint32_t* lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(h);
+  *hi = Bf16Bits(h);
+  *lo = Bf16Bits(__floats2bfloat162_rn(x0 - hf.x, x1 - hf.y));
+}
+
+// grid: rows * head_groups * num_splits CTAs (head_groups = heads / (16 MT)); block
+// TcCfg<MT>::kThreads; dynamic smem TcCfg<MT>::kSmem.
+template <int MT>
+__global__ void __launch_bounds__(TcCfg<MT>::kThreads) AttentionTcKernel(Params p) {
+  using C = TcCfg<MT>;
+  extern __shared__ __align__(16) uint8_t smem_tc[];
+  __nv_bfloat16* q_hi = reinterpret_cast<__nv_bfloat16*>(smem_tc);  // [kHeads][kTcLd]
+  __nv_bfloat16* q_lo = q_hi + C::kHeads * kTcLd;                     // [kHeads][kTcLd]
+  __nv_bfloat16* k_s = q_lo + C::kHeads * kTcLd;                      // [kTcTile][kTcLd]
+  uint8_t* raw_s = reinterpret_cast<uint8_t*>(k_s + kTcTile * kTcLd);  // [kTcTile][656]
+  __nv_bfloat16* p_hi = reinterpret_cast<__nv_bfloat16*>(raw_s + kTcTile * kTcRawRow);
+  __nv_bfloat16* p_lo = p_hi + C::kHeads * kTcPLd;                     // [kHeads][kTcPLd]
+  float* red_max = reinterpret_cast<float*>(p_lo + C::kHeads * kTcPLd);  // [kHeads][kWpm]
+  float* red_sum = red_max + C::kHeads * C::kWpm;                        // [kHeads][kWpm]
+  float* corr_s = red_sum + C::kHeads * C::kWpm;                         // [kHeads]
+  float* m_fin = corr_s + C::kHeads;                                     // [kHeads]
+  float* l_fin = m_fin + C::kHeads;                                      // [kHeads]
+  int* rows_s = reinterpret_cast<int*>(l_fin + C::kHeads);  // [3][kTcTile] key rows or -1
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t bid = blockIdx.x;
+  const int split = static_cast<int>(bid % p.num_splits);
+  const int hg = static_cast<int>((bid / p.num_splits) % p.head_groups);
+  const int64_t t = bid / (int64_t{p.num_splits} * p.head_groups);
+  const int h0 = hg * C::kHeads;
+  const int num_keys = p.row_num_keys[t];
+  const int n_pos = p.indices != nullptr ? p.index_width : num_keys;
+  const int begin = split * p.split_len;
+  const int end = min(n_pos, begin + p.split_len);
+  const int num_tiles = end > begin ? (end - begin + kTcTile - 1) / kTcTile : 0;
+  const int32_t* slots = p.slots + p.row_offset[t];
+  const int32_t* idx = p.indices != nullptr ? p.indices + t * p.index_width : nullptr;
+  auto key_row = [&](int i) -> int {
+    if (i >= end) return -1;
+    const int pos = idx != nullptr ? idx[i] : i;
+    return pos >= 0 && pos < num_keys ? slots[pos] : -1;
+  };
+  // The tile's raw rows into raw_s, every 16-byte chunk in flight at once (rows < 0: zeros).
+  auto issue = [&](int j) {
+    const int* rows = rows_s + (j % 3) * kTcTile;
+    constexpr int kChunks = kTcRawRow / 16;
+    for (int i = tid; i < kTcTile * kChunks; i += C::kThreads) {
+      const int k = i / kChunks, c = i - k * kChunks;
+      const int r = rows[k];
+      CpAsync16(raw_s + k * kTcRawRow + 16 * c, p.kv8 + int64_t{max(r, 0)} * p.kv8_rs + 16 * c,
+                r >= 0);
+    }
+  };
+
+  if (num_tiles > 0 && tid < kTcTile) rows_s[tid] = key_row(begin + tid);
+  __syncthreads();
+  if (num_tiles > 0) issue(0);
+  // Queries of the group's heads as split bf16 (overlaps the first tile's copy).
+  constexpr int kDq4 = kTcDq / 4, kDa4 = kTcKvr / 4;
+  for (int i = tid; i < C::kHeads * kDq4; i += C::kThreads) {
+    const int g = i / kDq4, d4 = i - g * kDq4, h = h0 + g;
+    const float4 v =
+        d4 < kDa4
+            ? reinterpret_cast<const float4*>(p.q_a + t * p.q_a_rs + h * p.q_a_hs)[d4]
+            : reinterpret_cast<const float4*>(p.q_b + t * p.q_b_rs + h * p.q_b_hs)[d4 - kDa4];
+    uint2 hi, lo;
+    SplitBf16(v.x, v.y, &hi.x, &lo.x);
+    SplitBf16(v.z, v.w, &hi.y, &lo.y);
+    *reinterpret_cast<uint2*>(q_hi + g * kTcLd + 4 * d4) = hi;
+    *reinterpret_cast<uint2*>(q_lo + g * kTcLd + 4 * d4) = lo;
+  }
+
+  const int mt = warp / C::kWpm, ng = warp % C::kWpm;  // score phase
+  const int r0 = lane >> 2;
+  const int col0 = warp * C::kCols;                     // P.V phase
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float acc[MT][C::kNtv][4];
+#pragma unroll
+  for (int a = 0; a < MT; ++a)
+#pragma unroll
+    for (int n = 0; n < C::kNtv; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[a][n][e] = 0.f;
+
+  const __nv_bfloat16* qa_hi = q_hi + (mt * 16 + (lane & 15)) * kTcLd + (lane >> 4) * 8;
+  const __nv_bfloat16* qa_lo = q_lo + (mt * 16 + (lane & 15)) * kTcLd + (lane >> 4) * 8;
+  const __nv_bfloat16* kb =
+      k_s + (ng * C::kNts * 8 + ((lane >> 4) & (C::kNts - 1)) * 8 + (lane & 7)) * kTcLd +
+      ((lane >> 3) & 1) * 8;
+
+  for (int j = 0; j < num_tiles; ++j) {
+    const int tile0 = begin + j * kTcTile;
+    if (tid < kTcTile) rows_s[((j + 1) % 3) * kTcTile + tid] = key_row(tile0 + kTcTile + tid);
+    CpAsyncWaitAll();
+    __syncthreads();  // raw tile j landed; the previous tile's k_s / P reads are done
+
+    // Dequantize: 8 c_kv (e4m3 x scale) or 8 k_pe (bf16 copy) per 16-byte store.
+    constexpr int kC8 = kTcKvr / 8, kRow8 = kC8 + kTcRope / 8;
+    for (int i = tid; i < kTcTile * kRow8; i += C::kThreads) {
+      const int k = i / kRow8, c = i - k * kRow8;
+      const uint8_t* row = raw_s + k * kTcRawRow;
+      uint4 o;
+      if (c < kC8) {
+        const uint2 b = *reinterpret_cast<const uint2*>(row + 8 * c);
+        const float s = reinterpret_cast<const float*>(row + kTcScaleOff)[c / 16];
+        uint32_t w[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          __nv_fp8x2_e4m3 q;
+          q.__x = static_cast<__nv_fp8x2_storage_t>(((u < 2 ? b.x : b.y) >> (16 * (u & 1))) &
+                                                    0xffffu);
+          const float2 f = static_cast<float2>(q);
+          w[u] = Bf16Bits(__floats2bfloat162_rn(f.x * s, f.y * s));
+        }
+        o = make_uint4(w[0], w[1], w[2], w[3]);
+      } else {
+        o = *reinterpret_cast<const uint4*>(row + kTcRopeOff + 16 * (c - kC8));
+      }
+      *reinterpret_cast<uint4*>(k_s + k * kTcLd + 8 * c) = o;
+    }
+    __syncthreads();  // k_s ready, raw_s free
+    if (j + 1 < num_tiles) issue(j + 1);
+
+    // S = Q K^T: m-tile mt, n-tiles ng kNts .. +kNts (hi and lo query halves).
+    float s[C::kNts][4];
+#pragma unroll
+    for (int n = 0; n < C::kNts; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+#pragma unroll 4
+    for (int kk = 0; kk < kTcDq; kk += 16) {
+      uint32_t ah[4], al[4];
+      LdMatrixX4(ah, qa_hi + kk);
+      LdMatrixX4(al, qa_lo + kk);
+      if constexpr (C::kNts == 2) {
+        uint32_t b[4];
+        LdMatrixX4(b, kb + kk);
+        MmaBf16(s[0], ah, b[0], b[1]);
+        MmaBf16(s[0], al, b[0], b[1]);
+        MmaBf16(s[1], ah, b[2], b[3]);
+        MmaBf16(s[1], al, b[2], b[3]);
+      } else {
+        uint32_t b[2];
+        LdMatrixX2(b, kb + kk);
+        MmaBf16(s[0], ah, b[0], b[1]);
+        MmaBf16(s[0], al, b[0], b[1]);
+      }
+    }
+
+    // Online softmax (rows r0 and r0 + 8 of the m-tile; partial max / sum per warp exchanged
+    // through shared memory and combined in warp order).
+    const int* rows = rows_s + (j % 3) * kTcTile;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < C::kNts; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = (ng * C::kNts + n) * 8 + (lane & 3) * 2 + (e & 1);
+        s[n][e] = rows[key] >= 0 ? s[n][e] * p.scale : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      if ((lane & 3) == 0) red_max[(mt * 16 + r0 + 8 * i) * C::kWpm + ng] = mx[i];
+    }
+    __syncthreads();  // partial maxima
+    float m_new[2], corr[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float m = m_run[i];
+#pragma unroll
+      for (int w = 0; w < C::kWpm; ++w) m = fmaxf(m, red_max[(mt * 16 + r0 + 8 * i) * C::kWpm + w]);
+      m_new[i] = m;
+    }
+#pragma unroll
+    for (int n = 0; n < C::kNts; ++n) {
+      const int key = (ng * C::kNts + n) * 8 + (lane & 3) * 2;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float s0 = s[n][2 * i], s1 = s[n][2 * i + 1];
+        const float e0 = s0 == -INFINITY ? 0.f : expf(s0 - m_new[i]);
+        const float e1 = s1 == -INFINITY ? 0.f : expf(s1 - m_new[i]);
+        sum[i] += e0 + e1;
+        uint32_t hi, lo;
+        SplitBf16(e0, e1, &hi, &lo);
+        const int off = (mt * 16 + r0 + 8 * i) * kTcPLd + key;
+        *reinterpret_cast<uint32_t*>(p_hi + off) = hi;
+        *reinterpret_cast<uint32_t*>(p_lo + off) = lo;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+      sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+      const int row = mt * 16 + r0 + 8 * i;
+      corr[i] = m_run[i] == -INFINITY ? 0.f : expf(m_run[i] - m_new[i]);
+      if ((lane & 3) == 0) {
+        red_sum[row * C::kWpm + ng] = sum[i];
+        if (ng == 0) corr_s[row] = corr[i];
+      }
+      m_run[i] = m_new[i];
+    }
+    __syncthreads();  // P, partial sums, corrections
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = mt * 16 + r0 + 8 * i;
+      float l = 0.f;
+#pragma unroll
+      for (int w = 0; w < C::kWpm; ++w) l += red_sum[row * C::kWpm + w];
+      l_run[i] = l_run[i] * corr[i] + l;
+    }
+
+    // O = O * corr + P V over the tile (V = the c_kv columns of k_s; P hi and lo).
+#pragma unroll
+    for (int a = 0; a < MT; ++a) {
+      const float c_lo = corr_s[a * 16 + r0], c_hi = corr_s[a * 16 + r0 + 8];
+#pragma unroll
+      for (int n = 0; n < C::kNtv; ++n) {
+        acc[a][n][0] *= c_lo;
+        acc[a][n][1] *= c_lo;
+        acc[a][n][2] *= c_hi;
+        acc[a][n][3] *= c_hi;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kTcTile; kk += 16) {
+      uint32_t ph[MT][4], pl[MT][4];
+#pragma unroll
+      for (int a = 0; a < MT; ++a) {
+        const int off = (a * 16 + (lane & 15)) * kTcPLd + kk + (lane >> 4) * 8;
+        LdMatrixX4(ph[a], p_hi + off);
+        LdMatrixX4(pl[a], p_lo + off);
+      }
+      const __nv_bfloat16* vb =
+          k_s + (kk + ((lane >> 3) & 1) * 8 + (lane & 7)) * kTcLd + col0 + (lane >> 4) * 8;
+#pragma unroll
+      for (int np = 0; np < C::kNtv / 2; ++np) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, vb + np * 16);
+#pragma unroll
+        for (int a = 0; a < MT; ++a) {
+          MmaBf16(acc[a][2 * np], ph[a], b[0], b[1]);
+          MmaBf16(acc[a][2 * np], pl[a], b[0], b[1]);
+          MmaBf16(acc[a][2 * np + 1], ph[a], b[2], b[3]);
+          MmaBf16(acc[a][2 * np + 1], pl[a], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  if (ng == 0 && (lane & 3) == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      m_fin[mt * 16 + r0 + 8 * i] = m_run[i];
+      l_fin[mt * 16 + r0 + 8 * i] = l_run[i];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int a = 0; a < MT; ++a) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int g = a * 16 + r0 + 8 * i, h = h0 + g;
+      if (p.num_splits == 1) {
+        const float l = l_fin[g];
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        float* o = p.out + t * p.out_rs + h * p.out_hs + col0 + (lane & 3) * 2;
+#pragma unroll
+        for (int n = 0; n < C::kNtv; ++n) {
+          *reinterpret_cast<float2*>(o + n * 8) =
+              make_float2(acc[a][n][2 * i] * inv, acc[a][n][2 * i + 1] * inv);
+        }
+      } else {
+        const int64_t part = (t * p.num_heads + h) * p.num_splits + split;
+        float* o = p.part_acc + part * p.dv + col0 + (lane & 3) * 2;
+#pragma unroll
+        for (int n = 0; n < C::kNtv; ++n) {
+          *reinterpret_cast<float2*>(o + n * 8) = make_float2(acc[a][n][2 * i], acc[a][n][2 * i + 1]);
+        }
+      }
+    }
+  }
+  if (p.num_splits > 1 && tid < C::kHeads) {
+    const int64_t part = (t * p.num_heads + h0 + tid) * p.num_splits + split;
+    p.part_ml[2 * part] = m_fin[tid];
+    p.part_ml[2 * part + 1] = l_fin[tid];
+  }
+}
+
 int64_t SmemBytes(int g, int dq) {
   return int64_t{4} * (int64_t{g} * dq + int64_t{kTile} * g + kTile + 3 * g);
 }
@@ -608,6 +1003,87 @@ int StagedCtasPerSm(int dv, int64_t smem, const detail::DeviceInfo& info) {
   return CtasPerSm<4, kFp8>(smem);
 }
 
+// Resident CTAs per SM of AttentionTcKernel<MT> on the current device; 0 when its shared memory
+// does not fit (sizing only).
+template <int MT>
+int TcCtasPerSm(const detail::DeviceInfo& info) {
+  using C = TcCfg<MT>;
+  if (C::kSmem > info.smem_optin ||
+      !detail::UseDynamicSmem(AttentionTcKernel<MT>, C::kSmem, info, kOp).ok()) {
+    return 0;
+  }
+  return detail::CachedCtasPerSm(AttentionTcKernel<MT>, C::kThreads, C::kSmem);
+}
+
+// Splits for `base` CTAs of `tiles` key tiles each on `slots` resident CTA slots: the fewest
+// splits among those with the fewest tile-rounds (waves x tiles per CTA).
+int64_t TcSplits(int64_t base, int64_t tiles, int64_t slots) {
+  int64_t best = 1, best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= std::min<int64_t>(tiles, kMaxSplitsWide); ++s) {
+    const int64_t per = detail::CeilDiv(tiles, s);
+    if (detail::CeilDiv(tiles, per) != s) continue;  // same split_len as a smaller s
+    const int64_t cost = detail::CeilDiv(base * s, slots) * per;
+    if (cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
+}
+
+// The tensor-core path (fp8 latent cache, 512 + 64 dims, heads a multiple of 16); returns false
+// (nothing launched) when the shape or the device does not fit it.
+absl::StatusOr<bool> LaunchTc(Params& p, int64_t rows, int64_t heads, int64_t n_max,
+                              Scratch& scratch, const detail::DeviceInfo& info,
+                              cudaStream_t stream) {
+  if (p.kv8 == nullptr || p.da != kTcKvr || p.db != kTcRope || p.dv != kTcKvr ||
+      p.kv8_rs != kTcRawRow || heads % 16 != 0) {
+    return false;
+  }
+  int mt = 0, occ = 0;
+  for (const int cand : {4, 2, 1}) {
+    if (heads % (16 * cand) != 0) continue;
+    occ = cand == 4 ? TcCtasPerSm<4>(info) : cand == 2 ? TcCtasPerSm<2>(info) : TcCtasPerSm<1>(info);
+    if (occ > 0) {
+      mt = cand;
+      break;
+    }
+  }
+  if (mt == 0) return false;
+  p.head_groups = static_cast<int32_t>(heads / (16 * mt));
+  const int64_t base = rows * p.head_groups;
+  const int64_t tiles = detail::CeilDiv(std::max<int64_t>(n_max, 1), kTcTile);
+  const int64_t splits0 = TcSplits(base, tiles, int64_t{occ} * info.num_sms);
+  const int64_t split_len = detail::CeilDiv(tiles, splits0) * kTcTile;
+  const int64_t splits = std::max<int64_t>(1, detail::CeilDiv(n_max, split_len));
+  p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
+  const int64_t num_ctas = base * splits;
+  if (num_ctas > 0x7fffffff || rows * heads > 0x7fffffff) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda Attention: ", num_ctas, " CTAs exceed the grid limit"));
+  }
+  if (splits > 1) {
+    const size_t parts = static_cast<size_t>(rows * heads * splits);
+    GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
+    GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
+    p.part_acc = static_cast<float*>(acc);
+    p.part_ml = static_cast<float*>(ml);
+  }
+  const unsigned grid = static_cast<unsigned>(num_ctas);
+  if (mt == 4) {
+    AttentionTcKernel<4><<<grid, TcCfg<4>::kThreads, TcCfg<4>::kSmem, stream>>>(p);
+  } else if (mt == 2) {
+    AttentionTcKernel<2><<<grid, TcCfg<2>::kThreads, TcCfg<2>::kSmem, stream>>>(p);
+  } else {
+    AttentionTcKernel<1><<<grid, TcCfg<1>::kThreads, TcCfg<1>::kSmem, stream>>>(p);
+  }
+  GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaGetLastError(), kOp, "AttentionTcKernel launch"));
+  if (splits > 1) {
+    const dim3 cgrid(static_cast<unsigned>(rows * heads),
+                     static_cast<unsigned>(detail::CeilDiv(p.dv, 128)));
+    AttentionCombineWideKernel<<<cgrid, kCombineThreads, 0, stream>>>(p);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  }
+  return true;
+}
+
 bool VecOk(const HeadsView& x) {
   return detail::Aligned16(x.data) && x.row_stride % 4 == 0 && x.head_stride % 4 == 0 &&
          x.dim % 4 == 0;
@@ -616,9 +1092,12 @@ bool VecOk(const HeadsView& x) {
 }  // namespace
 
 // A/B hook for benches and tests (not in cuda_ops.h; declare it where used): mode 0 = by shape
-// (the default), 1 = legacy path, 2 = the new path wherever it applies, -1 = back to the
+// (the default), 1 = legacy path, 2 = the staged path wherever it applies (never the tensor-core
+// path), 3 = the tensor-core path wherever it applies (else as 0), -1 = back to the
 // environment's choice (GLM_CUDA_ATTENTION_LEGACY).
 void SetAttentionPathForBench(int mode) { g_mode.store(mode < 0 ? -1 : mode); }
+// The path the last Attention call launched: 1 legacy, 2 staged, 3 tensor core (0: none yet).
+int LastAttentionPathForBench() { return g_last_path.load(); }
 
 absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t stream) {
   const int64_t rows = a.q_a.rows, heads = a.q_a.heads;
@@ -673,13 +1152,23 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
     p.kv8_rope_off = static_cast<int32_t>(kv_fp8::LatentRopeOffset(c.kv_lora_rank));
   }
 
+  const int64_t n_max = a.indices != nullptr ? a.index_width : a.table.max_num_keys;
+  const int mode = PathMode();
+  // Tensor-core path (fp8 latent, GLM-5 widths): by default wherever it applies (mode 0 or 3).
+  if (fp8 && (mode == 0 || mode == 3)) {
+    GLM_ASSIGN_OR_RETURN(const bool done, LaunchTc(p, rows, heads, n_max, scratch, info, stream));
+    if (done) {
+      g_last_path.store(3, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+  }
+
   const int dq = p.da + p.db;
   const bool broadcast =
       fp8 || (a.k_a.head_stride == 0 && a.k_b.head_stride == 0 && a.v.head_stride == 0);
   const int g = broadcast && heads >= 16 && SmemBytes(16, dq) <= info.smem_optin ? 16 : 1;
   p.head_groups = static_cast<int32_t>(detail::CeilDiv(heads, g));
 
-  const int64_t n_max = a.indices != nullptr ? a.index_width : a.table.max_num_keys;
   const int64_t base_ctas = rows * p.head_groups;
 
   // Staged path (G = 16): tile of 32 keys (16 when 32 do not fit the device's shared memory).
@@ -687,7 +1176,6 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
   int tile = 0;
   int64_t staged_smem = 0;
   int ctas_per_sm = 0;
-  const int mode = PathMode();
   if (g == 16 && mode != 1 && kv_row_bytes % 16 == 0) {
     for (const int cand : {32, 16}) {
       const int64_t bytes = StagedSmemBytes(16, dq, cand, kv_row_bytes);
@@ -732,6 +1220,7 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
         return absl::InvalidArgumentError(
             absl::StrCat("cuda Attention: ", num_ctas, " CTAs exceed the grid limit"));
       }
+      g_last_path.store(2, std::memory_order_relaxed);
       if (fp8) {
         GLM_RETURN_IF_ERROR((LaunchCpt<16, true, true>(p, num_ctas, staged_smem, info, stream)));
       } else {
@@ -770,6 +1259,7 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
                                                    " CTAs exceed the grid limit"));
   }
   const int64_t smem = SmemBytes(g, dq);
+  g_last_path.store(1, std::memory_order_relaxed);
   if (fp8) {
     if (g == 16) {
       GLM_RETURN_IF_ERROR((LaunchCpt<16, true, false>(p, num_ctas, smem, info, stream)));
