@@ -5,6 +5,7 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
+//       [--key-slots incremental|both]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
 // 2048/512, DSA indexer 32 x 128 with index_topk 2048, 256 experts top-8 with moe_inter 2048 + a
@@ -16,7 +17,13 @@
 // with one new token at start_pos = S and a block table over S + 1 positions of its own blocks
 // (no sequence shares a block), so each step reads exactly what a real decode at S would read;
 // only the values are zeros (every cached indexer score ties, which the exact top-k resolves to
-// the lowest positions). No prefill runs. Every step repeats the same batch (steady state).
+// the lowest positions). No prefill runs. Every step is the same batch one position further
+// (start_pos = S + step, while the last block has room: 63 more positions at block size 64), so
+// a step writes a new KV row and the model's key-slot arena (engine/model/slot_arena.h) uploads
+// one slot per sequence, as in a real decode; the first (warm-up) step writes all S + 1.
+// --key-slots both: each case is then run again in the same process with every step uploading
+// the key slots of all S + 1 positions of every sequence (SetKeySlotRebuild: the per-step host
+// work before the arena), and the two step times are printed side by side.
 //
 // Timing: host wall clock around Model::Forward + Backend::Synchronize (Forward ends with the
 // logits' copy to the host); warm-up steps, then the median of --steps. Eager steps by default;
@@ -78,6 +85,7 @@ struct Args {
   std::string backend = "cuda";
   bool small = false;
   bool graphs = false;
+  bool key_slots_both = false;  // also time steps that rebuild the whole key-slot table
   // KV cache storage (ModelLoadOptions::kv.dtype); "both" runs every case with fp32 and with fp8
   // KV in this process and prints ms/layer side by side.
   std::string kv_dtype = "fp32";
@@ -362,7 +370,8 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   std::printf("loaded in %.1f s (%.1f GB generated; %.1f s in generation/waiting, the rest "
               "upload): device use %.1f GiB incl. KV\n",
               load_s, weights.bytes_served() / 1e9, weights.seconds_generating(), used / kGiB);
-  std::printf("%6s %8s %10s %10s %8s\n", "batch", "context", "step ms", "min ms", "finite");
+  std::printf("%6s %8s %10s %10s %8s %12s\n", "batch", "context", "step ms", "min ms", "finite",
+              "slots/step");  // key slots the last step uploaded (slot_arena.h)
   std::fflush(stdout);
   for (int b : a.batches) {
     for (int s : a.contexts) {
@@ -374,15 +383,27 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
                     s, need * block_bytes / kGiB, std::max<int64_t>(0, room) / kGiB);
         continue;
       }
-      const ForwardBatch fb = MakeBatch(b, s, a.block_size, c.vocab_size, a.seed + b);
+      ForwardBatch fb = MakeBatch(b, s, a.block_size, c.vocab_size, a.seed + b);
+      const int64_t last_pos = BlocksPerSeq(s, a.block_size) * a.block_size - 1;
       ForwardResult out;
-      std::vector<double> ms;
+      std::vector<double> ms, rebuild_ms;
       absl::Status st;
-      for (int i = 0; i < a.warmup + a.steps && st.ok(); ++i) {
-        const double t = Now();
-        st = (*model)->Forward(fb, &out);
-        backend->Synchronize();  // Forward ends with a synchronizing copy; be sure
-        if (i >= a.warmup) ms.push_back((Now() - t) * 1e3);
+      auto run_steps = [&](std::vector<double>* times) {
+        for (int i = 0; i < a.warmup + a.steps && st.ok(); ++i) {
+          for (SequenceSlice& slice : fb.seqs) {
+            slice.start_pos = static_cast<int32_t>(std::min<int64_t>(s + i, last_pos));
+          }
+          const double t = Now();
+          st = (*model)->Forward(fb, &out);
+          backend->Synchronize();  // Forward ends with a synchronizing copy; be sure
+          if (i >= a.warmup) times->push_back((Now() - t) * 1e3);
+        }
+      };
+      run_steps(&ms);
+      const auto arena = SlotArenaStatsOf(**model);  // of the last incremental step
+      if (a.key_slots_both && st.ok() && SetKeySlotRebuild(**model, true)) {
+        run_steps(&rebuild_ms);  // the same positions again: same KV rows, same values
+        SetKeySlotRebuild(**model, false);
       }
       if (!st.ok()) {
         r.why = st.ToString();
@@ -397,8 +418,16 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
       for (const auto& seq : out.seqs) {
         for (float v : seq.logits) r.finite = r.finite && std::isfinite(v);
       }
-      std::printf("%6d %8d %10.3f %10.3f %8s\n", b, s, r.step_ms, r.min_ms,
-                  r.finite ? "yes" : "NO");
+      std::printf("%6d %8d %10.3f %10.3f %8s %12lld", b, s, r.step_ms, r.min_ms,
+                  r.finite ? "yes" : "NO",
+                  arena.has_value() ? static_cast<long long>(arena->slots_uploaded_last_step)
+                                    : -1LL);
+      if (!rebuild_ms.empty()) {
+        const double rebuild = Median(rebuild_ms);
+        std::printf("   rebuild-all-slots step %.3f ms (x%.2f of incremental)", rebuild,
+                    rebuild / r.step_ms);
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
   }
@@ -443,6 +472,7 @@ int Main(int argc, char** argv) {
     else if (k == "--backend") a.backend = next();
     else if (k == "--small") a.small = true;
     else if (k == "--graphs") a.graphs = next() == "on";
+    else if (k == "--key-slots") a.key_slots_both = next() == "both";
     else if (k == "--kv-dtype") a.kv_dtype = next();
     else {
       std::fprintf(stderr,

@@ -19,24 +19,27 @@ DecodeGraphs::Tables DecodeGraphs::Upload(const std::vector<int32_t>& tokens,
                                           const std::vector<int32_t>& new_slots,
                                           const std::vector<int32_t>& row_offset,
                                           const std::vector<int32_t>& row_num_keys,
-                                          const std::vector<int32_t>& key_slots) {
+                                          const int32_t* key_slots) {
   constexpr size_t kHead = 5 * kMaxBatch;
-  const size_t need = kHead + key_slots.size();
-  if (tables_ == nullptr || tables_->bytes() < need * sizeof(int32_t)) {
-    size_t cap = 4096;
-    while (cap < need) cap *= 2;
-    Clear();  // the graphs point into the old buffer
-    tables_ = backend_->Allocate(cap * sizeof(int32_t));
-    staging_.assign(cap, 0);
+  if (tables_ == nullptr) {
+    tables_ = backend_->Allocate(kHead * sizeof(int32_t));
+    staging_.assign(kHead, 0);
+  }
+  if (key_slots != key_slots_) {
+    Clear();  // the graphs read the old key-slot table
+    key_slots_ = key_slots;
   }
   const std::vector<int32_t>* small[] = {&tokens, &positions, &new_slots, &row_offset,
                                          &row_num_keys};
+  size_t batch = 0;
   for (int i = 0; i < 5; ++i) {
     std::memcpy(staging_.data() + i * kMaxBatch, small[i]->data(),
                 small[i]->size() * sizeof(int32_t));
+    batch = std::max(batch, small[i]->size());
   }
-  std::memcpy(staging_.data() + kHead, key_slots.data(), key_slots.size() * sizeof(int32_t));
-  backend_->CopyToDevice(tables_->data(), staging_.data(), need * sizeof(int32_t));
+  // Only the rows in use: [4 * kMaxBatch + batch) covers every table's first `batch` entries.
+  backend_->CopyToDevice(tables_->data(), staging_.data(),
+                         (4 * kMaxBatch + batch) * sizeof(int32_t));
   const int32_t* base = tables_->i32();
   Tables t;
   t.tokens = base;
@@ -44,7 +47,7 @@ DecodeGraphs::Tables DecodeGraphs::Upload(const std::vector<int32_t>& tokens,
   t.new_slots = base + 2 * kMaxBatch;
   t.row_offset = base + 3 * kMaxBatch;
   t.row_num_keys = base + 4 * kMaxBatch;
-  t.key_slots = base + kHead;
+  t.key_slots = key_slots;
   return t;
 }
 

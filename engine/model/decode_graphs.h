@@ -1,10 +1,13 @@
 // Decode steps on a device backend as CUDA graphs (issue 4): persistent device tables for the
-// step's int inputs, and a cache of captured graphs keyed by (batch size, key-count bucket).
+// step's [B] int inputs, and a cache of captured graphs keyed by (batch size, key-count bucket).
+// The key slots of the cached positions are not copied here: they live in the model's SlotArena
+// (slot_arena.h), whose address Upload is told; a different address drops every graph.
 //
 // Why a step can be replayed: everything a decode step launches is a function of the batch size
 // B and of host values that are fixed within a key bucket:
-// - the int tables (tokens, positions, new KV slots, key tables) live at fixed device addresses
-//   (Upload, one host->device copy issued before the graph runs, outside the captured region);
+// - the [B] int tables (tokens, positions, new KV slots, row offsets, key counts) live at fixed
+//   device addresses (Upload, one host->device copy issued before the graph runs, outside the
+//   captured region), and so do the key slots (the arena, updated before the graph runs);
 // - the ops get KeyTable::max_num_keys = KeyBucket(true max), a power of two, and read the true
 //   per-row key counts from the device tables (IndexerTopK sizes its score scratch and grid from
 //   max_num_keys and skips keys past each row's count; Attention over DSA indices depends on
@@ -17,9 +20,9 @@
 //
 // Run(): the first step of a key runs eagerly (growing workspace and scratch to the step's size;
 // its output is the step's result), then the same step is captured (nothing runs). Later steps of
-// the key replay. A graph whose scratch epoch is stale, or any graph after the table buffer grew,
-// is dropped and recaptured. Not thread-safe (the model's step thread); stats() may be read from
-// any thread.
+// the key replay. A graph whose scratch epoch is stale, or any graph after the key-slot arena
+// moved (it grew), is dropped and recaptured. Not thread-safe (the model's step thread); stats()
+// may be read from any thread.
 #pragma once
 
 #include <atomic>
@@ -40,14 +43,14 @@ class DecodeGraphs {
  public:
   static constexpr int kMaxBatch = 64;
 
-  // Device pointers into the persistent table buffer (valid until the next Upload).
+  // Device pointers into the persistent table buffer, and the arena's key slots.
   struct Tables {
     const int32_t* tokens = nullptr;        // [B]
     const int32_t* positions = nullptr;     // [B]
     const int32_t* new_slots = nullptr;     // [B]
     const int32_t* row_offset = nullptr;    // [B]
     const int32_t* row_num_keys = nullptr;  // [B]
-    const int32_t* key_slots = nullptr;     // [sum of key counts]
+    const int32_t* key_slots = nullptr;     // the arena (row_offset indexes it)
   };
 
   explicit DecodeGraphs(Backend* backend) : backend_(backend) {}
@@ -55,11 +58,12 @@ class DecodeGraphs {
   // max_num_keys rounded up to a power of two, at least 64.
   static int32_t KeyBucket(int32_t max_num_keys);
 
-  // Copies the step's tables (each [B] with B <= kMaxBatch, key_slots any length) into the
-  // persistent buffer with one host->device copy. Growing the buffer drops every graph.
+  // Copies the step's tables (each [B] with B <= kMaxBatch) into the persistent buffer with one
+  // host->device copy. key_slots: the backend address of the key-slot table (SlotArena::slots(),
+  // already up to date); when it differs from the previous call's, every graph is dropped.
   Tables Upload(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
                 const std::vector<int32_t>& new_slots, const std::vector<int32_t>& row_offset,
-                const std::vector<int32_t>& row_num_keys, const std::vector<int32_t>& key_slots);
+                const std::vector<int32_t>& row_num_keys, const int32_t* key_slots);
 
   // Runs `body` (the enqueueing of one decode step; must be deterministic in B and key_bucket)
   // eagerly when !use_graphs, else replays or captures as described above. Errors: the
@@ -77,8 +81,9 @@ class DecodeGraphs {
     int64_t epoch = 0;
   };
   Backend* backend_;
-  std::unique_ptr<Buffer> tables_;  // [5 * kMaxBatch + key capacity] int32
+  std::unique_ptr<Buffer> tables_;  // [5 * kMaxBatch] int32
   std::vector<int32_t> staging_;    // host image of tables_
+  const int32_t* key_slots_ = nullptr;  // the key-slot table the graphs were captured with
   std::map<std::pair<int, int32_t>, Entry> graphs_;
   std::atomic<int64_t> decode_steps_{0}, eager_steps_{0}, captures_{0}, replays_{0},
       invalidations_{0}, num_graphs_{0};

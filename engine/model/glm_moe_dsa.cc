@@ -15,6 +15,7 @@
 #include "engine/model/kv_storage.h"
 #include "engine/model/layers.h"
 #include "engine/model/logits_output.h"
+#include "engine/model/slot_arena.h"
 #include "engine/model/weight_source.h"
 #ifdef GLM_HAVE_WEIGHTS
 #include "engine/weights/tensor_filter.h"
@@ -32,9 +33,11 @@ struct MtpLayer {
   std::unique_ptr<DecoderLayer> layer;
 };
 
-// Host-side plan of one step: the int tables the ops read, before upload.
+// Host-side plan of one step: the small int tables the ops read, before upload ([T] each, T =
+// new tokens). The key slots of the cached positions live in the model's SlotArena; row_offset
+// points into it.
 struct StepPlan {
-  std::vector<int32_t> tokens, positions, new_slots, key_slots, row_offset, row_num_keys;
+  std::vector<int32_t> tokens, positions, new_slots, row_offset, row_num_keys;
   std::vector<int32_t> out_rows;      // rows whose logits are returned
   std::vector<int64_t> out_begin;     // per sequence: first index into out_rows
   std::vector<SeqRows> seqs;
@@ -55,12 +58,20 @@ class GlmMoeDsaModel : public Model {
                           ForwardResult* result) override;
   MemoryPlan memory_plan() const override { return plan_; }
   DecodeGraphStats decode_graph_stats() const override { return graphs_.stats(); }
+  SlotArenaStats slot_arena_stats() const {
+    return arena_ != nullptr ? arena_->stats() : SlotArenaStats{};
+  }
+  bool rebuild_key_slots = false;  // SetKeySlotRebuild
 
   std::unique_ptr<Backend> owned_backend;
   ModelWeightMemory weight_memory;
 
  private:
-  absl::StatusOr<StepPlan> Plan(const ForwardBatch& batch) const;
+  // Validates the batch (O(tokens + blocks)), builds the step's small tables and brings the key
+  // slots of every slice up to date in arena_ (uploads only what changed).
+  absl::StatusOr<StepPlan> Plan(const ForwardBatch& batch);
+  // ctx.identity for the expanded form: a persistent [>= n] 0, 1, 2, ... table.
+  const int32_t* Identity(int32_t n);
   // Uploads the plan's tables into the workspace and fills ctx.
   void Begin(const StepPlan& plan, StepContext* ctx, int32_t** tokens);
   // Final norm + lm_head on the selected rows of x; copies logits (and hidden) to result.
@@ -90,6 +101,9 @@ class GlmMoeDsaModel : public Model {
   std::vector<DecoderLayer> layers_;
   std::unique_ptr<MtpLayer> mtp_;
   std::unique_ptr<PagedKvStorage> kv_;
+  std::unique_ptr<SlotArena> arena_;  // key slots of the cached positions, per sequence
+  std::unique_ptr<Buffer> identity_;  // [identity_len_] 0, 1, 2, ...
+  int32_t identity_len_ = 0;
   DecodeGraphs graphs_{backend_};
   bool graphs_allowed_ = true;      // false during the warm-up steps
   DeviceMemoryInfo load_memory_;    // device memory when Load started (total 0: none reported)
@@ -190,7 +204,7 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
                                                    backend_->name(), " backend"));
 }
 
-absl::StatusOr<StepPlan> GlmMoeDsaModel::Plan(const ForwardBatch& batch) const {
+absl::StatusOr<StepPlan> GlmMoeDsaModel::Plan(const ForwardBatch& batch) {
   StepPlan p;
   const int bs = kv_->geometry().block_size, num_blocks = kv_->geometry().num_blocks;
   int64_t row = 0;
@@ -218,11 +232,7 @@ absl::StatusOr<StepPlan> GlmMoeDsaModel::Plan(const ForwardBatch& batch) const {
     sr.row_begin = row;
     sr.num_rows = n;
     sr.start_pos = s.start_pos;
-    sr.key_offset = static_cast<int64_t>(p.key_slots.size());
     sr.expanded = options_.expanded_prefill && n > 1;
-    for (int64_t pos = 0; pos < total; ++pos) {
-      p.key_slots.push_back(s.block_table[pos / bs] * bs + static_cast<int32_t>(pos % bs));
-    }
     p.out_begin.push_back(static_cast<int64_t>(p.out_rows.size()));
     for (int64_t j = 0; j < n; ++j) {
       const int32_t tok = s.token_ids[j];
@@ -234,8 +244,7 @@ absl::StatusOr<StepPlan> GlmMoeDsaModel::Plan(const ForwardBatch& batch) const {
       const int64_t pos = s.start_pos + j;
       p.tokens.push_back(tok);
       p.positions.push_back(static_cast<int32_t>(pos));
-      p.new_slots.push_back(p.key_slots[sr.key_offset + pos]);
-      p.row_offset.push_back(static_cast<int32_t>(sr.key_offset));
+      p.new_slots.push_back(s.block_table[pos / bs] * bs + static_cast<int32_t>(pos % bs));
       p.row_num_keys.push_back(static_cast<int32_t>(pos + 1));
       if (s.all_logits || j == n - 1) p.out_rows.push_back(static_cast<int32_t>(row + j));
     }
@@ -244,7 +253,38 @@ absl::StatusOr<StepPlan> GlmMoeDsaModel::Plan(const ForwardBatch& batch) const {
     row += n;
   }
   if (row == 0) return absl::InvalidArgumentError("empty batch: no sequence slices");
+  // The batch is valid: bring the key slots up to date (O(blocks) per slice + what changed).
+  arena_->BeginStep();
+  p.row_offset.reserve(p.tokens.size());
+  absl::Status mapped;
+  for (size_t i = 0; i < batch.seqs.size() && mapped.ok(); ++i) {
+    const SequenceSlice& s = batch.seqs[i];
+    SeqRows& sr = p.seqs[i];
+    absl::StatusOr<int32_t> offset =
+        arena_->Map(s.seq_id, s.block_table, sr.start_pos + sr.num_rows, rebuild_key_slots);
+    if (!offset.ok()) {
+      mapped = Annotate(offset.status(), absl::StrCat("sequence ", s.seq_id));
+      break;
+    }
+    sr.key_offset = *offset;
+    p.row_offset.insert(p.row_offset.end(), sr.num_rows, *offset);
+  }
+  arena_->Flush();  // also on error: the arena's bookkeeping assumes its queued writes happen
+  GLM_RETURN_IF_ERROR(mapped);
   return p;
+}
+
+const int32_t* GlmMoeDsaModel::Identity(int32_t n) {
+  if (n > identity_len_) {
+    int32_t len = 4096;
+    while (len < n) len = len > (1 << 29) ? n : len * 2;
+    std::vector<int32_t> iota(len);
+    for (int32_t i = 0; i < len; ++i) iota[i] = i;
+    identity_ = backend_->Allocate(static_cast<size_t>(len) * sizeof(int32_t));
+    backend_->CopyToDevice(identity_->data(), iota.data(), iota.size() * sizeof(int32_t));
+    identity_len_ = len;
+  }
+  return identity_ != nullptr ? identity_->i32() : nullptr;
 }
 
 void GlmMoeDsaModel::Begin(const StepPlan& p, StepContext* ctx, int32_t** tokens) {
@@ -262,18 +302,17 @@ void GlmMoeDsaModel::Begin(const StepPlan& p, StepContext* ctx, int32_t** tokens
   *tokens = upload(p.tokens);
   ctx->positions = upload(p.positions);
   ctx->new_slots = upload(p.new_slots);
-  ctx->table.slots = upload(p.key_slots);
+  ctx->table.slots = arena_->slots();  // per-sequence regions, up to date (Plan)
   ctx->table.row_offset = upload(p.row_offset);
   ctx->table.row_num_keys = upload(p.row_num_keys);
   ctx->table.max_num_keys = p.max_num_keys;
-  std::vector<int32_t> identity(p.max_num_keys);
-  for (int32_t i = 0; i < p.max_num_keys; ++i) identity[i] = i;
-  ctx->identity = upload(identity);
   ctx->zeros = upload(std::vector<int32_t>(T, 0));
   ctx->inv_freq = inv_freq_.data();
   ctx->seqs = p.seqs;
   ctx->all_absorbed = std::none_of(p.seqs.begin(), p.seqs.end(),
                                    [](const SeqRows& s) { return s.expanded; });
+  // Only the expanded form reads the identity table (its keys are gathered per sequence).
+  ctx->identity = ctx->all_absorbed ? nullptr : Identity(p.max_num_keys);
   ctx->topk = ws_.Ints(T * config_.index_topk);  // [T, index_topk]
   ctx->topk_valid = false;
 }
@@ -395,8 +434,9 @@ absl::Status GlmMoeDsaModel::ForwardDecode(const ForwardBatch& batch, const Step
   const int64_t B = static_cast<int64_t>(batch.seqs.size()), H = config_.hidden_size,
                 V = config_.vocab_size, K = config_.index_topk;
   // Tables first, outside any captured region: the graph reads them from fixed addresses.
+  // The key slots stay in the arena (Plan updated them); a moved arena drops the graphs.
   const DecodeGraphs::Tables t = graphs_.Upload(p.tokens, p.positions, p.new_slots, p.row_offset,
-                                                p.row_num_keys, p.key_slots);
+                                                p.row_num_keys, arena_->slots());
   const int32_t key_bucket = DecodeGraphs::KeyBucket(p.max_num_keys);
   StepContext ctx;
   ctx.backend = backend_;
@@ -511,7 +551,9 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
       const int blocks = (mp.warmup_tokens + geo.block_size - 1) / geo.block_size;
       GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, {geo.block_size, blocks},
                                                        kv_layers));
+      arena_ = std::make_unique<SlotArena>(backend_, SlotArena::Options{geo.block_size});
       GLM_RETURN_IF_ERROR(WarmUp(mp.warmup_tokens, mp.warmup_num_seqs));
+      arena_.reset();
       kv_.reset();
       backend_->Synchronize();
       GLM_RETURN_IF_ERROR(backend_->status());
@@ -583,6 +625,7 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
                              " MiB) does not fit in the free device memory"));
   }
   GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, geo, kv_layers));
+  arena_ = std::make_unique<SlotArena>(backend_, SlotArena::Options{geo.block_size});
   mp.kv_num_blocks = geo.num_blocks;
   mp.kv_bytes = geo.num_blocks * mp.kv_bytes_per_block;
   mp.max_tokens = static_cast<int64_t>(geo.num_blocks) * geo.block_size;
@@ -691,6 +734,19 @@ std::optional<ModelWeightMemory> WeightMemoryOf(const Model& model) {
   const auto* m = dynamic_cast<const GlmMoeDsaModel*>(&model);
   if (m == nullptr) return std::nullopt;
   return m->weight_memory;
+}
+
+std::optional<SlotArenaStats> SlotArenaStatsOf(const Model& model) {
+  const auto* m = dynamic_cast<const GlmMoeDsaModel*>(&model);
+  if (m == nullptr) return std::nullopt;
+  return m->slot_arena_stats();
+}
+
+bool SetKeySlotRebuild(Model& model, bool on) {
+  auto* m = dynamic_cast<GlmMoeDsaModel*>(&model);
+  if (m == nullptr) return false;
+  m->rebuild_key_slots = on;
+  return true;
 }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateGlmMoeDsa(const ModelConfig& config,

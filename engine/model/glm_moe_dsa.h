@@ -28,9 +28,12 @@
 //   sticky error (Backend::status(): a CUDA fault, out of memory) after a step that hit one;
 //   every later step returns it too.
 // - Device backends (issue 4): a step allocates nothing once its workspace has grown to the
-//   step's size; per-step host work is building the int tables (positions, slots, key tables)
-//   that are copied in, so a decode step of fixed batch shape can be captured as a CUDA graph
-//   with those tables in persistent buffers.
+//   step's size; per-step host work is O(new tokens + blocks): the [T] int tables (tokens,
+//   positions, new slots, row offsets, key counts) are built and copied in, while the key slots
+//   of the cached positions live in a persistent per-sequence SlotArena (slot_arena.h) that only
+//   receives the positions whose blocks changed (one slot per sequence in a decode step). So a
+//   decode step of fixed batch shape is captured as a CUDA graph reading the [T] tables from a
+//   persistent buffer and the key slots from the arena (decode_graphs.h).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "engine/config/model_config.h"
 #include "engine/model/forward_batch.h"
+#include "engine/model/slot_arena.h"
 
 namespace glm::engine {
 
@@ -102,6 +106,14 @@ struct ModelWeightMemory {
   int64_t num_linear_f32 = 0, num_linear_bf16 = 0, num_linear_fp8 = 0;
 };
 std::optional<ModelWeightMemory> WeightMemoryOf(const Model& model);
+
+// The key-slot arena's counters (slot_arena.h) of a Model created here (slots uploaded by the
+// last step, rewrites, moves, growth, evictions); nullopt for any other Model. Step thread only.
+std::optional<SlotArenaStats> SlotArenaStatsOf(const Model& model);
+// Benchmarks only: with `on`, every step uploads the key slots of every cached position again
+// (what each step cost before the arena: O(context) host work), results unchanged. False for a
+// Model not created here.
+bool SetKeySlotRebuild(Model& model, bool on);
 
 // Bytes of paged KV storage per token position (per block: times kv.block_size) that a model
 // loaded with `options` allocates: the layers in [first_layer, last_layer], plus the MTP layer
