@@ -10,7 +10,7 @@
 // Rows "attn-old" / "index-old": the legacy paths (as GLM_CUDA_ATTENTION_LEGACY=1 /
 // GLM_CUDA_INDEXER_LEGACY=1 force); "attn-new" / "index-new": the staged attention / multi-CTA
 // radix passes forced; "attn-tc": the tensor-core attention (fp8 latent) forced, with its speedup
-// over attn-new; "attention" / "indexer": the default choice by shape; all in one process.
+// over attn-new; "attn-tc16" / "attn-tc32": it with 16 / 32 heads per CTA; "attention" / "indexer": the default choice by shape; all in one process.
 // Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5] [--calls 20]
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
@@ -33,7 +33,8 @@ namespace glm::engine::cuda {
 
 // A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
 // mode 0: by shape, 1: legacy path, 2: the new path wherever it applies (attention: the staged
-// path), 3 (attention): the tensor-core path wherever it applies, -1: environment's.
+// path), 3 (attention): the tensor-core path wherever it applies, 4 / 5: it with 16 / 32 heads
+// per CTA, -1: environment's.
 void SetAttentionPathForBench(int mode);
 int LastAttentionPathForBench();  // 1 legacy, 2 staged, 3 tensor core
 void SetIndexerPathForBench(int mode);
@@ -180,12 +181,12 @@ int Main(int argc, char** argv) {
           a.scale = 0.072f;
           a.out = HeadsView{d_o.as<float>(), rows, kHeads, kKvr, kHeads * kKvr, kKvr};
           double us_staged = 0, us_tc = 0;
-          for (const int mode : {1, 2, 3, 0}) {
-            if (mode == 3 && !fp8) continue;  // the tensor-core path reads the fp8 latent only
+          for (const int mode : {1, 2, 3, 4, 5, 0}) {
+            if (mode >= 3 && !fp8) continue;  // the tensor-core path reads the fp8 latent only
             SetAttentionPathForBench(mode);
             CheckOk(Attention(a, scratch, stream), "Attention");
             BENCH_CHECK(cudaStreamSynchronize(stream));
-            if (mode == 3 && LastAttentionPathForBench() != 3) {
+            if (mode >= 3 && LastAttentionPathForBench() != 3) {
               std::printf("attn-tc    fp8   %5d %7d  (tensor-core path not available here)\n",
                           rows, keys);
               continue;
@@ -195,6 +196,8 @@ int Main(int argc, char** argv) {
             Report(mode == 1   ? "attn-old"
                    : mode == 2 ? "attn-new"
                    : mode == 3 ? "attn-tc"
+                   : mode == 4 ? "attn-tc16"
+                   : mode == 5 ? "attn-tc32"
                                : "attention",
                    fp8 ? "fp8" : "fp32", rows, keys,
                    t.us_per_call, static_cast<double>(rows) * sel * row_bytes, d2d);

@@ -24,7 +24,8 @@
 namespace glm::engine {
 namespace cuda {
 // Attention path hooks of cuda_ops_attention.cu (not in cuda_ops.h): mode 0 by shape, 1 legacy,
-// 2 staged, 3 tensor core, -1 the environment's; the last call's path (1 / 2 / 3).
+// 2 staged, 3 tensor core, 4 / 5 / 6 tensor core with 16 / 32 / 64 heads per CTA, -1 the
+// environment's; the last call's path (1 / 2 / 3).
 void SetAttentionPathForBench(int mode);
 int LastAttentionPathForBench();
 }  // namespace cuda
@@ -220,7 +221,8 @@ TEST_F(CudaKvFp8Test, AttentionMatchesCpu) {
 // The tensor-core attention path (split-bf16 mma.sync over the fp8 latent, GLM-5 widths 512 +
 // 64) against the CPU backend and against the staged CUDA-core path, over rows 1 / 2 / 8 / 64,
 // selected widths 1 / 17 / 2048 (and no index: every key), heads 16 / 32 / 64 / 128, rows with
-// fewer keys than the index width, -1 indices, a row with num_keys 0 and a row with only -1.
+// fewer keys than the index width, -1 indices, a row with num_keys 0 and a row with only -1;
+// every head-group size (16 / 32 / 64 heads per CTA) that divides the head count.
 // Bound: max |gpu - cpu| <= 2e-5 * max(1, max |cpu|) (the staged path's bound; the only roundings
 // are of q and P to hi + lo bf16 pairs, ~2^-17 relative). Each call must take the path asked
 // for; graph replay and a second eager call must equal the first eager call bit for bit.
@@ -323,6 +325,17 @@ TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
     std::printf("tc rows %d heads %d keys %d topk %d: max|tc-cpu| %.3g max|tc-staged| %.3g "
                 "max|cpu| %.3g\n", s.rows, s.heads, s.max_keys, s.topk, err_cpu, err_staged,
                 max_ref);
+    // The other head-group sizes (16 / 32 / 64 heads per CTA; modes 4 / 5 / 6) where they apply.
+    for (const int mt : {1, 2, 4}) {
+      if (s.heads % (16 * mt) != 0) continue;
+      const std::vector<float> o = run(mt == 1 ? 4 : mt == 2 ? 5 : 6, 3);
+      double err = 0;
+      for (size_t i = 0; i < n_out; ++i) {
+        ASSERT_TRUE(std::isfinite(o[i])) << i;
+        err = std::max(err, std::fabs(double{o[i]} - cpu_out[i]));
+      }
+      EXPECT_LE(err, bound) << "tc with " << 16 * mt << " heads per CTA vs cpu";
+    }
     if (s.empty_rows) {  // row 1 has no keys: zeros
       for (int i = 0; i < s.heads * kKvr; ++i) ASSERT_EQ(tc[s.heads * kKvr + i], 0.0f) << i;
     }

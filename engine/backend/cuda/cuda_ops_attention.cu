@@ -32,8 +32,9 @@
 // Tensor-core path (AttentionTcKernel, default for the fp8 latent cache at GLM-5 widths 512 + 64
 // with heads a multiple of 16; SetAttentionPathForBench(3) forces it, (2) the staged path):
 // one CTA per (row, 16-64 heads, split), split-bf16 mma.sync m16n8k16 for Q K^T and P V over
-// bf16-dequantized key tiles; see the comment above the kernel. H200, 2048 selected keys: batch
-// 1 / 8 / 64 in 19 / 41 / 232 us vs the staged path's 33 / 170 / 1274 us (cuda_kv_bench).
+// bf16-dequantized key tiles; see the comment above the kernel. H200, 64 heads, 2048 selected
+// keys: batch 1 / 8 / 64 in 15.4 / 40 / 232 us vs the staged path's 33 / 170 / 1274 us
+// (cuda_kv_bench; batch 1 with 32 heads per CTA, see LaunchTc).
 // NOTE: shared memory per block is read from the device (GB10 ~99 KiB, H200 ~227 KiB opt-in);
 // absorbed GLM-5 decode (da 512 + db 64, G 16) needs ~41 KiB.
 // cuda_ops.h uses absl::StatusOr without including its header.
@@ -582,6 +583,7 @@ constexpr int kTcRawRow = static_cast<int>(kv_fp8::LatentRowBytes(kTcKvr, kTcRop
 constexpr int kTcScaleOff = static_cast<int>(kv_fp8::LatentScaleOffset(kTcKvr));
 constexpr int kTcRopeOff = static_cast<int>(kv_fp8::LatentRopeOffset(kTcKvr));
 static_assert(kTcRawRow % 16 == 0 && kTcRopeOff % 16 == 0, "fp8 latent row not 16-byte chunked");
+static_assert(kTcDq % 32 == 0 && kTcKvr % 128 == 0, "score k-loop / P.V column split");
 
 template <int MT>
 struct TcCfg {
@@ -710,19 +712,31 @@ __global__ void __launch_bounds__(TcCfg<MT>::kThreads) AttentionTcKernel(Params 
   if (num_tiles > 0 && tid < kTcTile) rows_s[tid] = key_row(begin + tid);
   __syncthreads();
   if (num_tiles > 0) issue(0);
-  // Queries of the group's heads as split bf16 (overlaps the first tile's copy).
+  // Queries of the group's heads as split bf16 (overlaps the first tile's copy); loads in
+  // batches of kQBatch so that they are in flight together.
   constexpr int kDq4 = kTcDq / 4, kDa4 = kTcKvr / 4;
-  for (int i = tid; i < C::kHeads * kDq4; i += C::kThreads) {
-    const int g = i / kDq4, d4 = i - g * kDq4, h = h0 + g;
-    const float4 v =
-        d4 < kDa4
-            ? reinterpret_cast<const float4*>(p.q_a + t * p.q_a_rs + h * p.q_a_hs)[d4]
-            : reinterpret_cast<const float4*>(p.q_b + t * p.q_b_rs + h * p.q_b_hs)[d4 - kDa4];
-    uint2 hi, lo;
-    SplitBf16(v.x, v.y, &hi.x, &lo.x);
-    SplitBf16(v.z, v.w, &hi.y, &lo.y);
-    *reinterpret_cast<uint2*>(q_hi + g * kTcLd + 4 * d4) = hi;
-    *reinterpret_cast<uint2*>(q_lo + g * kTcLd + 4 * d4) = lo;
+  constexpr int kQIters = C::kHeads * kDq4 / C::kThreads, kQBatch = 6;
+  static_assert(C::kHeads * kDq4 % C::kThreads == 0 && kQIters % kQBatch == 0, "query load");
+  for (int b0 = 0; b0 < kQIters; b0 += kQBatch) {
+    float4 v[kQBatch];
+#pragma unroll
+    for (int u = 0; u < kQBatch; ++u) {
+      const int i = tid + (b0 + u) * C::kThreads;
+      const int g = i / kDq4, d4 = i - g * kDq4, h = h0 + g;
+      v[u] = d4 < kDa4
+                 ? reinterpret_cast<const float4*>(p.q_a + t * p.q_a_rs + h * p.q_a_hs)[d4]
+                 : reinterpret_cast<const float4*>(p.q_b + t * p.q_b_rs + h * p.q_b_hs)[d4 - kDa4];
+    }
+#pragma unroll
+    for (int u = 0; u < kQBatch; ++u) {
+      const int i = tid + (b0 + u) * C::kThreads;
+      const int g = i / kDq4, d4 = i - g * kDq4;
+      uint2 hi, lo;
+      SplitBf16(v[u].x, v[u].y, &hi.x, &lo.x);
+      SplitBf16(v[u].z, v[u].w, &hi.y, &lo.y);
+      *reinterpret_cast<uint2*>(q_hi + g * kTcLd + 4 * d4) = hi;
+      *reinterpret_cast<uint2*>(q_lo + g * kTcLd + 4 * d4) = lo;
+    }
   }
 
   const int mt = warp / C::kWpm, ng = warp % C::kWpm;  // score phase
@@ -776,31 +790,46 @@ __global__ void __launch_bounds__(TcCfg<MT>::kThreads) AttentionTcKernel(Params 
     __syncthreads();  // k_s ready, raw_s free
     if (j + 1 < num_tiles) issue(j + 1);
 
-    // S = Q K^T: m-tile mt, n-tiles ng kNts .. +kNts (hi and lo query halves).
+    // S = Q K^T: m-tile mt, n-tiles ng kNts .. +kNts. Four independent accumulator chains per
+    // n-tile (even / odd k-step x query hi / lo: mma latency, not a 72-deep chain), summed in
+    // a fixed order at the end.
+    float sc[C::kNts][4][4];
+#pragma unroll
+    for (int n = 0; n < C::kNts; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[n][c][e] = 0.f;
+#pragma unroll 2
+    for (int kk = 0; kk < kTcDq; kk += 32) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int k = kk + 16 * half;
+        uint32_t ah[4], al[4];
+        LdMatrixX4(ah, qa_hi + k);
+        LdMatrixX4(al, qa_lo + k);
+        if constexpr (C::kNts == 2) {
+          uint32_t b[4];
+          LdMatrixX4(b, kb + k);
+          MmaBf16(sc[0][2 * half], ah, b[0], b[1]);
+          MmaBf16(sc[0][2 * half + 1], al, b[0], b[1]);
+          MmaBf16(sc[1][2 * half], ah, b[2], b[3]);
+          MmaBf16(sc[1][2 * half + 1], al, b[2], b[3]);
+        } else {
+          uint32_t b[2];
+          LdMatrixX2(b, kb + k);
+          MmaBf16(sc[0][2 * half], ah, b[0], b[1]);
+          MmaBf16(sc[0][2 * half + 1], al, b[0], b[1]);
+        }
+      }
+    }
     float s[C::kNts][4];
 #pragma unroll
     for (int n = 0; n < C::kNts; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-#pragma unroll 4
-    for (int kk = 0; kk < kTcDq; kk += 16) {
-      uint32_t ah[4], al[4];
-      LdMatrixX4(ah, qa_hi + kk);
-      LdMatrixX4(al, qa_lo + kk);
-      if constexpr (C::kNts == 2) {
-        uint32_t b[4];
-        LdMatrixX4(b, kb + kk);
-        MmaBf16(s[0], ah, b[0], b[1]);
-        MmaBf16(s[0], al, b[0], b[1]);
-        MmaBf16(s[1], ah, b[2], b[3]);
-        MmaBf16(s[1], al, b[2], b[3]);
-      } else {
-        uint32_t b[2];
-        LdMatrixX2(b, kb + kk);
-        MmaBf16(s[0], ah, b[0], b[1]);
-        MmaBf16(s[0], al, b[0], b[1]);
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = (sc[n][0][e] + sc[n][1][e]) + (sc[n][2][e] + sc[n][3][e]);
       }
-    }
 
     // Online softmax (rows r0 and r0 + 8 of the m-tile; partial max / sum per warp exchanged
     // through shared memory and combined in warp order).
@@ -1030,21 +1059,33 @@ int64_t TcSplits(int64_t base, int64_t tiles, int64_t slots) {
 
 // The tensor-core path (fp8 latent cache, 512 + 64 dims, heads a multiple of 16); returns false
 // (nothing launched) when the shape or the device does not fit it.
+// force_mt (1, 2, 4; tests / benches): only that head group size (16 MT heads); 0: by shape.
 absl::StatusOr<bool> LaunchTc(Params& p, int64_t rows, int64_t heads, int64_t n_max,
-                              Scratch& scratch, const detail::DeviceInfo& info,
+                              int force_mt, Scratch& scratch, const detail::DeviceInfo& info,
                               cudaStream_t stream) {
   if (p.kv8 == nullptr || p.da != kTcKvr || p.db != kTcRope || p.dv != kTcKvr ||
       p.kv8_rs != kTcRawRow || heads % 16 != 0) {
     return false;
   }
+  // Head group: the largest (most key-tile reuse) whose CTAs (at most one tile per split) fill
+  // >= 90 % of the device's resident slots; else the one filling most. Measured (H200, 64 heads,
+  // 2048 selected, cuda_kv_bench): batch 1 64 / 32 / 16 heads per CTA 18.3 / 15.4 / 16.6 us
+  // (64 CTAs on 132 SMs with 64 heads); batch 8 40.3 / 49.6 / 58.1 us; batch 64 232 / 752 /
+  // 768 us.
+  const int64_t tiles_max =
+      std::min<int64_t>(detail::CeilDiv(std::max<int64_t>(n_max, 1), kTcTile), kMaxSplitsWide);
   int mt = 0, occ = 0;
+  double best_fill = -1;
   for (const int cand : {4, 2, 1}) {
-    if (heads % (16 * cand) != 0) continue;
-    occ = cand == 4 ? TcCtasPerSm<4>(info) : cand == 2 ? TcCtasPerSm<2>(info) : TcCtasPerSm<1>(info);
-    if (occ > 0) {
-      mt = cand;
-      break;
-    }
+    if (heads % (16 * cand) != 0 || (force_mt != 0 && cand != force_mt)) continue;
+    const int o =
+        cand == 4 ? TcCtasPerSm<4>(info) : cand == 2 ? TcCtasPerSm<2>(info) : TcCtasPerSm<1>(info);
+    if (o <= 0) continue;
+    const double fill = std::min(
+        1.0, static_cast<double>(rows * (heads / (16 * cand)) * tiles_max) /
+                 (static_cast<double>(o) * info.num_sms));
+    if (fill > best_fill + 1e-9) mt = cand, occ = o, best_fill = fill;
+    if (fill >= 0.9) break;
   }
   if (mt == 0) return false;
   p.head_groups = static_cast<int32_t>(heads / (16 * mt));
@@ -1093,7 +1134,8 @@ bool VecOk(const HeadsView& x) {
 
 // A/B hook for benches and tests (not in cuda_ops.h; declare it where used): mode 0 = by shape
 // (the default), 1 = legacy path, 2 = the staged path wherever it applies (never the tensor-core
-// path), 3 = the tensor-core path wherever it applies (else as 0), -1 = back to the
+// path), 3 = the tensor-core path wherever it applies (else as 0), 4 / 5 / 6 = the tensor-core
+// path with 16 / 32 / 64 heads per CTA where that applies (else as 0), -1 = back to the
 // environment's choice (GLM_CUDA_ATTENTION_LEGACY).
 void SetAttentionPathForBench(int mode) { g_mode.store(mode < 0 ? -1 : mode); }
 // The path the last Attention call launched: 1 legacy, 2 staged, 3 tensor core (0: none yet).
@@ -1154,9 +1196,12 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
 
   const int64_t n_max = a.indices != nullptr ? a.index_width : a.table.max_num_keys;
   const int mode = PathMode();
-  // Tensor-core path (fp8 latent, GLM-5 widths): by default wherever it applies (mode 0 or 3).
-  if (fp8 && (mode == 0 || mode == 3)) {
-    GLM_ASSIGN_OR_RETURN(const bool done, LaunchTc(p, rows, heads, n_max, scratch, info, stream));
+  // Tensor-core path (fp8 latent, GLM-5 widths): by default wherever it applies (mode 0 or 3;
+  // 4 / 5 / 6 force 16 / 32 / 64 heads per CTA).
+  if (fp8 && (mode == 0 || mode >= 3)) {
+    const int force_mt = mode == 4 ? 1 : mode == 5 ? 2 : mode == 6 ? 4 : 0;
+    GLM_ASSIGN_OR_RETURN(const bool done,
+                         LaunchTc(p, rows, heads, n_max, force_mt, scratch, info, stream));
     if (done) {
       g_last_path.store(3, std::memory_order_relaxed);
       return absl::OkStatus();
