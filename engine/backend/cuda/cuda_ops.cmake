@@ -41,3 +41,11 @@ glm_set_warnings(cuda_ops_bench)
 add_executable(cuda_kv_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_kv_bench.cc)
 target_link_libraries(cuda_kv_bench PRIVATE glm_backend_cuda glm_kernels absl::strings)
 glm_set_warnings(cuda_kv_bench)
+
+# IndexerTopK selection paths (legacy / multi-CTA / short-row select) vs a host reference of the
+# tie rules and the CPU backend, graph replay == eager; and their bench (cuda_indexer_bench.cc).
+glm_add_test(NAME cuda_indexer_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_indexer_test.cc
+  LIBS glm_backend_cuda glm_backend_cpu glm_kernels LABELS gpu)
+add_executable(cuda_indexer_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_indexer_bench.cc)
+target_link_libraries(cuda_indexer_bench PRIVATE glm_backend_cuda glm_kernels absl::strings)
+glm_set_warnings(cuda_indexer_bench)

@@ -25,7 +25,7 @@
 //   reading its row up to 4 times from L2. Scratch: rows x max_num_keys floats + rows x 1 KiB.
 //   -0.0 ranks equal to +0.0; NaN ranks below -inf.
 // Multi-CTA radix passes (default when rows < SM count and a row has more than 16K keys, i.e. more
-//   than one select step per pass; GLM_CUDA_INDEXER_LEGACY=1 in the environment, read once,
+//   than one select step per pass, and the short-row select below does not take it; GLM_CUDA_INDEXER_LEGACY=1 in the environment, read once,
 //   forces the single-CTA passes above; SetIndexerPathForBench picks either for tests / benches):
 //   IndexerHistKernel builds the histogram of radix pass 1, 2, 3 (one launch each) over chunks of
 //   the row spread on the whole GPU: each CTA re-derives the prefix of the earlier passes from
@@ -34,6 +34,21 @@
 //   deterministic); it does nothing once an earlier pass took its bin whole. The select kernel
 //   then takes all 4 passes from those histograms and only runs the ordered output pass over the
 //   row. Same output, bit for bit, as the single-CTA passes.
+// Short-row select (default while a row is at most kItems keys per select thread, i.e. 16K keys,
+//   and fits the device's opt-in shared memory; SetIndexerPathForBench mode 3 forces it wherever
+//   the row fits): IndexerSelectShortKernel, one 1024-thread CTA per row, loads the row once into
+//   shared memory as OrderedKey words (building the pass-0 histogram itself: the score kernel then
+//   skips its histogram and the memset), runs every radix pass there (thread j owns a contiguous
+//   segment; two barriers per pass, warp 0 picks the digit without a block scan; stops when the
+//   bin is taken whole) and writes the output after one block scan. Same output, bit for bit.
+//   Measured (H200, cuda_indexer_bench, random data, top-2048, in one process): select alone
+//   1 x 4K 12.8 -> 6.3 us, 64 x 4K 15.8 -> 7.5 us, all-equal scores 21.4 -> 10.5 us; the whole
+//   IndexerTopK 1 x 4K 24.5 -> 17.9 us, 8 x 4K 34.1 -> 28.4 us. Rows of 50K keys: 58 us (the
+//   per-key histogram aggregation, __match_any_sync, dominates), slower than the multi-CTA
+//   passes' 36 us, hence the 16K bound.
+// Score kernel: the queries are staged with float4 loads; chunks for ~2 CTAs per SM stay (1 / 4
+//   / 8 measured no better at 4K..128K). Batch >= 8 is bound by this kernel (8 x 16K: ~67 of 90
+//   us; 64 x 128K fp32: ~4 ms, ~26 % of the fp32 FMA peak: shared-memory bound).
 // fp8 keys (IndexerTopKArgs::keys_fp8, engine/backend/kv_fp8_layout.h): the score kernel reads the
 //   e4m3 values (4 bytes per lane; lane k of the warp finds key k's page offset and scale once,
 //   with 32-bit division, and shuffles them to the others) and the token's scale and stores
@@ -75,6 +90,9 @@ std::atomic<int> g_mode{-1};
 
 int PathMode() { return detail::EnvPathMode("GLM_CUDA_INDEXER_LEGACY", g_mode); }
 
+// Score-kernel CTAs per SM that the key chunks aim at (SetIndexerScoreCtasPerSmForBench).
+std::atomic<int> g_score_ctas_per_sm{2};
+
 // Larger float -> larger key; -0.0 == +0.0; NaN lowest.
 __device__ __forceinline__ uint32_t OrderedKey(float f) {
   if (f != f) return 0u;
@@ -94,6 +112,7 @@ struct ScoreParams {
   const int32_t* row_offset;
   const int32_t* row_num_keys;
   int32_t heads, dim, dim_pad, heads_pad, top_k, chunks, chunk_len;
+  bool q_vec;  // q rows 16-byte aligned (float4 loads of the queries)
   // fp8 key cache (IndexerTopKArgs::keys_fp8; kv_fp8_layout.h), or null.
   const uint8_t* keys8;
   int32_t block_size;
@@ -126,17 +145,28 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
   const int end = min(num_keys, begin + p.chunk_len);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  for (int i = tid; i < p.heads_pad * qstride; i += kScoreThreads) {
-    const int h = i / qstride, d = i % qstride;
-    q_s[i] = h < p.heads && d < p.dim ? p.q[t * p.q_rs + h * p.q_hs + d] : 0.f;
+  const int dp4 = p.dim_pad / 4, d4 = p.dim / 4;
+  // Queries: float4 loads (dim and the strides multiples of 4), scalar stores (odd row stride).
+  for (int i = tid; i < p.heads_pad * dp4; i += kScoreThreads) {
+    const int h = i / dp4, c4 = i - h * dp4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (h < p.heads && c4 < d4) {
+      const float* src = p.q + t * p.q_rs + h * p.q_hs + 4 * c4;
+      x = p.q_vec ? *reinterpret_cast<const float4*>(src)
+                  : make_float4(src[0], src[1], src[2], src[3]);
+    }
+    float* dst = q_s + h * qstride + 4 * c4;
+    dst[0] = x.x, dst[1] = x.y, dst[2] = x.z, dst[3] = x.w;
   }
   for (int h = tid; h < p.heads_pad; h += kScoreThreads) {
     w_s[h] = h < p.heads ? p.w[t * p.w_ld + h] * p.weight_scale : 0.f;
   }
-  for (int i = tid; i < 256; i += kScoreThreads) hist_s[i] = 0;
+  const bool with_hist = p.hist != nullptr;  // uniform
+  if (with_hist) {
+    for (int i = tid; i < 256; i += kScoreThreads) hist_s[i] = 0;
+  }
   __syncthreads();
   const int32_t* slots = p.slots + p.row_offset[t];
-  const int dp4 = p.dim_pad / 4, d4 = p.dim / 4;
   float* k_w = k_s + warp * kKeysPerWarp * p.dim_pad;  // this warp's 8 key rows
 
   for (int key0 = begin + warp * kKeysPerWarp; key0 < end; key0 += kTileKeys) {
@@ -237,9 +267,12 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
       p.scores[t * p.ld + key0 + lane] = mine;
       digit = OrderedKey(mine) >> 24;
     }
-    const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-    if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist_s[digit], __popc(peers));
+    if (with_hist) {
+      const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+      if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist_s[digit], __popc(peers));
+    }
   }
+  if (!with_hist) return;  // uniform
   __syncthreads();
   for (int i = tid; i < 256; i += kScoreThreads) {
     if (hist_s[i] != 0) atomicAdd(&p.hist[t * p.hist_stride + i], hist_s[i]);
@@ -399,15 +432,161 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
 }
 
+// ---- Short-row select: the whole row in shared memory ----------------------------------------
+
+// Shared-memory word of row position i: one pad word after every 32, so that the per-thread
+// segments below (thread j reads positions j * seg ...) hit distinct banks for power-of-2 seg.
+__device__ __forceinline__ int PadIdx(int i) { return i + (i >> 5); }
+
+// Warp 0 only: picks from hist[256] the digit holding the `remaining`-th largest key (lane l
+// sums bins 255 - 8l .. 248 - 8l, one warp scan, then the lane that holds it walks its 8 bins).
+// Writes sel = {digit, new remaining, bin taken whole}. No block barrier.
+__device__ __forceinline__ void PickDigitWarp(const uint32_t* hist, uint32_t remaining,
+                                              uint32_t* sel) {
+  const int lane = threadIdx.x & 31;
+  uint32_t c[8], sum = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    c[k] = hist[255 - 8 * lane - k];
+    sum += c[k];
+  }
+  uint32_t incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  uint32_t before = incl - sum;
+  if (before < remaining && remaining <= incl) {  // exactly one lane: the total is >= remaining
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      if (before < remaining && remaining <= before + c[k]) {
+        sel[0] = 255u - 8u * lane - k;
+        sel[1] = remaining - before;
+        sel[2] = c[k] == remaining - before ? 1u : 0u;
+      }
+      before += c[k];
+    }
+  }
+}
+
+// grid: rows; block: a multiple of 32 in [256, 1024] (ShortSelectThreads); dynamic smem
+// ShortSmemBytes(max num_keys), num_keys < 2^16. Loads the row once (float4, coalesced) as
+// OrderedKey words into shared memory, building the pass-0 histogram on the way (no histogram
+// from the score kernel, no memset). Then every radix pass and the ordered output read shared
+// memory only: thread j owns positions [j * seg, (j + 1) * seg); per pass one barrier after the
+// counting (warp-aggregated shared atomics into one of two alternating histograms) and one after
+// warp 0 picks the digit (the other warps clear the next histogram meanwhile); stops when the
+// chosen bin is taken whole. The output is one block scan of packed (greater, equal) counts per
+// thread. Same output as IndexerSelectKernel, bit for bit.
+__global__ void __launch_bounds__(1024)
+    IndexerSelectShortKernel(const float* scores, int64_t ld, const int32_t* row_num_keys,
+                             int top_k, int32_t* out) {
+  extern __shared__ uint32_t row_s[];  // [PadIdx(n)]
+  __shared__ uint32_t hist[2][256];
+  __shared__ uint32_t warp_sums[32];
+  __shared__ uint32_t sel[3];  // digit, remaining, bin complete
+  const int64_t t = blockIdx.x;
+  const int n = row_num_keys[t];
+  const int nt = blockDim.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int32_t* o = out + t * top_k;
+  if (n <= top_k) {
+    for (int i = tid; i < top_k; i += nt) o[i] = i < n ? i : -1;
+    return;
+  }
+  const float* s = scores + t * ld;
+  for (int i = tid; i < 256; i += nt) hist[0][i] = 0;
+  __syncthreads();
+  // i0 < n <= ld and ld, i0 multiples of 4: the float4 stays inside the row's scratch.
+  for (int base = 0; base < n; base += 4 * nt) {  // uniform trip count: full-warp shuffles
+    const int i0 = base + 4 * tid;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (i0 < n) x = *reinterpret_cast<const float4*>(s + i0);
+    const float v[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool ok = i0 + j < n;
+      const uint32_t u = OrderedKey(v[j]);
+      if (ok) row_s[PadIdx(i0 + j)] = u;
+      const uint32_t digit = ok ? u >> 24 : 256u;
+      if (__any_sync(0xffffffffu, digit < 256)) {
+        const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+        if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[0][digit], __popc(peers));
+      }
+    }
+  }
+  __syncthreads();
+
+  const int seg = (n + nt - 1) / nt;
+  const int lo = tid * seg;  // may be >= n: then the thread owns nothing
+  uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(top_k);
+  for (int pass = 0, shift = 24;; ++pass, shift -= 8) {
+    uint32_t* h = hist[pass & 1];
+    if (pass > 0) {
+      for (int j = 0; j < seg; ++j) {  // uniform trip count
+        const int i = lo + j;
+        const uint32_t u = i < n ? row_s[PadIdx(i)] : 0u;
+        const uint32_t digit = i < n && (u & mask) == prefix ? (u >> shift) & 255u : 256u;
+        if (__any_sync(0xffffffffu, digit < 256)) {
+          const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+          if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&h[digit], __popc(peers));
+        }
+      }
+      __syncthreads();
+    }
+    // hist[(pass + 1) & 1] was last read by the pick of pass - 1, before the last barrier.
+    if (warp == 0) {
+      PickDigitWarp(h, remaining, sel);
+    } else {
+      for (int i = tid - 32; i < 256; i += nt - 32) hist[(pass + 1) & 1][i] = 0;
+    }
+    __syncthreads();
+    prefix |= sel[0] << shift;
+    mask |= 255u << shift;
+    remaining = sel[1];
+    // sel is rewritten only after the next pass's counting barrier: every thread has read it.
+    if (sel[2] != 0 || shift == 0) break;  // uniform
+  }
+
+  // Every key whose masked value is above the prefix, plus the first `need` equal to it, in
+  // ascending position order: one block scan of (greater, equal) counts (n < 2^16: 16 bits each).
+  const uint32_t need = remaining;
+  uint32_t gt = 0, eq = 0;
+  for (int j = 0; j < seg; ++j) {
+    const int i = lo + j;
+    if (i < n) {
+      const uint32_t u = row_s[PadIdx(i)] & mask;
+      gt += u > prefix ? 1u : 0u;
+      eq += u == prefix ? 1u : 0u;
+    }
+  }
+  uint32_t total;
+  const uint32_t excl = BlockExclusiveScan((gt << 16) | eq, warp_sums, &total);
+  uint32_t gt_before = excl >> 16, eq_before = excl & 0xffffu;
+  if (gt == 0 && (eq == 0 || eq_before >= need)) return;
+  for (int j = 0; j < seg; ++j) {
+    const int i = lo + j;
+    if (i >= n) break;
+    const uint32_t u = row_s[PadIdx(i)] & mask;
+    if (u > prefix) {
+      o[gt_before + min(eq_before, need)] = i;
+      ++gt_before;
+    } else if (u == prefix) {
+      if (eq_before < need) o[gt_before + eq_before] = i;
+      ++eq_before;
+    }
+  }
+}
+
 // Radix pass `pass` (1..3, digit bits 24 - 8 pass ..) of the rows' selection, histogram built
-// by many CTAs. grid: rows * chunks; block kHistThreads. hist: [rows, kHistPasses, 256], passes
-// before `pass` complete. Adds the counts of chunk c's keys (positions [c * chunk_len, ...))
+// by many CTAs (pass 0 too, for IndexerSelectForTest). grid: rows * chunks; block kHistThreads.
+// hist: [rows, row_passes, 256], passes before `pass` complete. Adds the counts of chunk c's keys (positions [c * chunk_len, ...))
 // that match the earlier passes' prefix into hist[t, pass]; nothing once a pass before took its
 // bin whole (then the select kernel stops there too).
 __global__ void __launch_bounds__(kHistThreads)
     IndexerHistKernel(const float* scores, int64_t ld, uint32_t* hist,
-                      const int32_t* row_num_keys, int top_k, int pass, int chunks,
-                      int chunk_len) {
+                      const int32_t* row_num_keys, int top_k, int pass, int row_passes,
+                      int chunks, int chunk_len) {
   __shared__ uint32_t h_s[256];
   __shared__ uint32_t warp_sums[32];
   __shared__ uint32_t sel[3];
@@ -419,7 +598,7 @@ __global__ void __launch_bounds__(kHistThreads)
   const int begin = static_cast<int>(begin64);
   const int end = static_cast<int>(min(int64_t{n}, begin64 + chunk_len));
   const int tid = threadIdx.x, lane = tid & 31;
-  uint32_t* rh = hist + t * kHistPasses * 256;
+  uint32_t* rh = hist + t * row_passes * 256;
   // The prefix of passes 0 .. pass - 1, as the select kernel derives it.
   uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(top_k);
   for (int q = 0; q < pass; ++q) {
@@ -463,12 +642,154 @@ int64_t ScoreSmemBytes(int heads_pad, int dim_pad) {
                        heads_pad);
 }
 
+// Short-row select sizing: dynamic shared memory for a row of n keys (PadIdx layout), its static
+// shared memory, and the longest row it takes (16-bit counts in the output scan).
+int64_t ShortSmemBytes(int64_t n) { return 4 * (n + n / 32 + 1); }
+constexpr int64_t kShortStaticSmem = 4 * (2 * 256 + 32 + 3);
+constexpr int64_t kShortMaxKeys = 65535;
+
+// Threads of the short-row select CTA: 0 = kSelectThreads (measured, H200, select alone on
+// random scores, 1 x 4K keys: 256 / 512 / 1024 threads 9.7 / 7.0 / 6.3 us; 16K: 41.6 / 25.2 /
+// 20.8 us); else forced by SetIndexerShortThreadsForBench.
+std::atomic<int> g_short_threads{0};
+
+int ShortSelectThreads() {
+  const int forced = g_short_threads.load(std::memory_order_relaxed);
+  return forced > 0 ? forced : kSelectThreads;
+}
+
+enum class SelectPath {
+  kSingle,  // IndexerSelectKernel: radix passes 1..3 over the row from global memory
+  kMulti,   // IndexerHistKernel x 3 over the whole GPU, then IndexerSelectKernel's output pass
+  kShort,   // IndexerSelectShortKernel: the row once into shared memory, everything from there
+};
+
+// Modes (PathMode): 0 by shape, 1 legacy single-CTA passes, 2 multi-CTA passes, 3 short-row
+// select wherever the row fits (else as 4), 4 the choice by shape before the short-row select
+// existed (multi-CTA passes when rows < SM count and a row has more than one select step, else
+// single-CTA passes).
+SelectPath ChooseSelect(int64_t rows, int64_t max_keys, const detail::DeviceInfo& info) {
+  const SelectPath before = rows < info.num_sms && max_keys > int64_t{kSelectThreads} * kItems
+                                ? SelectPath::kMulti
+                                : SelectPath::kSingle;
+  // The row must fit the device's opt-in shared memory (H200: ~56K keys).
+  const bool short_fits = max_keys <= kShortMaxKeys &&
+                          ShortSmemBytes(max_keys) + kShortStaticSmem <= info.smem_optin;
+  switch (PathMode()) {
+    case 1:
+      return SelectPath::kSingle;
+    case 2:
+      return SelectPath::kMulti;
+    case 3:
+      return short_fits ? SelectPath::kShort : before;
+    case 4:
+      return before;
+    default:
+      // By shape: the short-row select while a thread owns at most kItems keys (its passes cost
+      // about 1 us per key a thread owns: measured, H200, select alone, 1 x 50K keys: 58 us vs
+      // 36 us for the multi-CTA passes; 1 x 16K: 20.8 vs 21.6; 1 x 4K: 6.3 vs 12.8 single-CTA).
+      return short_fits && detail::CeilDiv(max_keys, ShortSelectThreads()) <= kItems
+                 ? SelectPath::kShort
+                 : before;
+  }
+}
+
+int HistPasses(SelectPath path) { return path == SelectPath::kMulti ? kHistPasses : 1; }
+
+// IndexerHistKernel chunks: ~2 CTAs per SM over all rows, a multiple of kHistChunkAlign keys each.
+void HistChunks(int64_t rows, int64_t max_keys, const detail::DeviceInfo& info, int64_t* len,
+                int64_t* chunks) {
+  const int64_t per_row = std::max<int64_t>(1, detail::CeilDiv(int64_t{2} * info.num_sms, rows));
+  *len = detail::CeilDiv(detail::CeilDiv(max_keys, per_row), kHistChunkAlign) * kHistChunkAlign;
+  *chunks = detail::CeilDiv(max_keys, *len);
+}
+
+// The selection over scores [rows, ld] (ld a multiple of 4, rows 16-byte aligned, every row's
+// num_keys <= ld). hist: [rows, HistPasses(path), 256] with pass 0 complete (kSingle / kMulti;
+// unused by kShort).
+absl::Status LaunchSelect(SelectPath path, const float* scores, int64_t ld, uint32_t* hist,
+                          int64_t rows, const int32_t* row_num_keys, int64_t max_keys, int top_k,
+                          int32_t* out, const detail::DeviceInfo& info, cudaStream_t stream) {
+  if (path == SelectPath::kShort) {
+    const int threads = ShortSelectThreads();
+    const int64_t smem = ShortSmemBytes(max_keys);
+    GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(IndexerSelectShortKernel, smem, info, kOp));
+    IndexerSelectShortKernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(
+        scores, ld, row_num_keys, top_k, out);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    return absl::OkStatus();
+  }
+  if (path == SelectPath::kMulti) {
+    int64_t hchunk_len = 0, hchunks = 0;
+    HistChunks(rows, max_keys, info, &hchunk_len, &hchunks);
+    for (int pass = 1; pass < kHistPasses; ++pass) {
+      IndexerHistKernel<<<static_cast<unsigned>(rows * hchunks), kHistThreads, 0, stream>>>(
+          scores, ld, hist, row_num_keys, top_k, pass, kHistPasses, static_cast<int>(hchunks),
+          static_cast<int>(hchunk_len));
+      GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    }
+  }
+  IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
+      scores, ld, hist, HistPasses(path), row_num_keys, top_k, out);
+  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // A/B hook for benches and tests (not in cuda_ops.h; declare it where used): mode 0 = by shape
-// (the default), 1 = legacy path, 2 = the new path wherever it applies, -1 = back to the
-// environment's choice (GLM_CUDA_INDEXER_LEGACY).
+// (the default), 1 = legacy single-CTA passes, 2 = multi-CTA passes wherever they apply, 3 = the
+// short-row select wherever the row fits, 4 = the choice by shape before the short-row select;
+// -1 = back to the environment's choice (GLM_CUDA_INDEXER_LEGACY).
 void SetIndexerPathForBench(int mode) { g_mode.store(mode < 0 ? -1 : mode); }
+
+// Bench hook: threads of the short-row select CTA (a multiple of 32 in [256, 1024]); 0 = the
+// default (kSelectThreads).
+void SetIndexerShortThreadsForBench(int threads) {
+  g_short_threads.store(threads >= 256 && threads <= 1024 && threads % 32 == 0 ? threads : 0);
+}
+
+// Bench hook: score-kernel CTAs per SM the key chunks aim at (1..16; else back to 2).
+void SetIndexerScoreCtasPerSmForBench(int ctas) {
+  g_score_ctas_per_sm.store(ctas >= 1 && ctas <= 16 ? ctas : 2);
+}
+
+// Test hook (not in cuda_ops.h): the top-k selection alone, on given device scores [rows, ld]
+// (the path of the current mode; pass 0's histogram from IndexerHistKernel where the path needs
+// one). Same output contract as IndexerTopK for those scores.
+absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
+                                  const int32_t* row_num_keys, int32_t max_num_keys, int top_k,
+                                  int32_t* out, Scratch& scratch, cudaStream_t stream) {
+  if (rows == 0 || top_k <= 0) return absl::OkStatus();
+  if (rows > 0x7fffffff || ld % 4 != 0 || ld < max_num_keys || !detail::Aligned16(scores)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda IndexerSelectForTest: scores [", rows, ", ", ld, "] need ld a multiple of 4 and >= ",
+        "max_num_keys (", max_num_keys, "), 16-byte aligned data, rows < 2^31"));
+  }
+  GLM_ASSIGN_OR_RETURN(const detail::DeviceInfo info, detail::CurrentDeviceInfo(kOp));
+  if (max_num_keys <= top_k) {
+    IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
+        nullptr, 0, nullptr, 1, row_num_keys, top_k, out);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+    return absl::OkStatus();
+  }
+  const SelectPath path = ChooseSelect(rows, max_num_keys, info);
+  uint32_t* hist = nullptr;
+  if (path != SelectPath::kShort) {
+    const size_t bytes = static_cast<size_t>(rows) * HistPasses(path) * 256 * 4;
+    GLM_ASSIGN_OR_RETURN(void* h, scratch.Get(1, bytes));
+    hist = static_cast<uint32_t*>(h);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, bytes, stream));
+    int64_t len = 0, chunks = 0;
+    HistChunks(rows, max_num_keys, info, &len, &chunks);
+    IndexerHistKernel<<<static_cast<unsigned>(rows * chunks), kHistThreads, 0, stream>>>(
+        scores, ld, hist, row_num_keys, top_k, 0, HistPasses(path), static_cast<int>(chunks),
+        static_cast<int>(len));
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  }
+  return LaunchSelect(path, scores, ld, hist, rows, row_num_keys, max_num_keys, top_k, out, info,
+                      stream);
+}
 
 absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_t stream) {
   const int64_t rows = a.q.rows;
@@ -500,6 +821,7 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     GLM_ASSIGN_OR_RETURN(const detail::DeviceInfo info, detail::CurrentDeviceInfo(kOp));
     ScoreParams p{};
     p.q = a.q.data, p.q_rs = a.q.row_stride, p.q_hs = a.q.head_stride;
+    p.q_vec = detail::Aligned16(a.q.data) && a.q.row_stride % 4 == 0 && a.q.head_stride % 4 == 0;
     p.w = a.weights.data, p.w_ld = a.weights.ld;
     p.keys = a.keys.data, p.keys_ld = a.keys.ld;
     p.slots = a.table.slots, p.row_offset = a.table.row_offset;
@@ -510,8 +832,10 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     p.top_k = a.top_k;
     // Chunks sized so that rows * chunks covers ~2 CTAs per SM (a batch-1 decode spreads its
     // row over the whole GPU), kTileKeys..kMaxChunk keys each.
-    const int64_t want_chunks =
-        std::max<int64_t>(1, detail::CeilDiv(int64_t{2} * info.num_sms, rows));
+    const int64_t want_chunks = std::max<int64_t>(
+        1, detail::CeilDiv(int64_t{g_score_ctas_per_sm.load(std::memory_order_relaxed)} *
+                               info.num_sms,
+                           rows));
     const int64_t chunk_len = std::clamp<int64_t>(
         detail::CeilDiv(detail::CeilDiv(max_keys, want_chunks), kTileKeys) * kTileKeys,
         kTileKeys, kMaxChunk);
@@ -524,18 +848,18 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     GLM_ASSIGN_OR_RETURN(void* scores,
                          scratch.Get(0, static_cast<size_t>(rows * p.ld) * sizeof(float)));
     p.scores = static_cast<float*>(scores);
-    // Multi-CTA radix passes when one select CTA per row leaves SMs idle and a row takes the
-    // select CTA more than one step per pass (measured, H200, batch 1: 128K keys 159 -> 96 us;
-    // 4K keys 28.2 -> 28.7 us, the 3 extra launches cost more than one step saves).
-    const int mode = PathMode();
-    const bool multi = mode == 2 || (mode == 0 && rows < info.num_sms &&
-                                     max_keys > int64_t{kSelectThreads} * kItems);
-    const int hist_passes = multi ? kHistPasses : 1;
-    p.hist_stride = 256 * hist_passes;
-    const size_t hist_bytes = static_cast<size_t>(rows) * p.hist_stride * 4;
-    GLM_ASSIGN_OR_RETURN(void* hist, scratch.Get(1, hist_bytes));
-    p.hist = static_cast<uint32_t*>(hist);
-    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, hist_bytes, stream));
+    // Measured, H200, batch 1: multi-CTA passes 128K keys 159 -> 96 us; at 4K keys the 3 extra
+    // launches cost more than one select step saves. The short-row select takes every row that
+    // fits shared memory and builds its own pass-0 histogram (no memset, no histogram here).
+    const SelectPath path = ChooseSelect(rows, max_keys, info);
+    p.hist = nullptr;
+    p.hist_stride = 256 * HistPasses(path);
+    if (path != SelectPath::kShort) {
+      const size_t hist_bytes = static_cast<size_t>(rows) * p.hist_stride * 4;
+      GLM_ASSIGN_OR_RETURN(void* hist, scratch.Get(1, hist_bytes));
+      p.hist = static_cast<uint32_t*>(hist);
+      GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, hist_bytes, stream));
+    }
     const int64_t smem = ScoreSmemBytes(p.heads_pad, p.dim_pad);
     GLM_RETURN_IF_ERROR(fp8 ? detail::UseDynamicSmem(IndexerScoreKernel<true>, smem, info, kOp)
                             : detail::UseDynamicSmem(IndexerScoreKernel<false>, smem, info, kOp));
@@ -550,26 +874,11 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
       IndexerScoreKernel<false><<<static_cast<unsigned>(ctas), kScoreThreads, smem, stream>>>(p);
     }
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-    if (multi) {
-      // ~2 CTAs per SM over all rows, chunks of a multiple of kHistChunkAlign keys.
-      const int64_t per_row =
-          std::max<int64_t>(1, detail::CeilDiv(int64_t{2} * info.num_sms, rows));
-      const int64_t hchunk_len =
-          detail::CeilDiv(detail::CeilDiv(max_keys, per_row), kHistChunkAlign) * kHistChunkAlign;
-      const int64_t hchunks = detail::CeilDiv(max_keys, hchunk_len);
-      for (int pass = 1; pass < kHistPasses; ++pass) {
-        IndexerHistKernel<<<static_cast<unsigned>(rows * hchunks), kHistThreads, 0, stream>>>(
-            p.scores, p.ld, p.hist, a.table.row_num_keys, a.top_k, pass,
-            static_cast<int>(hchunks), static_cast<int>(hchunk_len));
-        GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-      }
-    }
-    IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-        p.scores, p.ld, p.hist, hist_passes, a.table.row_num_keys, a.top_k, a.out);
-  } else {
-    IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-        nullptr, 0, nullptr, 1, a.table.row_num_keys, a.top_k, a.out);
+    return LaunchSelect(path, p.scores, p.ld, p.hist, rows, a.table.row_num_keys, max_keys,
+                        a.top_k, a.out, info, stream);
   }
+  IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
+      nullptr, 0, nullptr, 1, a.table.row_num_keys, a.top_k, a.out);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   return absl::OkStatus();
 }

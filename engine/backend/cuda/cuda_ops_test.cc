@@ -334,9 +334,10 @@ TEST_P(IndexerTest, MatchesCpu) {
   auto dqb = Upload(q), dw = Upload(w), dk = Upload(keys);
   DeviceTable dt{Upload(table.slots), Upload(table.row_offset), Upload(table.row_num_keys)};
   // The legacy single-CTA radix passes (GLM_CUDA_INDEXER_LEGACY=1) first, then the multi-CTA
-  // passes forced, then the default choice by shape: all exact, so bitwise the same output.
+  // passes forced, the short-row select (row in shared memory) wherever it fits, the choice by
+  // shape before it, then the default choice by shape: all exact, so bitwise the same output.
   std::vector<int32_t> got;
-  for (const int mode : {1, 2, 0}) {
+  for (const int mode : {1, 2, 3, 4, 0}) {
     const bool legacy = mode == 1;
     SetIndexerPathForBench(mode);
     GuardedBuffer dout(out_n * sizeof(int32_t));

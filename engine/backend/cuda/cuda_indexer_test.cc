@@ -1,0 +1,410 @@
+// Tests of the DSA indexer's top-k selection paths (cuda_ops_indexer.cu): the legacy single-CTA
+// radix passes, the multi-CTA passes, the short-row select (row in shared memory) and the choice
+// by shape, all against a host reference of the contract (ascending positions, ties to the lowest
+// position, -0.0 == +0.0, NaN below -inf, rows with num_keys <= top_k: 0..n-1 then -1) on given
+// scores (IndexerSelectForTest), over rows 1 / 3 / 8 / 64, num_keys 1 .. 128K, random, all-equal,
+// few-distinct and special-value scores; then the whole IndexerTopK (fp32 and fp8 keys, exact
+// integer data: identical to the CPU backend) through every path, and CUDA-graph replay == eager.
+// GPU cases skip without a GPU; the argument checks run everywhere. Cases named *Large* are left
+// out under compute-sanitizer.
+// cuda_ops.h uses absl::StatusOr without including its header.
+#include "absl/status/statusor.h"
+#include "engine/backend/cuda/cuda_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "kernels/gpu_test_util.h"
+
+namespace glm::engine::cuda {
+
+// Hooks of cuda_ops_indexer.cu (not in cuda_ops.h).
+void SetIndexerPathForBench(int mode);
+void SetIndexerShortThreadsForBench(int threads);
+absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
+                                  const int32_t* row_num_keys, int32_t max_num_keys, int top_k,
+                                  int32_t* out, Scratch& scratch, cudaStream_t stream);
+
+namespace {
+
+using kernels::testing::GuardedBuffer;
+
+// Path modes of SetIndexerPathForBench: legacy, multi-CTA, short-row, before-short default, default.
+constexpr int kModes[] = {1, 2, 3, 4, 0};
+
+// cudaMalloc-backed grow-only scratch, new memory poisoned with 0xFF (NaN floats, -1 ints).
+class TestScratch final : public Scratch {
+ public:
+  ~TestScratch() override {
+    for (void* p : ptr_) cudaFree(p);
+  }
+  absl::StatusOr<void*> Get(int slot, size_t bytes) override {
+    if (slot < 0 || slot >= kScratchSlots) return absl::InvalidArgumentError("bad scratch slot");
+    if (bytes > size_[slot]) {
+      cudaFree(ptr_[slot]);
+      ptr_[slot] = nullptr;
+      if (cudaMalloc(&ptr_[slot], bytes) != cudaSuccess) {
+        return absl::ResourceExhaustedError("test scratch: cudaMalloc failed");
+      }
+      cudaMemset(ptr_[slot], 0xFF, bytes);
+      size_[slot] = bytes;
+    }
+    return ptr_[slot];
+  }
+
+ private:
+  void* ptr_[kScratchSlots] = {};
+  size_t size_[kScratchSlots] = {};
+};
+
+// Resets the path hooks at scope exit (a failed ASSERT must not leave a forced path behind).
+struct PathReset {
+  ~PathReset() {
+    SetIndexerPathForBench(-1);
+    SetIndexerShortThreadsForBench(0);
+  }
+};
+
+uint32_t OrderedKeyHost(float f) {
+  if (std::isnan(f)) return 0u;
+  if (f == 0.f) f = 0.f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The contract on one row of n scores.
+std::vector<int32_t> RefTopK(const float* s, int n, int top_k) {
+  std::vector<int32_t> out(top_k, -1);
+  if (n <= top_k) {
+    for (int i = 0; i < n; ++i) out[i] = i;
+    return out;
+  }
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::nth_element(order.begin(), order.begin() + (top_k - 1), order.end(),
+                   [&](int32_t a, int32_t b) {
+                     const uint32_t ka = OrderedKeyHost(s[a]), kb = OrderedKeyHost(s[b]);
+                     return ka != kb ? ka > kb : a < b;
+                   });
+  std::sort(order.begin(), order.begin() + top_k);
+  std::copy_n(order.begin(), top_k, out.begin());
+  return out;
+}
+
+enum class Pattern { kRandom, kAllEqual, kFewDistinct, kSpecials, kSignedZeros };
+
+const char* Name(Pattern p) {
+  switch (p) {
+    case Pattern::kRandom: return "random";
+    case Pattern::kAllEqual: return "all_equal";
+    case Pattern::kFewDistinct: return "few_distinct";
+    case Pattern::kSpecials: return "specials";
+    case Pattern::kSignedZeros: return "signed_zeros";
+  }
+  return "?";
+}
+
+float Draw(Pattern p, std::mt19937& rng) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::uniform_int_distribution<int> pick(0, 11);
+  switch (p) {
+    case Pattern::kRandom:
+      return u(rng);
+    case Pattern::kAllEqual:
+      return 0.5f;
+    case Pattern::kFewDistinct: {
+      const float v[] = {-1.f, 0.f, 0.25f, 1.f, 2.f};
+      return v[pick(rng) % 5];
+    }
+    case Pattern::kSpecials: {
+      // NaN (both signs), +-inf, +-0, extremes, a denormal, and random finite values.
+      const float v[] = {nan, -nan, -inf, inf, -0.f, 0.f, 3e38f, -3e38f, 1e-45f, -1e-45f,
+                         u(rng), u(rng)};
+      return v[pick(rng)];
+    }
+    case Pattern::kSignedZeros: {
+      const int k = pick(rng);
+      return k < 5 ? -0.f : k < 10 ? 0.f : k == 10 ? -1.f : 1.f;
+    }
+  }
+  return 0.f;
+}
+
+bool GpuPresent() {
+  int n = 0;
+  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
+class IndexerSelectTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GLM_SKIP_WITHOUT_GPU(); }
+
+  // Scores [rows, ld] of `pattern`, row t with num_keys n_t <= max_keys (row 0: max_keys; every
+  // 4th row <= top_k when max_keys allows); every mode's output must equal the reference.
+  void Check(int rows, int max_keys, int top_k, Pattern pattern,
+             const std::vector<int>& short_threads = {0}) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows << " max_keys " << max_keys << " top_k "
+                                    << top_k << " " << Name(pattern));
+    PathReset reset;
+    const int64_t ld = (max_keys + 3) / 4 * 4 + 4;
+    std::vector<float> s(static_cast<size_t>(rows) * ld, std::numeric_limits<float>::quiet_NaN());
+    std::vector<int32_t> nk(rows);
+    for (int t = 0; t < rows; ++t) {
+      nk[t] = t == 0 ? max_keys
+                     : (t % 4 == 3 ? std::min(max_keys, top_k) : std::max(1, max_keys - 97 * t));
+      for (int i = 0; i < nk[t]; ++i) s[size_t(t) * ld + i] = Draw(pattern, rng_);
+    }
+    std::vector<int32_t> want;
+    for (int t = 0; t < rows; ++t) {
+      const std::vector<int32_t> r = RefTopK(s.data() + size_t(t) * ld, nk[t], top_k);
+      want.insert(want.end(), r.begin(), r.end());
+    }
+    GuardedBuffer ds(s.size() * 4), dnk(nk.size() * 4), dout(want.size() * 4);
+    ASSERT_EQ(ds.Upload(s.data(), s.size() * 4), cudaSuccess);
+    ASSERT_EQ(dnk.Upload(nk.data(), nk.size() * 4), cudaSuccess);
+    for (const int threads : short_threads) {
+      SetIndexerShortThreadsForBench(threads);
+      for (const int mode : kModes) {
+        if (threads != 0 && mode != 3) continue;
+        SetIndexerPathForBench(mode);
+        ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
+        const absl::Status st = IndexerSelectForTest(ds.as<float>(), ld, rows, dnk.as<int32_t>(),
+                                                     max_keys, top_k, dout.as<int32_t>(),
+                                                     scratch_, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        GLM_CUDA_ASSERT(cudaDeviceSynchronize());
+        std::vector<int32_t> got(want.size());
+        ASSERT_EQ(dout.Download(got.data(), got.size() * 4), cudaSuccess);
+        EXPECT_TRUE(dout.GuardsIntact()) << "mode " << mode;
+        for (int t = 0; t < rows; ++t) {
+          const size_t b = size_t(t) * top_k;
+          if (!std::equal(got.begin() + b, got.begin() + b + top_k, want.begin() + b)) {
+            size_t i = b;
+            while (got[i] == want[i]) ++i;
+            ADD_FAILURE() << "mode " << mode << " threads " << threads << " row " << t
+                          << " (num_keys " << nk[t] << ") slot " << i - b << ": got " << got[i]
+                          << ", want " << want[i];
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  TestScratch scratch_;
+  std::mt19937 rng_{77};
+};
+
+TEST_F(IndexerSelectTest, Sweep) {
+  for (const int rows : {1, 3, 8, 64}) {
+    for (const int keys : {1, 2047, 2048, 2049, 4096, 16385}) {
+      for (const Pattern p : {Pattern::kRandom, Pattern::kAllEqual, Pattern::kFewDistinct,
+                              Pattern::kSpecials, Pattern::kSignedZeros}) {
+        Check(rows, keys, 2048, p);
+      }
+    }
+  }
+}
+
+TEST_F(IndexerSelectTest, Long1x128k) {
+  for (const int rows : {1, 3}) {
+    for (const Pattern p : {Pattern::kRandom, Pattern::kAllEqual, Pattern::kSpecials}) {
+      Check(rows, 131072, 2048, p);
+    }
+  }
+}
+
+TEST_F(IndexerSelectTest, Large8And64x128k) {
+  for (const int rows : {8, 64}) {
+    for (const Pattern p : {Pattern::kRandom, Pattern::kFewDistinct}) Check(rows, 131072, 2048, p);
+  }
+}
+
+// The short-row CTA at every thread count, rows up to (and past) the shared-memory limit, and
+// other top_k values.
+TEST_F(IndexerSelectTest, ShortThreadsAndTopK) {
+  for (const int keys : {300, 4096, 16385, 50000, 70000}) {
+    for (const Pattern p : {Pattern::kRandom, Pattern::kFewDistinct, Pattern::kSpecials}) {
+      Check(3, keys, 2048, p, {0, 256, 512, 1024});
+    }
+  }
+  for (const int top_k : {1, 100, 4095}) {
+    Check(3, 4096, top_k, Pattern::kRandom);
+    Check(3, 4096, top_k, Pattern::kFewDistinct);
+  }
+}
+
+// A small subset for compute-sanitizer runs (memcheck / racecheck): every path, odd sizes,
+// ties and special values, the short-row CTA at 256 and 1024 threads.
+TEST_F(IndexerSelectTest, SanitizerSubset) {
+  Check(3, 2049, 2048, Pattern::kSpecials, {0, 256, 1024});
+  Check(3, 4096, 2048, Pattern::kAllEqual, {0, 256});
+  Check(2, 16385, 2048, Pattern::kFewDistinct, {0, 1024});
+  Check(1, 40000, 100, Pattern::kRandom, {0});
+}
+
+// Argument checks: no GPU needed (they come before any CUDA call).
+TEST(IndexerSelectArgs, RejectsBadScoreLayout) {
+  TestScratch scratch;
+  const absl::Status st =
+      IndexerSelectForTest(nullptr, /*ld=*/6, /*rows=*/1, nullptr, 6, 2, nullptr, scratch, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("multiple of 4"), absl::string_view::npos) << st;
+  const absl::Status st2 =
+      IndexerSelectForTest(nullptr, /*ld=*/8, /*rows=*/1, nullptr, 9, 2, nullptr, scratch, nullptr);
+  EXPECT_EQ(st2.code(), absl::StatusCode::kInvalidArgument) << st2;
+  if (!GpuPresent()) std::printf("(no GPU: the selection cases skip; argument checks ran)\n");
+}
+
+// ---- The whole IndexerTopK: every path, fp32 and fp8 keys, exact data (identical to the CPU).
+
+class IndexerTopKPathsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GLM_SKIP_WITHOUT_GPU();
+    cpu_ = CreateCpuBackend(0);
+  }
+  template <typename T>
+  T* Dev(const std::vector<T>& v) {
+    bufs_.push_back(std::make_unique<GuardedBuffer>(std::max<size_t>(v.size(), 1) * sizeof(T)));
+    EXPECT_TRUE(bufs_.back()->ok());
+    if (!v.empty()) {
+      EXPECT_EQ(bufs_.back()->Upload(v.data(), v.size() * sizeof(T)), cudaSuccess);
+    }
+    return bufs_.back()->as<T>();
+  }
+
+  // Keys from {0, +-1, +-2, +-3, +-4, +-6, +-8} with 8 in every row (exact in e4m3 at scale
+  // 2^-5), q and weights in [-3, 3], scales powers of two: every score is exact in any order.
+  void Run(int rows, int max_keys, bool fp8) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows << " max_keys " << max_keys << " fp8 "
+                                    << fp8);
+    PathReset reset;
+    constexpr int kHeads = 32, kDim = 128, kBs = 64, kTopK = 2048;
+    const int64_t n_slots = (int64_t{max_keys} + 100 + kBs - 1) / kBs * kBs;
+    std::vector<float> keys(n_slots * kDim);
+    const float vals[] = {0, 1, -1, 2, -2, 3, -3, 4, -4, 6, -6, 8, -8};
+    std::uniform_int_distribution<int> pick(0, 12), small(-3, 3);
+    for (int64_t r = 0; r < n_slots; ++r) {
+      for (int d = 0; d < kDim; ++d) keys[r * kDim + d] = vals[pick(rng_)];
+      keys[r * kDim] = 8.0f;
+    }
+    std::vector<int32_t> all(n_slots);
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<uint8_t> cache(n_slots * (kDim + 4), 0);
+    const Fp8IndexCache cc{cache.data(), n_slots, kDim, kBs};
+    if (fp8) cpu_->WriteIndexKeysFp8(MatView{keys.data(), n_slots, kDim, kDim}, all.data(), cc);
+    std::vector<int32_t> table, offset(rows), nkeys(rows);
+    for (int t = 0; t < rows; ++t) {
+      nkeys[t] = t % 4 == 3 ? std::min(max_keys, kTopK) : std::max(1, max_keys - 53 * t);
+      offset[t] = static_cast<int32_t>(table.size());
+      std::vector<int32_t> perm(all);
+      std::shuffle(perm.begin(), perm.end(), rng_);
+      table.insert(table.end(), perm.begin(), perm.begin() + nkeys[t]);
+    }
+    std::vector<float> q(size_t(rows) * kHeads * kDim), w(size_t(rows) * kHeads);
+    for (float& v : q) v = static_cast<float>(small(rng_));
+    for (float& v : w) v = static_cast<float>(small(rng_));
+    IndexerTopKArgs a;
+    a.q = HeadsView{q.data(), rows, kHeads, kDim, int64_t{kHeads} * kDim, kDim};
+    a.weights = MatView{w.data(), rows, kHeads, kHeads};
+    a.keys = MatView{fp8 ? nullptr : keys.data(), n_slots, kDim, kDim};
+    if (fp8) a.keys_fp8 = cc;
+    a.table = {table.data(), offset.data(), nkeys.data(), max_keys};
+    a.weight_scale = 0.25f;
+    a.score_scale = 0.125f;
+    a.top_k = kTopK;
+    std::vector<int32_t> want(size_t(rows) * kTopK);
+    a.out = want.data();
+    cpu_->IndexerTopK(a);
+
+    IndexerTopKArgs g = a;
+    g.q.data = Dev(q);
+    g.weights.data = Dev(w);
+    if (fp8) {
+      g.keys_fp8 = Fp8IndexCache{Dev(cache), n_slots, kDim, kBs};
+    } else {
+      g.keys.data = Dev(keys);
+    }
+    g.table = {Dev(table), Dev(offset), Dev(nkeys), max_keys};
+    GuardedBuffer dout(want.size() * 4);
+    g.out = dout.as<int32_t>();
+    cudaStream_t stream;
+    GLM_CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (const int mode : kModes) {
+      SetIndexerPathForBench(mode);
+      ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
+      const absl::Status st = IndexerTopK(g, scratch_, stream);
+      ASSERT_TRUE(st.ok()) << st;
+      GLM_CUDA_ASSERT(cudaStreamSynchronize(stream));
+      std::vector<int32_t> got(want.size());
+      ASSERT_EQ(dout.Download(got.data(), got.size() * 4), cudaSuccess);
+      EXPECT_TRUE(dout.GuardsIntact());
+      EXPECT_TRUE(got == want) << "mode " << mode << " differs from the CPU backend";
+      // Graph replay == eager (scratch already grown by the eager call).
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(dout.Poison(0x3C), cudaSuccess);
+      GLM_CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const absl::Status cst = IndexerTopK(g, scratch_, stream);
+      GLM_CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+      ASSERT_TRUE(cst.ok()) << cst;
+      GLM_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+      GLM_CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+      GLM_CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+      GLM_CUDA_ASSERT(cudaStreamSynchronize(stream));
+      std::vector<int32_t> replay(want.size());
+      ASSERT_EQ(dout.Download(replay.data(), replay.size() * 4), cudaSuccess);
+      EXPECT_TRUE(replay == got) << "mode " << mode << ": graph replay != eager";
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    cudaStreamDestroy(stream);
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  TestScratch scratch_;
+  std::mt19937 rng_{2026};
+  std::vector<std::unique_ptr<GuardedBuffer>> bufs_;
+};
+
+TEST_F(IndexerTopKPathsTest, Fp32KeysMatchCpu) {
+  for (const int rows : {1, 8}) {
+    for (const int keys : {2049, 4096, 16385}) Run(rows, keys, false);
+  }
+}
+
+TEST_F(IndexerTopKPathsTest, Fp8KeysMatchCpu) {
+  for (const int rows : {1, 8}) {
+    for (const int keys : {2049, 4096, 16385}) Run(rows, keys, true);
+  }
+}
+
+TEST_F(IndexerTopKPathsTest, SanitizerSubset) {
+  Run(3, 2500, false);
+  Run(3, 2500, true);
+}
+
+TEST_F(IndexerTopKPathsTest, Large1x128kBothKeyTypes) {
+  Run(1, 131072, false);
+  Run(1, 131072, true);
+}
+
+}  // namespace
+}  // namespace glm::engine::cuda
