@@ -70,6 +70,14 @@ class GlmMoeDsaModel : public Model {
   // Validates the batch (O(tokens + blocks)), builds the step's small tables and brings the key
   // slots of every slice up to date in arena_ (uploads only what changed).
   absl::StatusOr<StepPlan> Plan(const ForwardBatch& batch);
+  // The key-slot arena for a KV cache of num_blocks blocks (slot_arena.h).
+  std::unique_ptr<SlotArena> MakeSlotArena(int block_size, int num_blocks) const {
+    SlotArena::Options o;
+    o.block_size = block_size;
+    const int64_t positions = static_cast<int64_t>(block_size) * std::max(num_blocks, 0);
+    o.initial_capacity = std::clamp<int64_t>(positions + positions / 4, 4096, int64_t{1} << 30);
+    return std::make_unique<SlotArena>(backend_, o);
+  }
   // ctx.identity for the expanded form: a persistent [>= n] 0, 1, 2, ... table.
   const int32_t* Identity(int32_t n);
   // Uploads the plan's tables into the workspace and fills ctx.
@@ -551,7 +559,7 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
       const int blocks = (mp.warmup_tokens + geo.block_size - 1) / geo.block_size;
       GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, {geo.block_size, blocks},
                                                        kv_layers));
-      arena_ = std::make_unique<SlotArena>(backend_, SlotArena::Options{geo.block_size});
+      arena_ = MakeSlotArena(geo.block_size, blocks);
       GLM_RETURN_IF_ERROR(WarmUp(mp.warmup_tokens, mp.warmup_num_seqs));
       arena_.reset();
       kv_.reset();
@@ -625,7 +633,7 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
                              " MiB) does not fit in the free device memory"));
   }
   GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, geo, kv_layers));
-  arena_ = std::make_unique<SlotArena>(backend_, SlotArena::Options{geo.block_size});
+  arena_ = MakeSlotArena(geo.block_size, geo.num_blocks);
   mp.kv_num_blocks = geo.num_blocks;
   mp.kv_bytes = geo.num_blocks * mp.kv_bytes_per_block;
   mp.max_tokens = static_cast<int64_t>(geo.num_blocks) * geo.block_size;

@@ -73,6 +73,7 @@ absl::StatusOr<int32_t> SlotArena::Map(int64_t seq_id, const std::vector<int32_t
       free_.erase(next);
       if (rest > 0) free_[rest_off] = rest;
       stats_.used_slots += extra;
+      ++stats_.region_extends;
       r->capacity = want;
     } else {
       const int64_t offset = Allocate(want);
@@ -172,7 +173,8 @@ bool SlotArena::Grow(int64_t min_free) {
     auto last = std::prev(free_.end());
     if (last->first + last->second == capacity_) tail = last->second;
   }
-  int64_t cap = std::max<int64_t>({capacity_ * 2, capacity_ + min_free - tail, 4096});
+  int64_t cap = std::max<int64_t>(
+      {capacity_ * 2, capacity_ + min_free - tail, options_.initial_capacity, 1024});
   if (cap > kMaxSlots) cap = kMaxSlots;
   if (cap - capacity_ + tail < min_free) {
     status_ = absl::InvalidArgumentError(absl::StrCat(

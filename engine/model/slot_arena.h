@@ -18,7 +18,7 @@
 //   256 slots); a sequence that outgrows its region moves to a larger one (a device-to-device
 //   copy of the valid prefix, then the old range is freed). Ranges come from a best-fit free list
 //   with coalescing.
-// - The buffer grows (a new buffer at least twice as large, a device-to-device copy, offsets
+// - The buffer starts at Options::initial_capacity and grows (a new buffer at least twice as large, a device-to-device copy, offsets
 //   unchanged) only when no free range fits after evicting every region not mapped in the
 //   current step. Growth changes slots(): a consumer that recorded the address (a captured
 //   CUDA graph) must drop it; DecodeGraphs compares the address on every Upload.
@@ -58,6 +58,7 @@ struct SlotArenaStats {
   int64_t slots_uploaded_total = 0;
   int64_t region_rewrites = 0;       // Map calls that found changed blocks (or a new seq_id)
   int64_t region_moves = 0;          // regions moved to a larger range
+  int64_t region_extends = 0;        // regions grown in place (the range after them was free)
   int64_t buffer_grows = 0;          // buffer reallocations (slots() changed)
   int64_t evictions = 0;             // regions freed for age or space
   int64_t live_regions = 0;
@@ -70,6 +71,10 @@ class SlotArena {
   struct Options {
     int block_size = 16;
     int evict_after_steps = 64;  // a region not mapped for this many steps is freed
+    // Slots of the first allocation (at the first Map; later growth doubles). The model passes
+    // 1.25 x the KV cache's positions: room for every position without shared blocks, so the
+    // buffer (and the decode graphs reading it) rarely moves.
+    int64_t initial_capacity = 4096;
   };
 
   SlotArena(Backend* backend, Options options) : backend_(backend), options_(options) {}
