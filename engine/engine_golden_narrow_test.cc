@@ -73,7 +73,12 @@ constexpr double kCudaTol = 1e-2;
 
 // The cpu narrow runs beyond (or within 1.5x of) kTol vs transformers (see the file comment), as
 // this test measures them on the cpu backend; each bound replaces kTol for its case. what: -1 =
-// prompt logits, else the greedy case index.
+// prompt logits, else the greedy case index. The bf16 rows were re-measured when kv_b_proj
+// became a narrow weight too (bf16 like the other Linears; it was fp32 in every mode before; the
+// MLA products on it are weight-only, x fp32): tiny-sparse's divergences moved (case 0 from token
+// 15 to 8; case 2 still at token 0, now at a margin of 0.204), tiny-moe case 1 now diverges at
+// token 8. The fp8 ("auto") rows did not change: e4m3 weights widen to the values the fp32 load
+// dequantized.
 struct BeyondTol {
   const char* fixture;
   const char* dtype;
@@ -83,13 +88,14 @@ struct BeyondTol {
   const char* measured;
 };
 constexpr BeyondTol kBeyondTol[] = {
-    {"tiny-sparse", "bf16", -1, 0.42, 0, "0.324 (DSA top-4 flips)"},
-    {"tiny-sparse", "bf16", 0, 0.083, 15, "diverges at token 15 (106 vs 166), margin 0.0636"},
-    {"tiny-sparse", "bf16", 1, 0.83, 15, "diverges at token 15 (59 vs 214), margin 0.636"},
-    {"tiny-sparse", "bf16", 2, 0.026, 0, "diverges at token 0 (183 vs 9), margin 0.0198"},
-    {"tiny-moe", "bf16", -1, 0.026, 0, "0.0195 (MoE routing flips)"},
-    {"tiny-moe", "bf16", 2, 0.21, 7, "diverges at token 7 (80 vs 184), margin 0.161"},
-    {"tiny-mtp", "bf16", 2, 0.14, 18, "diverges at token 18 (174 vs 122), margin 0.105"},
+    {"tiny-sparse", "bf16", -1, 0.42, 0, "0.334 (DSA top-4 flips)"},
+    {"tiny-sparse", "bf16", 0, 0.18, 8, "diverges at token 8 (72 vs 200), margin 0.138"},
+    {"tiny-sparse", "bf16", 1, 0.11, 19, "diverges at token 19 (134 vs 112), margin 0.0850"},
+    {"tiny-sparse", "bf16", 2, 0.27, 0, "diverges at token 0 (214 vs 9), margin 0.204"},
+    {"tiny-moe", "bf16", -1, 0.026, 0, "0.0181 (MoE routing flips)"},
+    {"tiny-moe", "bf16", 1, 0.058, 8, "diverges at token 8 (186 vs 184), margin 0.0442"},
+    {"tiny-moe", "bf16", 2, 0.21, 7, "diverges at token 7 (80 vs 184), margin 0.157"},
+    {"tiny-mtp", "bf16", 2, 0.14, 18, "diverges at token 18 (174 vs 122), margin 0.107"},
     {"tiny-fp8", "auto", -1, 0.88, 0, "0.676 (e4m3 activations)"},
     {"tiny-fp8", "auto", 0, 0.021, 3, "diverges at token 3 (76 vs 230), margin 0.0160"},
     {"tiny-fp8", "auto", 1, 0.014, 5, "diverges at token 5 (78 vs 80), margin 0.0102"},

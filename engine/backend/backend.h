@@ -11,7 +11,8 @@
 //   Synchronize() wait. The cpu backend runs each op to completion, multi-threaded inside.
 // - Every op takes its shapes from the views; preconditions (matching shapes, strides) are checked
 //   by the caller at setup, not per op (hot path). All arithmetic is fp32 with fp32 accumulation,
-//   except Linear with a narrow weight (WeightDType; bf16 / fp8 inputs, fp32 accumulation).
+//   except Linear with a narrow weight (WeightDType; bf16 / fp8 inputs, fp32 accumulation) and
+//   the weight-only narrow ops (MoeExperts, AbsorbPerHead: weights widened exactly, x fp32).
 // - A Backend is used from one thread at a time (the engine's step thread).
 // - Errors: ops return void (hot path). A device backend keeps the first failure (CUDA error,
 //   kernel launch check, cuBLAS error, out of memory) in status() and skips every later op; the
@@ -224,6 +225,21 @@ class Backend {
   // on every backend.
   virtual void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
                              int64_t w_ld, const HeadsView& y) = 0;
+  // MLA absorption straight from kv_b_proj kept as a Linear weight w ([num_heads * head_rows,
+  // cols], any dtype SupportsWeightDType accepts; no transposed or widened copy). Head h's block
+  // starts at weight row base(h) = h * head_rows + row_begin; for every row t of x and head h:
+  //   kRows (W_UK, absorbed query):  y[t,h,c] = sum_{d < x.dim} x[t,h,d] * W[base(h) + d, c],
+  //                                   c < y.dim (<= w.cols)
+  //   kCols (W_UV, absorbed output): y[t,h,j] = sum_{c < x.dim} x[t,h,c] * W[base(h) + j, c],
+  //                                   j < y.dim, x.dim == w.cols
+  // Weight-only numerics (unlike Linear, x is NOT rounded or quantized): each weight element is
+  // widened exactly (bf16 -> fp32; fp8 -> float(q) * its block scale, one fp32 multiply), x stays
+  // fp32, fp32 accumulation: fp32 math on the widened weight up to the order of summation.
+  // y is overwritten; x.heads == y.heads, base(h) + the block's rows <= the weight's rows.
+  enum class PerHeadContract : uint8_t { kRows, kCols };
+  virtual void AbsorbPerHead(const HeadsView& x, const MatView& w, int64_t head_rows,
+                             int64_t row_begin, PerHeadContract contract,
+                             const HeadsView& y) = 0;
   // y = w * x * rsqrt(mean(x^2) + eps), per row. y may alias x.
   virtual void RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) = 0;
   // y = (x - mean) * rsqrt(var + eps) * w + b, per row (biased variance). y may alias x.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -298,18 +299,29 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
                                        c.q_lora_rank));
   GLM_ASSIGN_OR_RETURN(m.kv_a, w.Linear(prefix + ".kv_a_proj_with_mqa.weight", kvr + rope, H));
   GLM_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector(prefix + ".kv_a_layernorm.weight", kvr));
-  GLM_ASSIGN_OR_RETURN(std::vector<float> kv_b,
-                       w.Host(prefix + ".kv_b_proj.weight", nh * (nope + vd), kvr));
-  // W_UK^T per head: w_uk_t[h][c][d] = kv_b[h * (nope + vd) + d][c], d < nope.
-  std::vector<float> uk_t(nh * kvr * nope);
-  for (int64_t h = 0; h < nh; ++h) {
-    for (int64_t d = 0; d < nope; ++d) {
-      const float* row = kv_b.data() + (h * (nope + vd) + d) * kvr;
-      for (int64_t ci = 0; ci < kvr; ++ci) uk_t[(h * kvr + ci) * nope + d] = row[ci];
+  const std::string kv_b_name = prefix + ".kv_b_proj.weight";
+  const char* force_fp32 = std::getenv("GLM_MLA_ABSORB_FP32");
+  std::vector<float> kv_b_host;  // the fp32 path's host copy
+  if (force_fp32 != nullptr && std::string(force_fp32) == "1") {
+    GLM_ASSIGN_OR_RETURN(kv_b_host, w.Host(kv_b_name, nh * (nope + vd), kvr));
+    m.kv_b = w.Upload(kv_b_host, nh * (nope + vd), kvr);
+  } else {
+    GLM_ASSIGN_OR_RETURN(m.kv_b, w.Linear(kv_b_name, nh * (nope + vd), kvr));
+    if (m.kv_b.view.dtype == WeightDType::kF32) {
+      GLM_ASSIGN_OR_RETURN(kv_b_host, w.Host(kv_b_name, nh * (nope + vd), kvr));
     }
   }
-  m.w_uk_t = w.Upload(uk_t, nh * kvr, nope);
-  m.kv_b = w.Upload(kv_b, nh * (nope + vd), kvr);
+  if (!kv_b_host.empty()) {
+    // W_UK^T per head: w_uk_t[h][c][d] = kv_b[h * (nope + vd) + d][c], d < nope.
+    std::vector<float> uk_t(nh * kvr * nope);
+    for (int64_t h = 0; h < nh; ++h) {
+      for (int64_t d = 0; d < nope; ++d) {
+        const float* row = kv_b_host.data() + (h * (nope + vd) + d) * kvr;
+        for (int64_t ci = 0; ci < kvr; ++ci) uk_t[(h * kvr + ci) * nope + d] = row[ci];
+      }
+    }
+    m.w_uk_t = w.Upload(uk_t, nh * kvr, nope);
+  }
   GLM_ASSIGN_OR_RETURN(m.o_proj, w.Linear(prefix + ".o_proj.weight", H, nh * vd));
   if (has_indexer) {
     GLM_ASSIGN_OR_RETURN(Indexer ix, Indexer::Load(w, c, prefix + ".indexer"));
@@ -376,7 +388,13 @@ void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_be
   // q_lat = q_nope . W_UK: [n, nh, kv_lora_rank]
   MatView q_lat = ctx.ws->Mat(num_rows, nh * kvr);
   HeadsView q_lat_h{q_lat.data, num_rows, nh, kvr, nh * kvr, kvr};
-  b->LinearPerHead(qr.Dims(0, nope), w_uk_t.data(), kvr * nope, nope, q_lat_h);
+  const bool fp32_path = w_uk_t.buffer != nullptr;
+  if (fp32_path) {
+    b->LinearPerHead(qr.Dims(0, nope), w_uk_t.data(), kvr * nope, nope, q_lat_h);
+  } else {
+    b->AbsorbPerHead(qr.Dims(0, nope), kv_b.view, nope + vd, 0, Backend::PerHeadContract::kRows,
+                     q_lat_h);
+  }
   MatView o_lat = ctx.ws->Mat(num_rows, nh * kvr);  // [n, nh, kv_lora_rank]
   HeadsView o_lat_h{o_lat.data, num_rows, nh, kvr, nh * kvr, kvr};
   AttentionArgs args;
@@ -403,7 +421,11 @@ void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_be
   b->Attention(args);
   // o = o_lat . W_UV^T per head; W_UV[h] = kv_b rows h * (nope + vd) + nope .. + vd.
   HeadsView oh{o.data + row_begin * o.ld, num_rows, nh, vd, o.ld, vd};
-  b->LinearPerHead(o_lat_h, kv_b.data() + nope * kvr, (nope + vd) * kvr, kvr, oh);
+  if (fp32_path) {
+    b->LinearPerHead(o_lat_h, kv_b.data() + nope * kvr, (nope + vd) * kvr, kvr, oh);
+  } else {
+    b->AbsorbPerHead(o_lat_h, kv_b.view, nope + vd, nope, Backend::PerHeadContract::kCols, oh);
+  }
 }
 
 void MlaAttention::Expanded(StepContext& ctx, const HeadsView& q, const SeqRows& s,
@@ -420,7 +442,18 @@ void MlaAttention::Expanded(StepContext& ctx, const HeadsView& q, const SeqRows&
     b->GatherRows(kv.latent, ctx.table.slots + s.key_offset, lat);
   }
   MatView kvx = ctx.ws->Mat(num_keys, nh * (nope + vd));  // [S, nh, nope + vd]
-  b->Linear(lat.Cols(0, kvr), kv_b.view, kvx, false);
+  if (w_uk_t.buffer != nullptr) {  // the fp32 path
+    b->Linear(lat.Cols(0, kvr), kv_b.view, kvx, false);
+  } else {
+    // Weight-only, like the absorbed form (AbsorbPerHead over all of kv_b_proj as one head):
+    // both forms are fp32 math on the same widened weights, so a sequence's result does not
+    // depend on which form the scheduler's chunking picked (the narrow Linear would round lat
+    // to bf16 / e4m3 here and not in the absorbed form).
+    const int64_t rows = nh * (nope + vd);
+    b->AbsorbPerHead(HeadsView{lat.data, num_keys, 1, kvr, lat.ld, 0}, kv_b.view, rows, 0,
+                     Backend::PerHeadContract::kCols,
+                     HeadsView{kvx.data, num_keys, 1, rows, kvx.ld, 0});
+  }
   AttentionArgs args;
   args.q_a = q.Rows(s.row_begin, s.num_rows).Dims(0, nope);
   args.q_b = q.Rows(s.row_begin, s.num_rows).Dims(nope, rope);

@@ -181,10 +181,22 @@ struct Indexer {
 
 // Multi-head latent attention with DSA sparsity (spec §3.2).
 struct MlaAttention {
-  DeviceMatrix q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o_proj;
-  // kv_b stays fp32 in every mode: LinearPerHead reads W_UV from it (and the expanded form's
-  // Linear uses it too).
-  DeviceMatrix w_uk_t;  // [num_heads, kv_lora_rank, qk_nope_head_dim] (absorbed query), fp32
+  DeviceMatrix q_a, q_a_norm, q_b, kv_a, kv_a_norm, o_proj;
+  // kv_b_proj [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank], stored as
+  // WeightLoader::Linear stores every Linear (fp32, bf16, or e4m3 + block scales). The absorbed
+  // form reads W_UK (rows h * (nope + v) + d, d < nope) and W_UV (rows h * (nope + v) + nope + j)
+  // straight from it with Backend::AbsorbPerHead, and the expanded form multiplies by all of it
+  // the same way (one "head"): weight-only numerics in both forms (x fp32, weights widened
+  // exactly), so they differ only by summation order, as in the fp32 model. Not through the
+  // narrow Linear (it rounds x to bf16 / e4m3): the scheduler's chunking picks the form per
+  // sequence, and the golden fixtures' greedy tokens then varied from run to run.
+  // Except on the fp32 path below.
+  DeviceMatrix kv_b;
+  // The fp32 path (fp32 models; or any model when the environment has GLM_MLA_ABSORB_FP32=1, for
+  // A/B runs against the narrow path, which then also loads kv_b in fp32): W_UK^T copied per head,
+  // [num_heads, kv_lora_rank, qk_nope_head_dim] fp32, and both products through the fp32
+  // LinearPerHead. Empty (no buffer) on the narrow path.
+  DeviceMatrix w_uk_t;
   std::unique_ptr<Indexer> indexer;  // null on IndexShare "shared" layers
   static absl::StatusOr<MlaAttention> Load(WeightLoader& w, const ModelConfig& c,
                                            const std::string& prefix, bool has_indexer);

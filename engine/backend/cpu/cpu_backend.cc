@@ -233,6 +233,11 @@ void CpuBackend::LinearPerHead(const HeadsView& x, const float* weights,
   }
 }
 
+void CpuBackend::AbsorbPerHead(const HeadsView& x, const MatView& w, int64_t head_rows,
+                               int64_t row_begin, PerHeadContract contract, const HeadsView& y) {
+  cpu::AbsorbPerHead(pool_, x, w, head_rows, row_begin, contract, y, &LinearBlock);
+}
+
 void CpuBackend::RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) {
   pool_.ParallelFor(x.rows, MinChunk(4 * x.cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {

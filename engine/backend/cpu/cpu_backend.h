@@ -30,6 +30,9 @@ class CpuBackend : public Backend {
   void Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) override;
   void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
                      int64_t w_ld, const HeadsView& y) override;
+  // Weight-only, any WeightDType (cpu_narrow.h AbsorbPerHead).
+  void AbsorbPerHead(const HeadsView& x, const MatView& w, int64_t head_rows, int64_t row_begin,
+                     PerHeadContract contract, const HeadsView& y) override;
   void RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) override;
   void LayerNorm(const MatView& x, const float* w, const float* b, float eps,
                  const MatView& y) override;

@@ -275,4 +275,46 @@ void NarrowLinear(ThreadPool& pool, const MatView& x, const MatView& w, const Ma
   });
 }
 
+void AbsorbPerHead(ThreadPool& pool, const HeadsView& x, const MatView& w, int64_t head_rows,
+                   int64_t row_begin, Backend::PerHeadContract contract, const HeadsView& y,
+                   Fp32BlockFn block) {
+  const int64_t M = x.rows, heads = x.heads;
+  if (M == 0 || heads == 0 || y.dim == 0) return;
+  const bool contract_rows = contract == Backend::PerHeadContract::kRows;
+  if (heads == 1 && !contract_rows && row_begin == 0) {
+    // One block from row 0 (MLA's expanded form: all of kv_b_proj): the narrow Linear kernel with
+    // x as given, threaded over tiles; the same bits (the fp32 Linear on the widened weight).
+    MatView wb = w;
+    wb.rows = y.dim;
+    NarrowLinear(pool, x.Head(0), wb, y.Head(0), /*accumulate=*/false, NarrowX::kF32, block);
+    return;
+  }
+  // The block's weight rows and the fp32 [out, in] matrix the Linear kernel takes.
+  const int64_t block_rows = contract_rows ? x.dim : y.dim;
+  const int64_t out = y.dim, in = x.dim;
+  // ~2 * M * out * in flops per head, plus widening; one head per task at GLM-5 sizes.
+  const int64_t min_heads = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, M * out * in));
+  pool.ParallelFor(heads, min_heads, [&](int64_t h0, int64_t h1) {
+    std::vector<float> wide(block_rows * w.cols), wt;
+    if (contract_rows) wt.resize(out * in);
+    for (int64_t h = h0; h < h1; ++h) {
+      if (in == 0) {
+        for (int64_t r = 0; r < M; ++r) std::fill_n(y.At(r, h), out, 0.0f);
+        continue;
+      }
+      WidenWeightRows(w, h * head_rows + row_begin, block_rows, wide.data());
+      MatView wv;
+      if (contract_rows) {  // wt[c][d] = W[base + d][c]
+        for (int64_t d = 0; d < in; ++d) {
+          for (int64_t c = 0; c < out; ++c) wt[c * in + d] = wide[d * w.cols + c];
+        }
+        wv = MatView{wt.data(), out, in, in};
+      } else {
+        wv = MatView{wide.data(), out, in, w.cols};
+      }
+      block(x.Head(h), wv, y.Head(h), /*accumulate=*/false, 0, M, 0, out);
+    }
+  });
+}
+
 }  // namespace glm::engine::cpu

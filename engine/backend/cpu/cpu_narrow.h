@@ -41,6 +41,18 @@ using Fp32BlockFn = void (*)(const MatView& x, const MatView& w, const MatView& 
 void NarrowLinear(ThreadPool& pool, const MatView& x, const MatView& w, const MatView& y,
                   bool accumulate, NarrowX x_mode, Fp32BlockFn block);
 
+// Backend::AbsorbPerHead on the CPU (weight-only: x as given). Per head, the block's rows are
+// widened with WidenWeightRows (the CUDA kernels' per-element arithmetic) into per-task scratch,
+// for kRows transposed to [y.dim, x.dim], and `block` (the fp32 Linear kernel) multiplies x by it.
+// So the result equals, bit for bit, the fp32 LinearPerHead on the widened weight (kCols) or on
+// its per-head transpose (kRows: what an fp32 model uploads as w_uk_t), whatever the thread
+// count. Threaded over heads on `pool`; one head whose block starts at row 0 (kCols: MLA's
+// expanded form over all of kv_b_proj) runs NarrowLinear with NarrowX::kF32 instead (threaded over
+// tiles; the same bits). y must not alias x.
+void AbsorbPerHead(ThreadPool& pool, const HeadsView& x, const MatView& w, int64_t head_rows,
+                   int64_t row_begin, Backend::PerHeadContract contract, const HeadsView& y,
+                   Fp32BlockFn block);
+
 // ---- The element conversions (exposed for tests).
 // float -> nearest bf16 (ties to even) as fp32; NaN stays NaN.
 float RoundToBf16(float v);

@@ -372,5 +372,117 @@ TEST(CpuNarrow, MoeExpertsMatchHostReference) {
   }
 }
 
+// AbsorbPerHead (MLA W_UK / W_UV on kv_b_proj as stored): bit for bit the fp32 LinearPerHead on
+// the widened weight (kCols) and on its per-head transpose (kRows: the fp32 model's w_uk_t), at
+// 1 and 3 threads; and within fp32 rounding of a double reference. Weights bf16 / fp8 (rows
+// padded with NaN; head blocks straddling 128-row scale blocks; columns not a multiple of 128) and
+// fp32; heads 1, 3, 64; tokens 1, 3, 8, 64; strided x and y with guards between heads.
+TEST(CpuNarrow, AbsorbPerHeadMatchesFp32LinearPerHead) {
+  CpuBackend b3(3), b1(1);
+  std::mt19937 rng(21);
+  constexpr int64_t kNope = 37, kV = 45, kHeadRows = kNope + kV;
+  for (WeightDType dtype : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
+    const int64_t cols = dtype == WeightDType::kF8E4M3Block128 ? 144 : 200;
+    for (int64_t heads : {1, 3, 64}) {
+      Weight w;
+      if (dtype == WeightDType::kF32) {
+        w.deq = Random(heads * kHeadRows * cols, rng, 0.1f);
+        w.view = {w.deq.data(), heads * kHeadRows, cols, cols};
+      } else {
+        w = MakeWeight(dtype, heads * kHeadRows, cols, rng);
+      }
+      // The fp32 model's copies: W_UK^T [heads, cols, nope] and the widened weight.
+      std::vector<float> uk_t(heads * cols * kNope);
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t d = 0; d < kNope; ++d) {
+          for (int64_t c = 0; c < cols; ++c) {
+            uk_t[(h * cols + c) * kNope + d] = w.deq[(h * kHeadRows + d) * cols + c];
+          }
+        }
+      }
+      for (int64_t tokens : {1, 3, 8, 64}) {
+        for (Backend::PerHeadContract contract :
+             {Backend::PerHeadContract::kRows, Backend::PerHeadContract::kCols}) {
+          const bool rows = contract == Backend::PerHeadContract::kRows;
+          const int64_t in = rows ? kNope : cols, out = rows ? cols : kV;
+          const int64_t row_begin = rows ? 0 : kNope;
+          const std::string what = std::string(dtype == WeightDType::kF32 ? "fp32" : Name(dtype)) +
+                                   (rows ? " kRows" : " kCols") + " heads=" +
+                                   std::to_string(heads) + " tokens=" + std::to_string(tokens);
+          const int64_t xhs = in + 1, xrs = heads * xhs + 2, yhs = out + 2, yrs = heads * yhs;
+          const std::vector<float> x = Random(tokens * xrs, rng);
+          std::vector<float> y(tokens * yrs, kGuard), y1 = y, yf = y;
+          const HeadsView xv{const_cast<float*>(x.data()), tokens, heads, in, xrs, xhs};
+          b3.AbsorbPerHead(xv, w.view, kHeadRows, row_begin, contract,
+                           {y.data(), tokens, heads, out, yrs, yhs});
+          b1.AbsorbPerHead(xv, w.view, kHeadRows, row_begin, contract,
+                           {y1.data(), tokens, heads, out, yrs, yhs});
+          if (rows) {
+            b3.LinearPerHead(xv, uk_t.data(), cols * kNope, kNope,
+                             {yf.data(), tokens, heads, out, yrs, yhs});
+          } else {
+            b3.LinearPerHead(xv, w.deq.data() + kNope * cols, kHeadRows * cols, cols,
+                             {yf.data(), tokens, heads, out, yrs, yhs});
+          }
+          for (int64_t t = 0; t < tokens; ++t) {
+            for (int64_t h = 0; h < heads; ++h) {
+              for (int64_t n = 0; n < yhs; ++n) {
+                const float got = y[t * yrs + h * yhs + n];
+                if (n >= out) {
+                  ASSERT_EQ(got, kGuard) << what << ": wrote outside the view";
+                  continue;
+                }
+                ASSERT_EQ(Bits(got), Bits(yf[t * yrs + h * yhs + n]))
+                    << what << ": differs from LinearPerHead on the widened weight at " << t
+                    << "," << h << "," << n;
+                ASSERT_EQ(Bits(got), Bits(y1[t * yrs + h * yhs + n])) << what << ": threads";
+                if (h > 2 && h != heads - 1) continue;  // the double reference on a few heads
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < in; ++k) {
+                  const double wv = rows ? w.deq[(h * kHeadRows + k) * cols + n]
+                                         : w.deq[(h * kHeadRows + kNope + n) * cols + k];
+                  ref += double(x[t * xrs + h * xhs + k]) * wv;
+                  mag += std::fabs(double(x[t * xrs + h * xhs + k]) * wv);
+                }
+                ASSERT_TRUE(std::isfinite(got)) << what;
+                ASSERT_NEAR(got, ref, 2e-6 * (1 + mag)) << what << " at " << t << "," << h;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// AbsorbPerHead over a whole weight as one head (MLA's expanded form: kvx = lat . kv_b^T with
+// weight-only numerics; the NarrowLinear fast path): bit for bit the fp32 Linear on the widened
+// weight, at 1 and 3 threads, for decode-size and prefill-size row counts.
+TEST(CpuNarrow, AbsorbPerHeadWholeWeightEqualsFp32Linear) {
+  CpuBackend b3(3), b1(1);
+  std::mt19937 rng(23);
+  for (WeightDType dtype : {WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
+    const int64_t rows = 3 * 82, cols = dtype == WeightDType::kBF16 ? 200 : 144;
+    const Weight w = MakeWeight(dtype, rows, cols, rng);
+    for (int64_t tokens : {1, 3, 4, 70}) {
+      const int64_t ldx = cols + 64, ldy = rows + 1;
+      const std::vector<float> x = Random(tokens * ldx, rng);
+      std::vector<float> y(tokens * ldy, kGuard), y1 = y, yf = y;
+      const HeadsView xv{const_cast<float*>(x.data()), tokens, 1, cols, ldx, 0};
+      b3.AbsorbPerHead(xv, w.view, rows, 0, Backend::PerHeadContract::kCols,
+                       {y.data(), tokens, 1, rows, ldy, 0});
+      b1.AbsorbPerHead(xv, w.view, rows, 0, Backend::PerHeadContract::kCols,
+                       {y1.data(), tokens, 1, rows, ldy, 0});
+      b3.Linear({const_cast<float*>(x.data()), tokens, cols, ldx},
+                {const_cast<float*>(w.deq.data()), rows, cols, cols}, {yf.data(), tokens, rows, ldy},
+                false);
+      for (int64_t i = 0; i < tokens * ldy; ++i) {
+        ASSERT_EQ(Bits(y[i]), Bits(yf[i])) << Name(dtype) << " tokens=" << tokens << " i=" << i;
+        ASSERT_EQ(Bits(y[i]), Bits(y1[i])) << Name(dtype) << " threads, i=" << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace glm::engine

@@ -17,6 +17,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/layernorm.h"
 #include "kernels/moe_route.h"
+#include "kernels/per_head_narrow.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/rows.h"
@@ -27,6 +28,15 @@ namespace glm::engine {
 namespace {
 
 using kernels::CudaStatus;
+
+// AbsorbPerHead: token counts up to this run kernels/per_head_narrow (weights streamed as
+// stored); more widen the weight blocks to fp32 once and run the fp32 per-head GEMM.
+// per_head_narrow_bench (H200, GLM-5 widths, µs, new kernel bf16 / fp8 vs the fp32 cuBLASLt
+// GEMM alone): W_UK 5.9 / 5.4 vs 9.8 at 1 token, 18.6 / 14.9 vs 18.9 at 8, 125 / 102 vs 23.5
+// at 64; W_UV 9.2 / 9.5 vs 11.0 at 1, 32.7 / 48.0 vs 26.3 at 8, 223 / 356 vs 34.4 at 64. So the
+// kernel up to 8 tokens (decode batches; W_UV at 8 is a wash against widening ~34 MB + the GEMM,
+// not measured), the widened GEMM beyond (its speed is the fp32 GEMM's plus the widening).
+constexpr int64_t kAbsorbKernelMaxTokens = 8;
 
 // cuBLASLt workspace: enough for split-K on every shape the model issues.
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
@@ -118,7 +128,8 @@ class CudaBackend : public Backend {
         stream_(stream),
         matmul_(std::move(matmul)),
         narrow_(std::move(narrow)),
-        scratch_(stream) {}
+        scratch_(stream),
+        widen_scratch_(stream) {}
   ~CudaBackend() override {
     if (Bind()) cudaStreamSynchronize(stream_);
     matmul_.reset();
@@ -206,6 +217,79 @@ class CudaBackend : public Backend {
     s.w_batch_stride = weight_head_stride;
     s.y_batch_stride = y.head_stride;
     Record(Annotate(matmul_->Run(s, x.data, weights, y.data, false, stream_), "LinearPerHead"));
+  }
+
+  // One kernels/per_head_narrow launch per product (all heads), any WeightDType.
+  void AbsorbPerHead(const HeadsView& x, const MatView& w, int64_t head_rows, int64_t row_begin,
+                     PerHeadContract contract, const HeadsView& y) override {
+    if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind()) return;
+    if (x.dim == 0) {
+      for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
+      return;
+    }
+    kernels::PerHeadNarrowArgs a;
+    a.contract = contract == PerHeadContract::kRows ? kernels::PerHeadContract::kRows
+                                                    : kernels::PerHeadContract::kCols;
+    a.weight = w.dtype == WeightDType::kF32    ? kernels::PerHeadWeight::kF32
+               : w.dtype == WeightDType::kBF16 ? kernels::PerHeadWeight::kBF16
+                                               : kernels::PerHeadWeight::kF8E4M3Block128;
+    a.x = x.data;
+    a.x_row_stride = x.row_stride;
+    a.x_head_stride = x.head_stride;
+    a.w = w.data;
+    a.ldw = w.ld;
+    a.w_scales = w.scales;
+    a.w_scale_ld = w.scale_ld;
+    a.head_rows = head_rows;
+    a.row_begin = row_begin;
+    a.y = y.data;
+    a.y_row_stride = y.row_stride;
+    a.y_head_stride = y.head_stride;
+    a.num_tokens = x.rows;
+    a.num_heads = x.heads;
+    a.in_dim = x.dim;
+    a.out_dim = y.dim;
+    if ((contract == PerHeadContract::kRows ? y.dim : x.dim) > w.cols ||
+        (contract == PerHeadContract::kCols && x.dim != w.cols) ||
+        (x.heads - 1) * head_rows + row_begin +
+                (contract == PerHeadContract::kRows ? x.dim : y.dim) > w.rows) {
+      Record(absl::InvalidArgumentError(absl::StrCat(
+          "AbsorbPerHead: the per-head blocks fall outside the weight [", w.rows, ", ", w.cols,
+          "]: ", kernels::PerHeadNarrowDebugString(a),
+          " (kCols needs x.dim == w.cols; kRows y.dim <= w.cols; heads * head_rows <= w.rows)")));
+      return;
+    }
+    if (x.rows <= kAbsorbKernelMaxTokens) {
+      Record(Annotate(kernels::PerHeadNarrow(a, stream_), "AbsorbPerHead"));
+      return;
+    }
+    // Many tokens (prefill, the expanded form, large decode batches): widen the blocks once into
+    // fp32 scratch ([heads, out, in]) and run the fp32 per-head GEMM on them; still fp32 math on
+    // the widened weights (the op's contract), at GEMM speed.
+    const size_t bytes = static_cast<size_t>(x.heads * y.dim * x.dim) * sizeof(float);
+    absl::StatusOr<void*> wide = widen_scratch_.Get(0, bytes);
+    if (!wide.ok()) {
+      Record(Annotate(wide.status(), "AbsorbPerHead"));
+      return;
+    }
+    float* wf = static_cast<float*>(*wide);
+    const absl::Status widened = kernels::PerHeadWidenF32(a, wf, stream_);
+    if (!widened.ok()) {
+      Record(Annotate(widened, "AbsorbPerHead"));
+      return;
+    }
+    cuda::GemmShape s;
+    s.m = x.rows;
+    s.n = y.dim;
+    s.k = x.dim;
+    s.x_ld = x.row_stride;
+    s.w_ld = x.dim;
+    s.y_ld = y.row_stride;
+    s.batch = x.heads;
+    s.x_batch_stride = x.head_stride;
+    s.w_batch_stride = y.dim * x.dim;
+    s.y_batch_stride = y.head_stride;
+    Record(Annotate(matmul_->Run(s, x.data, wf, y.data, false, stream_), "AbsorbPerHead"));
   }
 
   void RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) override {
@@ -374,7 +458,7 @@ class CudaBackend : public Backend {
                       "cudaGraphLaunch"));
   }
 
-  int64_t scratch_epoch() const override { return scratch_.epoch(); }
+  int64_t scratch_epoch() const override { return scratch_.epoch() + widen_scratch_.epoch(); }
 
  private:
   // False once an error is recorded (the op is skipped). Makes the backend's device current on
@@ -399,6 +483,9 @@ class CudaBackend : public Backend {
   std::unique_ptr<cuda::LtMatmul> matmul_;
   std::unique_ptr<cuda::NarrowLinear> narrow_;
   DeviceScratch scratch_;
+  // AbsorbPerHead's widened weights for many tokens (slot 0). Its own so that no other op's
+  // slot grows to a weight's size; its growth moves scratch_epoch() too.
+  DeviceScratch widen_scratch_;
   absl::Status status_;
   bool pointer_checks_ = true;
   bool capturing_ = false;

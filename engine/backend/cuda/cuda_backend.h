@@ -4,6 +4,8 @@
 //   (CopyToHost waits for them); every op is enqueued on the backend's own non-blocking stream.
 // - Linear / LinearPerHead: cuBLASLt, CUBLAS_COMPUTE_32F (cublaslt_matmul.h), plans cached per
 //   shape. Linear with bf16 / fp8 block-scaled weights (backend.h WeightDType): cuda_linear.h;
+//   AbsorbPerHead (MLA W_UK / W_UV on kv_b_proj as stored): kernels/per_head_narrow.h up to
+//   8 tokens, else the blocks widened to fp32 scratch (PerHeadWidenF32) + the fp32 GEMM;
 //   MoeExperts widens bf16 / fp8 expert weights inside its tiles. Small ops: the kernels in kernels/ (rmsnorm, layernorm, rope, silu_mul, rows,
 //   moe_route). Attention, IndexerTopK, MoeExperts: cuda_ops.h. Temporary device memory of those
 //   comes from a grow-only scratch (cuda_ops.h Scratch) owned by the backend.

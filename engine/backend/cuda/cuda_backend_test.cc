@@ -197,6 +197,117 @@ TEST_F(CudaBackendTest, LinearPerHeadMatchesCpu) {
   }
 }
 
+// AbsorbPerHead (MLA W_UK / W_UV read from kv_b_proj as stored; kernels/per_head_narrow) against
+// the cpu backend's AbsorbPerHead on the same weight widened to fp32 (which equals the fp32
+// LinearPerHead on it; cpu_narrow_test): weight-only numerics, so the tolerance is an
+// accumulation-order one. bf16 (rows padded with NaN), fp8 e4m3 with 128x128 block scales (head
+// blocks straddling scale blocks, a partial column block) and fp32; GLM-5 widths (64 heads, nope
+// 192, v 256, kv_lora_rank 512) at 1 / 8 / 64 tokens and odd shapes at 1 / 3 / 70; x is the
+// model's strided view (q_nope inside q's 256-wide head slot).
+TEST_F(CudaBackendTest, AbsorbPerHeadMatchesCpuOnWidenedWeights) {
+  // e4m3fn code -> value (exact), from the format definition.
+  auto e4m3 = [](uint8_t c) {
+    const int e = (c >> 3) & 0xf, m = c & 7;
+    const float a = e == 0 ? std::ldexp(m / 8.0f, -6) : std::ldexp(1.0f + m / 8.0f, e - 7);
+    return (c & 0x80) != 0 ? -a : a;
+  };
+  struct S { int64_t heads, nope, v, rank; std::vector<int64_t> tokens; };
+  for (WeightDType dtype : {WeightDType::kBF16, WeightDType::kF8E4M3Block128, WeightDType::kF32}) {
+    const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
+    // Tokens > 8 take the widen + fp32 GEMM path (cuda_backend.cc kAbsorbKernelMaxTokens).
+    const S shapes[] = {{64, 192, 256, 512, {1, 8, 64, 100}},
+                        {3, 37, 45, fp8 ? 144 : 200, {1, 3, 8, 9, 64, 70, 300}}};
+    for (const S& s : shapes) {
+      const int64_t head_rows = s.nope + s.v, rows = s.heads * head_rows, cols = s.rank;
+      std::mt19937 rng(seed_++);
+      std::vector<float> wide(rows * cols);
+      std::unique_ptr<Buffer> wbuf, sbuf;
+      MatView wv;
+      if (dtype == WeightDType::kF32) {
+        wide = Random(rows * cols, seed_++, 0.05f);
+        wbuf = gpu_->Allocate(wide.size() * 4);
+        gpu_->CopyToDevice(wbuf->data(), wide.data(), wide.size() * 4);
+        wv = {wbuf->f32(), rows, cols, cols};
+      } else if (dtype == WeightDType::kBF16) {
+        const int64_t ld = (cols + 7) / 8 * 8 + 8;  // padding NaN: never multiplied
+        std::vector<uint16_t> h(rows * ld, 0x7fc0);
+        const std::vector<float> v = Random(rows * cols, seed_++, 0.05f);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            uint32_t u;
+            std::memcpy(&u, &v[r * cols + c], 4);
+            h[r * ld + c] = static_cast<uint16_t>(u >> 16);
+            u &= 0xffff0000u;
+            std::memcpy(&wide[r * cols + c], &u, 4);
+          }
+        }
+        wbuf = gpu_->Allocate(h.size() * 2);
+        gpu_->CopyToDevice(wbuf->data(), h.data(), h.size() * 2);
+        wv = {wbuf->f32(), rows, cols, ld};
+      } else {
+        const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+        const int64_t sld = (scols + 3) / 4 * 4;
+        std::vector<float> sc(srows * sld, 0.0f);
+        std::uniform_real_distribution<float> sd(0.5f, 2.0f);
+        for (float& x : sc) x = sd(rng) / 4096.0f;
+        std::vector<uint8_t> q(rows * cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            uint8_t b = static_cast<uint8_t>(rng());
+            if ((b & 0x7f) == 0x7f) b = 0x38;  // no NaN codes
+            q[r * cols + c] = b;
+            wide[r * cols + c] = e4m3(b) * sc[(r / 128) * sld + c / 128];
+          }
+        }
+        wbuf = gpu_->Allocate(q.size());
+        gpu_->CopyToDevice(wbuf->data(), q.data(), q.size());
+        sbuf = gpu_->Allocate(sc.size() * 4);
+        gpu_->CopyToDevice(sbuf->data(), sc.data(), sc.size() * 4);
+        wv = {wbuf->f32(), rows, cols, cols};
+        wv.scales = sbuf->f32();
+        wv.scale_ld = sld;
+      }
+      wv.dtype = dtype;
+      const MatView wide_view{wide.data(), rows, cols, cols};
+      for (int64_t t : s.tokens) {
+        for (Backend::PerHeadContract c :
+             {Backend::PerHeadContract::kRows, Backend::PerHeadContract::kCols}) {
+          const bool contract_rows = c == Backend::PerHeadContract::kRows;
+          const std::string what = absl::StrCat(
+              "AbsorbPerHead ", dtype == WeightDType::kF32 ? "fp32" : fp8 ? "fp8" : "bf16",
+              contract_rows ? " kRows" : " kCols", " heads=", s.heads, " tokens=", t,
+              " rank=", s.rank);
+          const int64_t in = contract_rows ? s.nope : s.rank;
+          const int64_t out = contract_rows ? s.rank : s.v;
+          const int64_t xhs = contract_rows ? s.nope + 64 : s.rank, xrs = s.heads * xhs;
+          const int64_t yhs = out + 1, yrs = s.heads * yhs + 3;
+          const int64_t row_begin = contract_rows ? 0 : s.nope;
+          Dual x(*gpu_, Random(t * xrs, seed_++));
+          Dual y(*gpu_, Random(t * yrs, seed_++));  // gaps keep their values on both sides
+          cpu_->AbsorbPerHead({x.h(), t, s.heads, in, xrs, xhs}, wide_view, head_rows, row_begin,
+                              c, {y.h(), t, s.heads, out, yrs, yhs});
+          gpu_->AbsorbPerHead({x.d(), t, s.heads, in, xrs, xhs}, wv, head_rows, row_begin, c,
+                              {y.d(), t, s.heads, out, yrs, yhs});
+          y.Expect(2e-5, what);
+          x.Expect(0, what + " (x untouched)");
+        }
+        // The expanded form: all of the weight as one head (kCols from row 0).
+        const std::string what = absl::StrCat("AbsorbPerHead whole weight ",
+                                              fp8 ? "fp8" : "bf16/fp32", " rows=", rows,
+                                              " tokens=", t);
+        const int64_t ldx = cols + 64, ldy = rows + 2;
+        Dual x(*gpu_, Random(t * ldx, seed_++));
+        Dual y(*gpu_, Random(t * ldy, seed_++));
+        cpu_->AbsorbPerHead({x.h(), t, 1, cols, ldx, 0}, wide_view, rows, 0,
+                            Backend::PerHeadContract::kCols, {y.h(), t, 1, rows, ldy, 0});
+        gpu_->AbsorbPerHead({x.d(), t, 1, cols, ldx, 0}, wv, rows, 0,
+                            Backend::PerHeadContract::kCols, {y.d(), t, 1, rows, ldy, 0});
+        y.Expect(2e-5, what);
+      }
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, NormsMatchCpu) {
   struct S { int64_t rows, cols, pad, col_off; bool in_place; };
   const S shapes[] = {{1, 1, 0, 0, false},   {1, 7, 1, 0, true},     {3, 256, 0, 0, false},
