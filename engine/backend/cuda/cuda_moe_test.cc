@@ -8,12 +8,16 @@
 // (partial scale blocks). Weight rows are padded with NaN (a read past k poisons the output),
 // outputs carry guards on both ends, every output is checked finite; each run is repeated for
 // bit-identical results and a CUDA graph replay must equal the eager call bit for bit.
-// Listed decode (64 < pairs <= 512, cuda::kMoeListedMaxPairs; forced at any size): batch 16 /
-// 33 / 64 with top-8 (pairs 128..512) and top-1, fp32 / bf16 / fp8 experts, an expert in every
-// token (64 rows of one expert), invalid ids, 65 tokens (520 pairs: the tiled GEMM under
-// kAuto), and the kernels forced at 1 / 8 / 64 / 65 tokens. Every call checks which kernels ran
-// (cuda::LastMoeRanPath); graphs of the decode, listed and tiled paths replay to the eager
-// result bit for bit.
+// Listed decode (64 < pairs <= 4096, cuda::kMoeListedMaxPairs: the token-group kernels; forced:
+// them or the per-row listed kernels at any size up to 4096): batch 9 / 16 / 33 / 64 / 130
+// with top-8 (pairs 72..1040) and top-1, fp32 / bf16 / fp8 experts, an expert in every token
+// (64 rows of one expert), every token on the same experts (8 experts of 20 / 130 rows, 512
+// forced: full and uneven token groups), invalid ids, 513 tokens (4104 pairs: the tiled GEMM
+// under kAuto), both kernels forced at 1 / 8 / 64 / 65 tokens; each call is repeated with
+// 1-row and 3-row token groups, which must not change a bit. Every call checks which kernels
+// ran (cuda::LastMoeRanPath); graphs of the decode, token-group and tiled paths replay to the
+// eager result bit for bit. Weight and expert setup: narrow_test_util.h (shared with
+// cuda_narrow_test).
 // GPU tests skip (printing why) without a usable GPU.
 #include <gtest/gtest.h>
 
@@ -33,7 +37,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_ops_moe.h"
-#include "kernels/quant_fp8_group.h"
+#include "engine/backend/cuda/narrow_test_util.h"
 
 namespace glm::engine {
 namespace {
@@ -47,12 +51,14 @@ MoeRanPath ExpectedPath(MoeDecodePath path, int64_t pairs) {
   switch (path) {
     case MoeDecodePath::kAuto:
       return pairs <= cuda::kMoeDecodeMaxPairs  ? MoeRanPath::kDecode
-             : pairs <= cuda::kMoeListedMaxPairs ? MoeRanPath::kListed
+             : pairs <= cuda::kMoeListedMaxPairs ? MoeRanPath::kGrouped
                                                  : MoeRanPath::kTiled;
     case MoeDecodePath::kLegacyGemv:
       return pairs <= cuda::kMoeDecodeMaxPairs ? MoeRanPath::kLegacyGemv : MoeRanPath::kTiled;
     case MoeDecodePath::kListed:
       return pairs <= cuda::kMoeListedForceMaxPairs ? MoeRanPath::kListed : MoeRanPath::kTiled;
+    case MoeDecodePath::kGrouped:
+      return pairs <= cuda::kMoeListedForceMaxPairs ? MoeRanPath::kGrouped : MoeRanPath::kTiled;
     case MoeDecodePath::kTiled:
       break;
   }
@@ -64,104 +70,23 @@ const char* RanName(MoeRanPath p) {
     case MoeRanPath::kNone: return "none";
     case MoeRanPath::kDecode: return "decode";
     case MoeRanPath::kListed: return "listed";
+    case MoeRanPath::kGrouped: return "grouped";
     case MoeRanPath::kLegacyGemv: return "legacy_gemv";
     case MoeRanPath::kTiled: return "tiled";
   }
   return "?";
 }
 
-constexpr int64_t kGuard = 64;
-constexpr float kGuardValue = 12345.0f;
-
-float RoundBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-const char* DTypeName(WeightDType d) {
-  return d == WeightDType::kF32 ? "fp32" : d == WeightDType::kBF16 ? "bf16" : "fp8";
-}
-
-// One expert matrix [rows, cols] on the device (row stride padded by one 16-byte chunk of NaN)
-// and its dequantized values on the host.
-struct Weight {
-  std::unique_ptr<Buffer> data, scales;
-  MatView view;
-  std::vector<float> deq;
-};
-
-Weight MakeWeight(Backend& gpu, WeightDType dtype, int64_t rows, int64_t cols,
-                  std::mt19937& rng) {
-  Weight w;
-  std::normal_distribution<float> nd(0.0f, 1.0f / std::sqrt(float(cols)));
-  w.deq.resize(rows * cols);
-  if (dtype == WeightDType::kF32) {
-    const int64_t ld = cols + 4;
-    std::vector<float> h(rows * ld, std::numeric_limits<float>::quiet_NaN());
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) h[r * ld + c] = w.deq[r * cols + c] = nd(rng);
-    }
-    w.data = gpu.Allocate(h.size() * 4);
-    gpu.CopyToDevice(w.data->data(), h.data(), h.size() * 4);
-    w.view = {w.data->f32(), rows, cols, ld};
-  } else if (dtype == WeightDType::kBF16) {
-    const int64_t ld = cols + 8;
-    std::vector<uint16_t> h(rows * ld, 0x7fc0);  // NaN padding
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const float v = RoundBf16(nd(rng));
-        w.deq[r * cols + c] = v;
-        uint32_t u;
-        std::memcpy(&u, &v, 4);
-        h[r * ld + c] = static_cast<uint16_t>(u >> 16);
-      }
-    }
-    w.data = gpu.Allocate(h.size() * 2);
-    gpu.CopyToDevice(w.data->data(), h.data(), h.size() * 2);
-    w.view = {w.data->f32(), rows, cols, ld};
-  } else {
-    const int64_t ld = cols + 16;
-    const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128, sld = scols + 1;
-    std::vector<float> s(srows * sld, std::numeric_limits<float>::quiet_NaN());
-    std::uniform_real_distribution<float> sd(0.5f, 2.0f);
-    for (int64_t i = 0; i < srows; ++i) {
-      for (int64_t j = 0; j < scols; ++j) s[i * sld + j] = sd(rng) / 448.0f;
-    }
-    std::vector<uint8_t> q(rows * ld, 0x7f);  // e4m3 NaN padding
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const float sc = s[(r / 128) * sld + c / 128];
-        q[r * ld + c] = kernels::FloatToE4m3Sat(nd(rng) * 100.0f / (sc * 448.0f));
-        w.deq[r * cols + c] = kernels::E4m3ToFloat(q[r * ld + c]) * sc;
-      }
-    }
-    w.data = gpu.Allocate(q.size());
-    gpu.CopyToDevice(w.data->data(), q.data(), q.size());
-    w.scales = gpu.Allocate(s.size() * 4);
-    gpu.CopyToDevice(w.scales->data(), s.data(), s.size() * 4);
-    w.view = {w.data->f32(), rows, cols, ld};
-    w.view.scales = w.scales->f32();
-    w.view.scale_ld = sld;
-  }
-  w.view.dtype = dtype;
-  return w;
-}
-
-struct Experts {
-  std::vector<Weight> g, u, d;
-  std::vector<MatView> gv, uv, dv, hg, hu, hd;
-  ExpertWeights Device() { return {gv.data(), uv.data(), dv.data(), int32_t(gv.size())}; }
-  ExpertWeights Host() { return {hg.data(), hu.data(), hd.data(), int32_t(hg.size())}; }
-};
+using narrow_test::DTypeName;
+using narrow_test::kGuard;
+using narrow_test::kGuardValue;
+using Experts = narrow_test::NarrowExperts;
 
 struct Case {
   int tokens, top_k;
-  bool hot;      // expert 0 in every token
-  bool invalid;  // some ids are -1 or num_experts
+  bool hot;           // expert 0 in every token
+  bool invalid;       // some ids are -1 or num_experts
+  bool same = false;  // every token routed to the same top_k experts (each has `tokens` rows)
 };
 
 class CudaMoeTest : public ::testing::Test {
@@ -178,26 +103,16 @@ class CudaMoeTest : public ::testing::Test {
   }
   void TearDown() override {
     cuda::SetMoeDecodePath(MoeDecodePath::kAuto);
+    cuda::SetMoeGroupTokens(4);
     if (gpu_ != nullptr) {
       EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
     }
   }
 
+  // Weight rows padded by one 16-byte chunk of NaN, fp8 scale rows by NaN columns.
   Experts MakeExperts(WeightDType dtype) {
-    Experts ex;
-    for (int e = 0; e < kExperts; ++e) {
-      ex.g.push_back(MakeWeight(*gpu_, dtype, kInter, kHidden, rng_));
-      ex.u.push_back(MakeWeight(*gpu_, dtype, kInter, kHidden, rng_));
-      ex.d.push_back(MakeWeight(*gpu_, dtype, kHidden, kInter, rng_));
-    }
-    for (int e = 0; e < kExperts; ++e) {
-      ex.gv.push_back(ex.g[e].view), ex.uv.push_back(ex.u[e].view);
-      ex.dv.push_back(ex.d[e].view);
-      ex.hg.push_back({ex.g[e].deq.data(), kInter, kHidden, kHidden});
-      ex.hu.push_back({ex.u[e].deq.data(), kInter, kHidden, kHidden});
-      ex.hd.push_back({ex.d[e].deq.data(), kHidden, kInter, kInter});
-    }
-    return ex;
+    return narrow_test::MakeNarrowExperts(*gpu_, dtype, kExperts, kInter, kHidden, rng_,
+                                          {1, 1, std::numeric_limits<float>::quiet_NaN()});
   }
 
   // Runs one case through `path`: GPU vs CPU, guards, finite, repeat bit-identical.
@@ -205,7 +120,8 @@ class CudaMoeTest : public ::testing::Test {
              const char* path_name) {
     const std::string what =
         absl::StrCat(DTypeName(dtype), " ", path_name, " tokens=", c.tokens, " top_k=", c.top_k,
-                     c.hot ? " hot" : "", c.invalid ? " invalid_ids" : "");
+                     c.hot ? " hot" : "", c.invalid ? " invalid_ids" : "",
+                     c.same ? " same_experts" : "");
     SCOPED_TRACE(what);
     std::vector<int32_t> ids;
     for (int t = 0; t < c.tokens; ++t) {
@@ -213,6 +129,7 @@ class CudaMoeTest : public ::testing::Test {
       std::iota(perm.begin(), perm.end(), 0);
       std::shuffle(perm.begin(), perm.end(), rng_);
       if (c.hot) std::swap(*std::find(perm.begin(), perm.end(), 0), perm[0]);
+      if (c.same && t > 0) std::copy(ids.begin(), ids.begin() + c.top_k, perm.begin());
       ids.insert(ids.end(), perm.begin(), perm.begin() + c.top_k);
     }
     std::uniform_real_distribution<float> ud(0.f, 1.f);
@@ -246,8 +163,13 @@ class CudaMoeTest : public ::testing::Test {
     const MatView xv{dx->f32(), c.tokens, kHidden, kHidden};
     const MatView ov{dout->f32() + kGuard, c.tokens, kHidden, kHidden};
     cuda::SetMoeDecodePath(path);
-    std::vector<float> got[2];
-    for (std::vector<float>& g : got) {
+    // Calls 0 and 1 alike (4-row token groups), call 2 with 1-row and call 3 with 3-row token
+    // groups (the grouped kernels compute every row alike whatever its group, so all four must
+    // be bit-identical).
+    std::vector<float> got[4];
+    for (int call = 0; call < 4; ++call) {
+      std::vector<float>& g = got[call];
+      cuda::SetMoeGroupTokens(call == 2 ? 1 : call == 3 ? 3 : 4);
       gpu_->CopyToDevice(dout->data(), host.data(), host.size() * 4);
       gpu_->MoeExperts(xv, dids->i32(), dw->f32(), c.top_k, ex.Device(), ov);
       g.resize(host.size());
@@ -257,8 +179,13 @@ class CudaMoeTest : public ::testing::Test {
       ASSERT_EQ(cuda::LastMoeRanPath(), want_path)
           << "ran " << RanName(cuda::LastMoeRanPath()) << ", want " << RanName(want_path);
     }
+    cuda::SetMoeGroupTokens(4);
     ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4), 0)
         << "two identical calls differ";
+    ASSERT_EQ(std::memcmp(got[0].data(), got[2].data(), got[0].size() * 4), 0)
+        << "1-row token groups differ from 4-row ones";
+    ASSERT_EQ(std::memcmp(got[0].data(), got[3].data(), got[0].size() * 4), 0)
+        << "3-row token groups differ from 4-row ones";
     double max_ref = 1.0, max_diff = 0.0;
     for (size_t i = 0; i < host.size(); ++i) {
       if (i < kGuard || i >= kGuard + out0.size()) {
@@ -293,29 +220,38 @@ TEST_F(CudaMoeTest, AllPathsMatchCpu) {
   }
 }
 
-// Decode batches past 64 pairs: the listed decode kernels (kAuto up to 512 pairs, then tiled;
-// forced at small and large sizes) against the CPU backend. With 40 used experts, batch 64 top-8
-// gives each expert ~13 rows (several row passes per task) and the hot expert 64.
+// Decode batches past 64 pairs: the token-group listed kernels (kAuto from 65 up to 4096 pairs,
+// then tiled; forced at small and the largest sizes) and the per-row listed kernels (forced)
+// against the CPU backend. With 40 used experts, batch 64 top-8 gives each expert ~13 rows
+// (several token groups) and the hot expert 64; "same experts" routes every token to the same
+// top_k experts (tokens rows each: 20 = 5 groups of 4, 130 = 33 groups of 3 or 4, 512
+// forced); batch 9 is the first past the decode kernels, 64 x top-1 (64 pairs) stays on them,
+// 513 x top-8 (4104 pairs) is the first on the tiled GEMM.
 TEST_F(CudaMoeTest, ListedDecodeMatchesCpu) {
-  const Case cases[] = {{16, 8, false, false}, {33, 8, true, false}, {64, 8, false, false},
-                        {64, 8, true, true},   {64, 1, false, false}, {65, 8, false, false}};
-  const Case forced[] = {{1, 8, false, false}, {8, 8, true, true}, {64, 8, true, false}};
+  const Case cases[] = {{9, 8, false, false},       {16, 8, false, false},
+                        {33, 8, true, false},       {64, 8, false, false},
+                        {64, 8, true, true},        {64, 1, false, false},
+                        {20, 8, false, true, true}, {33, 1, true, false},
+                        {130, 8, false, false, true}, {513, 8, false, false}};
+  const Case grouped[] = {{1, 8, false, false}, {8, 8, true, true}, {64, 8, true, false},
+                          {65, 8, true, false}, {512, 8, false, false, true}};
+  const Case listed[] = {{1, 8, false, false}, {8, 8, true, true}, {64, 8, true, false},
+                         {65, 8, true, false}};
   for (WeightDType dtype : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
     Experts ex = MakeExperts(dtype);
     for (const Case& c : cases) Check(ex, dtype, c, MoeDecodePath::kAuto, "auto");
-    for (const Case& c : forced) Check(ex, dtype, c, MoeDecodePath::kListed, "listed_forced");
-    // 65 x 8 = 520 pairs forced onto the listed kernels (past kAuto's cut-over).
-    Check(ex, dtype, {65, 8, true, false}, MoeDecodePath::kListed, "listed_forced");
+    for (const Case& c : grouped) Check(ex, dtype, c, MoeDecodePath::kGrouped, "grouped_forced");
+    for (const Case& c : listed) Check(ex, dtype, c, MoeDecodePath::kListed, "listed_forced");
   }
 }
 
 // A captured graph of each default path replays to the eager result bit for bit: the decode
-// kernels at 1 / 8 tokens, the listed decode kernels at 16 / 64 (device token lists), the tiled
-// GEMM at 65 (520 pairs, past kMoeListedMaxPairs).
+// kernels at 1 / 8 tokens, the token-group listed kernels at 9 / 16 / 64 / 65 (device token
+// lists), the tiled GEMM at 513 (4104 pairs, past kMoeListedMaxPairs).
 TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
   if (!gpu_->SupportsGraphs()) GTEST_SKIP() << "backend without graphs";
   Experts ex = MakeExperts(WeightDType::kF8E4M3Block128);
-  for (int tokens : {1, 8, 16, 64, 65}) {
+  for (int tokens : {1, 8, 9, 16, 64, 65, 513}) {
     SCOPED_TRACE(absl::StrCat("tokens=", tokens));
     const int top_k = 8;
     std::vector<int32_t> ids;

@@ -21,86 +21,20 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/narrow_test_util.h"
 #include "kernels/quant_fp8_group.h"
 
 namespace glm::engine {
 namespace {
 
-constexpr int64_t kGuard = 64;
-constexpr float kGuardValue = 12345.0f;
-
-float RoundBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  u &= 0xffff0000u;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t Bf16Bits(float f) {  // f already representable
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// A narrow weight [rows, cols] on the device and its dequantized fp32 values on the host.
-struct NarrowWeight {
-  std::unique_ptr<Buffer> data, scales;
-  MatView view;
-  std::vector<float> deq;  // [rows, cols]
-};
-
-NarrowWeight MakeWeight(Backend& gpu, WeightDType dtype, int64_t rows, int64_t cols,
-                        std::mt19937& rng) {
-  NarrowWeight w;
-  const std::vector<float> v = Random(rows * cols, rng, 1.0f / std::sqrt(float(cols)));
-  w.deq.resize(rows * cols);
-  if (dtype == WeightDType::kBF16) {
-    const int64_t ld = (cols + 7) / 8 * 8;
-    std::vector<uint16_t> h(rows * ld, 0x7fc0);  // padding: NaN (must never be read)
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        w.deq[r * cols + c] = RoundBf16(v[r * cols + c]);
-        h[r * ld + c] = Bf16Bits(w.deq[r * cols + c]);
-      }
-    }
-    w.data = gpu.Allocate(h.size() * 2);
-    gpu.CopyToDevice(w.data->data(), h.data(), h.size() * 2);
-    w.view = {w.data->f32(), rows, cols, ld};
-  } else {
-    const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
-    const int64_t sld = (scols + 3) / 4 * 4;
-    std::vector<float> s(srows * sld, 0.0f);
-    std::uniform_real_distribution<float> sd(0.5f, 2.0f);
-    for (int64_t i = 0; i < srows; ++i) {
-      for (int64_t j = 0; j < scols; ++j) s[i * sld + j] = sd(rng) / 448.0f;
-    }
-    std::vector<uint8_t> q(rows * cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const float sc = s[(r / 128) * sld + c / 128];
-        q[r * cols + c] = kernels::FloatToE4m3Sat(v[r * cols + c] * 100.0f / (sc * 448.0f));
-        w.deq[r * cols + c] = kernels::E4m3ToFloat(q[r * cols + c]) * sc;
-      }
-    }
-    w.data = gpu.Allocate(q.size());
-    gpu.CopyToDevice(w.data->data(), q.data(), q.size());
-    w.scales = gpu.Allocate(s.size() * 4);
-    gpu.CopyToDevice(w.scales->data(), s.data(), s.size() * 4);
-    w.view = {w.data->f32(), rows, cols, cols};
-    w.view.scales = w.scales->f32();
-    w.view.scale_ld = sld;
-  }
-  w.view.dtype = dtype;
-  return w;
-}
+using narrow_test::kGuard;
+using narrow_test::kGuardValue;
+using narrow_test::MakeNarrowExperts;
+using narrow_test::MakeNarrowWeight;
+using narrow_test::NarrowExperts;
+using narrow_test::NarrowWeight;
+using narrow_test::Random;
+using narrow_test::RoundBf16;
 
 // fp32 buffer with guards on both ends, host and device copies of the payload.
 class Guarded {
@@ -194,7 +128,7 @@ class CudaNarrowTest : public ::testing::Test {
     const std::string what =
         absl::StrCat(dtype == WeightDType::kBF16 ? "bf16" : "fp8", " Linear m=", m, " n=", n,
                      " k=", k, " y_off=", y_off, " acc=", acc);
-    NarrowWeight w = MakeWeight(*gpu_, dtype, n, k, rng_);
+    NarrowWeight w = MakeNarrowWeight(*gpu_, dtype, n, k, rng_);
     const int64_t ldx = k + 3, ldy = n + y_off + 1;
     std::vector<float> x = Random(m * ldx, rng_);
     Guarded dx(*gpu_, x);
@@ -244,19 +178,7 @@ TEST_F(CudaNarrowTest, MoeExpertsNarrowMatchCpuOnDequantizedWeights) {
       const std::string what = absl::StrCat(dtype == WeightDType::kBF16 ? "bf16" : "fp8",
                                             " MoeExperts tokens=", s.tokens, " hidden=", s.hidden,
                                             " inter=", s.inter, " experts=", s.experts);
-      std::vector<NarrowWeight> g, u, d;
-      std::vector<MatView> gv, uv, dv, hg, hu, hd;
-      for (int e = 0; e < s.experts; ++e) {
-        g.push_back(MakeWeight(*gpu_, dtype, s.inter, s.hidden, rng_));
-        u.push_back(MakeWeight(*gpu_, dtype, s.inter, s.hidden, rng_));
-        d.push_back(MakeWeight(*gpu_, dtype, s.hidden, s.inter, rng_));
-      }
-      for (int e = 0; e < s.experts; ++e) {
-        gv.push_back(g[e].view), uv.push_back(u[e].view), dv.push_back(d[e].view);
-        hg.push_back({g[e].deq.data(), s.inter, s.hidden, s.hidden});
-        hu.push_back({u[e].deq.data(), s.inter, s.hidden, s.hidden});
-        hd.push_back({d[e].deq.data(), s.hidden, s.inter, s.inter});
-      }
+      NarrowExperts ex = MakeNarrowExperts(*gpu_, dtype, s.experts, s.inter, s.hidden, rng_);
       std::vector<int32_t> ids;
       for (int t = 0; t < s.tokens; ++t) {
         std::vector<int32_t> perm(s.experts);
@@ -274,10 +196,10 @@ TEST_F(CudaNarrowTest, MoeExpertsNarrowMatchCpuOnDequantizedWeights) {
       auto dw = gpu_->Allocate(wts.size() * 4);
       gpu_->CopyToDevice(dw->data(), wts.data(), wts.size() * 4);
       cpu_->MoeExperts(MatView{x.h(), s.tokens, s.hidden, s.hidden}, ids.data(), wts.data(),
-                       s.top_k, ExpertWeights{hg.data(), hu.data(), hd.data(), s.experts},
+                       s.top_k, ex.Host(),
                        MatView{out.h(), s.tokens, s.hidden, s.hidden});
       gpu_->MoeExperts(MatView{x.d(), s.tokens, s.hidden, s.hidden}, dids->i32(), dw->f32(),
-                       s.top_k, ExpertWeights{gv.data(), uv.data(), dv.data(), s.experts},
+                       s.top_k, ex.Device(),
                        MatView{out.d(), s.tokens, s.hidden, s.hidden});
       out.Expect(1e-4, what);
     }

@@ -3,7 +3,7 @@
 //   attention: absorbed MLA, 64 heads, da 512 + db 64, dv 512, 2048 selected of 128K cached keys
 //   indexer:   32 heads x 128 dims over 128K keys, top_k 2048
 //   moe:       hidden 6144, moe_inter 2048, top-8 of --experts (default 256) experts, batch
-//              1/8/16/32/64,
+//              1/8/16/32/64/128/512,
 //              fp8 and bf16 weights, each MoeExperts path, against a D2D copy of the same run
 // Usage: cuda_ops_bench [--experts N] [--iters N] [--only moe|route]. 256 bf16 experts need ~19.3 GB.
 // cuda_ops.h uses absl::StatusOr without including its header.
@@ -151,8 +151,9 @@ void BenchIndexer(std::mt19937& rng, BenchScratch& scratch, int iters) {
 }
 
 // Routed experts at GLM-5 widths with fp8 (128x128 block scales) and bf16 weights: per batch
-// (1 / 8 / 16 / 32 / 64 tokens, top-8 of `num_experts`), every MoeExperts path that applies
-// (the default selection, the listed decode kernels, the previous decode GEMV, the tiled GEMM),
+// (1 / 8 / 16 / 32 / 64 / 128 / 512 tokens, top-8 of `num_experts`), every MoeExperts path that
+// applies (the default selection, the token-group listed kernels with 4 / 2-row units, the per-row
+// listed kernels before them, the previous decode GEMV, the tiled GEMM),
 // us per call, GB/s of the distinct experts' weight bytes (+ scales) and that as a fraction of a
 // D2D copy measured in the same run.
 void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int iters) {
@@ -195,7 +196,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       g.push_back(gv), u.push_back(uv), d.push_back(dv);
     }
     const ExpertWeights ew{g.data(), u.data(), d.data(), num_experts};
-    for (int tokens : {1, 8, 16, 32, 64}) {
+    for (int tokens : {1, 8, 16, 32, 64, 128, 512}) {
       std::vector<int32_t> ids;
       std::set<int32_t> used;
       for (int t = 0; t < tokens; ++t) {
@@ -214,22 +215,29 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       struct Path {
         const char* name;
         MoeDecodePath path;
+        int group_tokens;  // token rows per unit of the token-group kernels
       };
-      // auto: the default selection (decode <= 64 pairs, listed <= 512, tiled above).
-      const Path paths[] = {{"auto", MoeDecodePath::kAuto},
-                            {"listed", MoeDecodePath::kListed},
-                            {"legacy gemv", MoeDecodePath::kLegacyGemv},
-                            {"tiled", MoeDecodePath::kTiled}};
+      // auto: the default selection (decode <= 64 pairs, token groups <= 4096, tiled above);
+      // grouped: the token-group kernels (4-row units; g2: 2-row units), listed: the per-row
+      // listed kernels they replace.
+      const Path paths[] = {{"auto", MoeDecodePath::kAuto, 4},
+                            {"grouped", MoeDecodePath::kGrouped, 4},
+                            {"grouped g2", MoeDecodePath::kGrouped, 2},
+                            {"listed", MoeDecodePath::kListed, 4},
+                            {"legacy gemv", MoeDecodePath::kLegacyGemv, 4},
+                            {"tiled", MoeDecodePath::kTiled, 4}};
       const bool small = tokens * top_k <= kMoeDecodeMaxPairs;
       for (const Path& p : paths) {
         if (!small && p.path == MoeDecodePath::kLegacyGemv) continue;
         SetMoeDecodePath(p.path);
+        SetMoeGroupTokens(p.group_tokens);
         const double ms = TimeMs(
             [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
         const double gbps = bytes / (ms * 1e-3) / 1e9;
         const MoeRanPath ran = LastMoeRanPath();
         const char* ran_name = ran == MoeRanPath::kDecode       ? "decode"
                                : ran == MoeRanPath::kListed     ? "listed"
+                               : ran == MoeRanPath::kGrouped    ? "grouped"
                                : ran == MoeRanPath::kLegacyGemv ? "legacy"
                                                                 : "tiled";
         std::printf(
@@ -238,6 +246,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
             gbps / d2d, ran_name);
       }
       SetMoeDecodePath(MoeDecodePath::kAuto);
+      SetMoeGroupTokens(4);
       cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
     }
     cudaFree(weights), cudaFree(scales);

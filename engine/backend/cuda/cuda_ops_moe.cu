@@ -22,11 +22,15 @@
 //    MoeCombineByPairKernel: three launches (see the kernels' comment). Chosen on the host from
 //    pairs only (no sync, graph-capture safe). cuda_ops_moe.h can force the previous decode
 //    path, 2'./3'. below (1. + MoeGemvKernel in place of 2. and 3. + 4.), or the tiled one.
-// Listed decode (64 < pairs <= kMoeListedMaxPairs = 512, i.e. decode batches 9..64 with top-8,
-//    16-byte weight rows), also the default: MoeListRouteKernel (deterministic per-expert token
-//    lists on the device) then MoeDecodeListKernel<fused> / <down> (the decode kernels' weight
-//    streaming, each distinct expert's weights read once per kNG token rows) and
-//    MoeCombineByPairKernel. Past 512 pairs (prefill) the tiled GEMM below.
+// Listed decode (64 < pairs <= kMoeListedMaxPairs = 4096, i.e. decode batches 9..512 with
+//    top-8, 16-byte weight rows), also the default: MoeListRouteKernel (deterministic
+//    per-expert token lists on the device, split into token groups of up to 4 rows) then
+//    MoeGroupKernel<fused> /
+//    <down> (each task streams a few weight rows of one expert once, through a per-warp
+//    cp.async ring, and applies every chunk to all rows of its token group) and
+//    MoeCombineByPairKernel. The per-row listed kernels before them (MoeDecodeListKernel: a
+//    pass over the weights per token row) stay reachable (cuda_ops_moe.h kListed). Past 4096
+//    pairs (longer prefill chunks) the tiled GEMM below.
 // 2'./3'. MoeGemvKernel: same outputs as 2./3. (act, y by row): each warp streams 4 weight rows
 //    with 16-byte loads against the expert's rows staged in shared memory.
 // 4. MoeCombineKernel: out[t] += sum_j w[t, j] * y[pair_row[t, j]], j in fixed order (no float
@@ -60,6 +64,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "common/status_util.h"
@@ -81,6 +86,15 @@ constexpr int kCombineThreads = 256;
 // Weight element types of the GEMM kernel (template argument): WeightDType as an int.
 constexpr int kWF32 = 0, kWBF16 = 1, kWFP8 = 2;
 constexpr int ElemBytes(int wt) { return wt == kWF32 ? 4 : wt == kWBF16 ? 2 : 1; }
+
+// The one weight-type dispatch of the launchers: f(std::integral_constant<int, kWT>{}) for the
+// layer's weight type (a generic lambda reads the type as decltype(tag)::value).
+template <typename F>
+absl::Status DispatchWT(int wt, F&& f) {
+  if (wt == kWBF16) return f(std::integral_constant<int, kWBF16>{});
+  if (wt == kWFP8) return f(std::integral_constant<int, kWFP8>{});
+  return f(std::integral_constant<int, kWF32>{});
+}
 
 struct ExpertPtr {
   const void* gate;
@@ -556,14 +570,10 @@ template <bool kFused>
 absl::Status LaunchGemvFor(int wt, const GemmParams& p, int64_t slots, cudaStream_t stream) {
   const int per_cta = kGemvWarps * (kFused ? 2 : 4);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(detail::CeilDiv(p.n, per_cta)));
-  if (wt == kWBF16) {
-    MoeGemvKernel<kFused, kWBF16><<<grid, kGemvWarps * 32, 0, stream>>>(p);
-  } else if (wt == kWFP8) {
-    MoeGemvKernel<kFused, kWFP8><<<grid, kGemvWarps * 32, 0, stream>>>(p);
-  } else {
-    MoeGemvKernel<kFused, kWF32><<<grid, kGemvWarps * 32, 0, stream>>>(p);
-  }
-  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGemvKernel launch");
+  return DispatchWT(wt, [&](auto tag) {
+    MoeGemvKernel<kFused, decltype(tag)::value><<<grid, kGemvWarps * 32, 0, stream>>>(p);
+    return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGemvKernel launch");
+  });
 }
 
 // ---- 2''./3''. decode path: weight-streaming warps over the distinct experts -----------------
@@ -640,6 +650,56 @@ __device__ __forceinline__ int NthSetBit(unsigned m, int s) {
   return __ffs(m) - 1;
 }
 
+// The end of a task pass: each (token row, weight row) sum reduced over the warp (fixed
+// butterfly: deterministic), lane q writes output column n0 + q of rows < ng (fused: silu(gate
+// q) * up q; down: row q).
+template <bool kFused, int kNG>
+__device__ __forceinline__ void DecodeEpilogue(const DecodeParams& p, float (&acc)[kNG][kDecWRows],
+                                               const int* pair_of, int ng, int n0, int lane) {
+  constexpr int kHalf = kDecWRows / 2;
+#pragma unroll
+  for (int r = 0; r < kNG; ++r) {
+    if (r < ng) {  // warp-uniform
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
+      }
+      float* crow = p.c + int64_t{pair_of[r]} * p.n + n0;
+      if constexpr (kFused) {
+        // lane q < kHalf: column n0 + q = silu(gate q) * up q.
+        float g = acc[r][0], u = acc[r][kHalf];
+#pragma unroll
+        for (int q = 1; q < kHalf; ++q) {
+          if (lane == q) g = acc[r][q], u = acc[r][kHalf + q];
+        }
+        if (lane < kHalf && n0 + lane < p.n) crow[lane] = g / (1.0f + expf(-g)) * u;
+      } else {
+        float v = acc[r][0];
+#pragma unroll
+        for (int q = 1; q < kDecWRows; ++q) {
+          if (lane == q) v = acc[r][q];
+        }
+        if (lane < kDecWRows && n0 + lane < p.n) crow[lane] = v;
+      }
+    }
+  }
+}
+
+// The task's kDecWRows weight rows from its two halves' first rows (see DecodePass); rows past
+// n read row n0 (valid) and are dropped.
+template <bool kFused>
+__device__ __forceinline__ void TaskRows(int n, const char* w0, int64_t ld0, const char* w1,
+                                         int64_t ld1, int n0, const char* (&wr)[kDecWRows]) {
+  constexpr int kHalf = kDecWRows / 2;
+#pragma unroll
+  for (int m = 0; m < kHalf; ++m) {
+    const int q0 = m, q1 = kFused ? m : m + kHalf;
+    wr[m] = w0 + (n0 + q0 < n ? q0 : 0) * ld0;
+    wr[kHalf + m] = w1 + (n0 + q1 < n ? q1 : 0) * ld1;
+  }
+}
+
 // One pass of a task over its kDecWRows weight rows for kNG token rows (a_rows; rows >= ng are copies
 // of row 0, computed and dropped). w0 / w1: first weight row of the two row halves (fused:
 // gate rows n0.., up rows n0..; down: both the down row n0, the second half being rows
@@ -655,12 +715,7 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
   const int nchunks = p.k / kV;
   // Rows past n read row n0 (valid) and are dropped.
   const char* wr[kDecWRows];
-#pragma unroll
-  for (int m = 0; m < kHalf; ++m) {
-    const int q0 = m, q1 = kFused ? m : m + kHalf;
-    wr[m] = w0 + (n0 + q0 < p.n ? q0 : 0) * ld0;
-    wr[kHalf + m] = w1 + (n0 + q1 < p.n ? q1 : 0) * ld1;
-  }
+  TaskRows<kFused>(p.n, w0, ld0, w1, ld1, n0, wr);
   float acc[kNG][kDecWRows];
 #pragma unroll
   for (int r = 0; r < kNG; ++r)
@@ -711,33 +766,7 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
     for (int m = 0; m < kDecWRows; ++m) cur[m] = nxt[m];
   }
 
-#pragma unroll
-  for (int r = 0; r < kNG; ++r) {
-#pragma unroll
-    for (int m = 0; m < kDecWRows; ++m) {
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
-    }
-    if (r < ng) {
-      float* crow = p.c + int64_t{pair_of[r]} * p.n + n0;
-      if constexpr (kFused) {
-        // lane q < kHalf: column n0 + q = silu(gate q) * up q.
-        float g = acc[r][0], u = acc[r][kHalf];
-#pragma unroll
-        for (int q = 1; q < kHalf; ++q) {
-          if (lane == q) g = acc[r][q], u = acc[r][kHalf + q];
-        }
-        if (lane < kHalf && n0 + lane < p.n) crow[lane] = g / (1.0f + expf(-g)) * u;
-      } else {
-        float v = acc[r][0];
-#pragma unroll
-        for (int q = 1; q < kDecWRows; ++q) {
-          if (lane == q) v = acc[r][q];
-        }
-        if (lane < kDecWRows && n0 + lane < p.n) crow[lane] = v;
-      }
-    }
-  }
+  DecodeEpilogue<kFused, kNG>(p, acc, pair_of, ng, n0, lane);
 }
 
 // First weight rows of a task's two row halves (see DecodePass) for output columns n0..:
@@ -814,7 +843,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParam
 // CTAs resident per SM for `kernel` (cached per kernel; one device type per process assumed
 // only for the cache key's kernel, the SM count is read per call).
 template <typename Kernel>
-int ResidentCtas(Kernel kernel, int threads) {
+int ResidentCtas(Kernel kernel, int threads, size_t smem = 0) {
   static std::mutex* mu = new std::mutex;
   static auto* cache = new std::map<std::pair<const void*, int>, int>;
   int device = 0;
@@ -824,7 +853,7 @@ int ResidentCtas(Kernel kernel, int threads) {
   auto it = cache->find(key);
   if (it != cache->end()) return it->second;
   int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess ||
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess ||
       n < 1) {
     (void)cudaGetLastError();
     n = 1;
@@ -849,12 +878,12 @@ absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail
 template <bool kFused>
 absl::Status LaunchDecodeFor(int wt, const DecodeParams& p, int64_t max_slots,
                              const detail::DeviceInfo& info, cudaStream_t stream) {
-  if (wt == kWBF16) return LaunchDecode<kFused, kWBF16>(p, max_slots, info, stream);
-  if (wt == kWFP8) return LaunchDecode<kFused, kWFP8>(p, max_slots, info, stream);
-  return LaunchDecode<kFused, kWF32>(p, max_slots, info, stream);
+  return DispatchWT(wt, [&](auto tag) {
+    return LaunchDecode<kFused, decltype(tag)::value>(p, max_slots, info, stream);
+  });
 }
 
-// ---- 2'''./3'''. listed decode path: device token lists for up to 512 (forced: 4096) pairs -----
+// ---- 2'''./3'''. per-row listed decode: device token lists, a weight pass per token row -------
 //
 // Decode batches past the 64 pairs DecodeRoute holds in two registers per lane (batch 9..64 with
 // top-8) would otherwise take the tiled GEMM, whose 64-row tiles are mostly padding at ~2 rows
@@ -872,13 +901,26 @@ struct DecodeLists {
   const int32_t* slot_expert;  // [slots]
   const int32_t* slot_off;     // [slots + 1]: rows of slot s are slot_off[s] .. slot_off[s + 1]
   const int32_t* row_pair;     // [pairs]: pair of each row
+  // Token groups (MoeGroupKernel): each slot's rows split into ceil(rows / group_tokens) units
+  // of near-equal size (sizes differ by at most one), in slot order.
+  const int32_t* n_units;      // [1]
+  const int32_t* unit_expert;  // [units]
+  const int32_t* unit_off;     // [units + 1]: rows of unit u are unit_off[u] .. unit_off[u + 1]
 };
 
+// Units of the token-group kernel for pairs and group_tokens: at most one partial unit per
+// distinct expert.
+inline int64_t MaxGroupUnits(int64_t pairs, int64_t max_slots, int group_tokens) {
+  return max_slots + pairs / group_tokens;
+}
+
 // grid 1, block kRouteThreads (>= num_experts: one scan element per thread); pairs <=
-// kMoeListedForceMaxPairs.
+// kMoeListedForceMaxPairs; group_tokens >= 1.
 __global__ void __launch_bounds__(kRouteThreads)
-    MoeListRouteKernel(const int32_t* ids, int pairs, int num_experts, int32_t* n_active,
-                       int32_t* slot_expert, int32_t* slot_off, int32_t* row_pair) {
+    MoeListRouteKernel(const int32_t* ids, int pairs, int num_experts, int group_tokens,
+                       int32_t* n_active, int32_t* slot_expert, int32_t* slot_off,
+                       int32_t* row_pair, int32_t* n_units, int32_t* unit_expert,
+                       int32_t* unit_off) {
   __shared__ int s_ids[kMoeListedForceMaxPairs];
   __shared__ int cnt[kMaxExperts];
   __shared__ int warp_sums[32];
@@ -897,11 +939,21 @@ __global__ void __launch_bounds__(kRouteThreads)
   int total_rows, active;
   const int row0 = BlockExclusiveScan(c, warp_sums, &total_rows);
   const int slot = BlockExclusiveScan(c > 0 ? 1 : 0, warp_sums, &active);
+  const int g = (c + group_tokens - 1) / group_tokens;  // this expert's units
+  int units;
+  const int unit0 = BlockExclusiveScan(g, warp_sums, &units);
   if (tid < num_experts) {
     cnt[tid] = row0;  // only thread tid reads cnt[tid] above
     if (c > 0) slot_expert[slot] = tid, slot_off[slot] = row0;
+    for (int j = 0; j < g; ++j) {
+      unit_expert[unit0 + j] = tid;
+      unit_off[unit0 + j] = row0 + j * c / g;
+    }
   }
-  if (tid == 0) *n_active = active, slot_off[active] = total_rows;
+  if (tid == 0) {
+    *n_active = active, slot_off[active] = total_rows;
+    *n_units = units, unit_off[units] = total_rows;
+  }
   __syncthreads();
   for (int i = tid; i < pairs; i += kRouteThreads) {
     const int e = s_ids[i];
@@ -970,9 +1022,266 @@ absl::Status LaunchList(const DecodeParams& p, const DecodeLists& l, int64_t max
 template <bool kFused>
 absl::Status LaunchListFor(int wt, const DecodeParams& p, const DecodeLists& l, int64_t max_slots,
                            const detail::DeviceInfo& info, cudaStream_t stream) {
-  if (wt == kWBF16) return LaunchList<kFused, kWBF16, 2>(p, l, max_slots, info, stream);
-  if (wt == kWF32) return LaunchList<kFused, kWF32, 2>(p, l, max_slots, info, stream);
-  return LaunchList<kFused, kWFP8, 1>(p, l, max_slots, info, stream);
+  return DispatchWT(wt, [&](auto tag) {
+    constexpr int kWT = decltype(tag)::value;
+    return LaunchList<kFused, kWT, kWT == kWFP8 ? 1 : 2>(p, l, max_slots, info, stream);
+  });
+}
+
+// ---- 2''''./3''''. listed decode by token groups: each weight chunk read once per unit ----
+//
+// MoeGroupKernel<kFused, kWT> (the default for kMoeDecodeMaxPairs < pairs <= kMoeListedMaxPairs,
+// forced at any size <= kMoeListedForceMaxPairs; MoeListRouteKernel's lists). MoeDecodeListKernel
+// re-streams a task's weight rows once per token row (fp8; bf16 per two), so an expert with T
+// rows costs T passes over its weights (from L2 when they are still there; at batch 64 the
+// warps' working set is about the L2's size) and T times the widening. Here a task is (unit,
+// column group): a unit is up to group_tokens (<= kGroupMaxTokens) rows of one expert (a slot's
+// rows split into near-equal units, so a hot expert's rows spread over several warps that read
+// the same weight rows at about the same time: one HBM read, the rest L2 hits), and the task
+// streams its kDecWRows weight rows once: each 4-value piece is widened once (fp8: times the
+// row block's scale, the CPU's dequantized value) and applied to all of the unit's token rows
+// (acc[token row][weight row] in registers; the unit's row count picks a 1 / 2 / 4-row
+// instantiation, rows past the count skipped warp-uniformly). Weight chunks come through a
+// per-warp cp.async ring in shared memory, kGrpStages deep: lane l copies chunk l + 32 i of each
+// row into its own 16-byte slots and reads back only those, so the ring needs no barrier, only
+// cp.async.wait_group; the ring runs across task boundaries (the next task's first chunks are
+// in flight during the current task's last ones and its epilogue). x / act rows come through L1
+// (__ldg; neighbouring warps usually share the unit). Epilogue: DecodeEpilogue (act / y by
+// pair), then MoeCombineByPairKernel. fp32 accumulation in a fixed order, no atomics.
+// Shared memory: kGrpStages x kDecWRows x 512 bytes = 8 KiB per warp; CTAs of up to kGrpWarps
+// warps (fewer where the device's per-block shared memory is short), grid from the occupancy
+// with that shared memory and the SM count.
+constexpr int kGrpWarps = 8;
+constexpr int kGrpStages = 4;
+constexpr int kGroupMaxTokens = 4;
+constexpr int64_t kGrpWarpSmem = int64_t{kGrpStages} * kDecWRows * 32 * 16;
+
+// Piece j (values 4j..4j+3) of a 16-byte weight chunk, widened (fp8: unscaled).
+template <int kWT>
+__device__ __forceinline__ float4 WidenPiece(const uint4& q, int j) {
+  if constexpr (kWT == kWF32) {
+    return make_float4(__uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z),
+                       __uint_as_float(q.w));
+  } else if constexpr (kWT == kWBF16) {
+    const unsigned lo_w = j == 0 ? q.x : q.z, hi_w = j == 0 ? q.y : q.w;
+    __nv_bfloat162 lo, hi;
+    memcpy(&lo, &lo_w, 4);
+    memcpy(&hi, &hi_w, 4);
+    const float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+    return make_float4(a.x, a.y, b.x, b.y);
+  } else {
+    __nv_fp8x4_e4m3 h;
+    h.__x = kernels::detail::Word4(q, j);
+    return static_cast<float4>(h);
+  }
+}
+
+// acc[r][m] += x . w[m] over one piece for the token rows r < ng (warp-uniform); fp8: the piece's
+// 4-term dot times the row's block scale (sc0: rows m < kDecWRows / 2, sc1: the others), so a
+// row's arithmetic is the same whatever the other rows of its unit.
+template <int kWT, int kNG>
+__device__ __forceinline__ void PieceFma(const float* a, const int (&a_off)[kNG], int k, int ng,
+                                         const float4 (&wv)[kDecWRows], float sc0, float sc1,
+                                         float (&acc)[kNG][kDecWRows]) {
+#pragma unroll
+  for (int r = 0; r < kNG; ++r) {
+    if (r < ng) {  // warp-uniform
+      const float4 xv = __ldg(reinterpret_cast<const float4*>(a + a_off[r] + k));
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) {
+        if constexpr (kWT == kWFP8) {
+          float d = xv.x * wv[m].x;
+          d = fmaf(xv.y, wv[m].y, d);
+          d = fmaf(xv.z, wv[m].z, d);
+          d = fmaf(xv.w, wv[m].w, d);
+          acc[r][m] = fmaf(d, m < kDecWRows / 2 ? sc0 : sc1, acc[r][m]);
+        } else {
+          float v = acc[r][m];
+          v = fmaf(xv.x, wv[m].x, v);
+          v = fmaf(xv.y, wv[m].y, v);
+          v = fmaf(xv.z, wv[m].z, v);
+          acc[r][m] = fmaf(xv.w, wv[m].w, v);
+        }
+      }
+    }
+  }
+}
+
+// cp.async / wait with memory clobbers: the ring has no barrier that would keep the compiler
+// from moving the shared-memory reads of a slot across its refill or its wait.
+__device__ __forceinline__ void RingCopy16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void RingCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void RingWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// The producer side of a warp's ring: the next item to copy (task t, chunk iteration i, ring
+// slot) and task t's weight rows.
+struct GroupRing {
+  int t, i, slot;
+  const char* wr[kDecWRows];
+};
+
+// The work of one warp: tasks gw, gw + W, ... of `tasks`; each task iters chunk iterations.
+struct GroupWork {
+  int tasks, groups, iters, nchunks, num_warps, lane;
+  uint4* ring;  // this warp's ring, offset by lane: slot (s, m) at ring[(s * kDecWRows + m) * 32]
+};
+
+// Copies the next item's chunks (if any; an empty group otherwise, so counts stay uniform).
+template <bool kFused, int kWT>
+__device__ __forceinline__ void GroupIssue(const DecodeParams& p, const DecodeLists& l,
+                                           const GroupWork& w, GroupRing& g) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  if (g.t < w.tasks) {
+    if (g.i == 0) {
+      const int u = g.t / w.groups, n0 = (g.t - u * w.groups) * kCols;
+      const char *w0, *w1;
+      int64_t ld0, ld1;
+      const float *s0 = nullptr, *s1 = nullptr;
+      TaskWeights<kFused, kWT>(p.experts[l.unit_expert[u]], n0, w0, ld0, w1, ld1, s0, s1);
+      TaskRows<kFused>(p.n, w0, ld0, w1, ld1, n0, g.wr);
+    }
+    const int c = w.lane + 32 * g.i;
+    if (c < w.nchunks) {
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) {
+        RingCopy16(w.ring + (g.slot * kDecWRows + m) * 32, g.wr[m] + int64_t{c} * 16);
+      }
+    }
+    if (++g.i == w.iters) g.i = 0, g.t += w.num_warps;
+  }
+  RingCommit();
+  g.slot = g.slot + 1 == kGrpStages ? 0 : g.slot + 1;
+}
+
+// Task t (unit t / groups) for up to kNG token rows: consumes its iters ring items (slot:
+// the consumer's ring slot), issuing the item kGrpStages - 1 ahead before each.
+template <bool kFused, int kWT, int kNG>
+__device__ __forceinline__ void GroupTask(const DecodeParams& p, const DecodeLists& l,
+                                          const GroupWork& w, GroupRing& g, int& slot, int t) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  constexpr int kV = 16 / ElemBytes(kWT);
+  constexpr int kPieces = kV / 4;
+  const int lane = w.lane;
+  const int u = t / w.groups, n0 = (t - u * w.groups) * kCols;
+  const int r0 = l.unit_off[u], ng = l.unit_off[u + 1] - r0;  // 1..kNG
+  const float *s0 = nullptr, *s1 = nullptr;
+  if constexpr (kWT == kWFP8) {
+    const char *w0, *w1;
+    int64_t ld0, ld1;
+    TaskWeights<kFused, kWT>(p.experts[l.unit_expert[u]], n0, w0, ld0, w1, ld1, s0, s1);
+  }
+  const int my_pair = lane < ng ? l.row_pair[r0 + lane] : 0;
+  // Element offsets of the token rows in p.a (< 2^31: host-checked).
+  int a_off[kNG];
+#pragma unroll
+  for (int r = 0; r < kNG; ++r) {
+    const int pair = __shfl_sync(0xffffffffu, my_pair, r < ng ? r : 0);
+    a_off[r] = (kFused ? pair / p.top_k : pair) * static_cast<int>(p.a_ld);
+  }
+  float acc[kNG][kDecWRows];
+#pragma unroll
+  for (int r = 0; r < kNG; ++r)
+#pragma unroll
+    for (int m = 0; m < kDecWRows; ++m) acc[r][m] = 0.f;
+
+  for (int i = 0; i < w.iters; ++i) {
+    GroupIssue<kFused, kWT>(p, l, w, g);
+    RingWait<kGrpStages - 1>();  // this lane's copies of item i have landed
+    const int c = lane + 32 * i;
+    if (c < w.nchunks) {
+      uint4 raw[kDecWRows];
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) raw[m] = w.ring[(slot * kDecWRows + m) * 32];
+      float sc0 = 1.f, sc1 = 1.f;
+      if constexpr (kWT == kWFP8) {
+        sc0 = __ldg(s0 + ((c * kV) >> 7));
+        sc1 = __ldg(s1 + ((c * kV) >> 7));
+      }
+      // All pieces unrolled (loads in flight together; no spills at 4 token rows).
+#pragma unroll
+      for (int j = 0; j < kPieces; ++j) {
+        float4 wv[kDecWRows];
+#pragma unroll
+        for (int m = 0; m < kDecWRows; ++m) wv[m] = WidenPiece<kWT>(raw[m], j);
+        PieceFma<kWT, kNG>(p.a, a_off, c * kV + 4 * j, ng, wv, sc0, sc1, acc);
+      }
+    }
+    slot = slot + 1 == kGrpStages ? 0 : slot + 1;
+  }
+  int pair_of[kNG];
+#pragma unroll
+  for (int r = 0; r < kNG; ++r) pair_of[r] = __shfl_sync(0xffffffffu, my_pair, r < ng ? r : 0);
+  DecodeEpilogue<kFused, kNG>(p, acc, pair_of, ng, n0, lane);
+}
+
+// grid: persistent (see LaunchGroup); block: up to kGrpWarps warps; dynamic smem warps x
+// kGrpWarpSmem.
+// 2 CTAs per SM (128 registers; see "tried" in cuda_ops_moe.h for 1).
+template <bool kFused, int kWT>
+__global__ void __launch_bounds__(kGrpWarps * 32, 2) MoeGroupKernel(DecodeParams p, DecodeLists l) {
+  extern __shared__ __align__(16) uint4 grp_ring[];
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5;
+  GroupWork w;
+  w.lane = threadIdx.x & 31;
+  w.ring = grp_ring + warp * (kGrpStages * kDecWRows * 32) + w.lane;
+  w.num_warps = gridDim.x * warps;
+  w.groups = (p.n + kCols - 1) / kCols;
+  w.tasks = *l.n_units * w.groups;
+  w.nchunks = p.k / (16 / ElemBytes(kWT));
+  w.iters = (w.nchunks + 31) / 32;
+  const int gw = blockIdx.x * warps + warp;
+  GroupRing g;
+  g.t = gw, g.i = 0, g.slot = 0;
+#pragma unroll
+  for (int s = 0; s < kGrpStages - 1; ++s) GroupIssue<kFused, kWT>(p, l, w, g);
+  int slot = 0;
+  for (int t = gw; t < w.tasks; t += w.num_warps) {
+    const int u = t / w.groups;
+    const int ng = l.unit_off[u + 1] - l.unit_off[u];
+    static_assert(kGroupMaxTokens == 4, "the dispatch below");
+    if (ng <= 1) {
+      GroupTask<kFused, kWT, 1>(p, l, w, g, slot, t);
+    } else if (ng == 2) {
+      GroupTask<kFused, kWT, 2>(p, l, w, g, slot, t);
+    } else {
+      GroupTask<kFused, kWT, 4>(p, l, w, g, slot, t);
+    }
+  }
+  RingWait<0>();
+}
+
+template <bool kFused>
+absl::Status LaunchGroupFor(int wt, const DecodeParams& p, const DecodeLists& l,
+                            int64_t max_units, const detail::DeviceInfo& info,
+                            cudaStream_t stream) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int warps = static_cast<int>(std::min<int64_t>(kGrpWarps, info.smem_optin / kGrpWarpSmem));
+  if (warps < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda MoeExperts: the token-group kernel needs ", kGrpWarpSmem, " bytes of shared memory "
+        "per block, the device allows ", info.smem_optin, " (use MoeDecodePath::kTiled)"));
+  }
+  const int64_t smem = warps * kGrpWarpSmem;
+  return DispatchWT(wt, [&](auto tag) {
+    constexpr int kWT = decltype(tag)::value;
+    GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGroupKernel<kFused, kWT>, smem, info, kOp));
+    const int per_sm = ResidentCtas(MoeGroupKernel<kFused, kWT>, warps * 32, smem);
+    const int64_t tasks = max_units * detail::CeilDiv(p.n, kCols);
+    const int64_t blocks = std::max<int64_t>(
+        1, std::min(detail::CeilDiv(tasks, warps), int64_t{info.num_sms} * per_sm));
+    MoeGroupKernel<kFused, kWT>
+        <<<static_cast<unsigned>(blocks), warps * 32, static_cast<size_t>(smem), stream>>>(p, l);
+    return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGroupKernel launch");
+  });
 }
 
 // out[t] += sum_j w[t, j] * y[t * top_k + j] over the valid ids, j in order (deterministic).
@@ -1113,9 +1422,9 @@ absl::Status LaunchGemm(const GemmParams& p, int64_t max_tiles, const detail::De
 template <bool kFused>
 absl::Status LaunchGemmFor(int wt, const GemmParams& p, int64_t max_tiles,
                            const detail::DeviceInfo& info, cudaStream_t stream) {
-  if (wt == kWBF16) return LaunchGemm<kFused, kWBF16>(p, max_tiles, info, stream);
-  if (wt == kWFP8) return LaunchGemm<kFused, kWFP8>(p, max_tiles, info, stream);
-  return LaunchGemm<kFused, kWF32>(p, max_tiles, info, stream);
+  return DispatchWT(wt, [&](auto tag) {
+    return LaunchGemm<kFused, decltype(tag)::value>(p, max_tiles, info, stream);
+  });
 }
 
 void* Carve(void*& p, size_t bytes) {
@@ -1126,11 +1435,15 @@ void* Carve(void*& p, size_t bytes) {
 
 std::atomic<MoeDecodePath> g_decode_path{MoeDecodePath::kAuto};
 std::atomic<MoeRanPath> g_last_path{MoeRanPath::kNone};
+std::atomic<int> g_group_tokens{kGroupMaxTokens};
 
 }  // namespace
 
 MoeRanPath LastMoeRanPath() { return g_last_path.load(); }
 void SetMoeDecodePath(MoeDecodePath path) { g_decode_path.store(path); }
+void SetMoeGroupTokens(int tokens) {
+  g_group_tokens.store(std::clamp(tokens, 1, kGroupMaxTokens));
+}
 
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
@@ -1164,46 +1477,64 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   const int num_experts = experts.num_experts;
   const MoeDecodePath path = g_decode_path.load(std::memory_order_relaxed);
   const bool small = pairs <= kGemvMaxPairs && table->gemv_ok;
+  // Listed decode (device token lists): the token-group kernels by default past the decode
+  // kernels' 64 pairs, the per-row list kernels when forced.
+  // The token-group kernels address x / act rows with 32-bit element offsets.
+  const bool offsets32 = tokens * x.ld + hidden < 0x7fffffff && pairs * inter + inter < 0x7fffffff;
+  const bool grouped =
+      table->gemv_ok && offsets32 &&
+      ((path == MoeDecodePath::kAuto && !small && pairs <= kMoeListedMaxPairs) ||
+       (path == MoeDecodePath::kGrouped && pairs <= kMoeListedForceMaxPairs));
   const bool listed =
-      table->gemv_ok && ((path == MoeDecodePath::kAuto && !small && pairs <= kMoeListedMaxPairs) ||
-                         (path == MoeDecodePath::kListed && pairs <= kMoeListedForceMaxPairs));
-  if (listed) {
-    // Decode batches past 64 pairs: device token lists, then the weight-streaming kernels.
+      table->gemv_ok && path == MoeDecodePath::kListed && pairs <= kMoeListedForceMaxPairs;
+  if (listed || grouped) {
     const int64_t max_slots = std::min<int64_t>(num_experts, pairs);
+    const int group_tokens = g_group_tokens.load(std::memory_order_relaxed);
+    const int64_t max_units = MaxGroupUnits(pairs, max_slots, group_tokens);
     auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-    const size_t int_bytes = rounded(sizeof(int32_t)) + rounded(max_slots * sizeof(int32_t)) +
+    const size_t int_bytes = 2 * rounded(sizeof(int32_t)) + rounded(max_slots * sizeof(int32_t)) +
                              rounded((max_slots + 1) * sizeof(int32_t)) +
-                             rounded(static_cast<size_t>(pairs) * sizeof(int32_t));
+                             rounded(static_cast<size_t>(pairs) * sizeof(int32_t)) +
+                             rounded(max_units * sizeof(int32_t)) +
+                             rounded((max_units + 1) * sizeof(int32_t));
     GLM_ASSIGN_OR_RETURN(void* ints, scratch.Get(0, int_bytes));
     void* cur = ints;
     auto* n_active = static_cast<int32_t*>(Carve(cur, sizeof(int32_t)));
     auto* slot_expert = static_cast<int32_t*>(Carve(cur, max_slots * sizeof(int32_t)));
     auto* slot_off = static_cast<int32_t*>(Carve(cur, (max_slots + 1) * sizeof(int32_t)));
     auto* row_pair = static_cast<int32_t*>(Carve(cur, pairs * sizeof(int32_t)));
+    auto* n_units = static_cast<int32_t*>(Carve(cur, sizeof(int32_t)));
+    auto* unit_expert = static_cast<int32_t*>(Carve(cur, max_units * sizeof(int32_t)));
+    auto* unit_off = static_cast<int32_t*>(Carve(cur, (max_units + 1) * sizeof(int32_t)));
     GLM_ASSIGN_OR_RETURN(void* act, scratch.Get(1, static_cast<size_t>(pairs * inter) * 4));
     GLM_ASSIGN_OR_RETURN(void* y, scratch.Get(2, static_cast<size_t>(pairs * hidden) * 4));
-    MoeListRouteKernel<<<1, kRouteThreads, 0, stream>>>(ids, static_cast<int>(pairs), num_experts,
-                                                        n_active, slot_expert, slot_off, row_pair);
+    MoeListRouteKernel<<<1, kRouteThreads, 0, stream>>>(
+        ids, static_cast<int>(pairs), num_experts, group_tokens, n_active, slot_expert, slot_off,
+        row_pair, n_units, unit_expert, unit_off);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-    const DecodeLists l{n_active, slot_expert, slot_off, row_pair};
+    const DecodeLists l{n_active, slot_expert, slot_off, row_pair, n_units, unit_expert, unit_off};
     DecodeParams d{};
     d.ids = ids, d.pairs = static_cast<int>(pairs), d.top_k = top_k;
     d.num_experts = num_experts, d.experts = table->device;
     d.a = x.data, d.a_ld = x.ld;
     d.n = static_cast<int>(inter), d.k = static_cast<int>(hidden);
     d.c = static_cast<float*>(act);
-    GLM_RETURN_IF_ERROR(LaunchListFor<true>(table->wt, d, l, max_slots, info, stream));
+    GLM_RETURN_IF_ERROR(grouped
+                            ? LaunchGroupFor<true>(table->wt, d, l, max_units, info, stream)
+                            : LaunchListFor<true>(table->wt, d, l, max_slots, info, stream));
     d.a = static_cast<const float*>(act), d.a_ld = inter;
     d.n = static_cast<int>(hidden), d.k = static_cast<int>(inter);
     d.c = static_cast<float*>(y);
-    GLM_RETURN_IF_ERROR(LaunchListFor<false>(table->wt, d, l, max_slots, info, stream));
+    GLM_RETURN_IF_ERROR(grouped
+                            ? LaunchGroupFor<false>(table->wt, d, l, max_units, info, stream)
+                            : LaunchListFor<false>(table->wt, d, l, max_slots, info, stream));
     MoeCombineByPairKernel<<<dim3(static_cast<unsigned>(tokens),
                                   static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
                              kCombineThreads, 0, stream>>>(
         static_cast<const float*>(y), ids, weights, top_k, num_experts, static_cast<int>(hidden),
         out.data, out.ld);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-    g_last_path.store(MoeRanPath::kListed);
+    g_last_path.store(grouped ? MoeRanPath::kGrouped : MoeRanPath::kListed);
     return absl::OkStatus();
   }
   if (small && path == MoeDecodePath::kAuto) {

@@ -1,34 +1,43 @@
 // Path selection of the CUDA MoeExperts (cuda_ops_moe.cu) for tests and benches: the decode
 // shapes (tokens x top_k <= kMoeDecodeMaxPairs with 16-byte weight rows) run the weight-streaming
-// decode kernels that route from ids in registers; up to kMoeListedMaxPairs pairs (decode batches
-// up to 64 tokens with top-8) the listed decode kernels (the same weight streaming, with the
-// per-expert token lists built by a one-CTA device routing kernel); larger shapes the tiled
-// grouped GEMM. The previous decode GEMV (routing kernel + per-expert CTAs), the listed kernels
-// at any size up to kMoeListedForceMaxPairs and the tiled GEMM stay reachable so a test can check
-// every path against the CPU backend and a bench can report before / after in one process.
+// decode kernels that route from ids in registers; up to kMoeListedMaxPairs pairs (decode
+// batches 9..512 tokens with top-8) the token-group listed kernels (per-expert token lists built
+// by a one-CTA device routing kernel, split into groups of up to 4 rows; each weight chunk is
+// read once per group); larger shapes the tiled grouped GEMM. The previous decode GEMV (routing
+// kernel + per-expert CTAs), the per-row listed kernels (a pass over the weights per token row)
+// and both listed kernels at any size up to kMoeListedForceMaxPairs, and the tiled GEMM stay
+// reachable so a test can check every path against the CPU backend and a bench can report
+// before / after in one process.
 #pragma once
 
 namespace glm::engine::cuda {
 
 inline constexpr int kMoeDecodeMaxPairs = 64;
-inline constexpr int kMoeListedMaxPairs = 512;  // kAuto's cut-over to the tiled GEMM
+inline constexpr int kMoeListedMaxPairs = 4096;  // kAuto's cut-over to the tiled GEMM
 inline constexpr int kMoeListedForceMaxPairs = 4096;
 
 enum class MoeDecodePath {
-  kAuto,        // MoeDecodeKernel (<= 64 pairs), listed decode (<= 512), tiled (default)
+  kAuto,        // MoeDecodeKernel (<= 64 pairs), token-group listed decode (<= 4096), tiled
+                // (default)
   kLegacyGemv,  // MoeRouteKernel + MoeGemvKernel + MoeCombineKernel (before the decode kernels;
                 // <= 64 pairs, else tiled)
   kTiled,       // the grouped GEMM at every size
   kListed,      // MoeListRouteKernel + MoeDecodeListKernel at every size <= 4096 pairs (else
-                // tiled)
+                // tiled): the listed decode before the token-group kernels
+  kGrouped,     // MoeListRouteKernel + MoeGroupKernel at every size <= 4096 pairs (else tiled)
 };
 
 // The kernels the last MoeExperts call of this process launched (tests check the selection).
-enum class MoeRanPath { kNone, kDecode, kListed, kLegacyGemv, kTiled };
+enum class MoeRanPath { kNone, kDecode, kListed, kGrouped, kLegacyGemv, kTiled };
 MoeRanPath LastMoeRanPath();
 
 // Process-wide; takes effect at the next MoeExperts call (not for already captured graphs).
 void SetMoeDecodePath(MoeDecodePath path);
+
+// Token rows per unit of the token-group kernels (MoeGroupKernel), clamped to 1..4 (default 4:
+// the register accumulators' limit at 128 registers); process-wide, a bench knob. Results do
+// not depend on it (each token row's sums are computed alike whatever its unit).
+void SetMoeGroupTokens(int tokens);
 
 // Tried on an H200 at GLM-5 widths (256 experts top-8) and removed as slower than the kernels
 // above: L2 prefetch 4 / 8 chunk iterations ahead in the decode kernels, 6-19 % slower at batch
@@ -39,5 +48,15 @@ void SetMoeDecodePath(MoeDecodePath path);
 // 4716, 2 rows 857 / 1570 / 2837 / 5105, 4 rows 854 / 1555 / 2755 / 4705; a cap on the decode
 // kernels' CTAs per SM was a bench knob with no recorded gain. (And in
 // kernels/moe_route: a rolled top-k loop over shared memory, 11.9 vs 8.7 us per launch.)
+// Token-group kernels (MoeGroupKernel), same bench, us per call at fp8 batch 16 / 32 / 64 / 128
+// (kept: 1140 / 2019 / 3535 / 6445): 8-row token groups with the pieces of a chunk one at a time
+// (to fit 128 registers, with spills) and fp8 weights multiplied by the block scale as widened
+// (one FMUL per weight value) instead of scaling each 4-term partial dot: 1386 / 2414 / 3920 /
+// 6841 (4-row groups in that kernel 1385 / 2414 / 3910 / 7207); that kernel at 1 CTA per SM
+// without the 128-register cap (164 to 184 registers): 2111 / 3608 / 5579 (batch 16..64), bf16
+// 2318 / 3799 / 6306 vs 1846 / 2953 / 4545 at 2 CTAs. 2-row groups (kept kernel): 1164 / 2104 /
+// 4014 / 8073. The kAuto cut-over to the tiled GEMM: batch 512 (4096 pairs) fp8 24.5 ms token
+// groups vs 53.6 ms tiled, bf16 22.9 vs 57.8; batch 8 (64 pairs) stays on MoeDecodeKernel
+// (fp8 629 us, token groups 624).
 
 }  // namespace glm::engine::cuda
