@@ -10,10 +10,15 @@
 // Paths (SetIndexerPathForBench): "prev" = the choice by shape before the short-row select (the
 // baseline every ratio is against, measured in this process), "legacy" = single-CTA passes,
 // "multi" = multi-CTA passes, "short" = the row in shared memory, "default" = the choice now.
+// Score kernels (fp8 keys; SetIndexerScorePathForBench), rows "topk-score", select path by
+// shape: "fp32" = the CUDA-core fp32 kernel (the baseline of these rows' ratios, measured in this
+// process), "tc" = the tensor-core kernel (score mode 2), "tc-v3" / "tc-v4" = its variants
+// (modes 3 / 4: kTcVariants in cuda_ops_indexer.cu), "default" = the choice by shape.
 // Per case: µs per call (median of trials of `calls` calls captured in one CUDA graph, back to
 // back) and the ratio prev / this (> 1: faster than before).
 // Usage: cuda_indexer_bench [--rows 1,8,64] [--keys 4096,16384,50000,131072] [--trials 3]
-//                           [--calls 20]
+//                           [--calls 20] [--score-only 1]
+//   --score-only 1: only the fp8 "topk-score" rows.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_bench_scratch.h"
@@ -36,6 +41,7 @@ namespace glm::engine::cuda {
 void SetIndexerPathForBench(int mode);
 void SetIndexerShortThreadsForBench(int threads);
 void SetIndexerScoreCtasPerSmForBench(int ctas);
+void SetIndexerScorePathForBench(int mode);
 absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
                                   const int32_t* row_num_keys, int32_t max_num_keys, int top_k,
                                   int32_t* out, Scratch& scratch, cudaStream_t stream);
@@ -102,12 +108,14 @@ void Report(const char* op, const char* kv, int rows, int keys, const char* path
 int Main(int argc, char** argv) {
   std::vector<int> rows_list = {1, 8, 64}, keys_list = {4096, 16384, 50000, 131072};
   int trials = 3, calls = 20;
+  bool score_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--rows") rows_list = ParseInts(v);
     else if (k == "--keys") keys_list = ParseInts(v);
     else if (k == "--trials") trials = std::max(1, std::atoi(v.c_str()));
     else if (k == "--calls") calls = std::max(1, std::atoi(v.c_str()));
+    else if (k == "--score-only") score_only = v == "1";
   }
   constexpr int kHeads = 32, kDim = 128, kTopK = 2048, kBs = 64;
   constexpr int64_t kPool = 262144;  // key rows
@@ -149,6 +157,7 @@ int Main(int argc, char** argv) {
       Upload(d_q, RandomFloats(11 + rows, size_t(rows) * kHeads * kDim));
       Upload(d_w, RandomFloats(13 + rows, size_t(rows) * kHeads));
       for (const bool fp8 : {false, true}) {
+        if (score_only && !fp8) continue;
         IndexerTopKArgs a;
         a.q = HeadsView{d_q.as<float>(), rows, kHeads, kDim, kHeads * kDim, kDim};
         a.weights = MatView{d_w.as<float>(), rows, kHeads, kHeads};
@@ -161,6 +170,29 @@ int Main(int argc, char** argv) {
         a.top_k = kTopK;
         a.out = d_out.as<int32_t>();
         double prev = 0;
+        if (fp8) {
+          // Score kernels, select path by shape.
+          struct ScoreMode {
+            int mode;
+            const char* name;
+          };
+          constexpr ScoreMode kScoreModes[] = {{1, "fp32"}, {2, "tc"}, {3, "tc-v3"},
+                                               {4, "tc-v4"}, {-1, "default"}};
+          double base = 0;
+          SetIndexerPathForBench(0);
+          for (const ScoreMode& m : kScoreModes) {
+            SetIndexerScorePathForBench(m.mode);
+            CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");
+            BENCH_CHECK(cudaStreamSynchronize(stream));
+            const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); },
+                                        calls, trials, stream);
+            if (m.mode == 1) base = t.us_per_call;
+            Report("topk-score", "fp8", rows, keys, m.name, t.us_per_call, base);
+          }
+          SetIndexerScorePathForBench(-1);
+          SetIndexerPathForBench(-1);
+          if (score_only) continue;
+        }
         for (const Mode& m : kModes) {
           SetIndexerPathForBench(m.mode);
           CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");  // grow scratch
@@ -184,6 +216,7 @@ int Main(int argc, char** argv) {
         SetIndexerScoreCtasPerSmForBench(2);
         SetIndexerPathForBench(-1);
       }
+      if (score_only) continue;
       // ---- the selection alone, random and all-equal scores
       const int64_t ld = (keys + 3) / 4 * 4;
       DevBuf d_s(int64_t{rows} * ld * 4);

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/kv_fp8_layout.h"
+#include "engine/weights/float_codec.h"
 #include "kernels/gpu_test_util.h"
 
 namespace glm::engine::cuda {
@@ -32,6 +34,7 @@ namespace glm::engine::cuda {
 // Hooks of cuda_ops_indexer.cu (not in cuda_ops.h).
 void SetIndexerPathForBench(int mode);
 void SetIndexerShortThreadsForBench(int threads);
+void SetIndexerScorePathForBench(int mode);
 absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
                                   const int32_t* row_num_keys, int32_t max_num_keys, int top_k,
                                   int32_t* out, Scratch& scratch, cudaStream_t stream);
@@ -49,6 +52,8 @@ class TestScratch final : public Scratch {
   ~TestScratch() override {
     for (void* p : ptr_) cudaFree(p);
   }
+  // The last buffer of `slot` (the score kernel writes its scores [rows, ld] into slot 0).
+  void* Peek(int slot) const { return ptr_[slot]; }
   absl::StatusOr<void*> Get(int slot, size_t bytes) override {
     if (slot < 0 || slot >= kScratchSlots) return absl::InvalidArgumentError("bad scratch slot");
     if (bytes > size_[slot]) {
@@ -73,6 +78,7 @@ struct PathReset {
   ~PathReset() {
     SetIndexerPathForBench(-1);
     SetIndexerShortThreadsForBench(0);
+    SetIndexerScorePathForBench(-1);
   }
 };
 
@@ -292,11 +298,18 @@ class IndexerTopKPathsTest : public ::testing::Test {
 
   // Keys from {0, +-1, +-2, +-3, +-4, +-6, +-8} with 8 in every row (exact in e4m3 at scale
   // 2^-5), q and weights in [-3, 3], scales powers of two: every score is exact in any order.
-  void Run(int rows, int max_keys, bool fp8) {
+  // score_modes: SetIndexerScorePathForBench modes to run (0 by shape, 1 fp32 CUDA-core kernel,
+  // 2 / 3 / 4 tensor-core kernel variants wherever they apply, else the fp32 kernel: dim != 128
+  // and block_size 2 test that).
+  // block_size: the fp8 cache's (not a multiple of 4: the tensor-core kernel falls back).
+  void Run(int rows, int max_keys, bool fp8, int heads = 32, int dim = 128,
+           const std::vector<int>& score_modes = {0}, int block_size = 64) {
     SCOPED_TRACE(testing::Message() << "rows " << rows << " max_keys " << max_keys << " fp8 "
-                                    << fp8);
+                                    << fp8 << " heads " << heads << " dim " << dim
+                                    << " block_size " << block_size);
     PathReset reset;
-    constexpr int kHeads = 32, kDim = 128, kBs = 64, kTopK = 2048;
+    const int kHeads = heads, kDim = dim, kBs = block_size;
+    constexpr int kTopK = 2048;
     const int64_t n_slots = (int64_t{max_keys} + 100 + kBs - 1) / kBs * kBs;
     std::vector<float> keys(n_slots * kDim);
     const float vals[] = {0, 1, -1, 2, -2, 3, -3, 4, -4, 6, -6, 8, -8};
@@ -347,7 +360,10 @@ class IndexerTopKPathsTest : public ::testing::Test {
     g.out = dout.as<int32_t>();
     cudaStream_t stream;
     GLM_CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (const int score_mode : score_modes) {
+    SetIndexerScorePathForBench(score_mode);
     for (const int mode : kModes) {
+      SCOPED_TRACE(testing::Message() << "score mode " << score_mode << " path mode " << mode);
       SetIndexerPathForBench(mode);
       ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
       const absl::Status st = IndexerTopK(g, scratch_, stream);
@@ -374,6 +390,7 @@ class IndexerTopKPathsTest : public ::testing::Test {
       EXPECT_TRUE(replay == got) << "mode " << mode << ": graph replay != eager";
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
+    }
     }
     cudaStreamDestroy(stream);
   }
@@ -405,6 +422,275 @@ TEST_F(IndexerTopKPathsTest, Large1x128kBothKeyTypes) {
   Run(1, 131072, false);
   Run(1, 131072, true);
 }
+
+// Exact integer data through the tensor-core score kernel (score mode 2), the fp32 kernel (1) and
+// the choice by shape (0): identical to the CPU backend over rows 1 / 3 / 8 / 64 and num_keys 1,
+// 2047, 2048, 2049, 4096, 16K + 1; 8 and 48 heads (padded to 32 / 64 in the kernel); dim 64 (the
+// tensor-core kernel takes dim 128 only: mode 2 falls back to the fp32 kernel).
+TEST_F(IndexerTopKPathsTest, Fp8TensorCoreSweepMatchesCpu) {
+  for (const int rows : {1, 3, 8, 64}) {
+    for (const int keys : {1, 2047, 2048, 2049, 4096, 16385}) {
+      if (rows == 64 && keys > 4096) continue;  // host reference time; 64 x 16K in *Large*
+      Run(rows, keys, true, 32, 128, {0, 1, 2, 3, 4});
+    }
+  }
+  for (const int heads : {8, 48}) Run(3, 4096, true, heads, 128, {0, 1, 2, 3, 4});
+  Run(3, 4096, true, 32, 64, {0, 2});
+  Run(3, 4096, true, 32, 128, {0, 2}, /*block_size=*/4);
+  Run(3, 4096, true, 32, 128, {0, 2}, /*block_size=*/2);  // fp32-kernel fallback
+}
+
+TEST_F(IndexerTopKPathsTest, LargeFp8TensorCore) {
+  Run(64, 16385, true, 32, 128, {0, 1, 2, 3});
+  Run(8, 131072, true, 32, 128, {2});
+}
+
+// ---- Random data: the tensor-core score kernel vs the fp32 CUDA-core kernel vs an fp64 host
+// reference of the same fp8 keys. Bounds (per key s, M_s = sum_h |w_h ws| |ss k_scale|
+// sum_d |q_hd k_sd|, the magnitude the fp32 roundings scale with):
+//   |score - ref| <= kTol * M_s for every kernel (kTol = 1e-5: ~128 + 32 fp32 additions), and
+//   each tensor-core variant's largest error at most 4x the fp32 kernel's + 1e-6 M (a lost split
+//   term would be ~1e-3 (one bf16 term) or ~1e-5 (two) off); the errors are printed;
+//   chosen sets: each differs from the reference's only at near-ties (|ref_s - T| <= 2 kTol M_s,
+//   T = the reference's top_k-th score); the counts are printed.
+// Repeated tensor-core calls and a CUDA-graph replay give bit-identical scores and indices.
+class IndexerTcScoreTest : public IndexerTopKPathsTest {
+ protected:
+  static constexpr double kTol = 1e-5;
+
+  struct Out {
+    std::vector<float> scores;  // [rows, ld]
+    std::vector<int32_t> idx;   // [rows, top_k]
+  };
+
+  Out Call(const IndexerTopKArgs& g, int rows, int64_t ld, int score_mode, GuardedBuffer& dout,
+           cudaStream_t stream, bool graph) {
+    SetIndexerScorePathForBench(score_mode);
+    Out o;
+    EXPECT_EQ(dout.Poison(0x7B), cudaSuccess);
+    if (graph) {
+      cudaGraph_t gr = nullptr;
+      cudaGraphExec_t ex = nullptr;
+      EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const absl::Status st = IndexerTopK(g, scratch_, stream);
+      EXPECT_EQ(cudaStreamEndCapture(stream, &gr), cudaSuccess);
+      EXPECT_TRUE(st.ok()) << st;
+      EXPECT_EQ(cudaGraphInstantiate(&ex, gr, 0), cudaSuccess);
+      // Poison the scores so the replay must rewrite them.
+      EXPECT_EQ(cudaMemsetAsync(scratch_.Peek(0), 0xFF, size_t(rows) * ld * 4, stream),
+                cudaSuccess);
+      EXPECT_EQ(cudaGraphLaunch(ex, stream), cudaSuccess);
+      cudaGraphExecDestroy(ex);
+      cudaGraphDestroy(gr);
+    } else {
+      const absl::Status st = IndexerTopK(g, scratch_, stream);
+      EXPECT_TRUE(st.ok()) << st;
+    }
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    o.scores.resize(size_t(rows) * ld);
+    o.idx.resize(size_t(rows) * g.top_k);
+    EXPECT_EQ(cudaMemcpy(o.scores.data(), scratch_.Peek(0), o.scores.size() * 4,
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(dout.Download(o.idx.data(), o.idx.size() * 4), cudaSuccess);
+    EXPECT_TRUE(dout.GuardsIntact());
+    return o;
+  }
+
+  // specials: NaN / +-inf in a few query values and NaN key values (quantized as 0x7F); then
+  // only the class (NaN, +inf, -inf, finite) must agree between the kernels, and finite scores
+  // the bound above.
+  void Compare(int rows, int max_keys, int heads, bool specials) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows << " max_keys " << max_keys << " heads "
+                                    << heads << (specials ? " specials" : " random"));
+    PathReset reset;
+    constexpr int kDim = 128, kBs = 64, kTopK = 2048;
+    const int64_t n_slots = (int64_t{max_keys} + 100 + kBs - 1) / kBs * kBs;
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::uniform_int_distribution<int> ex(-12, 12);
+    std::vector<float> keys(n_slots * kDim);
+    for (int64_t r = 0; r < n_slots; ++r) {
+      const float mag = std::ldexp(1.0f, ex(rng_));  // per-token scales 2^-21 .. 2^3
+      for (int d = 0; d < kDim; ++d) keys[r * kDim + d] = u(rng_) * mag;
+      if (specials && r % 7 == 3) keys[r * kDim + (r % kDim)] = std::nanf("");
+    }
+    std::vector<int32_t> all(n_slots);
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<uint8_t> cache(n_slots * (kDim + 4), 0);
+    const Fp8IndexCache cc{cache.data(), n_slots, kDim, kBs};
+    cpu_->WriteIndexKeysFp8(MatView{keys.data(), n_slots, kDim, kDim}, all.data(), cc);
+    // Dequantized keys (host): e4m3 value * the token's scale.
+    std::vector<double> kd(n_slots * kDim);
+    for (int64_t r = 0; r < n_slots; ++r) {
+      float scale;
+      std::memcpy(&scale, cache.data() + kv_fp8::IndexScaleOffset(r, kBs, kDim), 4);
+      const uint8_t* v = cache.data() + kv_fp8::IndexValueOffset(r, kBs, kDim);
+      for (int d = 0; d < kDim; ++d) kd[r * kDim + d] = double(Fp8E4M3ToFloat(v[d])) * scale;
+    }
+    std::vector<int32_t> table, offset(rows), nkeys(rows);
+    for (int t = 0; t < rows; ++t) {
+      nkeys[t] = t % 4 == 3 ? std::min(max_keys, kTopK) : std::max(1, max_keys - 53 * t);
+      offset[t] = static_cast<int32_t>(table.size());
+      std::vector<int32_t> perm(all);
+      std::shuffle(perm.begin(), perm.end(), rng_);
+      table.insert(table.end(), perm.begin(), perm.begin() + nkeys[t]);
+    }
+    std::vector<float> q(size_t(rows) * heads * kDim), w(size_t(rows) * heads);
+    for (float& v : q) v = u(rng_);
+    for (float& v : w) v = u(rng_);
+    if (specials) {
+      const float inf = std::numeric_limits<float>::infinity();
+      q[0 * kDim + 5] = std::nanf("");                        // row 0 head 0
+      if (rows > 1) q[(size_t(1) * heads + 1) * kDim + 9] = inf;  // row 1 head 1
+      if (rows > 2) q[(size_t(2) * heads + 2) * kDim + 17] = -inf;
+    }
+    IndexerTopKArgs g;
+    g.q = HeadsView{Dev(q), rows, heads, kDim, int64_t{heads} * kDim, kDim};
+    g.weights = MatView{Dev(w), rows, heads, heads};
+    g.keys = MatView{nullptr, n_slots, kDim, kDim};
+    g.keys_fp8 = Fp8IndexCache{Dev(cache), n_slots, kDim, kBs};
+    g.table = {Dev(table), Dev(offset), Dev(nkeys), max_keys};
+    g.weight_scale = 0.17f;
+    g.score_scale = 0.088f;
+    g.top_k = kTopK;
+    GuardedBuffer dout(size_t(rows) * kTopK * 4);
+    g.out = dout.as<int32_t>();
+    const int64_t ld = (max_keys + 3) / 4 * 4;
+    cudaStream_t stream;
+    GLM_CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const Out f32 = Call(g, rows, ld, 1, dout, stream, false);
+    const Out tc = Call(g, rows, ld, 2, dout, stream, false);
+    const Out tc2 = Call(g, rows, ld, 2, dout, stream, false);
+    const Out tcg = Call(g, rows, ld, 2, dout, stream, true);
+    // Variants: 3 and 4 differ in registers only (same arithmetic: bit-identical scores).
+    const Out tc3 = Call(g, rows, ld, 3, dout, stream, false);
+    const Out tc4 = Call(g, rows, ld, 4, dout, stream, false);
+    cudaStreamDestroy(stream);
+    EXPECT_TRUE(tc.idx == tc2.idx && tc.idx == tcg.idx) << "tensor-core indices not repeatable";
+    EXPECT_TRUE(tc3.idx == tc4.idx) << "variants 3 and 4 chose different indices";
+    constexpr int kKernels = 3;
+    const Out* outs[kKernels] = {&f32, &tc, &tc3};
+    const char* kNames[kKernels] = {"fp32", "tc (mode 2)", "tc (mode 3/4)"};
+    double err[kKernels] = {}, err_sum[kKernels] = {}, rel[kKernels] = {};
+    int64_t flips[kKernels] = {}, scored = 0, class_bad = 0;
+    for (int t = 0; t < rows; ++t) {
+      const int n = nkeys[t];
+      if (n <= kTopK) continue;  // no scores: 0..n-1 (checked against the CPU elsewhere)
+      const size_t b = size_t(t) * ld;
+      ASSERT_EQ(std::memcmp(tc.scores.data() + b, tc2.scores.data() + b, n * 4), 0)
+          << "row " << t << ": tensor-core scores not bit-identical between calls";
+      ASSERT_EQ(std::memcmp(tc.scores.data() + b, tcg.scores.data() + b, n * 4), 0)
+          << "row " << t << ": graph replay scores != eager";
+      ASSERT_EQ(std::memcmp(tc3.scores.data() + b, tc4.scores.data() + b, n * 4), 0)
+          << "row " << t << ": score modes 3 and 4 (same arithmetic) differ";
+      std::vector<double> ref(n), mag(n);
+      for (int i = 0; i < n; ++i) {
+        const int64_t r = table[offset[t] + i];
+        double sc = 0, m = 0;
+        for (int h = 0; h < heads; ++h) {
+          const float* qh = q.data() + (size_t(t) * heads + h) * kDim;
+          const double* kr = kd.data() + r * kDim;
+          double dot = 0, adot = 0;
+          for (int d = 0; d < kDim; ++d) {
+            const double pr = double(qh[d]) * kr[d];
+            dot += pr;
+            if (std::isfinite(pr)) adot += std::fabs(pr);
+          }
+          const double wh = double(w[size_t(t) * heads + h]) * double(g.weight_scale);
+          const double z = dot * double(g.score_scale);
+          sc += (z > 0 ? z : 0.0) * wh;  // relu; a NaN dot gives 0 (the kernels' fmaxf)
+          m += std::fabs(wh) * adot * double(g.score_scale);
+        }
+        ref[i] = sc, mag[i] = m + 1e-30;
+      }
+      for (int i = 0; i < n; ++i) {
+        const float a = f32.scores[b + i];
+        ++scored;
+        for (int k = 0; k < kKernels; ++k) {
+          const float c = outs[k]->scores[b + i];
+          if (!std::isfinite(a) || !std::isfinite(c) || !std::isfinite(ref[i])) {
+            const bool same = (std::isnan(a) && std::isnan(c)) || a == c;
+            if (!same) ++class_bad;
+            if (!specials) {
+              ADD_FAILURE() << "row " << t << " key " << i << ": non-finite score (fp32 " << a
+                            << ", " << kNames[k] << " " << c << ") from finite data";
+              return;
+            }
+            continue;
+          }
+          const double e = std::fabs(c - ref[i]) / mag[i];
+          err[k] = std::max(err[k], e);
+          err_sum[k] += e;
+          if (std::fabs(a) > 1e-3 * mag[i]) {
+            rel[k] = std::max(rel[k], std::fabs(double(c) - a) / std::fabs(a));
+          }
+        }
+      }
+      if (specials) continue;  // sets: random data only
+      // Reference set and threshold.
+      std::vector<int32_t> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::nth_element(order.begin(), order.begin() + (kTopK - 1), order.end(),
+                       [&](int32_t x, int32_t y) {
+                         return ref[x] != ref[y] ? ref[x] > ref[y] : x < y;
+                       });
+      const double thr = ref[order[kTopK - 1]];
+      std::vector<char> in_ref(n, 0);
+      for (int i = 0; i < kTopK; ++i) in_ref[order[i]] = 1;
+      for (int k = 0; k < kKernels; ++k) {
+        std::vector<char> in(n, 0);
+        for (int i = 0; i < kTopK; ++i) {
+          const int32_t pos = outs[k]->idx[size_t(t) * kTopK + i];
+          ASSERT_TRUE(pos >= 0 && pos < n) << "row " << t << " slot " << i << ": " << pos;
+          in[pos] = 1;
+        }
+        for (int i = 0; i < n; ++i) {
+          if (in[i] == in_ref[i]) continue;
+          ++flips[k];
+          EXPECT_LE(std::fabs(ref[i] - thr), 2 * kTol * mag[i])
+              << kNames[k] << " row " << t << " key " << i
+              << ": chosen differently from the reference without a near-tie";
+        }
+      }
+    }
+    std::printf("  [tc-score] rows %d keys %d heads %d %s: %lld scores; max (mean) |err|/M, max "
+                "|x - fp32|/|fp32|, set flips vs the fp64 reference%s:\n",
+                rows, max_keys, heads, specials ? "specials" : "random",
+                static_cast<long long>(scored), specials ? " (not compared)" : "");
+    for (int k = 0; k < kKernels; ++k) {
+      std::printf("  [tc-score]   %-14s %.3g (%.3g)  %.3g  %lld\n", kNames[k], err[k],
+                  err_sum[k] / std::max<int64_t>(scored, 1), rel[k],
+                  static_cast<long long>(flips[k]));
+    }
+    EXPECT_EQ(class_bad, 0) << "NaN / inf classes differ between the kernels";
+    for (int k = 0; k < kKernels; ++k) {
+      EXPECT_LE(err[k], kTol) << kNames[k];
+      // A lost split term would be ~1e-3 (one bf16 term) or ~1e-5 (two) off.
+      EXPECT_LE(err[k], 4 * err[0] + 1e-6) << kNames[k] << ": less accurate than the fp32 kernel";
+    }
+  }
+};
+
+TEST_F(IndexerTcScoreTest, RandomVsFp32AndReference) {
+  for (const int rows : {1, 3, 8}) {
+    for (const int keys : {2049, 4096, 16385}) Compare(rows, keys, 32, false);
+  }
+  Compare(64, 4096, 32, false);
+  Compare(3, 4096, 48, false);
+  Compare(3, 4096, 8, false);
+}
+
+TEST_F(IndexerTcScoreTest, SpecialValues) {
+  Compare(3, 4096, 32, true);
+  Compare(4, 2500, 48, true);
+}
+
+TEST_F(IndexerTcScoreTest, SanitizerSubset) {
+  Compare(3, 2500, 32, false);
+  Compare(3, 2500, 48, true);
+}
+
+TEST_F(IndexerTcScoreTest, Large1x128k) { Compare(1, 131072, 32, false); }
 
 }  // namespace
 }  // namespace glm::engine::cuda

@@ -53,6 +53,25 @@
 //   e4m3 values (4 bytes per lane; lane k of the warp finds key k's page offset and scale once,
 //   with 32-bit division, and shuffles them to the others) and the token's scale and stores
 //   value * scale (exact) in the same shared key rows; everything after is the fp32 path.
+// Tensor-core score kernel (IndexerScoreTcKernel; default for fp8 keys at index_head_dim 128 on
+//   sm_80+; GLM_CUDA_INDEXER_LEGACY=1 or GLM_CUDA_INDEXER_FP32_SCORE=1 keep the fp32 kernel above,
+//   SetIndexerScorePathForBench picks either for tests / benches): per row the GEMM
+//   Q [heads x 128] x K^T [128 x keys] on mma.sync m16n8k16 bf16 with fp32 accumulation. The e4m3
+//   key values are exact in bf16 and the token's power-of-two scale multiplies the fp32 dot
+//   (exact); each query value is split by truncation into three bf16 terms (hi + mid + lo == q
+//   exactly), three mmas per k-step, so every product is exact and only the fp32 accumulation
+//   rounds (cuda_indexer_test: within ~1e-7 of an fp64 reference, relative to the magnitude
+//   sum_h |w| sum_d |q k|, like the fp32 kernel). relu, the weight and the head sum in fp32 in a
+//   fixed order: deterministic. The key dims of each k-step are permuted (A and B alike) so a lane
+//   reads its key's 32 contiguous fp8 bytes straight from the paged cache (two 16-byte loads; a
+//   key feeds one warp only, so no shared-memory staging), the query fragments sit in shared
+//   memory in fragment order (24 KiB for 32 heads; heads padded to a multiple of 32). CTA: 4 warps,
+//   one row x a chunk of 128..2048 keys (same CTA-count target as above); also the top-byte
+//   histogram when the select path takes it. Rows of one CTA share nothing (decode rows are
+//   different sequences with different slots), so a key tile is read once per row.
+//   Measured (H200, IndexerTopK fp8 keys, select by shape, fp32 score kernel -> tensor core, in one
+//   process): 8 x 4K 27.7 -> 17.4 us, 64 x 4K 136 -> 43, 8 x 16K 83 -> 39, 64 x 16K 515 -> 170,
+//   8 x 128K 542 -> 201, 64 x 128K 3826 -> 896 (the {4,8} variant: 773; see kTcVariants).
 // NOTE: shared memory is sized from the device's opt-in limit, never a fixed chip constant.
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
@@ -63,6 +82,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include "common/status_util.h"
@@ -92,6 +112,27 @@ int PathMode() { return detail::EnvPathMode("GLM_CUDA_INDEXER_LEGACY", g_mode); 
 
 // Score-kernel CTAs per SM that the key chunks aim at (SetIndexerScoreCtasPerSmForBench).
 std::atomic<int> g_score_ctas_per_sm{2};
+
+// Score path (SetIndexerScorePathForBench): 0 = by shape (the tensor-core kernel for fp8 keys at
+// index_head_dim 128 unless GLM_CUDA_INDEXER_LEGACY=1 / path mode 1, or
+// GLM_CUDA_INDEXER_FP32_SCORE=1 in the environment, read once), 1 = the fp32 CUDA-core kernel
+// always, 2 = the tensor-core kernel wherever it applies (whatever the path mode), 3 / 4 = as 2
+// with the variants kTcVariants[1] / [2].
+std::atomic<int> g_score_mode{-1};
+
+int ScoreMode() { return detail::EnvPathMode("GLM_CUDA_INDEXER_FP32_SCORE", g_score_mode); }
+
+// IndexerScoreTcKernel variants (kMinBlocks, kKGroup): the default (mode 0 / 2) and the
+// alternatives of score modes 3 and 4 (benches / tests). Measured (H200, cuda_indexer_bench, fp8
+// IndexerTopK, us, fp32 kernel / {3,2} / {4,8} / {3,8}): 8 x 4K 27.7 / 17.4 / 17.2 / 16.9;
+// 64 x 16K 515 / 170 / 119 / 141; 8 x 128K 542 / 201 / 145 / 172; 64 x 128K 3826 / 896 / 773 /
+// 779. Largest error / M (cuda_indexer_test, random data): fp32 kernel ~1.3e-8, {3,2} ~1.5e-8,
+// one chain (k_group 8) ~3.8e-8 (the tensor cores' fp32 accumulation is not round-to-nearest);
+// no chosen-set flips in any. The default keeps fp32-kernel accuracy; {4,8} is the faster one.
+struct TcVariant {
+  int min_blocks, k_group;
+};
+constexpr TcVariant kTcVariants[3] = {{3, 2}, {4, 8}, {3, 8}};  // modes 2, 3, 4
 
 // Larger float -> larger key; -0.0 == +0.0; NaN lowest.
 __device__ __forceinline__ uint32_t OrderedKey(float f) {
@@ -275,6 +316,272 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
   if (!with_hist) return;  // uniform
   __syncthreads();
   for (int i = tid; i < 256; i += kScoreThreads) {
+    if (hist_s[i] != 0) atomicAdd(&p.hist[t * p.hist_stride + i], hist_s[i]);
+  }
+}
+
+// ---- Tensor-core score path (fp8 keys; IndexerScoreTcKernel) -------------------------------
+// Per row a GEMM Q [heads x dim] x K^T [dim x keys] with mma.sync m16n8k16 bf16 (sm_80+), fp32
+// accumulate. The e4m3 key values are exact in bf16 and the token's power-of-two scale is applied
+// to the fp32 dot product (exact); each fp32 query value is split into three bf16 terms
+// q = hi + mid + lo by truncation (exact: 3 x 8 significant bits, residuals exact in fp32), so
+// every product is exact and only the fp32 accumulation rounds. The dims of a k-step are permuted
+// (the same permutation for A and B leaves the dot product unchanged): lane (g, c) of an n-tile
+// holds key n = g's dims [c * dim / 4, (c + 1) * dim / 4), one 32-bit word of e4m3 values per
+// k-step, read straight from the paged cache with two 16-byte loads (no shared-memory staging of
+// keys: each key feeds exactly one warp), and the query fragments sit in shared memory in that
+// order (one 16-byte load per lane per m-tile, k-step and split term).
+constexpr int kTcDim = 128;           // index_head_dim the tensor-core path takes (GLM-5)
+constexpr int kTcKsteps = kTcDim / 16;
+constexpr int kTcWarps = 4;
+constexpr int kTcThreads = 32 * kTcWarps;
+constexpr int kTcNtiles = 4;                      // n-tiles of 8 keys per warp step
+constexpr int kTcWarpKeys = 8 * kTcNtiles;        // 32
+constexpr int kTcTileKeys = kTcWarps * kTcWarpKeys;  // 128 keys per CTA step
+constexpr int kTcMaxChunk = 16 * kTcTileKeys;     // 2048 keys per CTA at most
+constexpr int kTcSplits = 3;
+
+// Query fragments: [kTcSplits][heads_pad / 16][kTcKsteps][32 lanes] uint4, then w [heads_pad].
+int64_t TcSmemBytes(int heads_pad) {
+  return int64_t{16} * kTcSplits * (heads_pad / 16) * kTcKsteps * 32 + int64_t{4} * heads_pad;
+}
+
+__device__ __forceinline__ uint32_t PackBf16x2(uint16_t lo, uint16_t hi) {
+  return uint32_t{lo} | (uint32_t{hi} << 16);
+}
+
+// x = hi + mid + lo, each bf16 (bits returned); non-finite x: hi = x (NaN stays NaN), mid = lo = 0.
+__device__ __forceinline__ void SplitBf16x3(float x, uint16_t* hi, uint16_t* mid, uint16_t* lo) {
+  if (!isfinite(x)) {
+    *hi = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    *mid = 0, *lo = 0;
+    return;
+  }
+  const uint32_t hb = __float_as_uint(x) & 0xffff0000u;
+  const float r1 = x - __uint_as_float(hb);  // exact
+  const uint32_t mb = __float_as_uint(r1) & 0xffff0000u;
+  const float r2 = r1 - __uint_as_float(mb);  // exact, at most 8 significant bits
+  *hi = static_cast<uint16_t>(hb >> 16);
+  *mid = static_cast<uint16_t>(mb >> 16);
+  *lo = __bfloat16_as_ushort(__float2bfloat16_rn(r2));
+}
+
+// Four e4m3 values (one 32-bit word, byte i = value i) -> two bf16x2 (values 0,1 and 2,3), exact.
+__device__ __forceinline__ void Fp8x4ToBf16x2(uint32_t w, uint32_t* b01, uint32_t* b23) {
+  __nv_fp8x4_e4m3 v;
+  v.__x = w;
+  const float4 f = static_cast<float4>(v);
+  const __nv_bfloat162 p01 = __floats2bfloat162_rn(f.x, f.y);
+  const __nv_bfloat162 p23 = __floats2bfloat162_rn(f.z, f.w);
+  *b01 = *reinterpret_cast<const uint32_t*>(&p01);
+  *b23 = *reinterpret_cast<const uint32_t*>(&p23);
+}
+
+__device__ __forceinline__ void MmaBf16(float* d, const uint4& a, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+#else
+  __trap();  // never launched below sm_80 (IndexerTopK checks the device)
+#endif
+}
+
+// grid: rows * chunks; block kTcThreads; dynamic smem TcSmemBytes(heads_pad). Same output as
+// IndexerScoreKernel<true> (scores row layout, optional top-byte histogram), dim == kTcDim.
+// Warp w walks 32-key steps w * 32 + 128 i of the chunk on its own (no CTA barrier in the loop).
+// kMinBlocks: registers capped for that many CTAs per SM (ptxas -v, sm_90a: {3,2} 168 registers,
+// 20-byte spill; {4,8} 128, 12 bytes; {3,8} 168, none; {1,2} would take 252).
+// kKGroup: k-steps (x 3 split terms) per tensor-core accumulation chain; the chains' sums are
+// added in fp32 with round-to-nearest (the tensor cores' own fp32 accumulation may truncate, so
+// shorter chains bound the error tighter). kTcKsteps = one chain.
+template <int kMinBlocks, int kKGroup>
+__global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(ScoreParams p) {
+  extern __shared__ __align__(16) uint4 qf[];  // [kTcSplits][mtiles][kTcKsteps][32]
+  __shared__ uint32_t hist_s[256];
+  const int mtiles = p.heads_pad / 16;
+  float* w_s = reinterpret_cast<float*>(qf + kTcSplits * mtiles * kTcKsteps * 32);
+
+  const int64_t t = blockIdx.x / p.chunks;
+  const int chunk = static_cast<int>(blockIdx.x % p.chunks);
+  const int num_keys = p.row_num_keys[t];
+  const int begin = chunk * p.chunk_len;
+  if (num_keys <= p.top_k || begin >= num_keys) return;  // uniform over the CTA
+  const int end = min(num_keys, begin + p.chunk_len);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+
+  // Query fragments. Entry (mt, ks, lane): dims d_e = c * 32 + 4 ks + e of heads mt*16 + g (.x:
+  // e 0,1; .z: e 2,3) and mt*16 + g + 8 (.y: e 0,1; .w: e 2,3): a0..a7 of m16n8k16 with the
+  // k index 2c + {0,1} -> d_{0,1}, 2c + 8 + {0,1} -> d_{2,3}.
+  for (int i = tid; i < mtiles * kTcKsteps * 32; i += kTcThreads) {
+    const int ln = i & 31, ks = (i >> 5) % kTcKsteps, mt = (i >> 5) / kTcKsteps;
+    const int fg = ln >> 2, fc = ln & 3;
+    uint16_t parts[kTcSplits][2][4];  // [split][row g / g + 8][e]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = mt * 16 + fg + 8 * r;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (h < p.heads) {
+        const float* src = p.q + t * p.q_rs + h * p.q_hs + fc * (kTcDim / 4) + 4 * ks;
+        x = p.q_vec ? *reinterpret_cast<const float4*>(src)
+                    : make_float4(src[0], src[1], src[2], src[3]);
+      }
+      const float v[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) SplitBf16x3(v[e], &parts[0][r][e], &parts[1][r][e], &parts[2][r][e]);
+    }
+#pragma unroll
+    for (int s = 0; s < kTcSplits; ++s) {
+      qf[(s * mtiles + mt) * kTcKsteps * 32 + ks * 32 + ln] =
+          make_uint4(PackBf16x2(parts[s][0][0], parts[s][0][1]),
+                     PackBf16x2(parts[s][1][0], parts[s][1][1]),
+                     PackBf16x2(parts[s][0][2], parts[s][0][3]),
+                     PackBf16x2(parts[s][1][2], parts[s][1][3]));
+    }
+  }
+  for (int h = tid; h < p.heads_pad; h += kTcThreads) {
+    w_s[h] = h < p.heads ? p.w[t * p.w_ld + h] * p.weight_scale : 0.f;
+  }
+  const bool with_hist = p.hist != nullptr;  // uniform
+  if (with_hist) {
+    for (int i = tid; i < 256; i += kTcThreads) hist_s[i] = 0;
+  }
+  __syncthreads();
+  const int32_t* slots = p.slots + p.row_offset[t];
+
+  for (int key0 = begin + warp * kTcWarpKeys; key0 < end; key0 += kTcTileKeys) {
+    // Lane l: key key0 + l's value offset and scale (32-bit division once per key).
+    const int my_slot = key0 + lane < end ? slots[key0 + lane] : -1;
+    int64_t my_voff = -1;
+    float my_scale = 0.f;
+    if (my_slot >= 0) {
+      const int blk = my_slot / p.block_size, off = my_slot - blk * p.block_size;
+      const int64_t base = int64_t{blk} * p.block_size * (kTcDim + 4);
+      my_voff = base + int64_t{off} * kTcDim;
+      my_scale = *reinterpret_cast<const float*>(p.keys8 + base +
+                                                 int64_t{p.block_size} * kTcDim + 4 * off);
+    }
+    // B: lane (g, c) of n-tile j holds key 8j + g's bytes [32c, 32c + 32): word ks = k-step ks.
+    uint32_t raw[kTcNtiles][kTcKsteps];
+#pragma unroll
+    for (int j = 0; j < kTcNtiles; ++j) {
+      const int64_t voff = __shfl_sync(0xffffffffu, my_voff, 8 * j + g);
+      uint4 lo4 = make_uint4(0u, 0u, 0u, 0u), hi4 = lo4;
+      if (voff >= 0) {
+        const uint4* src = reinterpret_cast<const uint4*>(p.keys8 + voff + c * (kTcDim / 4));
+        lo4 = src[0];
+        hi4 = src[1];
+      }
+      raw[j][0] = lo4.x, raw[j][1] = lo4.y, raw[j][2] = lo4.z, raw[j][3] = lo4.w;
+      raw[j][4] = hi4.x, raw[j][5] = hi4.y, raw[j][6] = hi4.z, raw[j][7] = hi4.w;
+    }
+    // Epilogue scales: this lane's accumulator columns are keys 8j + 2c and 8j + 2c + 1.
+    float sc[kTcNtiles][2];
+#pragma unroll
+    for (int j = 0; j < kTcNtiles; ++j) {
+      sc[j][0] = __shfl_sync(0xffffffffu, my_scale, 8 * j + 2 * c) * p.score_scale;
+      sc[j][1] = __shfl_sync(0xffffffffu, my_scale, 8 * j + 2 * c + 1) * p.score_scale;
+    }
+    float score[kTcNtiles][2];
+#pragma unroll
+    for (int j = 0; j < kTcNtiles; ++j) score[j][0] = score[j][1] = 0.f;
+    for (int mt0 = 0; mt0 < mtiles; mt0 += 2) {  // 32 heads per pass (heads_pad % 32 == 0)
+      // acc: the tensor cores' running sum over a group of kKGroup k-steps; tot: the groups'
+      // sums added in fp32 (round to nearest) when kKGroup < kTcKsteps.
+      float acc[2][kTcNtiles][4], tot[2][kTcNtiles][4];
+#pragma unroll
+      for (int ks = 0; ks < kTcKsteps; ++ks) {
+        if (ks % kKGroup == 0) {
+#pragma unroll
+          for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int j = 0; j < kTcNtiles; ++j)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[m][j][r] = 0.f;
+        }
+        uint32_t b[kTcNtiles][2];
+#pragma unroll
+        for (int j = 0; j < kTcNtiles; ++j) Fp8x4ToBf16x2(raw[j][ks], &b[j][0], &b[j][1]);
+#pragma unroll
+        for (int s = kTcSplits - 1; s >= 0; --s) {  // lo, mid, hi
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const uint4 a = qf[(s * mtiles + mt0 + m) * kTcKsteps * 32 + ks * 32 + lane];
+#pragma unroll
+            for (int j = 0; j < kTcNtiles; ++j) MmaBf16(acc[m][j], a, b[j][0], b[j][1]);
+          }
+        }
+        if (ks % kKGroup == kKGroup - 1) {
+#pragma unroll
+          for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int j = 0; j < kTcNtiles; ++j)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                tot[m][j][r] = ks == kKGroup - 1 ? acc[m][j][r] : tot[m][j][r] + acc[m][j][r];
+              }
+        }
+      }
+      // acc[m][j]: {0,1} head mt*16 + g, keys 2c, 2c + 1; {2,3} head mt*16 + g + 8. relu,
+      // weight, then the sum over this pass's 32 heads in a fixed order.
+      float wr[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        wr[m][0] = w_s[(mt0 + m) * 16 + g];
+        wr[m][1] = w_s[(mt0 + m) * 16 + g + 8];
+      }
+#pragma unroll
+      for (int j = 0; j < kTcNtiles; ++j) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          float v = 0.f;
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              v += fmaxf(tot[m][j][2 * r + k] * sc[j][k], 0.f) * wr[m][r];
+            }
+          }
+#pragma unroll
+          for (int o = 4; o < 32; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+          score[j][k] += v;
+        }
+      }
+    }
+    // Lane (g < 4, c) writes keys 8g + 2c, 8g + 2c + 1 (lanes 0..15: 32 consecutive scores).
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < kTcNtiles; ++j) {
+      s0 = g == j ? score[j][0] : s0;
+      s1 = g == j ? score[j][1] : s1;
+    }
+    const int k0 = key0 + 8 * g + 2 * c;
+    uint32_t d0 = 256, d1 = 256;  // no bin
+    if (g < kTcNtiles && k0 < end) {
+      float* dst = p.scores + t * p.ld + k0;
+      if (k0 + 1 < end) {
+        *reinterpret_cast<float2*>(dst) = make_float2(s0, s1);
+        d1 = OrderedKey(s1) >> 24;
+      } else {
+        dst[0] = s0;
+      }
+      d0 = OrderedKey(s0) >> 24;
+    }
+    if (with_hist) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uint32_t digit = k == 0 ? d0 : d1;
+        const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+        if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist_s[digit], __popc(peers));
+      }
+    }
+  }
+  if (!with_hist) return;  // uniform
+  __syncthreads();
+  for (int i = tid; i < 256; i += kTcThreads) {
     if (hist_s[i] != 0) atomicAdd(&p.hist[t * p.hist_stride + i], hist_s[i]);
   }
 }
@@ -694,6 +1001,52 @@ SelectPath ChooseSelect(int64_t rows, int64_t max_keys, const detail::DeviceInfo
   }
 }
 
+// Whether the tensor-core score kernel takes this call: fp8 keys, index_head_dim == kTcDim, a
+// block_size that keeps every key row 16-byte aligned (a multiple of 4: 132-byte tokens), an
+// sm_80+ device (mma.sync bf16), its query fragments within the opt-in shared memory, and the
+// score mode (g_score_mode; by shape it stays off under GLM_CUDA_INDEXER_LEGACY=1).
+bool UseTcScore(bool fp8, int dim, int block_size, int heads_pad, const detail::DeviceInfo& info) {
+  const int mode = ScoreMode();
+  if (!fp8 || dim != kTcDim || block_size % 4 != 0 || mode == 1 ||
+      (mode == 0 && PathMode() == 1)) {
+    return false;
+  }
+  if (TcSmemBytes(heads_pad) + 4 * 256 > info.smem_optin) return false;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 8;
+}
+
+template <int kMinBlocks, int kKGroup>
+absl::Status LaunchTcScoreAs(const ScoreParams& p, int64_t ctas, int64_t smem,
+                             const detail::DeviceInfo& info, cudaStream_t stream) {
+  static_assert(kTcKsteps % kKGroup == 0, "k-step groups must tile the k-steps");
+  GLM_RETURN_IF_ERROR(
+      detail::UseDynamicSmem(IndexerScoreTcKernel<kMinBlocks, kKGroup>, smem, info, kOp));
+  IndexerScoreTcKernel<kMinBlocks, kKGroup>
+      <<<static_cast<unsigned>(ctas), kTcThreads, smem, stream>>>(p);
+  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  return absl::OkStatus();
+}
+
+// kTcVariants[variant].
+absl::Status LaunchTcScore(int variant, const ScoreParams& p, int64_t ctas, int64_t smem,
+                           const detail::DeviceInfo& info, cudaStream_t stream) {
+  constexpr TcVariant v0 = kTcVariants[0], v1 = kTcVariants[1], v2 = kTcVariants[2];
+  switch (variant) {
+    case 1:
+      return LaunchTcScoreAs<v1.min_blocks, v1.k_group>(p, ctas, smem, info, stream);
+    case 2:
+      return LaunchTcScoreAs<v2.min_blocks, v2.k_group>(p, ctas, smem, info, stream);
+    default:
+      return LaunchTcScoreAs<v0.min_blocks, v0.k_group>(p, ctas, smem, info, stream);
+  }
+}
+
 int HistPasses(SelectPath path) { return path == SelectPath::kMulti ? kHistPasses : 1; }
 
 // IndexerHistKernel chunks: ~2 CTAs per SM over all rows, a multiple of kHistChunkAlign keys each.
@@ -752,6 +1105,15 @@ void SetIndexerShortThreadsForBench(int threads) {
 // Bench hook: score-kernel CTAs per SM the key chunks aim at (1..16; else back to 2).
 void SetIndexerScoreCtasPerSmForBench(int ctas) {
   g_score_ctas_per_sm.store(ctas >= 1 && ctas <= 16 ? ctas : 2);
+}
+
+// A/B hook for benches and tests (not in cuda_ops.h): the score kernel. 0 = by shape (the
+// tensor-core kernel for fp8 keys at index_head_dim 128, except under GLM_CUDA_INDEXER_LEGACY=1 or
+// path mode 1), 1 = the fp32 CUDA-core kernel always, 2 = the tensor-core kernel wherever it
+// applies, 3 / 4 = as 2 with the kernel variants kTcVariants[1] / [2]; -1 = back to the
+// environment's choice (GLM_CUDA_INDEXER_FP32_SCORE=1: mode 1, else 0).
+void SetIndexerScorePathForBench(int mode) {
+  g_score_mode.store(mode >= 0 && mode <= 4 ? mode : -1);
 }
 
 // Test hook (not in cuda_ops.h): the top-k selection alone, on given device scores [rows, ld]
@@ -859,6 +1221,26 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
       GLM_ASSIGN_OR_RETURN(void* hist, scratch.Get(1, hist_bytes));
       p.hist = static_cast<uint32_t*>(hist);
       GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, hist_bytes, stream));
+    }
+    if (UseTcScore(fp8, p.dim, p.block_size, p.heads_pad, info)) {
+      // Tensor-core path: chunks of kTcTileKeys..kTcMaxChunk keys, same CTA-count target.
+      const int64_t tc_len = std::clamp<int64_t>(
+          detail::CeilDiv(detail::CeilDiv(max_keys, want_chunks), kTcTileKeys) * kTcTileKeys,
+          kTcTileKeys, kTcMaxChunk);
+      ScoreParams tp = p;
+      tp.chunk_len = static_cast<int32_t>(tc_len);
+      tp.chunks = static_cast<int32_t>(detail::CeilDiv(max_keys, tc_len));
+      const int64_t tc_smem = TcSmemBytes(tp.heads_pad);
+      const int64_t tc_ctas = rows * tp.chunks;
+      if (tc_ctas > 0x7fffffff) {
+        return absl::InvalidArgumentError(absl::StrCat("cuda IndexerTopK: ", tc_ctas,
+                                                       " score CTAs exceed the grid limit"));
+      }
+      const int mode = ScoreMode();
+      const int variant = mode >= 3 ? mode - 2 : 0;
+      GLM_RETURN_IF_ERROR(LaunchTcScore(variant, tp, tc_ctas, tc_smem, info, stream));
+      return LaunchSelect(path, p.scores, p.ld, p.hist, rows, a.table.row_num_keys, max_keys,
+                          a.top_k, a.out, info, stream);
     }
     const int64_t smem = ScoreSmemBytes(p.heads_pad, p.dim_pad);
     GLM_RETURN_IF_ERROR(fp8 ? detail::UseDynamicSmem(IndexerScoreKernel<true>, smem, info, kOp)
