@@ -5,12 +5,13 @@
 // fp8: gemm_fp8_block's kAuto path (activation quantization + cuBLASLt block-scaled GEMM, or
 // our split-K kernel + its reduction where cuBLASLt does not apply), fed bf16 x (the fp32->bf16
 // conversion launch of the old Linear path is not included); bf16: cuBLASLt bf16 GEMM. The
-// "speedup" column is baseline time / gemv time. old_us / clu_us: the same shape with the
-// previous kernel's global split-K reduction / the cluster reduction forced (A/B in one run).
+// "speedup" column is baseline time / gemv time. prev_us: the same plan with the previous
+// kernel's latency behaviour (GemvNarrowTuning::Previous()); st4_us / st8_us / nopf_us: one
+// latency knob changed (A/B in one run).
 // Timing: `calls` back-to-back calls rotating over weight copies that together exceed 256 MiB
 // (weights come from HBM, not the L2), captured in one CUDA graph and replayed; time = median
 // replay / calls (bench_util.h).
-// Usage: gemv_bench [--quick]
+// Usage: gemv_bench [--quick] [--fp8-only] [--all-m]   (M = 1, 8, 16; --all-m: 1, 2, 4, 8, 16)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -75,16 +76,27 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
     const int calls = std::max(sets, 16);
     auto plan = GemvNarrowPlan::Create({m, p.n, p.k, type});
     CheckOk(plan.status(), "gemv plan");
-    // A/B in the same process: the previous kernel (global split-K reduction) and the cluster
-    // reduction forced (splits capped to the cluster size).
-    auto plan_old = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kGlobal);
-    CheckOk(plan_old.status(), "gemv plan (global reduction)");
-    auto plan_clu = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kCluster);
-    CheckOk(plan_clu.status(), "gemv plan (cluster reduction)");
-    auto plan_one = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kCluster, 1);
-    CheckOk(plan_one.status(), "gemv plan (cluster reduction, one CTA per SM)");
-    void* work = Alloc(std::max({plan->workspace_bytes(), plan_old->workspace_bytes(),
-                                 plan_clu->workspace_bytes(), plan_one->workspace_bytes()}));
+    // A/B in the same process: the previous kernel (GemvNarrowTuning::Previous(): one staging
+    // item per warp at a time, no L2 prefetch, serial reduction loads; same splits), and the
+    // latency knobs one at a time: 4 / 8 staging items (prefetch auto), prefetch off.
+    auto plan_prev = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kAuto, 0,
+                                            GemvNarrowTuning::Previous());
+    CheckOk(plan_prev.status(), "gemv plan (previous kernel)");
+    auto plan_s4 = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kAuto, 0,
+                                          {4, -1, 1});
+    CheckOk(plan_s4.status(), "gemv plan (stage 4)");
+    auto plan_s8 = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kAuto, 0,
+                                          {8, -1, 1});
+    CheckOk(plan_s8.status(), "gemv plan (stage 8)");
+    auto plan_nopf = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kAuto, 0,
+                                            {0, 0, 1});
+    CheckOk(plan_nopf.status(), "gemv plan (no prefetch)");
+    // K split to fill one CTA per SM (half the CTAs, twice the K range each).
+    auto plan_one = GemvNarrowPlan::Create({m, p.n, p.k, type}, GemvSplitReduce::kAuto, 1);
+    CheckOk(plan_one.status(), "gemv plan (one CTA per SM)");
+    void* work = Alloc(std::max({plan->workspace_bytes(), plan_prev->workspace_bytes(),
+                                 plan_s4->workspace_bytes(), plan_s8->workspace_bytes(),
+                                 plan_nopf->workspace_bytes(), plan_one->workspace_bytes()}));
     auto time_gemv = [&](const GemvNarrowPlan& pl, bool overlap) {
       return TimeEnqueues(
             [&](int i) {
@@ -104,8 +116,10 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
             .us_per_call;
     };
     const double us = time_gemv(*plan, true);
-    const double us_old = time_gemv(*plan_old, true);
-    const double us_clu = plan_clu->tiling().cluster > 1 ? time_gemv(*plan_clu, true) : 0.0;
+    const double us_prev = time_gemv(*plan_prev, true);
+    const double us_s4 = time_gemv(*plan_s4, true);
+    const double us_s8 = time_gemv(*plan_s8, true);
+    const double us_nopf = time_gemv(*plan_nopf, true);
     const double us_one = time_gemv(*plan_one, true);
     cudaFree(work);
     // Baseline on the same shape.
@@ -148,14 +162,13 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
     }
     const double gbs = bytes / (us * 1e-6) / 1e9;
     const double base_gbs = bytes / (base_us * 1e-6) / 1e9;
-    std::printf("%-13s %-4s %3lld %6lld %6lld %9.2f %7.0f %6.3f %8.2f %8.2f %8.2f   %-9s %9.2f "
-                "%7.0f %6.3f %6.2fx  %s | clu: splits=%d%s | one: splits=%d%s\n",
+    std::printf("%-13s %-4s %3lld %6lld %6lld %8.2f %6.0f %6.3f %8.2f %6.3f %6.2fx %7.2f %7.2f "
+                "%7.2f %7.2f   %-9s %8.2f %6.3f %6.2fx  %s | one: %s\n",
                 p.name, fp8 ? "fp8" : "bf16", static_cast<long long>(m),
                 static_cast<long long>(p.n), static_cast<long long>(p.k), us, gbs, gbs / d2d_gbs,
-                us_old, us_clu, us_one, base_name.c_str(), base_us, base_gbs, base_gbs / d2d_gbs,
-                base_us / us, plan->tiling().DebugString().c_str(), plan_clu->tiling().splits,
-                plan_clu->tiling().cluster > 1 ? " cluster" : " (no cluster)",
-                plan_one->tiling().splits, plan_one->tiling().cluster > 1 ? " cluster" : "");
+                us_prev, bytes / (us_prev * 1e-6) / 1e9 / d2d_gbs, us_prev / us, us_s4, us_s8,
+                us_nopf, us_one, base_name.c_str(), base_us, base_gbs / d2d_gbs, base_us / us,
+                plan->tiling().DebugString().c_str(), plan_one->tiling().DebugString().c_str());
   }
   for (void* q : ws) cudaFree(q);
   for (float* q : scales) cudaFree(q);
@@ -165,7 +178,20 @@ void BenchProjection(const BlasLtHandle& lt, const Proj& p, const std::vector<in
 }
 
 int Main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, fp8_only = false, all_m = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--fp8-only") == 0) {
+      fp8_only = true;
+    } else if (std::strcmp(argv[i], "--all-m") == 0) {
+      all_m = true;
+    } else {
+      std::fprintf(stderr, "gemv_bench: unknown flag '%s' (flags: --quick, --fp8-only, --all-m)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
   cudaStream_t stream = PrintDeviceAndCreateStream();
   auto lt = BlasLtHandle::Create();
   CheckOk(lt.status(), "cublasLtCreate");
@@ -174,29 +200,36 @@ int Main(int argc, char** argv) {
   constexpr int64_t kCounters = 1 << 16;
   int32_t* counters = static_cast<int32_t*>(Alloc(kCounters * 4));
   BENCH_CHECK(cudaMemset(counters, 0, kCounters * 4));
-  std::printf("\n%-13s %-4s %3s %6s %6s %9s %7s %6s %8s %8s %8s   %-9s %9s %7s %6s %7s  %s\n",
-              "projection", "w", "M", "N", "K", "gemv_us", "GB/s", "of_d2d", "old_us", "clu_us",
-              "one_us", "baseline", "base_us", "GB/s", "of_d2d", "speedup", "gemv tiling");
+  std::printf("\n%-13s %-4s %3s %6s %6s %8s %6s %6s %8s %6s %7s %7s %7s %7s %7s   %-9s %8s %6s "
+              "%7s  %s\n",
+              "projection", "w", "M", "N", "K", "gemv_us", "GB/s", "of_d2d", "prev_us", "of_d2d",
+              "vs_prev", "st4_us", "st8_us", "nopf_us", "one_us", "baseline", "base_us", "of_d2d",
+              "speedup", "gemv tiling");
   // GLM-5 projections [out, in] (../shared/specs/glm5-architecture.md): q_a and the shared
   // expert's gate/up share 2048 x 6144.
   std::vector<Proj> projs = {{"q_a|sh_gate", 2048, 6144}, {"q_b", 16384, 2048},
                              {"kv_a", 576, 6144},         {"o_proj", 6144, 16384},
-                             {"sh_down", 6144, 2048},     {"lm_head", 154880, 6144}};
-  std::vector<int64_t> ms = {1, 2, 4, 8, 16};
+                             {"sh_down", 6144, 2048},     {"idx_wq_b", 4096, 2048},
+                             {"idx_wk", 128, 6144},       {"idx_wproj", 32, 6144},
+                             {"lm_head", 154880, 6144}};
+  std::vector<int64_t> ms = {1, 8, 16};
+  if (all_m) ms = {1, 2, 4, 8, 16};
   if (quick) {
     projs = {{"q_a|sh_gate", 2048, 6144}, {"o_proj", 6144, 16384}};
     ms = {1, 8};
   }
   for (const Proj& p : projs) BenchProjection(**lt, p, ms, true, d2d, counters, kCounters, stream);
-  for (const Proj& p : projs) {
-    BenchProjection(**lt, p, {1, 8, 16}, false, d2d, counters, kCounters, stream);
+  if (!fp8_only) {
+    for (const Proj& p : projs) {
+      BenchProjection(**lt, p, {1, 8, 16}, false, d2d, counters, kCounters, stream);
+    }
   }
   std::printf("\ngemv_us: the default plan (kAuto), launched with overlap_previous (programmatic "
               "dependent launch: a call's weight prefetch overlaps the previous call's tail); "
-              "old_us: the previous kernel's global split-K reduction (kGlobal); clu_us: the "
-              "cluster reduction forced (kCluster, splits capped to the cluster; 0: no cluster); "
-              "one_us: kCluster with K split to fill one CTA per SM (room for the next "
-              "kernel's programmatic launch). "
+              "prev_us: the previous kernel (GemvNarrowTuning::Previous(), same splits and "
+              "reduction; vs_prev = prev_us / gemv_us); st4_us / st8_us: 4 / 8 staging items per "
+              "warp, L2 prefetch auto; nopf_us: staging auto, no L2 prefetch; one_us: K split to "
+              "fill one CTA per SM (kAuto reduction, default knobs). "
               "GB/s = (weight + fp8 scale bytes) / gemv_us; of_d2d = GB/s / D2D copy GB/s; "
               "speedup = baseline time / gemv_us.\n");
   cudaFree(counters);

@@ -4,6 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
@@ -36,14 +40,59 @@ size_t SmemBytes(int64_t m, int groups, bool fp8) {
   return (b + 15) / 16 * 16;
 }
 
+using KernelFn = void (*)(detail::GemvParams);
+
 template <int kNT, bool kFp8>
-const void* KernelFor() {
-  return reinterpret_cast<const void*>(&detail::GemvNarrowKernel<kNT, kFp8>);
+KernelFn KernelForStage(int stage) {
+  if (stage >= 8) return &detail::GemvNarrowKernel<kNT, kFp8, 8>;
+  if (stage >= 4) return &detail::GemvNarrowKernel<kNT, kFp8, 4>;
+  return &detail::GemvNarrowKernel<kNT, kFp8, 1>;
 }
 
-const void* Kernel(int64_t m, bool fp8) {
-  if (m > 8) return fp8 ? KernelFor<2, true>() : KernelFor<2, false>();
-  return fp8 ? KernelFor<1, true>() : KernelFor<1, false>();
+KernelFn Kernel(int64_t m, bool fp8, int stage) {
+  if (m > 8) return fp8 ? KernelForStage<2, true>(stage) : KernelForStage<2, false>(stage);
+  return fp8 ? KernelForStage<1, true>(stage) : KernelForStage<1, false>(stage);
+}
+
+// Fills the tiling's latency knobs (GemvNarrowTuning) once the split partition is fixed.
+void ResolveTuning(const GemvNarrowShape& s, const DeviceLimits& limits,
+                   const GemvNarrowOptions& options, GemvNarrowTiling& t) {
+  const bool fp8 = s.weight == GemvWeight::kF8E4M3Block128;
+  const int64_t m = std::max<int64_t>(s.m, 1);
+  const GemvNarrowTuning& u = options.tuning;
+  // Auto rule, from gemv_bench on an H200 (GLM-5 fp8 shapes, M = 1 / 8 / 16, every knob A/B in
+  // one process): the knobs pay only where staging x is long (items per warp = m x groups per
+  // split / 8 warps >= 24: o_proj M = 8 54.0 -> 51.9 µs with 8 items and no prefetch; o_proj
+  // M = 16 85.4 -> 82.3 and lm_head M = 8 / 16 594 -> 465 / 761 -> 687 µs with 8 items and the
+  // L2 prefetch, which costs 2-10 % below 32 items: q_b M = 1 12.7 -> 14.1) or is paid by every
+  // wave of a multi-wave grid (lm_head M = 1, 6 items, 1210 row blocks: 297 -> 260 µs with 8
+  // items). Elsewhere the previous behaviour measured equal or faster (q_a M = 16, global
+  // reduction: 14.9 µs vs 16.2-16.5 with 4 or 8 items and the batched reduction loads).
+  const int64_t per_warp = CeilDiv(m * t.groups_per_split, detail::kGemvWarps);
+  const int64_t per_sm = limits.max_blocks_per_sm_cap > 0 ? limits.max_blocks_per_sm_cap : 2;
+  const int64_t slots = per_sm * std::max(limits.num_sms, 1);
+  const bool multi_wave = t.row_blocks * t.splits > slots;
+  const bool heavy = per_warp >= 24 || (multi_wave && per_warp >= 2);
+  if (u.stage_batch > 0) {
+    t.stage_batch = u.stage_batch >= 8 ? 8 : u.stage_batch >= 4 ? 4 : 1;
+  } else {
+    t.stage_batch = heavy ? 8 : 1;
+  }
+  // L2 prefetch: the steps past the register ring, as many as fit half the L2 with every
+  // resident CTA's warps prefetching (16 rows x 128 bytes per warp and step).
+  const int64_t steps = CeilDiv(std::min<int64_t>(s.k, int64_t{t.groups_per_split} * 128),
+                                fp8 ? 128 : 64);
+  const int64_t ahead = steps - (m > 8 ? detail::kGemvDepth<2> : detail::kGemvDepth<1>);
+  if (u.prefetch_steps >= 0) {
+    t.prefetch_steps = static_cast<int>(std::clamp<int64_t>(u.prefetch_steps, 0, 1 << 20));
+  } else if (ahead <= 0 || options.l2_bytes <= 0 || per_warp < 32) {
+    t.prefetch_steps = 0;
+  } else {
+    const int64_t resident = std::min<int64_t>(t.row_blocks * t.splits, slots);
+    const int64_t step_bytes = resident * detail::kGemvWarps * 16 * 128;
+    t.prefetch_steps = static_cast<int>(std::min(ahead, options.l2_bytes / 2 / step_bytes));
+  }
+  t.batched_reduce = u.batched_reduce >= 0 ? u.batched_reduce > 0 : heavy;
 }
 
 }  // namespace
@@ -56,16 +105,18 @@ std::string GemvNarrowShape::DebugString() const {
 std::string GemvNarrowTiling::DebugString() const {
   return absl::StrCat("row_blocks=", row_blocks, " splits=", splits,
                       " groups/split=", groups_per_split, " smem=", smem_bytes,
-                      " partial=", partial_bytes, cluster > 1 ? " cluster" : "");
+                      " partial=", partial_bytes, cluster > 1 ? " cluster" : "", " stage=",
+                      stage_batch, " pf=", prefetch_steps, batched_reduce ? "" : " serial-reduce");
 }
 
 std::string GemvNarrowPlan::DebugString() const {
   return absl::StrCat(shape_.DebugString(), " ", tiling_.DebugString());
 }
 
-absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& s,
-                                                const DeviceLimits& limits,
-                                                const GemvNarrowOptions& options) {
+namespace {
+
+absl::StatusOr<GemvNarrowTiling> PlanSplits(const GemvNarrowShape& s, const DeviceLimits& limits,
+                                            const GemvNarrowOptions& options) {
   const bool fp8 = s.weight == GemvWeight::kF8E4M3Block128;
   if (s.m < 0 || s.m > kGemvNarrowMaxM || s.n <= 0 || s.k <= 0 || s.n > INT32_MAX ||
       s.k > INT32_MAX || (fp8 && s.k % 16 != 0)) {
@@ -143,8 +194,19 @@ absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& s,
   return t;
 }
 
+}  // namespace
+
+absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& s,
+                                                const DeviceLimits& limits,
+                                                const GemvNarrowOptions& options) {
+  GLM_ASSIGN_OR_RETURN(GemvNarrowTiling t, PlanSplits(s, limits, options));
+  ResolveTuning(s, limits, options, t);
+  return t;
+}
+
 absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& shape,
-                                                     GemvSplitReduce reduce, int ctas_per_sm) {
+                                                     GemvSplitReduce reduce, int ctas_per_sm,
+                                                     const GemvNarrowTuning& tuning) {
   const bool fp8 = shape.weight == GemvWeight::kF8E4M3Block128;
   int device = 0, major = 0, minor = 0;
   GLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -158,38 +220,60 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
         " or newer; this device is ", major, ".", minor));
   }
   GLM_ASSIGN_OR_RETURN(DeviceLimits limits, QueryDeviceLimits());
-  const void* kernel = Kernel(std::max<int64_t>(shape.m, 1), fp8);
-  int per_sm = 0;
-  GLM_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, kernel, detail::kGemvThreads, 0));
+  const int64_t m1 = std::max<int64_t>(shape.m, 1);
+  // The occupancy of the staging variants differs only by registers; plan with the smallest
+  // (every variant of a kNT/dtype must then be resident at that count: checked below).
+  int per_sm = INT32_MAX;
+  for (int stage : {1, 4, 8}) {
+    int v = 0;
+    GLM_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &v, reinterpret_cast<const void*>(Kernel(m1, fp8, stage)), detail::kGemvThreads, 0));
+    per_sm = std::min(per_sm, v);
+  }
   limits.max_blocks_per_sm_cap = std::max(per_sm, 1);
-  // Every plan on this device stays within SmemBudget, so one attribute value serves them all.
-  GLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(SmemBudget(limits))));
-  // Programmatic dependent launch and clusters need the kernel's sm_90+ code path (compiled
-  // under __CUDA_ARCH__ >= 900): a binary built for an older virtual architecture and run (JIT)
-  // on a Hopper/Blackwell GPU has neither the grid-dependency wait nor the cluster reduction.
-  cudaFuncAttributes fa{};
-  GLM_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&fa, kernel));
-  const bool sm90_code = major >= 9 && fa.ptxVersion >= 90;
+  int cluster_launch = 0;
+  const bool clusters =
+      major >= 9 && reduce != GemvSplitReduce::kGlobal &&
+      cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
+      cluster_launch != 0;
+  bool sm90_code = major >= 9;
+  for (int stage : {1, 4, 8}) {
+    const void* kernel = reinterpret_cast<const void*>(Kernel(m1, fp8, stage));
+    // Every plan on this device stays within SmemBudget, so one attribute value serves them all.
+    GLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(SmemBudget(limits))));
+    // Programmatic dependent launch and clusters need the kernel's sm_90+ code path (compiled
+    // under __CUDA_ARCH__ >= 900): a binary built for an older virtual architecture and run
+    // (JIT) on a Hopper/Blackwell GPU has neither the grid-dependency wait nor the cluster
+    // reduction.
+    cudaFuncAttributes fa{};
+    GLM_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&fa, kernel));
+    sm90_code = sm90_code && fa.ptxVersion >= 90;
+    // Non-portable cluster sizes (16 on H100/H200) where the device allows them.
+    if (clusters && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                         1) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  }
   GemvNarrowPlan plan;
   plan.shape_ = shape;
   plan.pdl_ = sm90_code;
   GemvNarrowOptions opt;
   opt.reduce = reduce;
   opt.ctas_per_sm = std::max(ctas_per_sm, 0);
-  int cluster_launch = 0;
-  if (sm90_code && reduce != GemvSplitReduce::kGlobal &&
-      cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device) == cudaSuccess &&
-      cluster_launch != 0) {
-    // Non-portable cluster sizes (16 on H100/H200) where the device allows them.
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-    opt.max_cluster = detail::kGemvMaxCluster;
+  opt.tuning = tuning;
+  if (const char* env = std::getenv("GLM_GEMV_TUNING");
+      env != nullptr && std::string_view(env) == "previous") {
+    opt.tuning = GemvNarrowTuning::Previous();
   }
+  int l2 = 0;
+  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    l2 = 0;
+  }
+  opt.l2_bytes = l2;
+  if (clusters && sm90_code) opt.max_cluster = detail::kGemvMaxCluster;
   GLM_ASSIGN_OR_RETURN(plan.tiling_, PlanGemvNarrow(shape, limits, opt));
   // The device's answer for this plan's cluster: the size must launch at all, and under kAuto
   // every row block's cluster must be resident at once (else the global reduction's grid).
@@ -207,6 +291,7 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int resident = 0;
+    const void* kernel = reinterpret_cast<const void*>(Kernel(m1, fp8, t.stage_batch));
     if (cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();
       resident = 0;
@@ -274,6 +359,9 @@ absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_
   p.accumulate = a.accumulate ? 1 : 0;
   p.cluster = std::max(tiling_.cluster, 1);
   p.red_offset = static_cast<int>(tiling_.reduce_offset);
+  p.x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 ? 1 : 0;
+  p.prefetch_steps = tiling_.prefetch_steps;
+  p.batched_reduce = tiling_.batched_reduce ? 1 : 0;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(tiling_.row_blocks),
                      static_cast<unsigned>(tiling_.splits));
@@ -296,14 +384,8 @@ absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_
   }
   cfg.attrs = attr;
   cfg.numAttrs = num_attrs;
-  cudaError_t err;
-  if (s.m > 8) {
-    err = fp8 ? cudaLaunchKernelEx(&cfg, detail::GemvNarrowKernel<2, true>, p)
-              : cudaLaunchKernelEx(&cfg, detail::GemvNarrowKernel<2, false>, p);
-  } else {
-    err = fp8 ? cudaLaunchKernelEx(&cfg, detail::GemvNarrowKernel<1, true>, p)
-              : cudaLaunchKernelEx(&cfg, detail::GemvNarrowKernel<1, false>, p);
-  }
+  const cudaError_t err =
+      cudaLaunchKernelEx(&cfg, Kernel(s.m, fp8, tiling_.stage_batch), p);
   return CudaStatus(err, "GemvNarrowKernel launch");
 }
 

@@ -38,12 +38,17 @@
 // contribute nothing (loads skipped, bf16 tails masked: a row's padding is never multiplied).
 // NOTE: shared memory per CTA is M x (K range) x 2 bytes (+ scales); the host caps the K range so
 // that two CTAs fit an SM's shared memory (GB10: ~49 KiB, H200: ~113 KiB per CTA).
-// Cost: every CTA stages (and for fp8 quantizes) its K range of x, one (token, group) item per
-// warp at a time, before its weight stream gets past the first kGemvDepth steps; so the time
-// grows with M (gemv_bench, H200, lm_head fp8: 267 µs at M = 1, 569 µs at M = 8). NarrowLinear
-// takes this path only where it measured faster than the GEMM path (cuda_linear.cu
-// GemvPreferred). Loading 8 items per warp at once measured 5 % faster at M = 8 but 4-6 %
-// slower at M = 1 (register pressure), so the loop keeps one item per warp.
+// Cost: every CTA stages (and for fp8 quantizes) its K range of x before its weight stream gets
+// past the first kGemvDepth steps, so the time grows with M (gemv_bench, H200, lm_head fp8:
+// 267 µs at M = 1, 569 µs at M = 8 with one item per warp at a time). Latency knobs
+// (GemvNarrowTuning, none changes a value): kStage items per warp have their x loads issued
+// together (float4 loads where x rows are 16-byte aligned) before any is converted, so a warp
+// waits for ceil(items / kStage) L2 round trips instead of one per item; the weight steps past
+// the register ring are prefetched into L2 (prefetch.global.L2, a window of prefetch_steps per
+// warp, opened before the grid-dependency wait and advanced one step per consumed step), which
+// keeps HBM busy while x is staged; the global reduction's last CTA loads 16 partials at a time.
+// NarrowLinear takes this path only where it measured faster than the GEMM path (cuda_linear.cu
+// GemvPreferred).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -88,7 +93,21 @@ struct GemvParams {
   int accumulate;
   int cluster;           // > 1: cluster split-K reduction (grid.y == cluster), else 1
   int red_offset;        // cluster: byte offset of the [m][128] fp32 partials in shared memory
+  int x_vec;             // 1: x and ldx allow 16-byte loads of 4 columns (x 16-byte aligned,
+                         // ldx % 4 == 0)
+  int prefetch_steps;    // steps per warp kept prefetched into L2 ahead of the register ring
+  int batched_reduce;    // 1: the global reduction's last CTA loads 16 partials at a time
 };
+
+// Prefetches one weight row's step into L2: the `bytes` (1..128) at `p` (16-byte aligned), one
+// 128-byte line or the two it straddles; never an address outside those bytes.
+__device__ __forceinline__ void GemvPrefetchL2(const uint8_t* p, int64_t bytes) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+  const int into = static_cast<int>(reinterpret_cast<uintptr_t>(p) & 127u);
+  if (into != 0 && min(bytes, int64_t{128}) > 128 - into) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p + (128 - into)));
+  }
+}
 
 // The activation quantization rule of quant_fp8_group.cuh (QuantScale / QuantE4m3), repeated
 // here because that header defines a kernel: plain IEEE division and the satfinite e4m3
@@ -142,7 +161,10 @@ __device__ __forceinline__ uint4 GemvMaskBf16(uint4 v, int64_t col, int64_t k) {
 
 // grid (ceil(n / 128), splits), block kGemvThreads, dynamic shared memory: the staged x
 // [m][x_stride bytes] then (fp8) the x scales [m][groups_per_split] fp32.
-template <int kNT, bool kFp8>
+// kStage: (token, group) staging items per warp whose x loads are issued together before any of
+// them is converted (1: the previous kernel's one at a time); the order of the items does not
+// change any value.
+template <int kNT, bool kFp8, int kStage>
 __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_last;
@@ -186,6 +208,19 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
       if (d < nsteps) load_step(ring[d], d);
     }
   }
+  // L2 prefetch window: steps [depth, depth + prefetch_steps) of the warp's 16 rows now (lane l
+  // < 16: row r0 + l), then one step per consumed step in the loop below. Weights are immutable,
+  // so this may run before the grid-dependency wait. Prefetches change no value.
+  const int pf = p.prefetch_steps;
+  const bool pf_lane = warp_active && pf > 0 && lane < 16 && r0 + lane < p.n;
+  const uint8_t* pf_row = p.w + (pf_lane ? r0 + lane : 0) * p.ldw_bytes + k0 * kEB;
+  const int64_t pf_bytes = (k1 - k0) * kEB;  // the row's bytes in this K range
+  if (pf_lane) {
+    const int s_end = min(nsteps, kGemvDepth<kNT> + pf);
+    for (int s = kGemvDepth<kNT>; s < s_end; ++s) {
+      GemvPrefetchL2(pf_row + s * 128, pf_bytes - s * 128);
+    }
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Programmatic dependent launch (a no-op unless launched with it): the next kernel may start
   // its own weight prefetch now; this one waits for the previous kernel (its x, y, workspace
@@ -198,37 +233,68 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
   unsigned char* xs = smem;
   float* sxs = reinterpret_cast<float*>(smem + static_cast<size_t>(p.m) * p.x_stride);
   const int ng = ge - gb;
-  for (int item = warp; item < p.m * ng; item += kGemvWarps) {
-    const int mm = item / ng, gl = item - mm * ng;
-    const int64_t c = k0 + gl * 128 + lane * 4;
-    float v[4];
+  const int items = p.m * ng;
+  for (int base = warp; base < items; base += kGemvWarps * kStage) {
+    // Loads of up to kStage items first (warp-uniform bounds), then their conversion.
+    float v[kStage][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[i] = c + i < p.k ? __bfloat162float(__float2bfloat16_rn(p.x[mm * p.ldx + c + i])) : 0.0f;
-    }
-    uint32_t packed[2];
-    if constexpr (kFp8) {
-      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    for (int u = 0; u < kStage; ++u) {
+      const int item = base + u * kGemvWarps;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      for (int i = 0; i < 4; ++i) v[u][i] = 0.0f;
+      if (item < items) {
+        const int mm = item / ng, gl = item - mm * ng;
+        const int64_t c = k0 + gl * 128 + lane * 4;
+        const float* src = p.x + mm * p.ldx + c;
+        if (p.x_vec && c + 4 <= p.k) {
+          const float4 f = *reinterpret_cast<const float4*>(src);
+          v[u][0] = f.x;
+          v[u][1] = f.y;
+          v[u][2] = f.z;
+          v[u][3] = f.w;
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if (c + i < p.k) v[u][i] = src[i];
+          }
+        }
       }
-      const float scale = GemvQuantScale(amax);
-      if (lane == 0) sxs[mm * p.groups_per_split + gl] = scale;
-      const uint32_t q01 = static_cast<uint32_t>(GemvQuantE4m3(v[0], scale)) |
-                           static_cast<uint32_t>(GemvQuantE4m3(v[1], scale)) << 8;
-      const uint32_t q23 = static_cast<uint32_t>(GemvQuantE4m3(v[2], scale)) |
-                           static_cast<uint32_t>(GemvQuantE4m3(v[3], scale)) << 8;
-      packed[0] = GemvE4m3x2ToHalf2(q01);
-      packed[1] = GemvE4m3x2ToHalf2(q23);
-    } else {
-      const __nv_bfloat162 b01 = __floats2bfloat162_rn(v[0], v[1]);
-      const __nv_bfloat162 b23 = __floats2bfloat162_rn(v[2], v[3]);
-      memcpy(&packed[0], &b01, 4);
-      memcpy(&packed[1], &b23, 4);
     }
-    *reinterpret_cast<uint2*>(xs + static_cast<size_t>(mm) * p.x_stride + (gl * 128 + lane * 4) * 2) =
-        make_uint2(packed[0], packed[1]);
+#pragma unroll
+    for (int u = 0; u < kStage; ++u) {
+      const int item = base + u * kGemvWarps;
+      if (item >= items) break;
+      const int mm = item / ng, gl = item - mm * ng;
+      const int64_t c = k0 + gl * 128 + lane * 4;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        v[u][i] = c + i < p.k ? __bfloat162float(__float2bfloat16_rn(v[u][i])) : 0.0f;
+      }
+      uint32_t packed[2];
+      if constexpr (kFp8) {
+        float amax = fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])),
+                           fmaxf(fabsf(v[u][2]), fabsf(v[u][3])));
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        }
+        const float scale = GemvQuantScale(amax);
+        if (lane == 0) sxs[mm * p.groups_per_split + gl] = scale;
+        const uint32_t q01 = static_cast<uint32_t>(GemvQuantE4m3(v[u][0], scale)) |
+                             static_cast<uint32_t>(GemvQuantE4m3(v[u][1], scale)) << 8;
+        const uint32_t q23 = static_cast<uint32_t>(GemvQuantE4m3(v[u][2], scale)) |
+                             static_cast<uint32_t>(GemvQuantE4m3(v[u][3], scale)) << 8;
+        packed[0] = GemvE4m3x2ToHalf2(q01);
+        packed[1] = GemvE4m3x2ToHalf2(q23);
+      } else {
+        const __nv_bfloat162 b01 = __floats2bfloat162_rn(v[u][0], v[u][1]);
+        const __nv_bfloat162 b23 = __floats2bfloat162_rn(v[u][2], v[u][3]);
+        memcpy(&packed[0], &b01, 4);
+        memcpy(&packed[1], &b23, 4);
+      }
+      *reinterpret_cast<uint2*>(xs + static_cast<size_t>(mm) * p.x_stride +
+                                (gl * 128 + lane * 4) * 2) = make_uint2(packed[0], packed[1]);
+    }
   }
   __syncthreads();
 
@@ -317,6 +383,10 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
           }
         }
         if (s + kGemvDepth<kNT> < nsteps) load_step(ring[d], s + kGemvDepth<kNT>);
+        if (pf_lane && s + kGemvDepth<kNT> + pf < nsteps) {
+          const int sp = s + kGemvDepth<kNT> + pf;
+          GemvPrefetchL2(pf_row + sp * 128, pf_bytes - sp * 128);
+        }
       }
     }
   }
@@ -384,9 +454,25 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
     const int tok = i / kGemvRows, r = i - tok * kGemvRows;
     if (r >= rows) continue;
     const int64_t row = n0 + r;
+    const float* part = p.partial + static_cast<int64_t>(tok) * p.n + row;
+    const int64_t zstride = static_cast<int64_t>(p.m) * p.n;
+    const int nz = static_cast<int>(gridDim.y);
     float sum = 0.0f;
-    for (unsigned z = 0; z < gridDim.y; ++z) {
-      sum += __ldcg(p.partial + (static_cast<int64_t>(z) * p.m + tok) * p.n + row);
+    if (p.batched_reduce) {
+      // All loads of a batch of 16 splits in flight before the adds; the same order of adds.
+      for (int z0 = 0; z0 < nz; z0 += 16) {
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          if (z0 + j < nz) v[j] = __ldcg(part + (z0 + j) * zstride);
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          if (z0 + j < nz) sum += v[j];
+        }
+      }
+    } else {
+      for (int z = 0; z < nz; ++z) sum += __ldcg(part + z * zstride);
     }
     float* yp = p.y + tok * p.ldy + row;
     *yp = p.accumulate ? *yp + sum : sum;

@@ -45,12 +45,33 @@ enum class GemvWeight { kBF16, kF8E4M3Block128 };
 // shared memory with the splits capped to the cluster size, plans kGlobal.
 enum class GemvSplitReduce { kAuto, kGlobal, kCluster };
 
+// Latency knobs that change no value (every setting gives the same bits for the same split
+// partition); auto is the measured choice (gemv_narrow.cu ResolveTuning has the rule and the
+// figures: the knobs pay only where staging x is long or repeated by many waves).
+struct GemvNarrowTuning {
+  // (token, 128-column group) items of x each warp stages with all their loads issued before any
+  // is converted: 0 = auto, else 1 (the previous kernel: one at a time), 4 or 8.
+  int stage_batch = 0;
+  // Steps (16 rows x 128 bytes) per warp kept prefetched into L2 ahead of the register ring
+  // (prefetch.global.L2; issued before the grid-dependency wait): -1 = auto (from the L2 size and
+  // the resident CTAs), 0 = off.
+  int prefetch_steps = -1;
+  // The global reduction's last CTA loads the partials 16 splits at a time: -1 = auto, 0 = one
+  // at a time (the previous kernel), 1 = batched.
+  int batched_reduce = -1;
+
+  // The previous kernel's latency behaviour (for A/B runs in one process).
+  static GemvNarrowTuning Previous() { return {1, 0, 0}; }
+};
+
 struct GemvNarrowOptions {
   GemvSplitReduce reduce = GemvSplitReduce::kAuto;
   int max_cluster = 1;  // the largest cluster the device can launch of this kernel (1: none)
   // > 0: split K to fill this many CTAs per SM (at most the kernel's occupancy) instead of all
   // resident slots, leaving room for the next kernel's programmatic launch to prefetch.
   int ctas_per_sm = 0;
+  GemvNarrowTuning tuning;
+  int64_t l2_bytes = 0;  // the device's L2 (cudaDevAttrL2CacheSize); 0: no auto prefetch
 };
 
 inline constexpr int64_t kGemvNarrowMaxM = 16;
@@ -78,6 +99,9 @@ struct GemvNarrowTiling {
   // through distributed shared memory (partial_bytes and counters are 0). 1: kGlobal.
   int cluster = 1;
   size_t reduce_offset = 0;  // cluster: byte offset of the [m][128] fp32 partials in smem
+  int stage_batch = 1;       // GemvNarrowTuning::stage_batch resolved: 1, 4 or 8
+  int prefetch_steps = 0;    // GemvNarrowTuning::prefetch_steps resolved (>= 0)
+  bool batched_reduce = true;
 
   std::string DebugString() const;
 };
@@ -115,9 +139,13 @@ class GemvNarrowPlan {
   // shape; FailedPrecondition on a device older than compute capability 8.9 (fp8) / 8.0.
   // `reduce` picks the split-K reduction (kGlobal: the previous kernel's, for A/B runs).
   // ctas_per_sm: GemvNarrowOptions::ctas_per_sm (0: the kernel's occupancy).
+  // tuning: GemvNarrowTuning (latency knobs, same values); GLM_GEMV_TUNING=previous in the
+  // environment makes every plan of the process use GemvNarrowTuning::Previous() (A/B of whole
+  // programs such as glm-bench-cuda-decode).
   static absl::StatusOr<GemvNarrowPlan> Create(const GemvNarrowShape& shape,
                                                GemvSplitReduce reduce = GemvSplitReduce::kAuto,
-                                               int ctas_per_sm = 0);
+                                               int ctas_per_sm = 0,
+                                               const GemvNarrowTuning& tuning = {});
 
   // Enqueues one kernel on `stream`. workspace: >= workspace_bytes() of device memory, 16-byte
   // aligned (may be null when workspace_bytes() == 0). counters: >= num_counters() int32 of

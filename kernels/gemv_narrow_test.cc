@@ -212,10 +212,12 @@ class GemvNarrowTest : public ::testing::Test {
   // One case: random x (groups of different magnitudes, some all-zero), strided x and y.
   void Check(GemvWeight type, int64_t m, int64_t n, int64_t k, bool acc, uint64_t seed) {
     const std::string what = absl::StrCat(type == GemvWeight::kBF16 ? "bf16" : "fp8", " m=", m,
-                                          " n=", n, " k=", k, " acc=", acc);
+                                          " n=", n, " k=", k, " acc=", acc,
+                                          seed % 2 ? " x:4B" : " x:16B");
     SCOPED_TRACE(what);
     const Weight w = MakeWeight(type, n, k, seed);
-    const int64_t ldx = k + 3, ldy = n + 5;
+    // Odd seeds: x rows not 16-byte aligned (4-byte loads); even: 16-byte loads of x.
+    const int64_t ldx = seed % 2 ? k + 3 : (k + 3) / 4 * 4 + 4, ldy = n + 5;
     Rng rng(seed + 1);
     std::vector<float> x(m * ldx);
     for (int64_t r = 0; r < m; ++r) {
@@ -246,14 +248,33 @@ class GemvNarrowTest : public ::testing::Test {
     // Every split-K reduction: the global one (the previous kernel), the cluster one (forced:
     // capped to the cluster size) and the default; the same split partition gives the same bits.
     // Also the cluster reduction of a grid sized to one CTA per SM.
-    std::vector<float> y_global;
-    GemvNarrowTiling t_global;
-    for (int variant = 0; variant < 4; ++variant) {
+    // Variants 4-6 vary the latency knobs (GemvNarrowTuning), which must not change a bit:
+    // 4: the previous kernel's (one staging item at a time, no L2 prefetch, serial reduction
+    // loads) against the default plan (variant 2); 5: the global reduction with 8 staging items
+    // and a 2-step prefetch against variant 0; 6: 4 items, 1-step prefetch, default reduction,
+    // K split to fill one CTA per SM.
+    std::vector<float> y_global, y_auto;
+    GemvNarrowTiling t_global, t_auto;
+    for (int variant = 0; variant < 7; ++variant) {
       const GemvSplitReduce reduce =
-          variant == 0 ? GemvSplitReduce::kGlobal
-                       : variant == 2 ? GemvSplitReduce::kAuto : GemvSplitReduce::kCluster;
-      auto plan = GemvNarrowPlan::Create({m, n, k, type}, reduce, variant == 3 ? 1 : 0);
+          variant == 0 || variant == 5 ? GemvSplitReduce::kGlobal
+          : variant == 2 || variant == 4 || variant == 6 ? GemvSplitReduce::kAuto
+                                                         : GemvSplitReduce::kCluster;
+      GemvNarrowTuning tuning;
+      if (variant == 4) tuning = GemvNarrowTuning::Previous();
+      if (variant == 5) tuning = {8, 2, 1};
+      if (variant == 6) tuning = {4, 1, 1};
+      auto plan = GemvNarrowPlan::Create({m, n, k, type}, reduce,
+                                         variant == 3 || variant == 6 ? 1 : 0, tuning);
       ASSERT_TRUE(plan.ok()) << plan.status();
+      if (variant == 4) {
+        EXPECT_EQ(plan->tiling().stage_batch, 1);
+        EXPECT_EQ(plan->tiling().prefetch_steps, 0);
+        EXPECT_FALSE(plan->tiling().batched_reduce);
+      } else if (variant == 5) {
+        EXPECT_EQ(plan->tiling().stage_batch, 8);
+        EXPECT_EQ(plan->tiling().prefetch_steps, 2);
+      }
       const GemvNarrowTiling& t = plan->tiling();
       SCOPED_TRACE(plan->DebugString());
       if (reduce == GemvSplitReduce::kGlobal) {
@@ -273,11 +294,19 @@ class GemvNarrowTest : public ::testing::Test {
       std::vector<float> y(y0.size());
       ASSERT_EQ(dy.Download(y.data(), y.size() * 4), cudaSuccess);
       EXPECT_TRUE(dy.GuardsIntact());
-      if (reduce == GemvSplitReduce::kGlobal) {
+      if (variant == 0) {
         y_global = y;
       } else if (t.splits == t_global.splits && t.groups_per_split == t_global.groups_per_split) {
         ASSERT_EQ(std::memcmp(y.data(), y_global.data(), y.size() * 4), 0)
             << "same splits as the global reduction, different bits";
+      }
+      if (variant == 2) {
+        y_auto = y;
+        t_auto = t;
+      } else if (variant >= 4 && t.splits == t_auto.splits &&
+                 t.groups_per_split == t_auto.groups_per_split) {
+        ASSERT_EQ(std::memcmp(y.data(), y_auto.data(), y.size() * 4), 0)
+            << "same splits as the default plan, other latency knobs, different bits";
       }
       for (int64_t r = 0; r < m; ++r) {
         for (int64_t c = n; c < ldy; ++c) {
@@ -407,14 +436,18 @@ TEST_F(GemvNarrowTest, NonFiniteInputPoisonsOnlyItsToken) {
 // Every reduction (global, cluster, default) at M = 1 and 8.
 TEST_F(GemvNarrowTest, DeterministicAndGraphReplayEqualsEager) {
   for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16})
-  for (int variant = 0; variant < 4; ++variant)
+  for (int variant = 0; variant < 5; ++variant)
   for (int64_t m : {1, 8}) {
+    // Variant 4: the global reduction with 8 staging items and a 2-step L2 prefetch.
     const GemvSplitReduce reduce =
-        variant == 0 ? GemvSplitReduce::kGlobal
-                     : variant == 2 ? GemvSplitReduce::kAuto : GemvSplitReduce::kCluster;
+        variant == 0 || variant == 4 ? GemvSplitReduce::kGlobal
+        : variant == 2               ? GemvSplitReduce::kAuto
+                                     : GemvSplitReduce::kCluster;
     const int64_t n = 2048, k = 6144;
     const Weight w = MakeWeight(type, n, k, 21);
-    auto plan = GemvNarrowPlan::Create({m, n, k, type}, reduce, variant == 3 ? 1 : 0);
+    auto plan = GemvNarrowPlan::Create({m, n, k, type}, reduce, variant == 3 ? 1 : 0,
+                                       variant == 4 ? GemvNarrowTuning{8, 2, 1}
+                                                    : GemvNarrowTuning{});
     ASSERT_TRUE(plan.ok()) << plan.status();
     SCOPED_TRACE(plan->DebugString());
     EXPECT_GT(plan->tiling().splits, 1) << plan->DebugString();
@@ -459,15 +492,19 @@ TEST_F(GemvNarrowTest, DeterministicAndGraphReplayEqualsEager) {
 // eager and replayed from a graph.
 TEST_F(GemvNarrowTest, OverlappedLaunchesKeepStreamOrder) {
   for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16})
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 5; ++variant) {
+    // Variant 4: the global reduction with 8 staging items and a 2-step L2 prefetch.
     const GemvSplitReduce reduce =
-        variant == 0 ? GemvSplitReduce::kGlobal
-                     : variant == 2 ? GemvSplitReduce::kAuto : GemvSplitReduce::kCluster;
+        variant == 0 || variant == 4 ? GemvSplitReduce::kGlobal
+        : variant == 2               ? GemvSplitReduce::kAuto
+                                     : GemvSplitReduce::kCluster;
+    const GemvNarrowTuning tuning =
+        variant == 4 ? GemvNarrowTuning{8, 2, 1} : GemvNarrowTuning{};
     SCOPED_TRACE(absl::StrCat(type == GemvWeight::kBF16 ? "bf16" : "fp8", " variant ", variant));
     const int64_t m = 4, n1 = 2048, k = 6144, n2 = 576;
     const Weight w1 = MakeWeight(type, n1, k, 31), w2 = MakeWeight(type, n2, n1, 32);
-    auto p1 = GemvNarrowPlan::Create({m, n1, k, type}, reduce, variant == 3 ? 1 : 0);
-    auto p2 = GemvNarrowPlan::Create({m, n2, n1, type}, reduce, variant == 3 ? 1 : 0);
+    auto p1 = GemvNarrowPlan::Create({m, n1, k, type}, reduce, variant == 3 ? 1 : 0, tuning);
+    auto p2 = GemvNarrowPlan::Create({m, n2, n1, type}, reduce, variant == 3 ? 1 : 0, tuning);
     ASSERT_TRUE(p1.ok() && p2.ok());
     Rng rng(9);
     std::vector<float> x(m * k);
@@ -670,6 +707,85 @@ TEST(GemvNarrowPlanTest, ClusterReduction) {
   EXPECT_EQ(qb1->splits, 2);
   EXPECT_EQ(qb1->cluster, 1);
   EXPECT_EQ(qb8->cluster, 2);
+}
+
+// The latency knobs (GemvNarrowTuning) resolved by the planner: never a different split
+// partition, the prefetch window within the steps past the register ring and within half the L2
+// over the resident CTAs, explicit values kept.
+TEST(GemvNarrowPlanTest, TuningKnobs) {
+  const DeviceLimits lim = H200Limits();
+  constexpr int64_t kL2 = int64_t{50} << 20;
+  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16}) {
+    const bool fp8 = type == GemvWeight::kF8E4M3Block128;
+    for (int64_t m : {1, 2, 8, 9, 16}) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 6144}, {16384, 2048}, {576, 6144},
+                          {6144, 16384}, {154880, 6144}, {1, 16}, {32, 6144}, {128, 6144}}) {
+        SCOPED_TRACE(absl::StrCat(fp8 ? "fp8" : "bf16", " m=", m, " ", n, "x", k));
+        GemvNarrowOptions opt;
+        opt.l2_bytes = kL2;
+        auto a = PlanGemvNarrow({m, n, k, type}, lim, opt);
+        opt.tuning = GemvNarrowTuning::Previous();
+        auto prev = PlanGemvNarrow({m, n, k, type}, lim, opt);
+        opt.tuning = {8, 3, 1};
+        auto forced = PlanGemvNarrow({m, n, k, type}, lim, opt);
+        opt.tuning = {};
+        opt.l2_bytes = 0;
+        auto no_l2 = PlanGemvNarrow({m, n, k, type}, lim, opt);
+        ASSERT_TRUE(a.ok() && prev.ok() && forced.ok() && no_l2.ok());
+        for (const GemvNarrowTiling* t : {&*prev, &*forced, &*no_l2}) {
+          EXPECT_EQ(t->splits, a->splits);
+          EXPECT_EQ(t->groups_per_split, a->groups_per_split);
+          EXPECT_EQ(t->smem_bytes, a->smem_bytes);
+        }
+        EXPECT_EQ(prev->stage_batch, 1);
+        EXPECT_EQ(prev->prefetch_steps, 0);
+        EXPECT_FALSE(prev->batched_reduce);
+        EXPECT_EQ(forced->stage_batch, 8);
+        EXPECT_EQ(forced->prefetch_steps, 3);
+        EXPECT_EQ(no_l2->prefetch_steps, 0);
+        EXPECT_TRUE(forced->batched_reduce);
+        const int64_t items = CeilDiv(m * a->groups_per_split, 8);
+        EXPECT_TRUE(a->stage_batch == 1 || a->stage_batch == 8);
+        EXPECT_EQ(a->batched_reduce, a->stage_batch == 8);
+        if (items <= 1) {
+          EXPECT_EQ(a->stage_batch, 1);
+        }
+        if (items >= 24) {
+          EXPECT_EQ(a->stage_batch, 8);
+        }
+        if (items < 32) {
+          EXPECT_EQ(a->prefetch_steps, 0);
+        }
+        const int64_t steps =
+            CeilDiv(std::min<int64_t>(k, int64_t{a->groups_per_split} * 128), fp8 ? 128 : 64);
+        const int64_t depth = m > 8 ? 3 : 4;
+        EXPECT_GE(a->prefetch_steps, 0);
+        EXPECT_LE(a->prefetch_steps, std::max<int64_t>(0, steps - depth));
+        const int64_t resident = std::min<int64_t>(a->row_blocks * a->splits, 2 * lim.num_sms);
+        EXPECT_LE(a->prefetch_steps * resident * 8 * 16 * 128, kL2 / 2);
+      }
+    }
+  }
+  // GLM-5 fp8 on H200: o_proj 6144 x 16384 at M = 1 (26 groups per CTA, 4 items per warp)
+  // keeps the previous behaviour; at M = 16 (52 items) 8 items and the L2 window; lm_head at
+  // M = 1 (1210 row blocks: several waves) 8 items without prefetch, at M = 8 both.
+  GemvNarrowOptions opt;
+  opt.l2_bytes = kL2;
+  const GemvWeight f8 = GemvWeight::kF8E4M3Block128;
+  auto o1 = PlanGemvNarrow({1, 6144, 16384, f8}, lim, opt);
+  auto o16 = PlanGemvNarrow({16, 6144, 16384, f8}, lim, opt);
+  auto l1 = PlanGemvNarrow({1, 154880, 6144, f8}, lim, opt);
+  auto l8 = PlanGemvNarrow({8, 154880, 6144, f8}, lim, opt);
+  ASSERT_TRUE(o1.ok() && o16.ok() && l1.ok() && l8.ok());
+  EXPECT_EQ(o1->stage_batch, 1) << o1->DebugString();
+  EXPECT_EQ(o1->prefetch_steps, 0) << o1->DebugString();
+  EXPECT_FALSE(o1->batched_reduce) << o1->DebugString();
+  EXPECT_EQ(o16->stage_batch, 8) << o16->DebugString();
+  EXPECT_GT(o16->prefetch_steps, 0) << o16->DebugString();
+  EXPECT_EQ(l1->stage_batch, 8) << l1->DebugString();
+  EXPECT_EQ(l1->prefetch_steps, 0) << l1->DebugString();
+  EXPECT_EQ(l8->stage_batch, 8) << l8->DebugString();
+  EXPECT_GT(l8->prefetch_steps, 0) << l8->DebugString();
 }
 
 }  // namespace

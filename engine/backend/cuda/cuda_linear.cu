@@ -49,6 +49,11 @@ int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 // With the cluster split-K reduction (gemv_narrow kAuto: kv_a's 48 splits become one cluster of
 // 16): kv_a 576x6144 fp8 m=1 4.0 (was 5.1), m=16 8.8 vs 16.0; bf16 m=8 6.0 vs cuBLASLt 7.5,
 // m=16 7.1 vs 7.7, so small bf16 weights take the GEMV up to 16 tokens.
+// Re-measured with the GEMV's latency knobs (gemv_bench, H200, D2D 4,274 GB/s; GEMV vs
+// quantize + cuBLASLt): fp8 m=8 q_a 10.2 vs 16.2, sh_down 9.0 vs 11.6, indexer wq_b 4096x2048
+// 8.0 vs 11.3, q_b 18.7 vs 15.5, o_proj 51.9 vs 42.7, lm_head 465 vs 314 (the cut-over at 16M
+// elements stands); m=16 q_a 14.9 vs 16.3 (K = 6144: the GEMV now up to 16M elements where
+// K >= 4096), sh_down 13.0 vs 11.6 and wq_b 11.5 vs 11.3 (K = 2048: still the GEMM path).
 bool GemvPreferred(int64_t m, int64_t n, int64_t k, bool fp8) {
   const int64_t elems = n * k;
   constexpr int64_t kM = int64_t{1} << 20;
@@ -56,7 +61,8 @@ bool GemvPreferred(int64_t m, int64_t n, int64_t k, bool fp8) {
     if (m <= 2) return true;
     if (m <= 4) return elems <= 48 * kM;
     if (m <= 8) return elems <= 16 * kM;
-    return m <= kernels::kGemvNarrowMaxM && elems <= 4 * kM;
+    return m <= kernels::kGemvNarrowMaxM &&
+           (elems <= 4 * kM || (k >= 4096 && elems <= 16 * kM));
   }
   return (m <= 2 && elems <= 40 * kM) || (m <= kernels::kGemvNarrowMaxM && elems <= 4 * kM);
 }
