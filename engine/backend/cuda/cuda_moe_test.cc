@@ -16,8 +16,10 @@
 // under kAuto), both kernels forced at 1 / 8 / 64 / 65 tokens; each call is repeated with
 // 1-row and 3-row token groups, which must not change a bit. Every call checks which kernels
 // ran (cuda::LastMoeRanPath); graphs of the decode, token-group and tiled paths replay to the
-// eager result bit for bit. Weight and expert setup: narrow_test_util.h (shared with
-// cuda_narrow_test).
+// eager result bit for bit. fp8 on tensor cores (cuda::MoeDecodePath::kMma, MoeMmaKernel):
+// forced at 1..512 tokens (hot, same experts, invalid ids, top-1), under kAuto in its range,
+// rows scaled 2^-16..2^16 (split activations' block scales). Weight and expert setup:
+// narrow_test_util.h (shared with cuda_narrow_test).
 // GPU tests skip (printing why) without a usable GPU.
 #include <gtest/gtest.h>
 
@@ -47,12 +49,24 @@ using cuda::MoeRanPath;
 
 // The kernels MoeExperts must launch for `path` at `pairs` (the test's weights all have 16-byte
 // rows, so the decode kernels apply).
-MoeRanPath ExpectedPath(MoeDecodePath path, int64_t pairs) {
+// fp8 experts take the tensor-core kernels (MoeMmaKernel) under kAuto for
+// cuda::kMoeMmaAutoMinPairs..kMoeMmaAutoMaxPairs pairs and whenever kMma is forced; kMma on
+// bf16 / fp32 runs the token-group kernels.
+MoeRanPath ExpectedPath(MoeDecodePath path, int64_t pairs, WeightDType dtype) {
+  const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
   switch (path) {
     case MoeDecodePath::kAuto:
-      return pairs <= cuda::kMoeDecodeMaxPairs  ? MoeRanPath::kDecode
-             : pairs <= cuda::kMoeListedMaxPairs ? MoeRanPath::kGrouped
-                                                 : MoeRanPath::kTiled;
+      return pairs <= cuda::kMoeDecodeMaxPairs ? MoeRanPath::kDecode
+             : pairs <= cuda::kMoeListedMaxPairs
+                 ? (fp8 && pairs >= cuda::kMoeMmaAutoMinPairs &&
+                            pairs <= cuda::kMoeMmaAutoMaxPairs
+                        ? MoeRanPath::kMma
+                        : MoeRanPath::kGrouped)
+                 : MoeRanPath::kTiled;
+    case MoeDecodePath::kMma:
+      return pairs <= cuda::kMoeListedForceMaxPairs
+                 ? (fp8 ? MoeRanPath::kMma : MoeRanPath::kGrouped)
+                 : MoeRanPath::kTiled;
     case MoeDecodePath::kLegacyGemv:
       return pairs <= cuda::kMoeDecodeMaxPairs ? MoeRanPath::kLegacyGemv : MoeRanPath::kTiled;
     case MoeDecodePath::kListed:
@@ -73,6 +87,7 @@ const char* RanName(MoeRanPath p) {
     case MoeRanPath::kGrouped: return "grouped";
     case MoeRanPath::kLegacyGemv: return "legacy_gemv";
     case MoeRanPath::kTiled: return "tiled";
+    case MoeRanPath::kMma: return "mma";
   }
   return "?";
 }
@@ -148,6 +163,13 @@ class CudaMoeTest : public ::testing::Test {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(size_t(c.tokens) * kHidden), out0(size_t(c.tokens) * kHidden);
     for (float& v : x) v = nd(rng_);
+    if (x_scale_spread_) {
+      // Token t's row times 2^(8 (t % 5) - 16): 2^-16 .. 2^16.
+      for (int t = 0; t < c.tokens; ++t) {
+        const float s = std::ldexp(1.0f, 8 * (t % 5) - 16);
+        for (int i = 0; i < kHidden; ++i) x[size_t(t) * kHidden + i] *= s;
+      }
+    }
     for (float& v : out0) v = nd(rng_);
     std::vector<float> want = out0;
     cpu_->MoeExperts(MatView{x.data(), c.tokens, kHidden, kHidden}, cpu_ids.data(), cpu_w.data(),
@@ -175,7 +197,7 @@ class CudaMoeTest : public ::testing::Test {
       g.resize(host.size());
       gpu_->CopyToHost(g.data(), dout->data(), g.size() * 4);
       ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
-      const MoeRanPath want_path = ExpectedPath(path, int64_t{c.tokens} * c.top_k);
+      const MoeRanPath want_path = ExpectedPath(path, int64_t{c.tokens} * c.top_k, dtype);
       ASSERT_EQ(cuda::LastMoeRanPath(), want_path)
           << "ran " << RanName(cuda::LastMoeRanPath()) << ", want " << RanName(want_path);
     }
@@ -200,6 +222,7 @@ class CudaMoeTest : public ::testing::Test {
     std::printf("[%s] max |gpu - cpu| = %.3g (max |ref| %.3g)\n", what.c_str(), max_diff, max_ref);
   }
 
+  bool x_scale_spread_ = false;  // Check: token rows scaled by 2^-16 .. 2^16
   std::mt19937 rng_{11};
   std::unique_ptr<Backend> gpu_;
   std::unique_ptr<CpuBackend> cpu_;
@@ -245,13 +268,49 @@ TEST_F(CudaMoeTest, ListedDecodeMatchesCpu) {
   }
 }
 
+// fp8 experts on the tensor cores (MoeMmaKernel, forced) against the CPU backend: batch 1 / 9 /
+// 16 / 33 / 64 / 130 / 512 (4096 pairs, the largest listed size) with top-8 and top-1, a hot
+// expert (64 and 130 rows of one expert: 8-row n-tiles in sequence), every token on the same
+// experts, invalid ids; hidden 528 / moe_inter 272 leave a last K block of 16 values (the other
+// 48 of its chunk load zeros; the rows' NaN padding would poison a read past k) and a down
+// tile half past n. Also runs a few rows far from 1 in magnitude (per-block power-of-two
+// scales of the split activations). kMma forced on bf16 runs the token-group kernels.
+TEST_F(CudaMoeTest, MmaMatchesCpu) {
+  const Case cases[] = {{1, 8, false, false},        {1, 1, false, false},
+                        {9, 8, false, false},        {16, 8, false, false},
+                        {33, 8, true, false},        {33, 1, true, false},
+                        {64, 8, false, false},       {64, 8, true, true},
+                        {64, 1, false, true},        {20, 8, false, false, true},
+                        {130, 8, true, false},       {130, 8, false, false, true},
+                        {512, 8, false, false}};
+  {
+    Experts ex = MakeExperts(WeightDType::kF8E4M3Block128);
+    for (const Case& c : cases) {
+      Check(ex, WeightDType::kF8E4M3Block128, c, MoeDecodePath::kMma, "mma_forced");
+    }
+    // kAuto inside its mma range (65..128 tokens with top-8).
+    for (const Case& c :
+         {Case{65, 8, false, false}, Case{100, 8, true, true}, Case{128, 8, false, false}}) {
+      Check(ex, WeightDType::kF8E4M3Block128, c, MoeDecodePath::kAuto, "auto");
+    }
+    x_scale_spread_ = true;
+    for (const Case& c : {Case{16, 8, false, false}, Case{64, 8, true, false}}) {
+      Check(ex, WeightDType::kF8E4M3Block128, c, MoeDecodePath::kMma, "mma_forced_spread");
+    }
+    x_scale_spread_ = false;
+  }
+  Experts bf = MakeExperts(WeightDType::kBF16);
+  Check(bf, WeightDType::kBF16, Case{16, 8, false, false}, MoeDecodePath::kMma, "mma_forced");
+}
+
 // A captured graph of each default path replays to the eager result bit for bit: the decode
-// kernels at 1 / 8 tokens, the token-group listed kernels at 9 / 16 / 64 / 65 (device token
-// lists), the tiled GEMM at 513 (4104 pairs, past kMoeListedMaxPairs).
+// kernels at 1 / 8 tokens, the token-group listed kernels at 9 / 16 / 64 (device token
+// lists), the fp8 tensor-core kernels at 65 / 100 (520 / 800 pairs), the tiled GEMM at 513
+// (4104 pairs, past kMoeListedMaxPairs).
 TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
   if (!gpu_->SupportsGraphs()) GTEST_SKIP() << "backend without graphs";
   Experts ex = MakeExperts(WeightDType::kF8E4M3Block128);
-  for (int tokens : {1, 8, 9, 16, 64, 65, 513}) {
+  for (int tokens : {1, 8, 9, 16, 64, 65, 100, 513}) {
     SCOPED_TRACE(absl::StrCat("tokens=", tokens));
     const int top_k = 8;
     std::vector<int32_t> ids;
@@ -274,7 +333,8 @@ TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
     gpu_->CopyToDevice(dout->data(), out0.data(), out0.size() * 4);
     const MatView xv{dx->f32(), tokens, kHidden, kHidden}, ov{dout->f32(), tokens, kHidden, kHidden};
     gpu_->MoeExperts(xv, dids->i32(), dw->f32(), top_k, ex.Device(), ov);
-    ASSERT_EQ(cuda::LastMoeRanPath(), ExpectedPath(MoeDecodePath::kAuto, int64_t{tokens} * top_k));
+    ASSERT_EQ(cuda::LastMoeRanPath(), ExpectedPath(MoeDecodePath::kAuto, int64_t{tokens} * top_k,
+                                                   WeightDType::kF8E4M3Block128));
     std::vector<float> eager(x.size()), replay(x.size());
     gpu_->CopyToHost(eager.data(), dout->data(), eager.size() * 4);
     gpu_->SetPointerChecks(false);  // as the decode graphs run

@@ -152,7 +152,8 @@ void BenchIndexer(std::mt19937& rng, BenchScratch& scratch, int iters) {
 
 // Routed experts at GLM-5 widths with fp8 (128x128 block scales) and bf16 weights: per batch
 // (1 / 8 / 16 / 32 / 64 / 128 / 512 tokens, top-8 of `num_experts`), every MoeExperts path that
-// applies (the default selection, the token-group listed kernels with 4 / 2-row units, the per-row
+// applies (the default selection, the fp8 tensor-core kernels, the token-group listed kernels
+// with 4 / 2-row units, the per-row
 // listed kernels before them, the previous decode GEMV, the tiled GEMM),
 // us per call, GB/s of the distinct experts' weight bytes (+ scales) and that as a fraction of a
 // D2D copy measured in the same run.
@@ -161,8 +162,11 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
   const size_t mat = size_t(hidden) * inter;
   const double d2d = MeasureD2DGBps(size_t{1} << 30);  // eager, default stream
   std::printf("d2d copy 1 GiB: %.1f GB/s (read + write)\n", d2d);
+  // GLM_BENCH_MOE_QUICK=1: fp8 only, batches 8..128, the auto / mma / grouped paths.
+  const bool quick = std::getenv("GLM_BENCH_MOE_QUICK") != nullptr;
   for (WeightDType dtype : {WeightDType::kF8E4M3Block128, WeightDType::kBF16}) {
     const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
+    if (quick && !fp8) break;
     const size_t eb = fp8 ? 1 : 2;
     const size_t per_expert = 3 * mat * eb;
     const size_t scale_floats = 3 * size_t(hidden / 128) * (inter / 128);  // per expert
@@ -197,6 +201,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
     }
     const ExpertWeights ew{g.data(), u.data(), d.data(), num_experts};
     for (int tokens : {1, 8, 16, 32, 64, 128, 512}) {
+      if (quick && (tokens < 8 || tokens > 128)) continue;
       std::vector<int32_t> ids;
       std::set<int32_t> used;
       for (int t = 0; t < tokens; ++t) {
@@ -220,7 +225,9 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       // auto: the default selection (decode <= 64 pairs, token groups <= 4096, tiled above);
       // grouped: the token-group kernels (4-row units; g2: 2-row units), listed: the per-row
       // listed kernels they replace.
+      // mma: the fp8 tensor-core kernels (MoeMmaKernel; fp8 only).
       const Path paths[] = {{"auto", MoeDecodePath::kAuto, 4},
+                            {"mma", MoeDecodePath::kMma, 4},
                             {"grouped", MoeDecodePath::kGrouped, 4},
                             {"grouped g2", MoeDecodePath::kGrouped, 2},
                             {"listed", MoeDecodePath::kListed, 4},
@@ -229,6 +236,11 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       const bool small = tokens * top_k <= kMoeDecodeMaxPairs;
       for (const Path& p : paths) {
         if (!small && p.path == MoeDecodePath::kLegacyGemv) continue;
+        if (!fp8 && p.path == MoeDecodePath::kMma) continue;
+        if (quick && p.path != MoeDecodePath::kAuto && p.path != MoeDecodePath::kMma &&
+            !(p.path == MoeDecodePath::kGrouped && p.group_tokens == 4)) {
+          continue;
+        }
         SetMoeDecodePath(p.path);
         SetMoeGroupTokens(p.group_tokens);
         const double ms = TimeMs(
@@ -239,6 +251,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
                                : ran == MoeRanPath::kListed     ? "listed"
                                : ran == MoeRanPath::kGrouped    ? "grouped"
                                : ran == MoeRanPath::kLegacyGemv ? "legacy"
+                               : ran == MoeRanPath::kMma        ? "mma"
                                                                 : "tiled";
         std::printf(
             "moe %s batch=%-2d top8/%d (%3zu used) %-16s %9.1f us %8.1f GB/s  %.2f of d2d [%s]\n",

@@ -56,10 +56,12 @@
 #include "kernels/load_util.cuh"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -1284,6 +1286,277 @@ absl::Status LaunchGroupFor(int wt, const DecodeParams& p, const DecodeLists& l,
   });
 }
 
+// ---- 2'''''./3'''''. fp8 experts on tensor cores: MoeMmaKernel ---------------------------------
+//
+// MoeGroupKernel is instruction-issue bound on fp8 (widening e4m3 to fp32 costs ~1.5
+// instructions per value, plus one FMA per value per token row, activations being fp32). Here
+// the products run on the tensor cores: mma.sync.m16n8k16 f16 x f16 -> fp32, weights as the A
+// operand (M = 16 expert output rows per tile), token rows as N (8 per n-tile; columns past the
+// slot's rows are zero and not stored), K walked in 64-wide chunks inside 128-wide K blocks (the
+// fp8 scale blocks).
+// - Weights: every finite e4m3 value is exact in f16 (max 448, smallest subnormal 2^-9; f16
+//   reaches 65504 and 2^-24), converted by cvt.rn.f16x2.e4m3x2 (one instruction per 2 values).
+// - Activations: MoeSplitKernel writes each fp32 row as three f16 terms per 128-wide K block
+//   with a power-of-two scale: x * 2^s = hi + mid + lo, s chosen so the block's max |x| * 2^s
+//   lies in [2^14, 2^15). hi / mid / lo carry 11 bits each, so the three add back to x * 2^s to
+//   33 bits relative, with an absolute floor of 2^-25 (f16 subnormals): within 2^-39 of the
+//   block's max |x| (better than the 2^-24 of fp32 itself). The products of f16 terms with
+//   e4m3 values (4 + 11 bits) are exact in fp32.
+// - Sums: per k16 step and tile, the three terms' mmas chain from zero (lo, mid, hi) and the
+//   result is added in fp32 (round-to-nearest) into the K block's accumulator; at the end of a
+//   K block the block sum times (weight block scale x 2^-s of the token's K block) is added
+//   (FMA) into the running sum, as the grouped kernel scales each partial. Fixed order, no
+//   atomics: deterministic, graph replay = eager. A column's result does not depend on the
+//   other columns of its n-tile (the mma sums each output independently).
+// - Fragments straight from global memory (as kernels/gemm_fp8_block.cuh): thread (g = lane / 4,
+//   q = lane % 4) loads bytes [16q, 16q + 16) of a 64-wide chunk of weight rows g and g + 8
+//   (16-byte streaming loads; a row's 4 threads read 64 contiguous bytes), and f16 values
+//   [16q, 16q + 16) of each term of token column g; k16 step j uses bytes 4j..4j+3 of each
+//   thread's 16 on both operands, so the mma's k order is permuted, not the sum's terms. The
+//   next chunk's weight loads are issued before the current one is used.
+// Task = (slot, column group): fused 16 gate + 16 up rows (16 act columns), down 32 rows (two
+// m-tiles); slots from MoeListRouteKernel, a slot's rows 8 at a time (an expert with more than
+// 8 rows re-reads its weights per n-tile, mostly from L2). Persistent grid sized from the SM
+// count and the occupancy; no shared memory. Limits: fp8 weights with gemv_ok (k % 16 == 0,
+// 16-byte aligned rows); K past k loads zeros (weights) and the split pads with zeros.
+constexpr int kMmaWarps = 8;
+constexpr int kMmaKB = 128;                // K block (= the fp8 scale block)
+constexpr int kMmaSplitRow = 3 * kMmaKB;   // f16 values per K block of a split row
+constexpr int kMmaChunk = 64;              // k per fragment load
+
+// grid (rows, kblocks), block kMmaKB. dst [rows, kblocks, 3, kMmaKB] f16 (hi, mid, lo), inv
+// [rows, kblocks] = 2^-s; values past k are zero.
+__global__ void __launch_bounds__(kMmaKB)
+    MoeSplitKernel(const float* src, int64_t ld, int k, int kblocks, __half* dst, float* inv) {
+  __shared__ float wmax[kMmaKB / 32];
+  const int row = blockIdx.x, b = blockIdx.y, i = threadIdx.x;
+  const int kk = b * kMmaKB + i;
+  const float v = kk < k ? src[int64_t{row} * ld + kk] : 0.f;
+  float m = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((i & 31) == 0) wmax[i >> 5] = m;
+  __syncthreads();
+  m = fmaxf(fmaxf(wmax[0], wmax[1]), fmaxf(wmax[2], wmax[3]));
+  int shift = 0;  // NaN / inf blocks: unscaled (they stay NaN / inf)
+  if (m > 0.f && m <= 3.4028235e38f) {
+    int e;
+    frexpf(m, &e);  // m in [2^(e-1), 2^e)
+    shift = min(15 - e, 100);
+  }
+  const float xs = ldexpf(v, shift);
+  const __half hi = __float2half_rn(xs);
+  const float r1 = xs - __half2float(hi);  // exact
+  const __half mid = __float2half_rn(r1);
+  const __half lo = __float2half_rn(r1 - __half2float(mid));  // the difference is exact
+  __half* d = dst + (int64_t{row} * kblocks + b) * kMmaSplitRow;
+  d[i] = hi;
+  d[kMmaKB + i] = mid;
+  d[2 * kMmaKB + i] = lo;
+  if (i == 0) inv[int64_t{row} * kblocks + b] = ldexpf(1.f, -shift);
+}
+
+struct MmaParams {
+  const ExpertPtr* experts;
+  const __half* bsplit;  // split rows: fused x [tokens, ...], down act [pairs, ...]
+  const float* binv;     // [rows, kblocks]
+  int kblocks, n, k, top_k;
+  float* c;  // [pairs, n]
+};
+
+__device__ __forceinline__ uint32_t E4m3x2ToF16x2(uint32_t two) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  uint32_t r;
+  memcpy(&r, &h, 4);
+  return r;
+}
+
+__device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A fragment of k16 step j from the 16-byte chunks of rows g (r0) and g + 8 (r8).
+__device__ __forceinline__ void MmaAFrag(const uint4& r0, const uint4& r8, int j,
+                                         uint32_t (&a)[4]) {
+  const uint32_t w0 = kernels::detail::Word4(r0, j), w8 = kernels::detail::Word4(r8, j);
+  a[0] = E4m3x2ToF16x2(w0);
+  a[1] = E4m3x2ToF16x2(w8);
+  a[2] = E4m3x2ToF16x2(w0 >> 16);
+  a[3] = E4m3x2ToF16x2(w8 >> 16);
+}
+
+template <bool kFused>
+__global__ void __launch_bounds__(kMmaWarps * 32, 2) MoeMmaKernel(MmaParams p, DecodeLists l) {
+  constexpr int kCols = kFused ? 16 : 32;  // output columns per task
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int gw = blockIdx.x * kMmaWarps + (threadIdx.x >> 5);
+  const int num_warps = gridDim.x * kMmaWarps;
+  const int groups = (p.n + kCols - 1) / kCols;
+  const int tasks = *l.n_active * groups;
+  const int nchunks = (p.k + kMmaChunk - 1) / kMmaChunk;
+  const int64_t brow_halves = int64_t{p.kblocks} * kMmaSplitRow;
+  for (int t = gw; t < tasks; t += num_warps) {
+    const int slot = t / groups, n0 = (t - slot * groups) * kCols;
+    const ExpertPtr& ex = p.experts[l.slot_expert[slot]];
+    // This thread's weight rows: tile 0 rows g, g + 8, tile 1 rows g, g + 8 (fused: gate / up
+    // rows n0..; down: rows n0.. / n0 + 16..); rows past n read row n0 and are not stored.
+    const char* wr[4];
+    const float* srow[2];
+    {
+      const char* base[2];
+      int64_t ld[2];
+      int row0[2];
+      if constexpr (kFused) {
+        base[0] = static_cast<const char*>(ex.gate), ld[0] = ex.gate_ld, row0[0] = n0;
+        base[1] = static_cast<const char*>(ex.up), ld[1] = ex.up_ld, row0[1] = n0;
+        srow[0] = ex.gate_s + (n0 >> 7) * ex.gate_sld;
+        srow[1] = ex.up_s + (n0 >> 7) * ex.up_sld;
+      } else {
+        base[0] = base[1] = static_cast<const char*>(ex.down);
+        ld[0] = ld[1] = ex.down_ld;
+        row0[0] = n0, row0[1] = n0 + 16;
+        srow[0] = srow[1] = ex.down_s + (n0 >> 7) * ex.down_sld;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = row0[h] + g + 8 * r;
+          wr[2 * h + r] = base[h] + int64_t{row < p.n ? row : n0} * ld[h];
+        }
+      }
+    }
+    const int r0 = l.slot_off[slot], r1 = l.slot_off[slot + 1];
+    for (int nb = r0; nb < r1; nb += 8) {
+      const int ng = min(8, r1 - nb);
+      // B: token column g; C: columns 2q, 2q + 1.
+      const int pg = g < ng ? l.row_pair[nb + g] : -1;
+      const uint4* bp = nullptr;
+      if (pg >= 0) {
+        const int64_t brow = kFused ? pg / p.top_k : pg;
+        bp = reinterpret_cast<const uint4*>(p.bsplit + brow * brow_halves) + 2 * q;
+      }
+      int pc[2];
+      const float* inv[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = 2 * q + h;
+        pc[h] = col < ng ? l.row_pair[nb + col] : -1;
+        inv[h] = pc[h] < 0 ? nullptr
+                           : p.binv + int64_t{kFused ? pc[h] / p.top_k : pc[h]} * p.kblocks;
+      }
+      float acc[2][4], blk[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[h][i] = 0.f, blk[h][i] = 0.f;
+      uint4 wc[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        wc[m] = 16 * q < p.k ? LoadStreaming16(wr[m] + 16 * q) : make_uint4(0, 0, 0, 0);
+      }
+      for (int c = 0; c < nchunks; ++c) {
+        uint4 wn[4];
+        const int kn = (c + 1) * kMmaChunk + 16 * q;
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          wn[m] = kn < p.k ? LoadStreaming16(wr[m] + kn) : make_uint4(0, 0, 0, 0);
+        }
+        const int kb = c >> 1, half = c & 1;
+        // B: 16 f16 of each term, in two halves of 8 (k16 steps 0-1, 2-3).
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          uint4 bt[3];
+#pragma unroll
+          for (int s = 0; s < 3; ++s) {
+            bt[s] = bp != nullptr
+                        ? __ldg(bp + (kb * kMmaSplitRow + s * kMmaKB + half * kMmaChunk) / 8 + jj)
+                        : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int j2 = 0; j2 < 2; ++j2) {
+            const int j = 2 * jj + j2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              uint32_t a[4];
+              MmaAFrag(wc[2 * h], wc[2 * h + 1], j, a);
+              float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+              for (int s = 2; s >= 0; --s) {  // lo, mid, hi
+                MmaF16(d, a, kernels::detail::Word4(bt[s], 2 * j2),
+                       kernels::detail::Word4(bt[s], 2 * j2 + 1));
+              }
+#pragma unroll
+              for (int i = 0; i < 4; ++i) blk[h][i] += d[i];
+            }
+          }
+        }
+        if (half == 1 || c + 1 == nchunks) {
+          const float i0 = inv[0] != nullptr ? __ldg(inv[0] + kb) : 0.f;
+          const float i1 = inv[1] != nullptr ? __ldg(inv[1] + kb) : 0.f;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float ws = __ldg(srow[h] + kb);
+            const float s0 = ws * i0, s1 = ws * i1;
+            acc[h][0] = fmaf(blk[h][0], s0, acc[h][0]);
+            acc[h][1] = fmaf(blk[h][1], s1, acc[h][1]);
+            acc[h][2] = fmaf(blk[h][2], s0, acc[h][2]);
+            acc[h][3] = fmaf(blk[h][3], s1, acc[h][3]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) blk[h][i] = 0.f;
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < 4; ++m) wc[m] = wn[m];
+      }
+      // C element i of tile h: row g + 8 (i / 2), column 2q + i % 2.
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int pair = pc[i & 1];
+        if (pair < 0) continue;
+        float* crow = p.c + int64_t{pair} * p.n;
+        const int row = n0 + g + 8 * (i >> 1);
+        if constexpr (kFused) {
+          if (row < p.n) {
+            const float gv = acc[0][i], uv = acc[1][i];
+            crow[row] = gv / (1.0f + expf(-gv)) * uv;
+          }
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (row + 16 * h < p.n) crow[row + 16 * h] = acc[h][i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Splits `rows` rows of src (k wide) into dst / inv, then runs MoeMmaKernel<kFused> over the
+// slots (grid from the SM count and the kernel's occupancy).
+template <bool kFused>
+absl::Status LaunchMma(const MmaParams& p, const float* src, int64_t src_ld, int64_t rows,
+                       const DecodeLists& l, int64_t max_slots, const detail::DeviceInfo& info,
+                       cudaStream_t stream) {
+  MoeSplitKernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.kblocks)), kMmaKB,
+                   0, stream>>>(src, src_ld, p.k, p.kblocks, const_cast<__half*>(p.bsplit),
+                                const_cast<float*>(p.binv));
+  GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaGetLastError(), kOp, "MoeSplitKernel launch"));
+  constexpr int kCols = kFused ? 16 : 32;
+  const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
+  const int per_sm = ResidentCtas(MoeMmaKernel<kFused>, kMmaWarps * 32);
+  const int64_t blocks = std::max<int64_t>(
+      1, std::min(detail::CeilDiv(tasks, kMmaWarps), int64_t{info.num_sms} * per_sm));
+  MoeMmaKernel<kFused><<<static_cast<unsigned>(blocks), kMmaWarps * 32, 0, stream>>>(p, l);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeMmaKernel launch");
+}
+
 // out[t] += sum_j w[t, j] * y[t * top_k + j] over the valid ids, j in order (deterministic).
 // grid (tokens, ceil(hidden / kCombineThreads)).
 __global__ void __launch_bounds__(kCombineThreads)
@@ -1434,6 +1707,15 @@ void* Carve(void*& p, size_t bytes) {
 }
 
 std::atomic<MoeDecodePath> g_decode_path{MoeDecodePath::kAuto};
+
+// GLM_CUDA_MOE_MMA=0 keeps kAuto off the tensor-core kernels (A/B in the decode bench).
+bool MmaAutoEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("GLM_CUDA_MOE_MMA");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
 std::atomic<MoeRanPath> g_last_path{MoeRanPath::kNone};
 std::atomic<int> g_group_tokens{kGroupMaxTokens};
 
@@ -1481,13 +1763,22 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   // kernels' 64 pairs, the per-row list kernels when forced.
   // The token-group kernels address x / act rows with 32-bit element offsets.
   const bool offsets32 = tokens * x.ld + hidden < 0x7fffffff && pairs * inter + inter < 0x7fffffff;
+  // fp8 on tensor cores (MoeMmaKernel): kAuto for kMoeMmaAutoMinPairs..kMoeMmaAutoMaxPairs
+  // pairs, or forced.
+  const bool mma =
+      table->wt == kWFP8 && table->gemv_ok && offsets32 && pairs <= kMoeListedForceMaxPairs &&
+      (path == MoeDecodePath::kMma ||
+       (path == MoeDecodePath::kAuto && !small && pairs >= kMoeMmaAutoMinPairs &&
+        pairs <= kMoeMmaAutoMaxPairs && MmaAutoEnabled()));
+  // kMma forced on bf16 / fp32 weights runs the token-group kernels.
   const bool grouped =
-      table->gemv_ok && offsets32 &&
+      !mma && table->gemv_ok && offsets32 &&
       ((path == MoeDecodePath::kAuto && !small && pairs <= kMoeListedMaxPairs) ||
-       (path == MoeDecodePath::kGrouped && pairs <= kMoeListedForceMaxPairs));
+       ((path == MoeDecodePath::kGrouped || path == MoeDecodePath::kMma) &&
+        pairs <= kMoeListedForceMaxPairs));
   const bool listed =
       table->gemv_ok && path == MoeDecodePath::kListed && pairs <= kMoeListedForceMaxPairs;
-  if (listed || grouped) {
+  if (listed || grouped || mma) {
     const int64_t max_slots = std::min<int64_t>(num_experts, pairs);
     const int group_tokens = g_group_tokens.load(std::memory_order_relaxed);
     const int64_t max_units = MaxGroupUnits(pairs, max_slots, group_tokens);
@@ -1513,6 +1804,34 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
         row_pair, n_units, unit_expert, unit_off);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     const DecodeLists l{n_active, slot_expert, slot_off, row_pair, n_units, unit_expert, unit_off};
+    if (mma) {
+      // Split rows: x (tokens, hidden) for the fused kernel, act (pairs, inter) for down.
+      const int kbh = static_cast<int>(detail::CeilDiv(hidden, kMmaKB));
+      const int kbi = static_cast<int>(detail::CeilDiv(inter, kMmaKB));
+      auto split_bytes = [&](int64_t rows, int kb) {
+        return rounded(static_cast<size_t>(rows * kb * kMmaSplitRow) * 2) +
+               rounded(static_cast<size_t>(rows * kb) * 4);
+      };
+      GLM_ASSIGN_OR_RETURN(void* xs, scratch.Get(3, split_bytes(tokens, kbh)));
+      GLM_ASSIGN_OR_RETURN(void* as, scratch.Get(4, split_bytes(pairs, kbi)));
+      MmaParams mp{};
+      mp.experts = table->device, mp.top_k = top_k;
+      void* c3 = xs;
+      mp.bsplit = static_cast<const __half*>(
+          Carve(c3, static_cast<size_t>(tokens * kbh * kMmaSplitRow) * 2));
+      mp.binv = static_cast<const float*>(Carve(c3, static_cast<size_t>(tokens * kbh) * 4));
+      mp.kblocks = kbh, mp.n = static_cast<int>(inter), mp.k = static_cast<int>(hidden);
+      mp.c = static_cast<float*>(act);
+      GLM_RETURN_IF_ERROR(LaunchMma<true>(mp, x.data, x.ld, tokens, l, max_slots, info, stream));
+      void* c4 = as;
+      mp.bsplit = static_cast<const __half*>(
+          Carve(c4, static_cast<size_t>(pairs * kbi * kMmaSplitRow) * 2));
+      mp.binv = static_cast<const float*>(Carve(c4, static_cast<size_t>(pairs * kbi) * 4));
+      mp.kblocks = kbi, mp.n = static_cast<int>(hidden), mp.k = static_cast<int>(inter);
+      mp.c = static_cast<float*>(y);
+      GLM_RETURN_IF_ERROR(LaunchMma<false>(mp, static_cast<const float*>(act), inter, pairs, l,
+                                           max_slots, info, stream));
+    } else {
     DecodeParams d{};
     d.ids = ids, d.pairs = static_cast<int>(pairs), d.top_k = top_k;
     d.num_experts = num_experts, d.experts = table->device;
@@ -1528,13 +1847,16 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
     GLM_RETURN_IF_ERROR(grouped
                             ? LaunchGroupFor<false>(table->wt, d, l, max_units, info, stream)
                             : LaunchListFor<false>(table->wt, d, l, max_slots, info, stream));
+    }
     MoeCombineByPairKernel<<<dim3(static_cast<unsigned>(tokens),
                                   static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
                              kCombineThreads, 0, stream>>>(
         static_cast<const float*>(y), ids, weights, top_k, num_experts, static_cast<int>(hidden),
         out.data, out.ld);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-    g_last_path.store(grouped ? MoeRanPath::kGrouped : MoeRanPath::kListed);
+    g_last_path.store(mma       ? MoeRanPath::kMma
+                      : grouped ? MoeRanPath::kGrouped
+                                : MoeRanPath::kListed);
     return absl::OkStatus();
   }
   if (small && path == MoeDecodePath::kAuto) {

@@ -15,6 +15,12 @@ namespace glm::engine::cuda {
 inline constexpr int kMoeDecodeMaxPairs = 64;
 inline constexpr int kMoeListedMaxPairs = 4096;  // kAuto's cut-over to the tiled GEMM
 inline constexpr int kMoeListedForceMaxPairs = 4096;
+// kAuto runs fp8 experts on the tensor cores (MoeMmaKernel) for kMoeMmaAutoMinPairs..
+// kMoeMmaAutoMaxPairs pairs (decode batches 65..128 with top-8; elsewhere the decode or the
+// token-group kernels: see the measurements at the end); the environment variable
+// GLM_CUDA_MOE_MMA=0 (read once) keeps kAuto on the token-group kernels.
+inline constexpr int kMoeMmaAutoMinPairs = 513;
+inline constexpr int kMoeMmaAutoMaxPairs = 1024;
 
 enum class MoeDecodePath {
   kAuto,        // MoeDecodeKernel (<= 64 pairs), token-group listed decode (<= 4096), tiled
@@ -25,10 +31,12 @@ enum class MoeDecodePath {
   kListed,      // MoeListRouteKernel + MoeDecodeListKernel at every size <= 4096 pairs (else
                 // tiled): the listed decode before the token-group kernels
   kGrouped,     // MoeListRouteKernel + MoeGroupKernel at every size <= 4096 pairs (else tiled)
+  kMma,         // fp8 weights: MoeListRouteKernel + MoeSplitKernel + MoeMmaKernel (tensor cores)
+                // at every size <= 4096 pairs (else tiled); bf16 / fp32 weights as kGrouped
 };
 
 // The kernels the last MoeExperts call of this process launched (tests check the selection).
-enum class MoeRanPath { kNone, kDecode, kListed, kGrouped, kLegacyGemv, kTiled };
+enum class MoeRanPath { kNone, kDecode, kListed, kGrouped, kLegacyGemv, kTiled, kMma };
 MoeRanPath LastMoeRanPath();
 
 // Process-wide; takes effect at the next MoeExperts call (not for already captured graphs).
@@ -58,5 +66,15 @@ void SetMoeGroupTokens(int tokens);
 // 4014 / 8073. The kAuto cut-over to the tiled GEMM: batch 512 (4096 pairs) fp8 24.5 ms token
 // groups vs 53.6 ms tiled, bf16 22.9 vs 57.8; batch 8 (64 pairs) stays on MoeDecodeKernel
 // (fp8 629 us, token groups 624).
+// fp8 on tensor cores (MoeMmaKernel, first version: 64-wide chunks straight from global memory
+// into registers, one chunk prefetched, no shared memory, 2 CTAs of 8 warps per SM), same bench
+// (--iters 10), us per call at batch 8 / 16 / 32 / 64 / 128: mma 941 / 1651 / 2697 / 3515 / 4372
+// (0.53 / 0.55 / 0.56 / 0.54 / 0.51 of D2D), token groups 618 / 1146 / 2058 / 3451 / 6381: the mma
+// kernel streams at a flat ~0.55 of D2D whatever the batch (latency bound: 2 KiB of weight loads
+// in flight per warp, against the token-group kernel's 8 KiB cp.async ring), while the token
+// groups slow down with rows per expert; hence kAuto's mma range 513..1024 pairs (batch 64 equal
+// within 2 %, batch 128 1.46x faster). Not measured: 1025..4096 pairs (kAuto keeps the token
+// groups there). Next step: a deeper weight pipeline (cp.async ring as MoeGroupKernel) for
+// batches 16..64.
 
 }  // namespace glm::engine::cuda
