@@ -22,7 +22,9 @@
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_bench_scratch.h"
+#include "engine/backend/cuda/cuda_bench_util.h"
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/cuda_ops_hooks.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -30,53 +32,17 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "engine/backend/kv_fp8_layout.h"
 #include "kernels/bench_util.h"
 
 namespace glm::engine::cuda {
-
-// Hooks of cuda_ops_indexer.cu (not in cuda_ops.h).
-void SetIndexerPathForBench(int mode);
-void SetIndexerShortThreadsForBench(int threads);
-void SetIndexerScoreCtasPerSmForBench(int ctas);
-void SetIndexerScorePathForBench(int mode);
-absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
-                                  const int32_t* row_num_keys, int32_t max_num_keys, int top_k,
-                                  int32_t* out, Scratch& scratch, cudaStream_t stream);
 
 namespace {
 
 using kernels::CheckOk;
 using kernels::TimeEnqueues;
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) {
-    BENCH_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-    BENCH_CHECK(cudaMemset(p, 0, std::max<size_t>(bytes, 16)));
-  }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <typename T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-template <typename T>
-void Upload(const DevBuf& d, const std::vector<T>& v) {
-  BENCH_CHECK(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-
-std::vector<int> ParseInts(const std::string& s) {
-  std::vector<int> v;
-  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
-    int x = 0;
-    if (absl::SimpleAtoi(p, &x)) v.push_back(x);
-  }
-  return v;
-}
+using DevBuf = BenchBuffer<0>;
 
 // Uniform in [-1, 1): an LCG (fast for the 32M-float key pool).
 std::vector<float> RandomFloats(uint32_t seed, size_t n) {

@@ -25,19 +25,13 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_ops_hooks.h"
+#include "engine/backend/cuda/cuda_test_util.h"
 #include "engine/backend/kv_fp8_layout.h"
 #include "engine/weights/float_codec.h"
 #include "kernels/gpu_test_util.h"
 
 namespace glm::engine::cuda {
-
-// Hooks of cuda_ops_indexer.cu (not in cuda_ops.h).
-void SetIndexerPathForBench(int mode);
-void SetIndexerShortThreadsForBench(int threads);
-void SetIndexerScorePathForBench(int mode);
-absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
-                                  const int32_t* row_num_keys, int32_t max_num_keys, int top_k,
-                                  int32_t* out, Scratch& scratch, cudaStream_t stream);
 
 namespace {
 
@@ -45,33 +39,6 @@ using kernels::testing::GuardedBuffer;
 
 // Path modes of SetIndexerPathForBench: legacy, multi-CTA, short-row, before-short default, default.
 constexpr int kModes[] = {1, 2, 3, 4, 0};
-
-// cudaMalloc-backed grow-only scratch, new memory poisoned with 0xFF (NaN floats, -1 ints).
-class TestScratch final : public Scratch {
- public:
-  ~TestScratch() override {
-    for (void* p : ptr_) cudaFree(p);
-  }
-  // The last buffer of `slot` (the score kernel writes its scores [rows, ld] into slot 0).
-  void* Peek(int slot) const { return ptr_[slot]; }
-  absl::StatusOr<void*> Get(int slot, size_t bytes) override {
-    if (slot < 0 || slot >= kScratchSlots) return absl::InvalidArgumentError("bad scratch slot");
-    if (bytes > size_[slot]) {
-      cudaFree(ptr_[slot]);
-      ptr_[slot] = nullptr;
-      if (cudaMalloc(&ptr_[slot], bytes) != cudaSuccess) {
-        return absl::ResourceExhaustedError("test scratch: cudaMalloc failed");
-      }
-      cudaMemset(ptr_[slot], 0xFF, bytes);
-      size_[slot] = bytes;
-    }
-    return ptr_[slot];
-  }
-
- private:
-  void* ptr_[kScratchSlots] = {};
-  size_t size_[kScratchSlots] = {};
-};
 
 // Resets the path hooks at scope exit (a failed ASSERT must not leave a forced path behind).
 struct PathReset {

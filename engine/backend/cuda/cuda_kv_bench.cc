@@ -15,7 +15,9 @@
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_bench_scratch.h"
+#include "engine/backend/cuda/cuda_bench_util.h"
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/cuda_ops_hooks.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -24,20 +26,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "engine/backend/kv_fp8_layout.h"
 #include "kernels/bench_util.h"
 
 namespace glm::engine::cuda {
-
-// A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
-// mode 0: by shape, 1: legacy path, 2: the new path wherever it applies (attention: the staged
-// path), 3 (attention): the tensor-core path wherever it applies, 4 / 5: it with 16 / 32 heads
-// per CTA, -1: environment's.
-void SetAttentionPathForBench(int mode);
-int LastAttentionPathForBench();  // 1 legacy, 2 staged, 3 tensor core
-void SetIndexerPathForBench(int mode);
 
 namespace {
 
@@ -45,30 +37,7 @@ using kernels::CheckOk;
 using kernels::MeasureD2DGBps;
 using kernels::TimeEnqueues;
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes, int fill = 0x11) {
-    BENCH_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-    BENCH_CHECK(cudaMemset(p, fill, std::max<size_t>(bytes, 16)));  // 0x11: small finite values
-  }
-  ~DevBuf() { cudaFree(p); }
-  template <typename T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-template <typename T>
-void Upload(const DevBuf& d, const std::vector<T>& v) {
-  BENCH_CHECK(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-
-std::vector<int> ParseInts(const std::string& s) {
-  std::vector<int> v;
-  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
-    int x = 0;
-    if (absl::SimpleAtoi(p, &x)) v.push_back(x);
-  }
-  return v;
-}
+using DevBuf = BenchBuffer<0x11>;  // 0x11 bytes: small finite values
 
 void Report(const char* op, const char* kv, int rows, int keys, double us, double bytes,
             double d2d) {

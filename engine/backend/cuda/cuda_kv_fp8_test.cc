@@ -18,17 +18,11 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_kv_fp8.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_ops_hooks.h"
 #include "engine/backend/kv_fp8_layout.h"
 #include "gtest/gtest.h"
 
 namespace glm::engine {
-namespace cuda {
-// Attention path hooks of cuda_ops_attention.cu (not in cuda_ops.h): mode 0 by shape, 1 legacy,
-// 2 staged, 3 tensor core, 4 / 5 / 6 tensor core with 16 / 32 / 64 heads per CTA, -1 the
-// environment's; the last call's path (1 / 2 / 3).
-void SetAttentionPathForBench(int mode);
-int LastAttentionPathForBench();
-}  // namespace cuda
 namespace {
 
 class CudaKvFp8Test : public ::testing::Test {

@@ -20,44 +20,15 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_ops_hooks.h"
+#include "engine/backend/cuda/cuda_test_util.h"
 #include "kernels/gpu_test_util.h"
 
 namespace glm::engine::cuda {
 
-// A/B hooks of cuda_ops_attention.cu / cuda_ops_indexer.cu (not in cuda_ops.h).
-// mode 0: by shape, 1: legacy path, 2: the new path wherever it applies, -1: environment's.
-void SetAttentionPathForBench(int mode);
-void SetIndexerPathForBench(int mode);
-
 namespace {
 
 using kernels::testing::GuardedBuffer;
-
-// cudaMalloc-backed grow-only scratch; new memory is poisoned (0xFF bytes: NaN floats, -1 ints)
-// so a kernel reading scratch it never wrote shows up.
-class TestScratch final : public Scratch {
- public:
-  ~TestScratch() override {
-    for (void* p : ptr_) cudaFree(p);
-  }
-  absl::StatusOr<void*> Get(int slot, size_t bytes) override {
-    if (slot < 0 || slot >= kScratchSlots) return absl::InvalidArgumentError("bad scratch slot");
-    if (bytes > size_[slot]) {
-      cudaFree(ptr_[slot]);
-      ptr_[slot] = nullptr;
-      if (cudaMalloc(&ptr_[slot], bytes) != cudaSuccess) {
-        return absl::ResourceExhaustedError("test scratch: cudaMalloc failed");
-      }
-      cudaMemset(ptr_[slot], 0xFF, bytes);
-      size_[slot] = bytes;
-    }
-    return ptr_[slot];
-  }
-
- private:
-  void* ptr_[kScratchSlots] = {};
-  size_t size_[kScratchSlots] = {};
-};
 
 class CudaOpsTest : public ::testing::Test {
  protected:
