@@ -49,6 +49,16 @@ struct PathReset {
   }
 };
 
+// Keys per row of the IndexerTopK cases: every 4th row min(max_keys, top_k) (exactly full), the
+// others max(1, max_keys - 53 t).
+std::vector<int32_t> RowNumKeys(int rows, int max_keys, int top_k) {
+  std::vector<int32_t> nkeys(rows);
+  for (int t = 0; t < rows; ++t) {
+    nkeys[t] = t % 4 == 3 ? std::min(max_keys, top_k) : std::max(1, max_keys - 53 * t);
+  }
+  return nkeys;
+}
+
 uint32_t OrderedKeyHost(float f) {
   if (std::isnan(f)) return 0u;
   if (f == 0.f) f = 0.f;
@@ -290,14 +300,9 @@ class IndexerTopKPathsTest : public ::testing::Test {
     std::vector<uint8_t> cache(n_slots * (kDim + 4), 0);
     const Fp8IndexCache cc{cache.data(), n_slots, kDim, kBs};
     if (fp8) cpu_->WriteIndexKeysFp8(MatView{keys.data(), n_slots, kDim, kDim}, all.data(), cc);
-    std::vector<int32_t> table, offset(rows), nkeys(rows);
-    for (int t = 0; t < rows; ++t) {
-      nkeys[t] = t % 4 == 3 ? std::min(max_keys, kTopK) : std::max(1, max_keys - 53 * t);
-      offset[t] = static_cast<int32_t>(table.size());
-      std::vector<int32_t> perm(all);
-      std::shuffle(perm.begin(), perm.end(), rng_);
-      table.insert(table.end(), perm.begin(), perm.begin() + nkeys[t]);
-    }
+    std::vector<int32_t> table, offset;
+    const std::vector<int32_t> nkeys = RowNumKeys(rows, max_keys, kTopK);
+    ShuffledKeyTable(all, nkeys, rng_, &table, &offset);
     std::vector<float> q(size_t(rows) * kHeads * kDim), w(size_t(rows) * kHeads);
     for (float& v : q) v = static_cast<float>(small(rng_));
     for (float& v : w) v = static_cast<float>(small(rng_));
@@ -494,14 +499,9 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
       const uint8_t* v = cache.data() + kv_fp8::IndexValueOffset(r, kBs, kDim);
       for (int d = 0; d < kDim; ++d) kd[r * kDim + d] = double(Fp8E4M3ToFloat(v[d])) * scale;
     }
-    std::vector<int32_t> table, offset(rows), nkeys(rows);
-    for (int t = 0; t < rows; ++t) {
-      nkeys[t] = t % 4 == 3 ? std::min(max_keys, kTopK) : std::max(1, max_keys - 53 * t);
-      offset[t] = static_cast<int32_t>(table.size());
-      std::vector<int32_t> perm(all);
-      std::shuffle(perm.begin(), perm.end(), rng_);
-      table.insert(table.end(), perm.begin(), perm.begin() + nkeys[t]);
-    }
+    std::vector<int32_t> table, offset;
+    const std::vector<int32_t> nkeys = RowNumKeys(rows, max_keys, kTopK);
+    ShuffledKeyTable(all, nkeys, rng_, &table, &offset);
     std::vector<float> q(size_t(rows) * heads * kDim), w(size_t(rows) * heads);
     for (float& v : q) v = u(rng_);
     for (float& v : w) v = u(rng_);

@@ -19,6 +19,7 @@
 #include "engine/backend/cpu/cpu_kv_fp8.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_ops_hooks.h"
+#include "engine/backend/cuda/cuda_test_util.h"
 #include "engine/backend/kv_fp8_layout.h"
 #include "gtest/gtest.h"
 
@@ -47,6 +48,40 @@ class CudaKvFp8Test : public ::testing::Test {
     bufs_.push_back(gpu_->Allocate(std::max<size_t>(v.size(), 1) * sizeof(T)));
     if (!v.empty()) gpu_->CopyToDevice(bufs_.back()->data(), v.data(), v.size() * sizeof(T));
     return static_cast<T*>(bufs_.back()->data());
+  }
+  // Attention args over the fp8 latent cache `latent` (k_a / k_b / v carry only the widths):
+  // q_a [rows, heads, kvr], q_b [rows, heads, rope], `indices` (nullptr: every key) of width
+  // `index_width`, output [rows, heads, kvr] at `out`, scale 1/sqrt(192).
+  static AttentionArgs LatentArgs(std::vector<float>& qa, std::vector<float>& qb,
+                                  int rows, int heads, int kvr, int rope, int64_t slots,
+                                  KeyTable table, const int32_t* indices, int index_width,
+                                  const Fp8LatentCache& latent, float* out) {
+    AttentionArgs a;
+    a.q_a = HeadsView{qa.data(), rows, heads, kvr, int64_t{heads} * kvr, kvr};
+    a.q_b = HeadsView{qb.data(), rows, heads, rope, int64_t{heads} * rope, rope};
+    a.k_a = HeadsView{nullptr, slots, heads, kvr, 0, 0};
+    a.k_b = HeadsView{nullptr, slots, heads, rope, 0, 0};
+    a.v = a.k_a;
+    a.table = table;
+    a.indices = indices;
+    a.index_width = index_width;
+    a.scale = 1.0f / std::sqrt(192.0f);
+    a.latent_fp8 = latent;
+    a.out = HeadsView{out, rows, heads, kvr, int64_t{heads} * kvr, kvr};
+    return a;
+  }
+  // `a` with q, the key table and (where `a` has them) the indices copied to device memory from
+  // the host vectors it was built on, over the device latent cache `gc`.
+  AttentionArgs OnDevice(AttentionArgs a, const std::vector<float>& qa,
+                         const std::vector<float>& qb, const std::vector<int32_t>& table,
+                         const std::vector<int32_t>& offset, const std::vector<int32_t>& nkeys,
+                         const std::vector<int32_t>& idx, const Fp8LatentCache& gc) {
+    a.q_a.data = Dev(qa);
+    a.q_b.data = Dev(qb);
+    a.table = {Dev(table), Dev(offset), Dev(nkeys), a.table.max_num_keys};
+    a.indices = a.indices != nullptr ? Dev(idx) : nullptr;
+    a.latent_fp8 = gc;
+    return a;
   }
   template <typename T>
   std::vector<T> Host(const T* d, size_t n) {
@@ -159,14 +194,9 @@ TEST_F(CudaKvFp8Test, AttentionMatchesCpu) {
     cpu_->WriteLatentFp8(MatView{lat.data(), s.slots, width, width}, all.data(), cc);
     Fp8LatentCache gc{Dev(cache), s.slots, s.kvr, s.rope};
     // Row t sees num_keys(t) positions mapped through a shuffled table.
-    std::vector<int32_t> table, offset(s.rows), nkeys(s.rows);
-    for (int t = 0; t < s.rows; ++t) {
-      nkeys[t] = std::max(1, s.max_keys - 37 * t);
-      offset[t] = static_cast<int32_t>(table.size());
-      std::vector<int32_t> perm(all);
-      std::shuffle(perm.begin(), perm.end(), rng_);
-      table.insert(table.end(), perm.begin(), perm.begin() + nkeys[t]);
-    }
+    std::vector<int32_t> table, offset, nkeys(s.rows);
+    for (int t = 0; t < s.rows; ++t) nkeys[t] = std::max(1, s.max_keys - 37 * t);
+    cuda::ShuffledKeyTable(all, nkeys, rng_, &table, &offset);
     std::vector<int32_t> idx(std::max(1, s.rows * s.topk), -1);
     for (int t = 0; t < s.rows; ++t) {
       std::vector<int32_t> pos(nkeys[t]);
@@ -179,26 +209,12 @@ TEST_F(CudaKvFp8Test, AttentionMatchesCpu) {
     std::vector<float> qa(s.rows * s.heads * s.kvr), qb(s.rows * s.heads * s.rope);
     for (float& v : qa) v = nd(rng_);
     for (float& v : qb) v = nd(rng_) * 10.0f;
-    AttentionArgs a;
-    a.q_a = HeadsView{qa.data(), s.rows, s.heads, s.kvr, int64_t{s.heads} * s.kvr, s.kvr};
-    a.q_b = HeadsView{qb.data(), s.rows, s.heads, s.rope, int64_t{s.heads} * s.rope, s.rope};
-    a.k_a = HeadsView{nullptr, s.slots, s.heads, s.kvr, 0, 0};
-    a.k_b = HeadsView{nullptr, s.slots, s.heads, s.rope, 0, 0};
-    a.v = a.k_a;
-    a.table = {table.data(), offset.data(), nkeys.data(), s.max_keys};
-    a.indices = s.indices ? idx.data() : nullptr;
-    a.index_width = s.topk;
-    a.scale = 1.0f / std::sqrt(192.0f);
-    a.latent_fp8 = cc;
     std::vector<float> cpu_out(s.rows * s.heads * s.kvr);
-    a.out = HeadsView{cpu_out.data(), s.rows, s.heads, s.kvr, int64_t{s.heads} * s.kvr, s.kvr};
+    AttentionArgs a = LatentArgs(qa, qb, s.rows, s.heads, s.kvr, s.rope, s.slots,
+                                 {table.data(), offset.data(), nkeys.data(), s.max_keys},
+                                 s.indices ? idx.data() : nullptr, s.topk, cc, cpu_out.data());
     cpu_->Attention(a);
-    AttentionArgs g = a;
-    g.q_a.data = Dev(qa);
-    g.q_b.data = Dev(qb);
-    g.table = {Dev(table), Dev(offset), Dev(nkeys), s.max_keys};
-    g.indices = s.indices ? Dev(idx) : nullptr;
-    g.latent_fp8 = gc;
+    AttentionArgs g = OnDevice(a, qa, qb, table, offset, nkeys, idx, gc);
     g.out.data = Dev(std::vector<float>(cpu_out.size(), std::nanf("")));
     gpu_->Attention(g);
     const std::vector<float> gpu_out = Host(g.out.data, cpu_out.size());
@@ -243,15 +259,10 @@ TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
     Fp8LatentCache cc{cache.data(), s.slots, kKvr, kRope};
     cpu_->WriteLatentFp8(MatView{lat.data(), s.slots, kWidth, kWidth}, all.data(), cc);
     Fp8LatentCache gc{Dev(cache), s.slots, kKvr, kRope};
-    std::vector<int32_t> table, offset(s.rows), nkeys(s.rows);
-    for (int t = 0; t < s.rows; ++t) {
-      nkeys[t] = std::max(1, s.max_keys - 37 * t);
-      if (s.empty_rows && t == 1) nkeys[t] = 0;  // a row without keys
-      offset[t] = static_cast<int32_t>(table.size());
-      std::vector<int32_t> perm(all);
-      std::shuffle(perm.begin(), perm.end(), rng_);
-      table.insert(table.end(), perm.begin(), perm.begin() + nkeys[t]);
-    }
+    std::vector<int32_t> table, offset, nkeys(s.rows);
+    for (int t = 0; t < s.rows; ++t) nkeys[t] = std::max(1, s.max_keys - 37 * t);
+    if (s.empty_rows && s.rows > 1) nkeys[1] = 0;  // a row without keys
+    cuda::ShuffledKeyTable(all, nkeys, rng_, &table, &offset);
     const int width = std::max(1, s.topk);
     std::vector<int32_t> idx(s.rows * width, -1);
     for (int t = 0; t < s.rows; ++t) {
@@ -269,27 +280,14 @@ TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
     std::vector<float> qa(s.rows * s.heads * kKvr), qb(s.rows * s.heads * kRope);
     for (float& v : qa) v = nd(rng_);
     for (float& v : qb) v = nd(rng_) * 10.0f;
-    AttentionArgs a;
-    a.q_a = HeadsView{qa.data(), s.rows, s.heads, kKvr, int64_t{s.heads} * kKvr, kKvr};
-    a.q_b = HeadsView{qb.data(), s.rows, s.heads, kRope, int64_t{s.heads} * kRope, kRope};
-    a.k_a = HeadsView{nullptr, s.slots, s.heads, kKvr, 0, 0};
-    a.k_b = HeadsView{nullptr, s.slots, s.heads, kRope, 0, 0};
-    a.v = a.k_a;
-    a.table = {table.data(), offset.data(), nkeys.data(), s.max_keys};
-    a.indices = s.indices ? idx.data() : nullptr;
-    a.index_width = s.indices ? s.topk : 0;
-    a.scale = 1.0f / std::sqrt(192.0f);
-    a.latent_fp8 = cc;
     const size_t n_out = static_cast<size_t>(s.rows) * s.heads * kKvr;
     std::vector<float> cpu_out(n_out);
-    a.out = HeadsView{cpu_out.data(), s.rows, s.heads, kKvr, int64_t{s.heads} * kKvr, kKvr};
+    AttentionArgs a = LatentArgs(qa, qb, s.rows, s.heads, kKvr, kRope, s.slots,
+                                 {table.data(), offset.data(), nkeys.data(), s.max_keys},
+                                 s.indices ? idx.data() : nullptr, s.indices ? s.topk : 0, cc,
+                                 cpu_out.data());
     cpu_->Attention(a);
-    AttentionArgs g = a;
-    g.q_a.data = Dev(qa);
-    g.q_b.data = Dev(qb);
-    g.table = {Dev(table), Dev(offset), Dev(nkeys), s.max_keys};
-    g.indices = s.indices ? Dev(idx) : nullptr;
-    g.latent_fp8 = gc;
+    AttentionArgs g = OnDevice(a, qa, qb, table, offset, nkeys, idx, gc);
     const std::vector<float> nan_fill(n_out, std::nanf(""));
     g.out.data = Dev(nan_fill);
 
@@ -381,14 +379,9 @@ TEST_F(CudaKvFp8Test, IndexerTopKMatchesCpu) {
     Fp8IndexCache cc{cache.data(), n_slots, s.dim, s.bs};
     cpu_->WriteIndexKeysFp8(MatView{keys.data(), n_slots, s.dim, s.dim}, all.data(), cc);
     Fp8IndexCache gc{Dev(cache), n_slots, s.dim, s.bs};
-    std::vector<int32_t> table, offset(s.rows), nkeys(s.rows);
-    for (int t = 0; t < s.rows; ++t) {
-      nkeys[t] = std::max(1, s.max_keys - 53 * t);
-      offset[t] = static_cast<int32_t>(table.size());
-      std::vector<int32_t> perm(all);
-      std::shuffle(perm.begin(), perm.end(), rng_);
-      table.insert(table.end(), perm.begin(), perm.begin() + nkeys[t]);
-    }
+    std::vector<int32_t> table, offset, nkeys(s.rows);
+    for (int t = 0; t < s.rows; ++t) nkeys[t] = std::max(1, s.max_keys - 53 * t);
+    cuda::ShuffledKeyTable(all, nkeys, rng_, &table, &offset);
     std::vector<float> q(s.rows * s.heads * s.dim), w(s.rows * s.heads);
     for (float& v : q) v = s.exact ? static_cast<float>(small(rng_)) : nd(rng_);
     for (float& v : w) v = s.exact ? static_cast<float>(small(rng_)) : nd(rng_);

@@ -4,7 +4,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,5 +43,21 @@ class TestScratch final : public Scratch {
   void* ptr_[kScratchSlots] = {};
   size_t size_[kScratchSlots] = {};
 };
+
+// Host paged key tables (KeyTable::slots / row_offset) of rows with `nkeys[t]` keys each: row t
+// takes the first nkeys[t] of its own std::shuffle of `all_slots` (one shuffle per row, in row
+// order, drawing from `rng`).
+template <typename Rng>
+void ShuffledKeyTable(const std::vector<int32_t>& all_slots, const std::vector<int32_t>& nkeys,
+                      Rng& rng, std::vector<int32_t>* table, std::vector<int32_t>* offset) {
+  table->clear();
+  offset->assign(nkeys.size(), 0);
+  for (size_t t = 0; t < nkeys.size(); ++t) {
+    (*offset)[t] = static_cast<int32_t>(table->size());
+    std::vector<int32_t> perm(all_slots);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    table->insert(table->end(), perm.begin(), perm.begin() + nkeys[t]);
+  }
+}
 
 }  // namespace glm::engine::cuda
