@@ -39,18 +39,7 @@ using testing::GuardedBuffer;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Cheap deterministic bulk random numbers (the weights reach 160 MB).
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint32_t Next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return static_cast<uint32_t>(s >> 16);
-  }
-  float Uniform() { return (Next() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
-};
+using Rng = testing::XorShiftRng;
 
 // A narrow weight on the host ([n, ldw] elements, fp8 also scales) and its device copy.
 struct Weight {

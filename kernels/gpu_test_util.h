@@ -106,4 +106,17 @@ inline float Bf16ToFloat(uint16_t b) {
   return f;
 }
 
+// Cheap deterministic bulk random numbers (xorshift64; test weights reach 160 MB).
+struct XorShiftRng {
+  uint64_t s;
+  explicit XorShiftRng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint32_t Next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return static_cast<uint32_t>(s >> 16);
+  }
+  float Uniform() { return (Next() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
+};
+
 }  // namespace glm::kernels::testing

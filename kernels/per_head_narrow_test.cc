@@ -35,17 +35,7 @@ using testing::Bf16ToFloat;
 using testing::FloatToBf16;
 using testing::GuardedBuffer;
 
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint32_t Next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return static_cast<uint32_t>(s >> 16);
-  }
-  float Uniform() { return (Next() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
-};
+using Rng = testing::XorShiftRng;
 
 int ElemBytes(PerHeadWeight w) {
   return w == PerHeadWeight::kF32 ? 4 : w == PerHeadWeight::kBF16 ? 2 : 1;
@@ -120,14 +110,17 @@ struct Run {
   int64_t y_row_stride = 0, y_head_stride = 0;
 };
 
+// Args for `p` on x_dev / y_dev with the given head strides; the row strides are heads * head
+// stride plus a gap (default: x 1, y 5 elements, so rows are not packed).
 PerHeadNarrowArgs MakeArgs(const Weight& w, const Problem& p, const float* x_dev,
-                           int64_t x_head_stride, float* y_dev, int64_t y_head_stride) {
+                           int64_t x_head_stride, float* y_dev, int64_t y_head_stride,
+                           int64_t x_row_gap = 1, int64_t y_row_gap = 5) {
   PerHeadNarrowArgs a;
   a.contract = p.contract;
   a.weight = w.type;
   a.x = x_dev;
   a.x_head_stride = x_head_stride;
-  a.x_row_stride = p.heads * x_head_stride + 1;
+  a.x_row_stride = p.heads * x_head_stride + x_row_gap;
   a.w = w.d_w->data();
   a.ldw = w.ldw;
   a.w_scales = w.d_s ? w.d_s->as<float>() : nullptr;
@@ -136,7 +129,7 @@ PerHeadNarrowArgs MakeArgs(const Weight& w, const Problem& p, const float* x_dev
   a.row_begin = p.row_begin;
   a.y = y_dev;
   a.y_head_stride = y_head_stride;
-  a.y_row_stride = p.heads * y_head_stride + 5;
+  a.y_row_stride = p.heads * y_head_stride + y_row_gap;
   a.num_tokens = p.tokens;
   a.num_heads = p.heads;
   a.in_dim = p.in_dim;
@@ -286,24 +279,9 @@ TEST_F(PerHeadNarrowTest, NanInXPoisonsOnlyItsTokenAndHead) {
     x[(0 * heads + 2) * in + 3] = std::numeric_limits<float>::infinity();
     GuardedBuffer dx(x.size() * 4), dy(tokens * heads * out * 4);
     ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
-    PerHeadNarrowArgs a;
-    a.contract = c;
-    a.weight = w.type;
-    a.x = dx.as<float>();
-    a.x_head_stride = in;
-    a.x_row_stride = heads * in;
-    a.w = w.d_w->data();
-    a.ldw = w.ldw;
-    a.w_scales = w.d_s->as<float>();
-    a.w_scale_ld = w.scale_ld;
-    a.head_rows = 64;
-    a.y = dy.as<float>();
-    a.y_head_stride = out;
-    a.y_row_stride = heads * out;
-    a.num_tokens = tokens;
-    a.num_heads = heads;
-    a.in_dim = in;
-    a.out_dim = out;
+    const PerHeadNarrowArgs a = MakeArgs(w, {c, tokens, heads, /*head_rows=*/64, /*row_begin=*/0,
+                                             in, out},
+                                         dx.as<float>(), in, dy.as<float>(), out, 0, 0);
     ASSERT_TRUE(PerHeadNarrow(a, nullptr).ok());
     std::vector<float> y(tokens * heads * out);
     ASSERT_EQ(dy.Download(y.data(), y.size() * 4), cudaSuccess);
@@ -335,23 +313,10 @@ TEST_F(PerHeadNarrowTest, DeterministicAcrossLaunchesAndGraphReplay) {
       for (float& v : x) v = rng.Uniform();
       GuardedBuffer dx(x.size() * 4), dy(tokens * 64 * out * 4);
       ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
-      PerHeadNarrowArgs a;
-      a.contract = c;
-      a.weight = w.type;
-      a.x = dx.as<float>();
-      a.x_head_stride = in;
-      a.x_row_stride = 64 * in;
-      a.w = w.d_w->data();
-      a.ldw = w.ldw;
-      a.head_rows = 448;
-      a.row_begin = c == PerHeadContract::kRows ? 0 : 192;
-      a.y = dy.as<float>();
-      a.y_head_stride = out;
-      a.y_row_stride = 64 * out;
-      a.num_tokens = tokens;
-      a.num_heads = 64;
-      a.in_dim = in;
-      a.out_dim = out;
+      const PerHeadNarrowArgs a =
+          MakeArgs(w, {c, tokens, /*heads=*/64, /*head_rows=*/448,
+                       /*row_begin=*/c == PerHeadContract::kRows ? 0 : 192, in, out},
+                   dx.as<float>(), in, dy.as<float>(), out, 0, 0);
       std::vector<float> first(tokens * 64 * out), again(first.size());
       ASSERT_TRUE(PerHeadNarrow(a, nullptr).ok());
       ASSERT_EQ(dy.Download(first.data(), first.size() * 4), cudaSuccess);
@@ -427,25 +392,10 @@ TEST_F(PerHeadNarrowTest, WidenF32MatchesHostWidening) {
 TEST_F(PerHeadNarrowTest, RejectsBadInputsNamingTheRule) {
   const Weight w(PerHeadWeight::kF8E4M3Block128, 2 * 64, 128, 1);
   GuardedBuffer dx(4096), dy(4096);
-  PerHeadNarrowArgs a;
-  a.contract = PerHeadContract::kCols;
-  a.weight = w.type;
-  a.x = dx.as<float>();
-  a.x_head_stride = 128;
-  a.x_row_stride = 256;
-  a.w = w.d_w->data();
-  a.ldw = w.ldw;
-  a.w_scales = w.d_s->as<float>();
-  a.w_scale_ld = w.scale_ld;
-  a.head_rows = 64;
-  a.row_begin = 32;
-  a.y = dy.as<float>();
-  a.y_head_stride = 32;
-  a.y_row_stride = 64;
-  a.num_tokens = 1;
-  a.num_heads = 2;
-  a.in_dim = 128;
-  a.out_dim = 32;
+  // x [1, 2 heads, 128], y [1, 2 heads, 32], rows packed.
+  const PerHeadNarrowArgs a = MakeArgs(w, {PerHeadContract::kCols, /*tokens=*/1, /*heads=*/2,
+                                           /*head_rows=*/64, /*row_begin=*/32, 128, 32},
+                                       dx.as<float>(), 128, dy.as<float>(), 32, 0, 0);
   ASSERT_TRUE(PerHeadNarrow(a, nullptr).ok()) << PerHeadNarrow(a, nullptr);
   PerHeadNarrowArgs b = a;
   b.out_dim = 33;  // row_begin + 33 > head_rows
