@@ -95,3 +95,22 @@ gpu_step() {
   [[ -n ${GPU_STEP_AFTER:-} ]] && "$GPU_STEP_AFTER" "$name" "$rc" "$((SECONDS - t0))" "$log"
   summary+=("$(printf "%-${width}s rc=%-3s %4ss" "$name" "$rc" "$((SECONDS - t0))")")
 }
+
+# gpu_run_begin STAGE OUT: the opening the run_*.sh scripts share (call from the repo root, after
+# sourcing this file): sets stage=STAGE, bin=STAGE/bin, out=OUT (created), an empty `summary`
+# array for gpu_step, and the environment (gpu_env STAGE). Typical call:
+#   gpu_run_begin "${1:-.gpurun-NAME}" "${OUT:-/tmp/glm-NAME-out}"
+gpu_run_begin() {
+  stage=$1
+  bin=$stage/bin
+  out=$2
+  mkdir -p "$out"
+  gpu_env "$stage"
+  summary=()
+}
+
+# gpu_run_end: prints the steps' summary lines (gpu_step's `summary`) under "== summary".
+gpu_run_end() {
+  echo "== summary"
+  printf '%s\n' "${summary[@]}"
+}

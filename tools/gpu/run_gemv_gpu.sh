@@ -19,14 +19,9 @@
 # (the split-K reduction A/B: gemv_bench's old_us / clu_us / one_us columns).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=${1:-.gpurun-gemv}
-steps=${STEPS:-tests bench profile_on profile_off memcheck}
-bin=$stage/bin
-out=${OUT:-/tmp/glm-gemv-out}
-mkdir -p "$out"
 source tools/gpu/common.sh
-gpu_env "$stage"
-summary=()
+gpu_run_begin "${1:-.gpurun-gemv}" "${OUT:-/tmp/glm-gemv-out}"
+steps=${STEPS:-tests bench profile_on profile_off memcheck}
 GPU_STEP_WIDTH=36
 gemv_after() { echo "== $1 rc=$2 $3s"; }
 GPU_STEP_AFTER=gemv_after
@@ -79,5 +74,4 @@ for s in $steps; do
   esac
 done
 cat "$out/profile.log" 2>/dev/null
-echo "== summary"
-printf '%s\n' "${summary[@]}"
+gpu_run_end

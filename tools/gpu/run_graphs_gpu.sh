@@ -21,13 +21,8 @@
 # summary last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=${1:-.gpurun-h7}
-bin=$stage/bin
-out=${OUT:-/tmp/glm-graphs-gpu-out}
-mkdir -p "$out"
 source tools/gpu/common.sh
-gpu_env "$stage"
-summary=()
+gpu_run_begin "${1:-.gpurun-h7}" "${OUT:-/tmp/glm-graphs-gpu-out}"
 GPU_STEP_GREP="^\[  (PASSED|FAILED) |FAILED  \]|ERROR SUMMARY|decode step|memory plan|random batch|glm-run:"
 GPU_STEP_HEAD=30
 GPU_STEP_INDENT='   '
@@ -53,5 +48,4 @@ if [[ ${MEMCHECK:-1} == 1 ]] && command -v compute-sanitizer >/dev/null; then
   step "memcheck cuda_graph_test" ${MEMCHECK_TIMEOUT:-150} compute-sanitizer --tool memcheck --error-exitcode 7 \
     "$bin/cuda_graph_test" --gtest_filter='*RandomModel*:*ScratchGrowth*'
 fi
-echo "== summary"
-printf '%s\n' "${summary[@]}"
+gpu_run_end

@@ -18,14 +18,9 @@
 # Logs in $OUT (or /tmp/glm-idxtc-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=${1:-.gpurun-idxtc}
-bin=$stage/bin
-out=${OUT:-/tmp/glm-idxtc-out}
-steps=${STEPS:-tests bench memcheck decode decode-fp32}
-mkdir -p "$out"
 source tools/gpu/common.sh
-gpu_env "$stage"
-summary=()
+gpu_run_begin "${1:-.gpurun-idxtc}" "${OUT:-/tmp/glm-idxtc-out}"
+steps=${STEPS:-tests bench memcheck decode decode-fp32}
 GPU_STEP_LOG=$out/idxtc.log
 GPU_STEP_BUDGET=${BUDGET_S:-}
 GPU_STEP_GREP="^\[  (PASSED|FAILED) |^\[  FAILED|tc-score|ERROR SUMMARY|Failure|Expected|Which is|actual|error|differ|^topk-score|D2D|ms/layer|^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+"
@@ -59,5 +54,4 @@ for s in $steps; do
       ;;
   esac
 done
-echo "== summary"
-printf '%s\n' "${summary[@]}"
+gpu_run_end

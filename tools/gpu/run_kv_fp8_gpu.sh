@@ -25,14 +25,9 @@
 # Logs in $OUT (or /tmp/glm-kv-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=${1:-.gpurun-kv}
-bin=$stage/bin
-out=${OUT:-/tmp/glm-kv-out}
-steps=${STEPS:-tests memcheck bench decode ncu}
-mkdir -p "$out"
 source tools/gpu/common.sh
-gpu_env "$stage"
-summary=()
+gpu_run_begin "${1:-.gpurun-kv}" "${OUT:-/tmp/glm-kv-out}"
+steps=${STEPS:-tests memcheck bench decode ncu}
 GPU_STEP_LOG=$out/kv.log
 GPU_STEP_GREP="^\[  (PASSED|FAILED) |^\[  FAILED|rel diff|greedy|ERROR SUMMARY|Failure|Expected|Which is|actual|error|^(indexer|attention|write)|D2D|ms/layer|fp8/fp32|^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+"
 GPU_STEP_HEAD=150
@@ -71,5 +66,4 @@ for s in $steps; do
       ;;
   esac
 done
-echo "== summary"
-printf '%s\n' "${summary[@]}"
+gpu_run_end

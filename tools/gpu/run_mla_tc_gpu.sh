@@ -17,14 +17,9 @@
 # Logs in $OUT (or /tmp/glm-mla-tc-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=${1:-.gpurun-mla-tc}
-bin=$stage/bin
-out=${OUT:-/tmp/glm-mla-tc-out}
-steps=${STEPS:-tests memcheck bench decode}
-mkdir -p "$out"
 source tools/gpu/common.sh
-gpu_env "$stage"
-summary=()
+gpu_run_begin "${1:-.gpurun-mla-tc}" "${OUT:-/tmp/glm-mla-tc-out}"
+steps=${STEPS:-tests memcheck bench decode}
 GPU_STEP_LOG=$out/mla_tc.log
 GPU_STEP_BUDGET=${BUDGET_S:-}
 GPU_STEP_GREP="^\[  (PASSED|FAILED) |^\[  FAILED|^tc rows|ERROR SUMMARY|Failure|Expected|Which is|actual|error|^(attn|attention)|speedup|D2D|ms/layer|^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+"
@@ -52,5 +47,4 @@ for s in $steps; do
       ;;
   esac
 done
-echo "== summary"
-printf '%s\n' "${summary[@]}"
+gpu_run_end

@@ -17,14 +17,9 @@
 # and of glm-run --dtype auto / bf16. Logs in $OUT (or /tmp/glm-narrow-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=${1:-.gpurun-narrow}
-bin=$stage/bin
-out=${OUT:-/tmp/glm-narrow-out}
-mkdir -p "$out"
 source tools/gpu/common.sh
-gpu_env "$stage"
+gpu_run_begin "${1:-.gpurun-narrow}" "${OUT:-/tmp/glm-narrow-out}"
 golden=$PWD/tests/golden
-summary=()
 GPU_STEP_LOG=$out/narrow.log
 GPU_STEP_GREP="^\[  (PASSED|FAILED) |rel diff|greedy|max \|gpu|ERROR SUMMARY|Failure|^[0-9,]+\$"
 GPU_STEP_HEAD=120
@@ -54,5 +49,4 @@ if [[ ${MEMCHECK:-0} == 1 ]]; then
   fi
 fi
 grep -hE "^\[  FAILED  \]" "$out/narrow.log" | sort -u | head -n 40
-echo "== summary"
-printf '%s\n' "${summary[@]}"
+gpu_run_end

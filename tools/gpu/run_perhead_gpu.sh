@@ -17,13 +17,8 @@
 # Logs in $OUT (or /tmp/glm-perhead-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=${1:-.gpurun-perhead}
-bin=$stage/bin
-out=${OUT:-/tmp/glm-perhead-out}
-mkdir -p "$out"
 source tools/gpu/common.sh
-gpu_env "$stage"
-summary=()
+gpu_run_begin "${1:-.gpurun-perhead}" "${OUT:-/tmp/glm-perhead-out}"
 GPU_STEP_LOG=$out/perhead.log
 GPU_STEP_GREP="model weights on|^\[  (PASSED|FAILED) |^\[ +(OK|FAILED) +\]|AbsorbPerHead.*max|rel diff|ERROR SUMMARY|Failure|^(W_U|op |D2D|device)|^ +[0-9]+ +[0-9]+ +[0-9.]+|^== [0-9d]|^ *batch|loaded in|free .* GiB"
 GPU_STEP_HEAD=200
@@ -47,5 +42,4 @@ if command -v compute-sanitizer >/dev/null; then
     "$bin/per_head_narrow_test" --gtest_filter='*OddShapes*:*NanInX*:*OneHot*:*Widen*'
 fi
 grep -hE "^\[  FAILED  \]" "$out/perhead.log" | sort -u | head -n 40
-echo "== summary"
-printf '%s\n' "${summary[@]}"
+gpu_run_end

@@ -13,14 +13,10 @@
 # Logs go to $OUT (or /tmp/glm-sample-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=${1:-.gpurun-h9}
-bin=$stage/bin
-out=${OUT:-/tmp/glm-sample-out}
-mkdir -p "$out"
 source tools/gpu/common.sh
-gpu_env "$stage"  # cuBLASLt (the cuda backend links it; not staged) and GLM_GOLDEN_DIR
+# gpu_env via gpu_run_begin: cuBLASLt (the cuda backend links it; not staged) and GLM_GOLDEN_DIR.
+gpu_run_begin "${1:-.gpurun-h9}" "${OUT:-/tmp/glm-sample-out}"
 export PATH=$PATH:/usr/local/cuda/bin
-summary=()
 GPU_STEP_APPEND=1
 GPU_STEP_GREP="FAILED|Failure|ERROR SUMMARY|us/step|tokens equal|PASSED|SKIPPED"
 GPU_STEP_HEAD=30
