@@ -165,6 +165,70 @@ struct ScoreParams {
   int32_t hist_stride;
 };
 
+// The score kernels' shared pieces (IndexerScoreKernel, IndexerScoreTcKernel).
+
+// This CTA's keys [begin, end) of row t (chunk blockIdx.x % chunks); `skip` when the row needs no
+// scores (num_keys <= top_k) or the chunk starts past its keys (uniform over the CTA).
+struct ScoreChunk {
+  int64_t t;
+  int begin, end;
+  bool skip;
+};
+__device__ __forceinline__ ScoreChunk ScoreChunkOfBlock(const ScoreParams& p) {
+  ScoreChunk ch;
+  ch.t = blockIdx.x / p.chunks;
+  const int chunk = static_cast<int>(blockIdx.x % p.chunks);
+  const int num_keys = p.row_num_keys[ch.t];
+  ch.begin = chunk * p.chunk_len;
+  ch.skip = num_keys <= p.top_k || ch.begin >= num_keys;
+  ch.end = min(num_keys, ch.begin + p.chunk_len);
+  return ch;
+}
+
+// Row t's head weights times weight_scale (0 for the padding heads) into w_s [heads_pad], and
+// hist_s [256] zeroed when the launch keeps a histogram; returns that (uniform). The caller
+// syncs the CTA before use.
+template <int kThreads>
+__device__ __forceinline__ bool LoadWeightsClearHist(const ScoreParams& p, int64_t t, float* w_s,
+                                                     uint32_t* hist_s) {
+  const int tid = threadIdx.x;
+  for (int h = tid; h < p.heads_pad; h += kThreads) {
+    w_s[h] = h < p.heads ? p.w[t * p.w_ld + h] * p.weight_scale : 0.f;
+  }
+  const bool with_hist = p.hist != nullptr;
+  if (with_hist) {
+    for (int i = tid; i < 256; i += kThreads) hist_s[i] = 0;
+  }
+  return with_hist;
+}
+
+// Key `slot` of the paged fp8 index cache (kv_fp8_layout.h) at width `dim`: the byte offset of
+// its e4m3 values and its scale.
+__device__ __forceinline__ void Fp8KeyAt(const ScoreParams& p, int slot, int dim, int64_t* voff,
+                                         float* scale) {
+  const int blk = slot / p.block_size, off = slot - blk * p.block_size;
+  const int64_t base = int64_t{blk} * p.block_size * (dim + 4);
+  *voff = base + int64_t{off} * dim;
+  *scale = *reinterpret_cast<const float*>(p.keys8 + base + int64_t{p.block_size} * dim + 4 * off);
+}
+
+// Adds the warp's top-byte digits (256: no bin) into hist_s: one shared atomic per distinct
+// digit (integer counts: the order does not matter).
+__device__ __forceinline__ void WarpHistAdd(uint32_t digit, int lane, uint32_t* hist_s) {
+  const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+  if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist_s[digit], __popc(peers));
+}
+
+// After the CTA's keys: its histogram added into row t's (skips the zero bins).
+template <int kThreads>
+__device__ __forceinline__ void FlushHist(const ScoreParams& p, int64_t t,
+                                          const uint32_t* hist_s) {
+  __syncthreads();
+  for (int i = threadIdx.x; i < 256; i += kThreads) {
+    if (hist_s[i] != 0) atomicAdd(&p.hist[t * p.hist_stride + i], hist_s[i]);
+  }
+}
+
 // grid: rows * chunks; block kScoreThreads; dynamic smem ScoreSmemBytes. Each warp owns 8 key
 // rows of shared memory and walks the chunk's keys 8 at a time (warp w: keys w*8 + 64i ...), so
 // warps never wait for each other inside the chunk. Also adds the chunk's histogram of the top
@@ -178,12 +242,10 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
   float* q_s = k_s + kTileKeys * p.dim_pad;           // [heads_pad][dim_pad + 1]
   float* w_s = q_s + p.heads_pad * qstride;           // [heads_pad]
 
-  const int64_t t = blockIdx.x / p.chunks;
-  const int chunk = static_cast<int>(blockIdx.x % p.chunks);
-  const int num_keys = p.row_num_keys[t];
-  const int begin = chunk * p.chunk_len;
-  if (num_keys <= p.top_k || begin >= num_keys) return;  // uniform over the CTA
-  const int end = min(num_keys, begin + p.chunk_len);
+  const ScoreChunk ch = ScoreChunkOfBlock(p);
+  if (ch.skip) return;  // uniform over the CTA
+  const int64_t t = ch.t;
+  const int begin = ch.begin, end = ch.end;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   const int dp4 = p.dim_pad / 4, d4 = p.dim / 4;
@@ -199,13 +261,7 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
     float* dst = q_s + h * qstride + 4 * c4;
     dst[0] = x.x, dst[1] = x.y, dst[2] = x.z, dst[3] = x.w;
   }
-  for (int h = tid; h < p.heads_pad; h += kScoreThreads) {
-    w_s[h] = h < p.heads ? p.w[t * p.w_ld + h] * p.weight_scale : 0.f;
-  }
-  const bool with_hist = p.hist != nullptr;  // uniform
-  if (with_hist) {
-    for (int i = tid; i < 256; i += kScoreThreads) hist_s[i] = 0;
-  }
+  const bool with_hist = LoadWeightsClearHist<kScoreThreads>(p, t, w_s, hist_s);  // uniform
   __syncthreads();
   const int32_t* slots = p.slots + p.row_offset[t];
   float* k_w = k_s + warp * kKeysPerWarp * p.dim_pad;  // this warp's 8 key rows
@@ -224,13 +280,7 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
     if constexpr (kFp8) {
       int64_t my_voff = 0;
       float my_scale = 0.f;
-      if (my_slot >= 0) {
-        const int blk = my_slot / p.block_size, off = my_slot - blk * p.block_size;
-        const int64_t base = int64_t{blk} * p.block_size * (p.dim + 4);
-        my_voff = base + int64_t{off} * p.dim;
-        my_scale = *reinterpret_cast<const float*>(p.keys8 + base +
-                                                   int64_t{p.block_size} * p.dim + 4 * off);
-      }
+      if (my_slot >= 0) Fp8KeyAt(p, my_slot, p.dim, &my_voff, &my_scale);
 #pragma unroll
       for (int kk = 0; kk < kKeysPerWarp; ++kk) {
         kvoff[kk] = __shfl_sync(0xffffffffu, my_voff, kk);
@@ -308,16 +358,9 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams 
       p.scores[t * p.ld + key0 + lane] = mine;
       digit = OrderedKey(mine) >> 24;
     }
-    if (with_hist) {
-      const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-      if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist_s[digit], __popc(peers));
-    }
+    if (with_hist) WarpHistAdd(digit, lane, hist_s);
   }
-  if (!with_hist) return;  // uniform
-  __syncthreads();
-  for (int i = tid; i < 256; i += kScoreThreads) {
-    if (hist_s[i] != 0) atomicAdd(&p.hist[t * p.hist_stride + i], hist_s[i]);
-  }
+  if (with_hist) FlushHist<kScoreThreads>(p, t, hist_s);  // uniform
 }
 
 // ---- Tensor-core score path (fp8 keys; IndexerScoreTcKernel) -------------------------------
@@ -404,12 +447,10 @@ __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(S
   const int mtiles = p.heads_pad / 16;
   float* w_s = reinterpret_cast<float*>(qf + kTcSplits * mtiles * kTcKsteps * 32);
 
-  const int64_t t = blockIdx.x / p.chunks;
-  const int chunk = static_cast<int>(blockIdx.x % p.chunks);
-  const int num_keys = p.row_num_keys[t];
-  const int begin = chunk * p.chunk_len;
-  if (num_keys <= p.top_k || begin >= num_keys) return;  // uniform over the CTA
-  const int end = min(num_keys, begin + p.chunk_len);
+  const ScoreChunk ch = ScoreChunkOfBlock(p);
+  if (ch.skip) return;  // uniform over the CTA
+  const int64_t t = ch.t;
+  const int begin = ch.begin, end = ch.end;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
 
@@ -442,13 +483,7 @@ __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(S
                      PackBf16x2(parts[s][1][2], parts[s][1][3]));
     }
   }
-  for (int h = tid; h < p.heads_pad; h += kTcThreads) {
-    w_s[h] = h < p.heads ? p.w[t * p.w_ld + h] * p.weight_scale : 0.f;
-  }
-  const bool with_hist = p.hist != nullptr;  // uniform
-  if (with_hist) {
-    for (int i = tid; i < 256; i += kTcThreads) hist_s[i] = 0;
-  }
+  const bool with_hist = LoadWeightsClearHist<kTcThreads>(p, t, w_s, hist_s);  // uniform
   __syncthreads();
   const int32_t* slots = p.slots + p.row_offset[t];
 
@@ -457,13 +492,7 @@ __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(S
     const int my_slot = key0 + lane < end ? slots[key0 + lane] : -1;
     int64_t my_voff = -1;
     float my_scale = 0.f;
-    if (my_slot >= 0) {
-      const int blk = my_slot / p.block_size, off = my_slot - blk * p.block_size;
-      const int64_t base = int64_t{blk} * p.block_size * (kTcDim + 4);
-      my_voff = base + int64_t{off} * kTcDim;
-      my_scale = *reinterpret_cast<const float*>(p.keys8 + base +
-                                                 int64_t{p.block_size} * kTcDim + 4 * off);
-    }
+    if (my_slot >= 0) Fp8KeyAt(p, my_slot, kTcDim, &my_voff, &my_scale);
     // B: lane (g, c) of n-tile j holds key 8j + g's bytes [32c, 32c + 32): word ks = k-step ks.
     uint32_t raw[kTcNtiles][kTcKsteps];
 #pragma unroll
@@ -572,18 +601,10 @@ __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(S
     }
     if (with_hist) {
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const uint32_t digit = k == 0 ? d0 : d1;
-        const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-        if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist_s[digit], __popc(peers));
-      }
+      for (int k = 0; k < 2; ++k) WarpHistAdd(k == 0 ? d0 : d1, lane, hist_s);
     }
   }
-  if (!with_hist) return;  // uniform
-  __syncthreads();
-  for (int i = tid; i < 256; i += kTcThreads) {
-    if (hist_s[i] != 0) atomicAdd(&p.hist[t * p.hist_stride + i], hist_s[i]);
-  }
+  if (with_hist) FlushHist<kTcThreads>(p, t, hist_s);  // uniform
 }
 
 // Exclusive scan of `v` over the block; *total gets the block sum. `warp_sums` holds 32 values.
