@@ -205,6 +205,13 @@ class CudaBackend : public Backend {
       for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
       return;
     }
+    PerHeadGemm(x, weights, weight_head_stride, w_ld, y, "LinearPerHead");
+  }
+
+  // y[:, h] = x[:, h] @ W_h^T per head on cuBLASLt (fp32; W_h [y.dim, x.dim] at
+  // weights + h * weight_head_stride, row stride w_ld); errors recorded as `what`.
+  void PerHeadGemm(const HeadsView& x, const float* weights, int64_t weight_head_stride,
+                   int64_t w_ld, const HeadsView& y, const char* what) {
     cuda::GemmShape s;
     s.m = x.rows;
     s.n = y.dim;
@@ -216,7 +223,7 @@ class CudaBackend : public Backend {
     s.x_batch_stride = x.head_stride;
     s.w_batch_stride = weight_head_stride;
     s.y_batch_stride = y.head_stride;
-    Record(Annotate(matmul_->Run(s, x.data, weights, y.data, false, stream_), "LinearPerHead"));
+    Record(Annotate(matmul_->Run(s, x.data, weights, y.data, false, stream_), what));
   }
 
   // One kernels/per_head_narrow launch per product (all heads), any WeightDType.
@@ -278,18 +285,7 @@ class CudaBackend : public Backend {
       Record(Annotate(widened, "AbsorbPerHead"));
       return;
     }
-    cuda::GemmShape s;
-    s.m = x.rows;
-    s.n = y.dim;
-    s.k = x.dim;
-    s.x_ld = x.row_stride;
-    s.w_ld = x.dim;
-    s.y_ld = y.row_stride;
-    s.batch = x.heads;
-    s.x_batch_stride = x.head_stride;
-    s.w_batch_stride = y.dim * x.dim;
-    s.y_batch_stride = y.head_stride;
-    Record(Annotate(matmul_->Run(s, x.data, wf, y.data, false, stream_), "AbsorbPerHead"));
+    PerHeadGemm(x, wf, y.dim * x.dim, x.dim, y, "AbsorbPerHead");
   }
 
   void RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) override {
