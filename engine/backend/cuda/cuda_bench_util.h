@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,21 @@ inline std::vector<int> ParseInts(const std::string& s) {
   }
   return v;
 }
+
+// The sweep flags the benches share: --rows and --keys (comma lists), --trials and --calls (each
+// at least 1).
+struct SweepFlags {
+  std::vector<int> rows, keys;
+  int trials = 3, calls = 20;
+  // Takes flag `k` with value `v`; false when `k` is not one of the above (the caller's own).
+  bool Parse(const std::string& k, const std::string& v) {
+    if (k == "--rows") rows = ParseInts(v);
+    else if (k == "--keys") keys = ParseInts(v);
+    else if (k == "--trials") trials = std::max(1, std::atoi(v.c_str()));
+    else if (k == "--calls") calls = std::max(1, std::atoi(v.c_str()));
+    else return false;
+    return true;
+  }
+};
 
 }  // namespace glm::engine::cuda

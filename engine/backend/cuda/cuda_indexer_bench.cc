@@ -72,17 +72,19 @@ void Report(const char* op, const char* kv, int rows, int keys, const char* path
 }
 
 int Main(int argc, char** argv) {
-  std::vector<int> rows_list = {1, 8, 64}, keys_list = {4096, 16384, 50000, 131072};
-  int trials = 3, calls = 20;
+  SweepFlags flags;
+  flags.rows = {1, 8, 64};
+  flags.keys = {4096, 16384, 50000, 131072};
+  flags.trials = 3;
+  flags.calls = 20;
   bool score_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--rows") rows_list = ParseInts(v);
-    else if (k == "--keys") keys_list = ParseInts(v);
-    else if (k == "--trials") trials = std::max(1, std::atoi(v.c_str()));
-    else if (k == "--calls") calls = std::max(1, std::atoi(v.c_str()));
-    else if (k == "--score-only") score_only = v == "1";
+    if (!flags.Parse(k, v) && k == "--score-only") score_only = v == "1";
   }
+  const std::vector<int>& rows_list = flags.rows;
+  const std::vector<int>& keys_list = flags.keys;
+  const int trials = flags.trials, calls = flags.calls;
   constexpr int kHeads = 32, kDim = 128, kTopK = 2048, kBs = 64;
   constexpr int64_t kPool = 262144;  // key rows
   cudaStream_t stream;

@@ -48,16 +48,15 @@ void Report(const char* op, const char* kv, int rows, int keys, double us, doubl
 }
 
 int Main(int argc, char** argv) {
-  std::vector<int> rows_list = {1, 8, 64}, keys_list = {4096, 131072};
-  int trials = 5, calls = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--rows") rows_list = ParseInts(v);
-    else if (k == "--keys") keys_list = ParseInts(v);
-    else if (k == "--trials") trials = std::max(1, std::atoi(v.c_str()));
-    else if (k == "--calls") calls = std::max(1, std::atoi(v.c_str()));
-  }
-  const int kCalls = calls;
+  SweepFlags flags;
+  flags.rows = {1, 8, 64};
+  flags.keys = {4096, 131072};
+  flags.trials = 5;
+  flags.calls = 20;
+  for (int i = 1; i + 1 < argc; i += 2) flags.Parse(argv[i], argv[i + 1]);
+  const std::vector<int>& rows_list = flags.rows;
+  const std::vector<int>& keys_list = flags.keys;
+  const int trials = flags.trials, kCalls = flags.calls;
   constexpr int kHeads = 64, kKvr = 512, kRope = 64, kIHeads = 32, kIDim = 128, kTopK = 2048;
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
