@@ -130,6 +130,19 @@ __device__ __forceinline__ void PhnStageX(const PerHeadNarrowParams& p, int64_t 
   }
 }
 
+// Opens the token tile at t0 (both kernels): waits until the previous tile's reads of shared
+// memory (sx, and the kRows kernel's reduction buffer) are done, stages its x into sx and syncs.
+// Returns the tile's token count nt <= kMT.
+template <int kMT>
+__device__ __forceinline__ int PhnBeginTile(const PerHeadNarrowParams& p, int64_t h, int t0,
+                                            float* sx) {
+  const int nt = min(kMT, p.num_tokens - t0);
+  __syncthreads();
+  PhnStageX(p, h, t0, nt, sx);
+  __syncthreads();
+  return nt;
+}
+
 template <PerHeadWeight W, int kMT>
 __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowParams p) {
   using T = PhnTraits<W>;
@@ -166,10 +179,7 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowPa
   if (num_segs == 1) load_seg(0);  // in flight while x is staged
 
   for (int t0 = 0; t0 < p.num_tokens; t0 += kMT) {
-    const int nt = min(kMT, p.num_tokens - t0);
-    __syncthreads();  // the previous tile's reads of sx are done
-    PhnStageX(p, h, t0, nt, sx);
-    __syncthreads();
+    const int nt = PhnBeginTile<kMT>(p, h, t0, sx);
     float acc[kMT][kColsRows];
 #pragma unroll
     for (int t = 0; t < kMT; ++t) {
@@ -248,10 +258,7 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadRowsKernel(PerHeadNarrowPa
   const uint8_t* wcol = p.w + c * T::kBytes;
 
   for (int t0 = 0; t0 < p.num_tokens; t0 += kMT) {
-    const int nt = min(kMT, p.num_tokens - t0);
-    __syncthreads();  // the previous tile's reads of sx and red are done
-    PhnStageX(p, h, t0, nt, sx);
-    __syncthreads();
+    const int nt = PhnBeginTile<kMT>(p, h, t0, sx);
     float acc[kMT][kVec];
 #pragma unroll
     for (int t = 0; t < kMT; ++t) {
