@@ -212,8 +212,8 @@ __device__ __forceinline__ void Fp8KeyAt(const ScoreParams& p, int slot, int dim
   *scale = *reinterpret_cast<const float*>(p.keys8 + base + int64_t{p.block_size} * dim + 4 * off);
 }
 
-// Adds the warp's top-byte digits (256: no bin) into hist_s: one shared atomic per distinct
-// digit (integer counts: the order does not matter).
+// Adds the warp's digits (256: no bin) into hist_s [256]: one shared atomic per distinct digit
+// (integer counts: the order does not matter). Used by the score and the select kernels.
 __device__ __forceinline__ void WarpHistAdd(uint32_t digit, int lane, uint32_t* hist_s) {
   const uint32_t peers = __match_any_sync(0xffffffffu, digit);
   if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist_s[digit], __popc(peers));
@@ -705,10 +705,7 @@ __global__ void __launch_bounds__(kSelectThreads)
           const uint32_t u = OrderedKey(v[j]);
           const uint32_t digit =
               i0 + j < n && (u & mask) == prefix ? (u >> shift) & 255u : 256u;
-          if (__any_sync(0xffffffffu, digit < 256)) {
-            const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-            if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
-          }
+          if (__any_sync(0xffffffffu, digit < 256)) WarpHistAdd(digit, lane, hist);
         }
       }
     }
@@ -837,10 +834,7 @@ __global__ void __launch_bounds__(1024)
       const uint32_t u = OrderedKey(v[j]);
       if (ok) row_s[PadIdx(i0 + j)] = u;
       const uint32_t digit = ok ? u >> 24 : 256u;
-      if (__any_sync(0xffffffffu, digit < 256)) {
-        const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-        if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[0][digit], __popc(peers));
-      }
+      if (__any_sync(0xffffffffu, digit < 256)) WarpHistAdd(digit, lane, hist[0]);
     }
   }
   __syncthreads();
@@ -855,10 +849,7 @@ __global__ void __launch_bounds__(1024)
         const int i = lo + j;
         const uint32_t u = i < n ? row_s[PadIdx(i)] : 0u;
         const uint32_t digit = i < n && (u & mask) == prefix ? (u >> shift) & 255u : 256u;
-        if (__any_sync(0xffffffffu, digit < 256)) {
-          const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-          if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&h[digit], __popc(peers));
-        }
+        if (__any_sync(0xffffffffu, digit < 256)) WarpHistAdd(digit, lane, h);
       }
       __syncthreads();
     }
@@ -955,10 +946,7 @@ __global__ void __launch_bounds__(kHistThreads)
     for (int j = 0; j < 4; ++j) {
       const uint32_t u = OrderedKey(v[j]);
       const uint32_t digit = i0 + j < end && (u & mask) == prefix ? (u >> shift) & 255u : 256u;
-      if (__any_sync(0xffffffffu, digit < 256)) {
-        const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-        if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&h_s[digit], __popc(peers));
-      }
+      if (__any_sync(0xffffffffu, digit < 256)) WarpHistAdd(digit, lane, h_s);
     }
   }
   __syncthreads();
