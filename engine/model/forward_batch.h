@@ -103,6 +103,12 @@ class Model {
   // the graph counters may be read from any thread. Defaults for models without them.
   virtual MemoryPlan memory_plan() const { return {}; }
   virtual DecodeGraphStats decode_graph_stats() const { return {}; }
+
+  // The caller will not run seq_id again with its current blocks (finished, aborted or
+  // preempted): a model may drop per-sequence state now (the key-slot arena's region) instead
+  // of aging it out. Calling it for an unknown seq_id is a no-op; a later Forward of the same
+  // seq_id starts afresh.
+  virtual void ReleaseSequence(int64_t /*seq_id*/) {}
 };
 
 }  // namespace glm::engine

@@ -58,6 +58,9 @@ class GlmMoeDsaModel : public Model {
                           ForwardResult* result) override;
   MemoryPlan memory_plan() const override { return plan_; }
   DecodeGraphStats decode_graph_stats() const override { return graphs_.stats(); }
+  void ReleaseSequence(int64_t seq_id) override {
+    if (arena_ != nullptr) arena_->Release(seq_id);
+  }
   SlotArenaStats slot_arena_stats() const {
     return arena_ != nullptr ? arena_->stats() : SlotArenaStats{};
   }

@@ -451,5 +451,30 @@ TEST(SlotArenaModelTest, GrowthEvictionAndDuplicates) {
   EXPECT_TRUE(BitEqual(r.seqs[1].logits, a2));
 }
 
+// Model::ReleaseSequence (the scheduler calls it when a sequence finishes or is preempted) frees
+// the region at once; the same seq_id afterwards starts afresh and gives the same logits.
+TEST(SlotArenaModelTest, ReleaseSequenceFreesTheRegion) {
+  ModelFixture f;
+  f.config = SmallTestConfig(2, 1, false);
+  MakeRandomWeights(f.config, 79, &f.weights);
+  auto m = f.Make(/*num_blocks=*/64);
+  auto ref = f.Make(64);
+  const auto p = Prompt(10, 4);
+  const auto t = Blocks(0, 4);
+  Step(*m, {Slice(3, p, 0, t)});
+  Step(*m, {Slice(4, p, 0, Blocks(8, 4))});
+  ASSERT_EQ(SlotArenaStatsOf(*m)->live_regions, 2);
+  m->ReleaseSequence(3);
+  EXPECT_EQ(SlotArenaStatsOf(*m)->live_regions, 1);
+  m->ReleaseSequence(3);     // twice: a no-op
+  m->ReleaseSequence(1234);  // unknown: a no-op
+  EXPECT_EQ(SlotArenaStatsOf(*m)->live_regions, 1);
+  // Re-admitted in other blocks after preemption: equals a fresh model.
+  const auto t2 = Blocks(20, 4);
+  EXPECT_TRUE(BitEqual(Step(*m, {Slice(3, p, 0, t2)}), Step(*ref, {Slice(3, p, 0, t2)})));
+  EXPECT_TRUE(
+      BitEqual(Step(*m, {Slice(3, {7}, 10, t2)}), Step(*ref, {Slice(3, {7}, 10, t2)})));
+}
+
 }  // namespace
 }  // namespace glm::engine

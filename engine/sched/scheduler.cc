@@ -136,6 +136,7 @@ void Scheduler::AbortAll() {
 
 void Scheduler::Finish(Sequence* seq, FinishReason /*reason*/) {
   blocks_->FreeSequence(seq->id);
+  model_->ReleaseSequence(seq->id);
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   seqs_.erase(seq->id);  // destroys *seq
@@ -143,6 +144,7 @@ void Scheduler::Finish(Sequence* seq, FinishReason /*reason*/) {
 
 void Scheduler::Preempt(Sequence* seq) {
   blocks_->FreeSequence(seq->id);
+  model_->ReleaseSequence(seq->id);
   seq->num_computed = 0;
   seq->drafts.clear();
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
