@@ -198,15 +198,19 @@ double LinearElemBytes(const std::string& dtype) {
   return 4.0;
 }
 
-// Estimated device bytes of the weights of `c` (plus the absorbed W_UK^T copy per layer).
+// Estimated device bytes of the weights of `c` (fp32 models also keep an absorbed W_UK^T copy
+// per layer; narrow models absorb from kv_b_proj as stored).
 int64_t DeviceWeightBytes(const ModelConfig& c, const std::string& dtype) {
   LazyRandomWeights w(c, {});
   double bytes = 0;
   for (const auto& s : w.specs()) {
-    bytes += static_cast<double>(s.numel()) * (LazyRandomWeights::IsLinearWeight(s.name) ? LinearElemBytes(dtype) : 4.0);
+    bytes += static_cast<double>(s.numel()) *
+             (LazyRandomWeights::IsLinearWeight(s.name) ? LinearElemBytes(dtype) : 4.0);
   }
-  bytes += 4.0 * c.num_hidden_layers * c.num_attention_heads * c.kv_lora_rank *
-           c.qk_nope_head_dim;
+  if (dtype == "fp32") {
+    bytes += 4.0 * c.num_hidden_layers * c.num_attention_heads * c.kv_lora_rank *
+             c.qk_nope_head_dim;
+  }
   return static_cast<int64_t>(bytes);
 }
 
@@ -236,7 +240,7 @@ LayerBytes MinLayerBytes(const ModelConfig& c, const std::string& dtype, int bat
                mi = c.moe_intermediate_size, ne = c.n_routed_experts;
   LayerBytes b;
   b.attn_weights = lb * (qlr * H + nh * (nope + rope) * qlr + (kvr + rope) * H + H * nh * vd) +
-                   4.0 * (nh * kvr * nope + nh * vd * kvr) +  // W_UK^T, W_UV (fp32)
+                   lb * (nh * kvr * nope + nh * vd * kvr) +  // W_UK, W_UV (kv_b as stored)
                    4.0 * (2 * H + qlr + kvr);                  // norms
   b.indexer_weights = lb * (inh * ihd * qlr + ihd * H + inh * H) + 4.0 * 2 * ihd;
   b.router = 4.0 * (ne * H + ne);

@@ -83,14 +83,20 @@ uint16_t ToBf16(float f) {
 
 }  // namespace
 
+DeviceMatrix WeightLoader::UploadLinearF32(const std::vector<float>& data, int64_t rows,
+                                           int64_t cols) {
+  DeviceMatrix m = Upload(data, rows, cols);
+  bytes_.linear += rows * cols * 4;
+  bytes_.linear_fp32 += rows * cols * 4;
+  ++bytes_.num_linear[0];
+  return m;
+}
+
 absl::StatusOr<DeviceMatrix> WeightLoader::Linear(const std::string& name, int64_t rows,
                                                   int64_t cols) {
   if (mode_ == LinearWeightMode::kF32) {
-    GLM_ASSIGN_OR_RETURN(DeviceMatrix m, Matrix(name, rows, cols));
-    bytes_.linear += rows * cols * 4;
-    bytes_.linear_fp32 += rows * cols * 4;
-    ++bytes_.num_linear[0];
-    return m;
+    GLM_ASSIGN_OR_RETURN(std::vector<float> host, Host(name, rows, cols));
+    return UploadLinearF32(host, rows, cols);
   }
   DeviceMatrix m;
   if (mode_ == LinearWeightMode::kAuto && cols % 16 == 0 && source_.IsFp8Block(name)) {
@@ -300,16 +306,18 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
   GLM_ASSIGN_OR_RETURN(m.kv_a, w.Linear(prefix + ".kv_a_proj_with_mqa.weight", kvr + rope, H));
   GLM_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector(prefix + ".kv_a_layernorm.weight", kvr));
   const std::string kv_b_name = prefix + ".kv_b_proj.weight";
+  // fp32 models (and GLM_MLA_ABSORB_FP32=1, for A/B runs) keep kv_b in fp32 plus a transposed
+  // W_UK^T copy; narrow models keep kv_b as stored and absorb with AbsorbPerHead. The tensor is
+  // read from the source once either way.
   const char* force_fp32 = std::getenv("GLM_MLA_ABSORB_FP32");
+  const bool fp32_absorb = w.mode() == LinearWeightMode::kF32 ||
+                           (force_fp32 != nullptr && std::string(force_fp32) == "1");
   std::vector<float> kv_b_host;  // the fp32 path's host copy
-  if (force_fp32 != nullptr && std::string(force_fp32) == "1") {
+  if (fp32_absorb) {
     GLM_ASSIGN_OR_RETURN(kv_b_host, w.Host(kv_b_name, nh * (nope + vd), kvr));
-    m.kv_b = w.Upload(kv_b_host, nh * (nope + vd), kvr);
+    m.kv_b = w.UploadLinearF32(kv_b_host, nh * (nope + vd), kvr);
   } else {
     GLM_ASSIGN_OR_RETURN(m.kv_b, w.Linear(kv_b_name, nh * (nope + vd), kvr));
-    if (m.kv_b.view.dtype == WeightDType::kF32) {
-      GLM_ASSIGN_OR_RETURN(kv_b_host, w.Host(kv_b_name, nh * (nope + vd), kvr));
-    }
   }
   if (!kv_b_host.empty()) {
     // W_UK^T per head: w_uk_t[h][c][d] = kv_b[h * (nope + vd) + d][c], d < nope.

@@ -87,7 +87,10 @@ class WeightLoader {
   // Host copy of a tensor (load-time transforms such as MLA absorption).
   absl::StatusOr<std::vector<float>> Host(const std::string& name, int64_t rows, int64_t cols);
   DeviceMatrix Upload(const std::vector<float>& data, int64_t rows, int64_t cols);
+  // Upload of a Linear weight read with Host() (kept in fp32): counted in bytes() as a Linear.
+  DeviceMatrix UploadLinearF32(const std::vector<float>& data, int64_t rows, int64_t cols);
   bool Has(const std::string& name) const { return source_.Has(name); }
+  LinearWeightMode mode() const { return mode_; }
   const WeightBytes& bytes() const { return bytes_; }
 
  private:

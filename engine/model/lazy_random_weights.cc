@@ -118,9 +118,10 @@ bool LazyRandomWeights::IsLinearWeight(const std::string& name) {
     return name.size() >= suffix.size() &&
            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  if (ends("kv_b_proj.weight") || ends("mlp.gate.weight")) return false;
+  if (ends("mlp.gate.weight")) return false;  // the router stays fp32
   // kv_a_proj_with_mqa is fp8 in the GLM-5 FP8 checkpoint too (576 rows: 5 scale row blocks,
-  // the last one partial).
+  // the last one partial), and so is kv_b_proj (narrow models absorb from it as stored:
+  // Backend::AbsorbPerHead).
   return ends("_proj.weight") || ends("_proj_with_mqa.weight") || ends(".wq_b.weight") ||
          ends(".wk.weight") || name == "lm_head.weight";
 }

@@ -11,7 +11,7 @@
 // - Values are a pure function of (seed, tensor name, element index): a counter-based hash, so a
 //   tensor is the same whichever thread count or request order produced it.
 // - With Options::fp8_linear, the Linear weights the loader may keep narrow (IsLinearWeight:
-//   projections, experts, lm_head, eh_proj; not kv_b_proj, the router, norms or the embedding)
+//   projections incl. kv_b_proj, experts, lm_head, eh_proj; not the router, norms or embedding)
 //   are also served as e4m3 + 128 x 128 block scales (IsFp8Block / ReadFp8Block, for
 //   ModelLoadOptions::weight_dtype "auto"), with the same standard deviation; ReadFloat still
 //   serves them in fp32 (different values).

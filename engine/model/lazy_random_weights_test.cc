@@ -102,7 +102,7 @@ TEST(LazyRandomWeights, ServesLinearWeightsAsFp8BlocksWithTheSameSpread) {
   EXPECT_TRUE(fp8.IsFp8Block(q_a));
   EXPECT_TRUE(fp8.IsFp8Block("lm_head.weight"));
   EXPECT_TRUE(fp8.IsFp8Block("model.layers.0.mlp.experts.3.down_proj.weight"));
-  EXPECT_FALSE(fp8.IsFp8Block("model.layers.0.self_attn.kv_b_proj.weight"));
+  EXPECT_TRUE(fp8.IsFp8Block("model.layers.0.self_attn.kv_b_proj.weight"));
   EXPECT_TRUE(fp8.IsFp8Block("model.layers.0.self_attn.kv_a_proj_with_mqa.weight"));
   EXPECT_FALSE(fp8.IsFp8Block("model.layers.0.mlp.gate.weight"));
   EXPECT_FALSE(fp8.IsFp8Block("model.embed_tokens.weight"));
