@@ -5,7 +5,13 @@
 #   cmake --build build-gpu -j2 --target $(tools/gpu/run_all_gpu.sh --targets)
 #   BUILD_DIR=build-gpu STAGE_DIR=.gpurun-all BINS="$(tools/gpu/run_all_gpu.sh --bins build-gpu)" \
 #     tools/gpu/stage_build.sh
-# then carry .gpurun-all and run `tools/gpu/run_all_gpu.sh .gpurun-all` from the repo root there.
+# then pack it (the test binaries share most bytes: a large xz dictionary packs ~320 MB into ~10 MB,
+# under the device tool's 64 MiB transfer limit):
+#   mkdir -p .gpurun-pack && tar -cf - .gpurun-all | xz -T1 --lzma2=preset=6,dict=384MiB \
+#     > .gpurun-pack/all.tar.xz
+# carry .gpurun-pack and run `tar -xJf .gpurun-pack/all.tar.xz && tools/gpu/run_all_gpu.sh
+# .gpurun-all` from the repo root there. (Build after the sources stop changing: an object
+# compiled while its source was edited looks up to date to ninja; `touch` the sources if unsure.)
 # Steps: every GPU test binary (kernels, CUDA backend and heavy ops, graphs, narrow weights,
 # sampling, golden fixtures through cuda in fp32 and bf16/fp8), the real-NCCL test through the
 # dlopen'd table (torch's libnccl), compute-sanitizer memcheck of the model/graph tests, the
@@ -20,9 +26,9 @@ tests=(argmax_test rmsnorm_test rope_test silu_mul_test topk_plan_test topk_radi
   quant_fp8_group_test gemv_narrow_test cuda_backend_test cublaslt_matmul_test cuda_ops_test
   cuda_moe_test cuda_kv_fp8_test cuda_model_test cuda_graph_test cuda_narrow_test
   create_backend_test sample_backend_test engine_golden_test engine_golden_narrow_test
-  engine_kv_fp8_test per_head_gemv_test)
+  engine_kv_fp8_test per_head_gemv_test per_head_narrow_test cuda_indexer_test)
 others=(nccl_gpu_test glm-run glm-bench-cuda-decode gemv_bench smallops_bench cuda_ops_bench
-  cuda_kv_bench)
+  cuda_kv_bench cuda_indexer_bench per_head_narrow_bench)
 if [[ ${1:-} == --targets ]]; then
   echo "${tests[@]} ${others[@]}"
   exit 0
@@ -66,6 +72,13 @@ for s in $steps; do
       for t in cuda_graph_test cuda_model_test; do
         step "memcheck $t" memcheck.log 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/$t"
       done
+      # The tensor-core attention / indexer kernels and the MoE paths on their small cases.
+      step "memcheck cuda_kv_fp8_test TC" memcheck.log 200 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 "$bin/cuda_kv_fp8_test" --gtest_filter='*TensorCore*'
+      step "memcheck cuda_indexer_test" memcheck.log 200 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 "$bin/cuda_indexer_test" --gtest_filter='*SanitizerSubset*'
+      step "memcheck cuda_moe_test" memcheck.log 200 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 "$bin/cuda_moe_test" --gtest_filter='*Mma*:*Listed*'
       ;;
     table)
       # The decode-step table of docs/benchmarks.md: fp8 weights, fp32 and fp8 KV in one process,
@@ -92,6 +105,10 @@ for s in $steps; do
         "$bin/cuda_ops_bench" --only moe --iters 10
       [[ -x $bin/cuda_kv_bench ]] && step "cuda_kv_bench" bench.log 120 "$bin/cuda_kv_bench" \
         --rows 1,8 --keys 4096,131072 --trials 3
+      [[ -x $bin/cuda_indexer_bench ]] && step "cuda_indexer_bench" bench.log 120 \
+        "$bin/cuda_indexer_bench" --score-only 1 --rows 1,8,64 --keys 4096,131072 --trials 3
+      [[ -x $bin/per_head_narrow_bench ]] && step "per_head_narrow_bench" bench.log 60 \
+        "$bin/per_head_narrow_bench"
       ;;
   esac
 done
