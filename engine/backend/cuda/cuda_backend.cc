@@ -34,8 +34,10 @@ using kernels::CudaStatus;
 // per_head_narrow_bench (H200, GLM-5 widths, µs, new kernel bf16 / fp8 vs the fp32 cuBLASLt
 // GEMM alone): W_UK 5.9 / 5.4 vs 9.8 at 1 token, 18.6 / 14.9 vs 18.9 at 8, 125 / 102 vs 23.5
 // at 64; W_UV 9.2 / 9.5 vs 11.0 at 1, 32.7 / 48.0 vs 26.3 at 8, 223 / 356 vs 34.4 at 64. So the
-// kernel up to 8 tokens (decode batches; W_UV at 8 is a wash against widening ~34 MB + the GEMM,
-// not measured), the widened GEMM beyond (its speed is the fp32 GEMM's plus the widening).
+// kernel up to 8 tokens (decode batches), the widened GEMM beyond (its speed is the fp32 GEMM's
+// plus the widening). W_UV at 2..8 tokens measured both ways in the decode step (fp8, 4K, graphs
+// on, ms/layer): batch 2 / 4 / 8 0.366 / 0.501 / 0.788 with the kernel vs 0.493 / 0.719 / 1.084
+// widening, so both products take the kernel up to 8.
 constexpr int64_t kAbsorbKernelMaxTokens = 8;
 
 // cuBLASLt workspace: enough for split-K on every shape the model issues.
