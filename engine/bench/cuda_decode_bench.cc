@@ -18,7 +18,7 @@
 // (no sequence shares a block), so each step reads exactly what a real decode at S would read;
 // only the values are zeros (every cached indexer score ties, which the exact top-k resolves to
 // the lowest positions). No prefill runs. Every step is the same batch one position further
-// (start_pos = S + step, while the last block has room: 63 more positions at block size 64), so
+// (start_pos = S + step; each sequence has blocks for S + 64 positions, BlocksPerSeq), so
 // a step writes a new KV row and the model's key-slot arena (engine/model/slot_arena.h) uploads
 // one slot per sequence, as in a real decode; the first (warm-up) step writes all S + 1.
 // --key-slots both: each case is then run again in the same process with every step uploading
@@ -214,8 +214,11 @@ int64_t DeviceWeightBytes(const ModelConfig& c, const std::string& dtype) {
   return static_cast<int64_t>(bytes);
 }
 
+// Blocks per sequence: the context plus kDecodeRoom positions, so that every timed step writes a
+// new position whatever the context's alignment to the block size.
+constexpr int64_t kDecodeRoom = 64;
 int64_t BlocksPerSeq(int context, int block_size) {
-  return (static_cast<int64_t>(context) + 1 + block_size - 1) / block_size;
+  return (static_cast<int64_t>(context) + kDecodeRoom + block_size - 1) / block_size;
 }
 
 // Expected distinct experts hit by `batch` tokens each picking top_k of n uniformly.

@@ -214,17 +214,4 @@ void SlotArena::Release(int64_t seq_id) {
   stats_.live_regions = static_cast<int64_t>(regions_.size() + temporaries_.size());
 }
 
-void SlotArena::Clear() {
-  regions_.clear();
-  temporaries_.clear();
-  free_.clear();
-  runs_.clear();
-  values_.clear();
-  buffer_.reset();
-  capacity_ = 0;
-  stats_.live_regions = 0;
-  stats_.capacity_slots = 0;
-  stats_.used_slots = 0;
-}
-
 }  // namespace glm::engine

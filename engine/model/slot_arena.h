@@ -18,14 +18,15 @@
 //   256 slots); a sequence that outgrows its region moves to a larger one (a device-to-device
 //   copy of the valid prefix, then the old range is freed). Ranges come from a best-fit free list
 //   with coalescing.
-// - The buffer starts at Options::initial_capacity and grows (a new buffer at least twice as large, a device-to-device copy, offsets
-//   unchanged) only when no free range fits after evicting every region not mapped in the
-//   current step. Growth changes slots(): a consumer that recorded the address (a captured
-//   CUDA graph) must drop it; DecodeGraphs compares the address on every Upload.
+// - The buffer starts at Options::initial_capacity and grows (a new buffer at least twice as
+//   large, a device-to-device copy, offsets unchanged) when no free range fits. Regions are freed
+//   only by age (BeginStep) or Release(), not to make room: idle regions younger than
+//   evict_after_steps still count. Growth changes slots(): a consumer that recorded the address
+//   (a captured CUDA graph) must drop it; DecodeGraphs compares the address on every Upload.
 // - Sequences that stop appearing are freed: BeginStep() releases regions not mapped for
 //   `evict_after_steps` steps (a later Map of that seq_id simply rewrites it), so the arena stays
-//   bounded by the working set. The Model interface has no "sequence finished" hook; Release()
-//   is there for one.
+//   bounded by the working set; Release() frees one at once (Model::ReleaseSequence, called by
+//   the scheduler when a sequence finishes or is preempted).
 // - A seq_id mapped twice in one step (two slices of one sequence in a batch) gets a temporary
 //   region for the second slice, freed at the next BeginStep, so the first slice's region is not
 //   overwritten under it.
@@ -60,7 +61,7 @@ struct SlotArenaStats {
   int64_t region_moves = 0;          // regions moved to a larger range
   int64_t region_extends = 0;        // regions grown in place (the range after them was free)
   int64_t buffer_grows = 0;          // buffer reallocations (slots() changed)
-  int64_t evictions = 0;             // regions freed for age or space
+  int64_t evictions = 0;             // regions freed for age
   int64_t live_regions = 0;
   int64_t capacity_slots = 0;        // size of the buffer, int32 slots
   int64_t used_slots = 0;            // slots held by regions (their capacities)
@@ -72,8 +73,9 @@ class SlotArena {
     int block_size = 16;
     int evict_after_steps = 64;  // a region not mapped for this many steps is freed
     // Slots of the first allocation (at the first Map; later growth doubles). The model passes
-    // 1.25 x the KV cache's positions: room for every position without shared blocks, so the
-    // buffer (and the decode graphs reading it) rarely moves.
+    // 1.25 x the KV cache's positions: room for every position when sequences are long. Each
+    // region holds at least 512 slots, so many short sequences can still outgrow it (then the
+    // buffer moves and the decode graphs are recaptured once).
     int64_t initial_capacity = 4096;
   };
 
@@ -99,8 +101,6 @@ class SlotArena {
 
   // Frees seq_id's region (no-op when unknown).
   void Release(int64_t seq_id);
-  // Frees every region and the buffer (after the memory-planning warm-up).
-  void Clear();
 
   const SlotArenaStats& stats() const { return stats_; }
 

@@ -145,6 +145,11 @@ class FakeModel : public Model {
     return out;
   }
 
+  // Model::ReleaseSequence: the ids in call order (the scheduler releases on finish, abort and
+  // preemption).
+  void ReleaseSequence(int64_t seq_id) override { released_.push_back(seq_id); }
+  const std::vector<int64_t>& released() const { return released_; }
+
   int64_t num_forward_calls() const { return num_forward_calls_; }
   int64_t num_mtp_calls() const { return num_mtp_calls_; }
   int64_t num_tokens_computed() const { return num_tokens_computed_; }
@@ -210,6 +215,7 @@ class FakeModel : public Model {
   KvCacheGeometry geometry_;
   std::vector<int64_t> main_kv_;  // [num_blocks * block_size] token at each slot, -1 = unwritten
   std::vector<int64_t> mtp_kv_;   // [num_blocks * block_size] MTP entry at each slot
+  std::vector<int64_t> released_;
   int64_t num_forward_calls_ = 0;
   int64_t num_mtp_calls_ = 0;
   int64_t num_tokens_computed_ = 0;

@@ -1,5 +1,6 @@
 #include "engine/sched/scheduler.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -152,6 +153,16 @@ TEST(SchedulerTest, PreemptionByRecomputeKeepsOutputs) {
   h.RunToCompletion();
   EXPECT_GT(h.sched().Stats().num_preemptions, 0);
   ExpectSameAsAlone(h, rs);
+  // The model was told about every preemption and every finish (its per-sequence state, e.g.
+  // the key-slot arena's regions, is dropped at once).
+  const std::vector<int64_t>& released = h.model().released();
+  EXPECT_EQ(static_cast<int64_t>(released.size()),
+            h.sched().Stats().num_preemptions + static_cast<int64_t>(rs.size()));
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_NE(std::find(released.begin(), released.end(), static_cast<int64_t>(i)),
+              released.end())
+        << i;
+  }
 }
 
 TEST(SchedulerTest, PreemptionWithPrefixCachingKeepsOutputs) {
@@ -174,11 +185,16 @@ TEST(SchedulerTest, AbortEmitsOneFinalEventAndFreesBlocks) {
   auto rs = MixedRequests();
   for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
   for (int i = 0; i < 5; ++i) h.StepOnce();
+  const size_t released_before = h.model().released().size();
   EXPECT_TRUE(h.sched().Abort(3));  // running or waiting, either way
   EXPECT_TRUE(h.sched().Abort(5));
   EXPECT_FALSE(h.sched().Abort(5));
   EXPECT_FALSE(h.sched().Abort(42));
   ASSERT_TRUE(h.sched().block_manager().CheckIntegrity().ok());
+  // Each abort told the model once; the failed ones did not.
+  const std::vector<int64_t>& released = h.model().released();
+  EXPECT_EQ(std::vector<int64_t>(released.begin() + released_before, released.end()),
+            (std::vector<int64_t>{3, 5}));
   h.RunToCompletion();
   EXPECT_EQ(h.out()[3].reason, FinishReason::kAborted);
   EXPECT_EQ(h.out()[5].reason, FinishReason::kAborted);
