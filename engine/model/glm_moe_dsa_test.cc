@@ -256,5 +256,19 @@ TEST_P(ModelTest, RejectsBadBlockTables) {
 
 INSTANTIATE_TEST_SUITE_P(IndexShare, ModelTest, ::testing::Bool());
 
+// Slot ids are int32: a KV geometry of more than 2^31 - 1 positions is refused at load with a
+// message naming the limit (before anything is allocated).
+TEST(GlmMoeDsaLoadTest, KvGeometryBeyondInt32SlotsIsAClearError) {
+  Fixture f;
+  f.config = SmallTestConfig(1, 0, false);
+  MakeRandomWeights(f.config, 3, &f.weights);
+  ModelLoadOptions o;
+  o.kv = {1 << 16, 1 << 16};  // 2^32 positions
+  auto m = CreateGlmMoeDsa(f.config, f.weights, f.backend.get(), o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("int32"), absl::string_view::npos) << m.status();
+}
+
 }  // namespace
 }  // namespace glm::engine

@@ -36,6 +36,14 @@ absl::StatusOr<std::unique_ptr<PagedKvStorage>> PagedKvStorage::Create(
         "KV cache geometry block_size=", geometry.block_size, " num_blocks=", geometry.num_blocks,
         " is empty; set ModelLoadOptions.kv to a positive block size and block count"));
   }
+  // Slot ids (block * block_size + offset) are int32 in every table and kernel.
+  const int64_t positions = int64_t{geometry.block_size} * geometry.num_blocks;
+  if (positions > int64_t{0x7fffffff}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache geometry block_size=", geometry.block_size, " num_blocks=", geometry.num_blocks,
+        " holds ", positions, " positions; slot ids are int32, so a shard holds at most ",
+        int64_t{0x7fffffff}, ": use fewer blocks (or a smaller memory fraction)"));
+  }
   const bool fp8 = geometry.dtype == KvDType::kFp8;
   if (fp8 && (!kv_fp8::LatentShapeOk(config.kv_lora_rank, config.qk_rope_head_dim) ||
               !kv_fp8::IndexShapeOk(config.index_head_dim))) {
