@@ -637,6 +637,11 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
   }
   GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, geo, kv_layers));
   arena_ = MakeSlotArena(geo.block_size, geo.num_blocks);
+  if (absl::Status st = arena_->Reserve(); !st.ok()) {
+    return fail(absl::StrCat("the key-slot table for ", geo.num_blocks, " KV blocks: ",
+                             st.message()));
+  }
+  mp.slot_table_bytes = arena_->bytes();
   mp.kv_num_blocks = geo.num_blocks;
   mp.kv_bytes = geo.num_blocks * mp.kv_bytes_per_block;
   mp.max_tokens = static_cast<int64_t>(geo.num_blocks) * geo.block_size;

@@ -20,7 +20,8 @@ std::string MemoryPlan::ToString() const {
                     " graph_reserve=", MiB(graph_reserve_bytes),
                     " indexer_reserve=", MiB(indexer_reserve_bytes), " ");
   }
-  absl::StrAppend(&s, "kv=", MiB(kv_bytes), " kv_blocks=", kv_num_blocks,
+  absl::StrAppend(&s, "kv=", MiB(kv_bytes), " slot_table=", MiB(slot_table_bytes),
+                  " kv_blocks=", kv_num_blocks,
                   " block_size=", kv_block_size, " kv_bytes_per_block=", kv_bytes_per_block,
                   " max_tokens=", max_tokens, " sized_from=", source.empty() ? "-" : source);
   if (memory_fraction > 0) absl::StrAppend(&s, absl::StrFormat(" fraction=%.3f", memory_fraction));

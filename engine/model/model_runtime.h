@@ -22,6 +22,7 @@ struct MemoryPlan {
   int64_t graph_reserve_bytes = 0;       // held back for decode graphs and their tables
   int64_t indexer_reserve_bytes = 0;     // indexer score scratch at the longest context
   int64_t kv_bytes = 0;                  // paged KV storage allocated
+  int64_t slot_table_bytes = 0;          // the key-slot arena reserved at load (slot_arena.h)
   int64_t kv_bytes_per_block = 0;
   int kv_num_blocks = 0;
   int kv_block_size = 0;

@@ -206,6 +206,11 @@ void SlotArena::DeviceCopy(int64_t src, int64_t dst, int64_t n, int32_t* base) {
   backend_->Copy(Row(base + src, n), Row(base + dst, n));
 }
 
+absl::Status SlotArena::Reserve() {
+  if (buffer_ == nullptr && !Grow(0)) return status_;
+  return absl::OkStatus();
+}
+
 void SlotArena::Release(int64_t seq_id) {
   auto it = regions_.find(seq_id);
   if (it == regions_.end()) return;

@@ -99,6 +99,12 @@ class SlotArena {
     return buffer_ == nullptr ? nullptr : static_cast<const int32_t*>(buffer_->data());
   }
 
+  // Allocates the buffer at Options::initial_capacity now (at load, so that a shortage is a load
+  // error, not a failed step); a no-op once allocated. ResourceExhausted names the bytes.
+  absl::Status Reserve();
+  // Backend bytes the table holds now.
+  int64_t bytes() const { return capacity_ * static_cast<int64_t>(sizeof(int32_t)); }
+
   // Frees seq_id's region (no-op when unknown).
   void Release(int64_t seq_id);
 

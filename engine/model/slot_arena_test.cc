@@ -476,5 +476,23 @@ TEST(SlotArenaModelTest, ReleaseSequenceFreesTheRegion) {
       BitEqual(Step(*m, {Slice(3, {7}, 10, t2)}), Step(*ref, {Slice(3, {7}, 10, t2)})));
 }
 
+// The table is reserved at load (a shortage is a load error, not a failed step) and reported in
+// the memory plan; the first steps then use it without growing.
+TEST(SlotArenaModelTest, ReservedAtLoadAndReported) {
+  ModelFixture f;
+  f.config = SmallTestConfig(2, 1, false);
+  MakeRandomWeights(f.config, 80, &f.weights);
+  auto m = f.Make(/*num_blocks=*/64);
+  const auto st = SlotArenaStatsOf(*m);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_GE(st->capacity_slots, 64 * m->kv_geometry().block_size);
+  EXPECT_EQ(m->memory_plan().slot_table_bytes, st->capacity_slots * 4);
+  EXPECT_NE(m->memory_plan().ToString().find("slot_table="), std::string::npos);
+  const int64_t cap = st->capacity_slots;
+  Step(*m, {Slice(1, Prompt(10, 1), 0, Blocks(0, 4))});
+  EXPECT_EQ(SlotArenaStatsOf(*m)->capacity_slots, cap);
+  EXPECT_EQ(SlotArenaStatsOf(*m)->buffer_grows, 1);  // the reservation only
+}
+
 }  // namespace
 }  // namespace glm::engine
