@@ -368,8 +368,8 @@ void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBa
 
 absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* result) {
   GLM_RETURN_IF_ERROR(backend_->status());
-  GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
-  if (DecodePathApplies(batch)) return ForwardDecode(batch, plan, result);
+  // The inputs are checked before Plan, which updates the key-slot arena: a rejected call changes
+  // nothing.
   const int64_t H = config_.hidden_size, K = config_.index_topk;
   const bool needs_topk = !first_stage() && !config_.HasIndexer(first_layer_);
   for (const SequenceSlice& s : batch.seqs) {
@@ -387,6 +387,8 @@ absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* r
           s.input_topk.size(), "; pass the previous stage's SequenceOutput::topk"));
     }
   }
+  GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
+  if (DecodePathApplies(batch)) return ForwardDecode(batch, plan, result);
   StepContext ctx;
   int32_t* tokens = nullptr;
   Begin(plan, &ctx, &tokens);
@@ -658,7 +660,6 @@ absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,
         "model.layers.<num_hidden_layers>.eh_proj, or load_mtp was false)");
   }
   GLM_RETURN_IF_ERROR(backend_->status());
-  GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));
   const int64_t H = config_.hidden_size;
   if (hidden.size() != batch.seqs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("ForwardMtp: ", hidden.size(),
@@ -673,6 +674,7 @@ absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,
           " hidden values; expected num_tokens * hidden_size = ", want));
     }
   }
+  GLM_ASSIGN_OR_RETURN(StepPlan plan, Plan(batch));  // after the checks: it updates the arena
   StepContext ctx;
   int32_t* tokens = nullptr;
   Begin(plan, &ctx, &tokens);
