@@ -1057,6 +1057,19 @@ int64_t TcSplits(int64_t base, int64_t tiles, int64_t slots) {
   return best;
 }
 
+// The split partials of rows x heads x splits (acc [.., dv] in scratch slot 0, (m, l) in slot 1)
+// into p; nothing when one split writes out directly.
+absl::Status BindPartials(Params& p, int64_t rows, int64_t heads, int64_t splits,
+                          Scratch& scratch) {
+  if (splits <= 1) return absl::OkStatus();
+  const size_t parts = static_cast<size_t>(rows * heads * splits);
+  GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
+  GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
+  p.part_acc = static_cast<float*>(acc);
+  p.part_ml = static_cast<float*>(ml);
+  return absl::OkStatus();
+}
+
 // The tensor-core path (fp8 latent cache, 512 + 64 dims, heads a multiple of 16); returns false
 // (nothing launched) when the shape or the device does not fit it.
 // force_mt (1, 2, 4; tests / benches): only that head group size (16 MT heads); 0: by shape.
@@ -1100,13 +1113,7 @@ absl::StatusOr<bool> LaunchTc(Params& p, int64_t rows, int64_t heads, int64_t n_
     return absl::InvalidArgumentError(
         absl::StrCat("cuda Attention: ", num_ctas, " CTAs exceed the grid limit"));
   }
-  if (splits > 1) {
-    const size_t parts = static_cast<size_t>(rows * heads * splits);
-    GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
-    GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
-    p.part_acc = static_cast<float*>(acc);
-    p.part_ml = static_cast<float*>(ml);
-  }
+  GLM_RETURN_IF_ERROR(BindPartials(p, rows, heads, splits, scratch));
   const unsigned grid = static_cast<unsigned>(num_ctas);
   if (mt == 4) {
     AttentionTcKernel<4><<<grid, TcCfg<4>::kThreads, TcCfg<4>::kSmem, stream>>>(p);
@@ -1253,13 +1260,7 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
     // copy is not overlapped with the previous tile's math). So fp32 takes it up to 2 tiles.
     if (mode == 2 || fp8 || split_len <= 2 * tile) {
       p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
-      if (splits > 1) {
-        const size_t parts = static_cast<size_t>(rows * heads * splits);
-        GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
-        GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
-        p.part_acc = static_cast<float*>(acc);
-        p.part_ml = static_cast<float*>(ml);
-      }
+      GLM_RETURN_IF_ERROR(BindPartials(p, rows, heads, splits, scratch));
       const int64_t num_ctas = base_ctas * splits;
       if (num_ctas > 0x7fffffff || rows * heads > 0x7fffffff) {
         return absl::InvalidArgumentError(
@@ -1291,13 +1292,7 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
       kTile, detail::CeilDiv(detail::CeilDiv(std::max<int64_t>(n_max, 1), splits), kTile) * kTile);
   splits = std::max<int64_t>(1, detail::CeilDiv(n_max, split_len));
   p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
-  if (splits > 1) {
-    const size_t parts = static_cast<size_t>(rows * heads * splits);
-    GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
-    GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
-    p.part_acc = static_cast<float*>(acc);
-    p.part_ml = static_cast<float*>(ml);
-  }
+  GLM_RETURN_IF_ERROR(BindPartials(p, rows, heads, splits, scratch));
   const int64_t num_ctas = base_ctas * splits;
   if (num_ctas > 0x7fffffff) {
     return absl::InvalidArgumentError(absl::StrCat("cuda Attention: ", num_ctas,
