@@ -1,8 +1,8 @@
-#include "kernels/argmax.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "kernels/argmax.cuh"
+#include "kernels/argmax.h"
+#include "kernels/launch.cuh"
 
 namespace glm::kernels {
 
@@ -20,11 +20,12 @@ absl::Status ArgmaxRows(DType dtype, const void* logits, int64_t ld, int64_t row
   GLM_RETURN_IF_ERROR(CheckDevicePointer(out_ids, kOp, "out_ids"));
   const dim3 grid(static_cast<unsigned>(rows));
   if (dtype == DType::kF32) {
-    detail::ArgmaxRowsKernel<float><<<grid, detail::kArgmaxThreads, 0, stream>>>(
-        static_cast<const float*>(logits), ld, static_cast<int32_t>(vocab), out_ids);
+    LaunchKernel(detail::ArgmaxRowsKernel<float>, grid, detail::kArgmaxThreads, 0, stream,
+                 static_cast<const float*>(logits), ld, static_cast<int32_t>(vocab), out_ids);
   } else {
-    detail::ArgmaxRowsKernel<__nv_bfloat16><<<grid, detail::kArgmaxThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(logits), ld, static_cast<int32_t>(vocab), out_ids);
+    LaunchKernel(detail::ArgmaxRowsKernel<__nv_bfloat16>, grid, detail::kArgmaxThreads, 0, stream,
+                 static_cast<const __nv_bfloat16*>(logits), ld, static_cast<int32_t>(vocab),
+                 out_ids);
   }
   return CudaStatus(cudaGetLastError(), "ArgmaxRows launch");
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/dtype_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace glm::kernels::detail {
 
@@ -21,6 +22,7 @@ __device__ __forceinline__ void ArgmaxCombine(float& v, int32_t& i, float ov, in
 template <typename T>
 __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxRowsKernel(const T* __restrict__ logits, int64_t ld,
                                                                    int32_t vocab, int32_t* out) {
+  PdlEnter();
   __shared__ float s_v[32];
   __shared__ int32_t s_i[32];
   const T* row = logits + blockIdx.x * ld;

@@ -1,10 +1,10 @@
-#include "kernels/gemm_fp8_block.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "kernels/gemm_fp8_block.cuh"
+#include "kernels/gemm_fp8_block.h"
+#include "kernels/launch.cuh"
 #include "kernels/quant_fp8_group.h"
 
 namespace glm::kernels {
@@ -43,23 +43,23 @@ absl::Status LaunchOwn(const detail::Fp8GemmArgs& args, int splits, DType out,
   const dim3 grid(static_cast<unsigned>(CeilDiv(args.n, detail::kFp8CtaCols)),
                   static_cast<unsigned>(CeilDiv(args.m, 16 * MT)), static_cast<unsigned>(splits));
   if (out == DType::kF32) {
-    detail::GemmFp8BlockKernel<MT, DEPTH, float><<<grid, detail::kFp8Threads, 0, stream>>>(args);
+    LaunchKernel(detail::GemmFp8BlockKernel<MT, DEPTH, float>, grid, detail::kFp8Threads, 0, stream,
+                 args);
   } else {
-    detail::GemmFp8BlockKernel<MT, DEPTH, __nv_bfloat16>
-        <<<grid, detail::kFp8Threads, 0, stream>>>(args);
+    LaunchKernel(detail::GemmFp8BlockKernel<MT, DEPTH, __nv_bfloat16>, grid, detail::kFp8Threads, 0,
+                 stream, args);
   }
   GLM_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), "GemmFp8BlockKernel launch"));
   if (splits == 1) return absl::OkStatus();
   const int64_t total = args.m * args.n;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(CeilDiv(total, 256), 4096));
   if (out == DType::kF32) {
-    detail::SplitKReduceKernel<float><<<blocks, 256, 0, stream>>>(
-        args.partial, splits, args.m, args.n, static_cast<float*>(args.y), args.ldy,
-        args.accumulate);
+    LaunchKernel(detail::SplitKReduceKernel<float>, blocks, 256, 0, stream, args.partial, splits,
+                 args.m, args.n, static_cast<float*>(args.y), args.ldy, args.accumulate);
   } else {
-    detail::SplitKReduceKernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(
-        args.partial, splits, args.m, args.n, static_cast<__nv_bfloat16*>(args.y), args.ldy,
-        args.accumulate);
+    LaunchKernel(detail::SplitKReduceKernel<__nv_bfloat16>, blocks, 256, 0, stream, args.partial,
+                 splits, args.m, args.n, static_cast<__nv_bfloat16*>(args.y), args.ldy,
+                 args.accumulate);
   }
   return CudaStatus(cudaGetLastError(), "SplitKReduceKernel launch");
 }

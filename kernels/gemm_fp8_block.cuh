@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/launch.cuh"
 #include "kernels/load_util.cuh"
 
 namespace glm::kernels::detail {
@@ -156,6 +157,7 @@ __device__ __forceinline__ void StoreOut<__nv_bfloat16>(__nv_bfloat16* y, float 
 // grid: (ceil(n/128), ceil(m/(16·MT)), splits); block: kFp8Threads.
 template <int MT, int DEPTH, typename OutT>
 __global__ void __launch_bounds__(kFp8Threads) GemmFp8BlockKernel(const Fp8GemmArgs p) {
+  PdlEnter();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kFp8CtaCols + warp * kFp8WarpCols;
@@ -239,6 +241,7 @@ __global__ void __launch_bounds__(kFp8Threads) GemmFp8BlockKernel(const Fp8GemmA
 template <typename OutT>
 __global__ void SplitKReduceKernel(const float* __restrict__ partial, int splits, int64_t m,
                                    int64_t n, OutT* __restrict__ y, int64_t ldy, int accumulate) {
+  PdlEnter();
   const int64_t total = m * n;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -370,7 +370,7 @@ absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   unsigned num_attrs = 0;
-  if (a.overlap_previous && pdl_) {
+  if (a.overlap_previous && pdl_ && PdlLaunches()) {
     attr[num_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[num_attrs].val.programmaticStreamSerializationAllowed = 1;
     ++num_attrs;

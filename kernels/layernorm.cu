@@ -1,8 +1,8 @@
-#include "kernels/layernorm.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/layernorm.h"
 
 namespace glm::kernels {
 
@@ -23,8 +23,8 @@ absl::Status LayerNorm(const float* x, int64_t x_ld, const float* w, const float
   GLM_RETURN_IF_ERROR(CheckDevicePointer(w, kOp, "w"));
   GLM_RETURN_IF_ERROR(CheckDevicePointer(b, kOp, "b"));
   GLM_RETURN_IF_ERROR(CheckDevicePointer(y, kOp, "y"));
-  detail::LayerNormKernel<<<static_cast<unsigned>(rows), detail::kLayerNormThreads, 0, stream>>>(
-      x, x_ld, w, b, eps, y, y_ld, cols);
+  LaunchKernel(detail::LayerNormKernel, static_cast<unsigned>(rows), detail::kLayerNormThreads, 0,
+               stream, x, x_ld, w, b, eps, y, y_ld, cols);
   return CudaStatus(cudaGetLastError(), "LayerNorm launch");
 }
 

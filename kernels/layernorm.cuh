@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/dtype_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace glm::kernels::detail {
 
@@ -15,6 +16,7 @@ inline constexpr int kLayerNormThreads = 256;
 __global__ void __launch_bounds__(kLayerNormThreads) LayerNormKernel(
     const float* x, int64_t x_ld, const float* w, const float* b, float eps, float* y,
     int64_t y_ld, int64_t cols) {
+  PdlEnter();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * x_ld;
   float* yr = y + blockIdx.x * y_ld;

@@ -1,8 +1,8 @@
-#include "kernels/moe_route.h"
-
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/moe_route.cuh"
+#include "kernels/moe_route.h"
 
 namespace glm::kernels {
 absl::Status MoeRoute(const float* logits, int64_t ld, const float* bias, int64_t rows,
@@ -26,9 +26,8 @@ absl::Status MoeRoute(const float* logits, int64_t ld, const float* bias, int64_
   const unsigned blocks =
       static_cast<unsigned>((rows + detail::kMoeRouteWarps - 1) / detail::kMoeRouteWarps);
   auto launch = [&](auto kernel) {
-    kernel<<<blocks, detail::kMoeRouteWarps * 32, 0, stream>>>(
-        logits, ld, bias, rows, num_experts, n_group, topk_group, top_k, renormalize, scale, ids,
-        weights);
+    LaunchKernel(kernel, blocks, detail::kMoeRouteWarps * 32, 0, stream, logits, ld, bias, rows,
+                 num_experts, n_group, topk_group, top_k, renormalize, scale, ids, weights);
   };
   if (num_experts <= 256) {
     launch(detail::MoeRouteWarpKernel<8>);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "kernels/launch.cuh"
 #include "kernels/moe_route.h"
 
 namespace glm::kernels::detail {
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(kMoeRouteWarps * 32) MoeRouteWarpKernel(
     const float* logits, int64_t ld, const float* bias, int64_t rows, int num_experts,
     int n_group, int topk_group, int top_k, bool renormalize, float scale, int32_t* ids,
     float* weights) {
+  PdlEnter();
   __shared__ float s_buf[kMoeRouteWarps][kP * 32];    // group step: choices
   __shared__ float s_group[kMoeRouteWarps][kP * 32];  // group step: group scores
   __shared__ unsigned char s_keep[kMoeRouteWarps][kP * 32];

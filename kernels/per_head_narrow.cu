@@ -1,5 +1,3 @@
-#include "kernels/per_head_narrow.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -9,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "kernels/cuda_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/per_head_narrow.cuh"
+#include "kernels/per_head_narrow.h"
 
 namespace glm::kernels {
 namespace {
@@ -205,7 +205,7 @@ absl::Status PerHeadNarrow(const PerHeadNarrowArgs& a, cudaStream_t stream) {
   }
   const KernelFn fn = PickKernel(a.contract, a.weight, mt);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.num_heads));
-  fn<<<grid, detail::kPhnThreads, smem, stream>>>(p);
+  LaunchKernel(fn, grid, detail::kPhnThreads, smem, stream, p);
   return CudaStatus(cudaGetLastError(), "PerHeadNarrow launch");
 }
 
@@ -230,16 +230,16 @@ absl::Status PerHeadWidenF32(const PerHeadNarrowArgs& a, float* dst, cudaStream_
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, blocks));
   switch (a.weight) {
     case PerHeadWeight::kF32:
-      detail::PerHeadWidenKernel<PerHeadWeight::kF32><<<grid, 256, 0, stream>>>(p, rows,
-                                                                               a.num_heads, dst);
+      LaunchKernel(detail::PerHeadWidenKernel<PerHeadWeight::kF32>, grid, 256, 0, stream, p, rows,
+                   a.num_heads, dst);
       break;
     case PerHeadWeight::kBF16:
-      detail::PerHeadWidenKernel<PerHeadWeight::kBF16><<<grid, 256, 0, stream>>>(p, rows,
-                                                                                a.num_heads, dst);
+      LaunchKernel(detail::PerHeadWidenKernel<PerHeadWeight::kBF16>, grid, 256, 0, stream, p, rows,
+                   a.num_heads, dst);
       break;
     default:
-      detail::PerHeadWidenKernel<PerHeadWeight::kF8E4M3Block128>
-          <<<grid, 256, 0, stream>>>(p, rows, a.num_heads, dst);
+      LaunchKernel(detail::PerHeadWidenKernel<PerHeadWeight::kF8E4M3Block128>, grid, 256, 0, stream,
+                   p, rows, a.num_heads, dst);
   }
   return CudaStatus(cudaGetLastError(), "PerHeadWidenF32 launch");
 }

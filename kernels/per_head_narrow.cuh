@@ -34,6 +34,7 @@
 
 #include <cstdint>
 
+#include "kernels/launch.cuh"
 #include "kernels/load_util.cuh"
 #include "kernels/per_head_narrow.h"
 
@@ -145,6 +146,7 @@ __device__ __forceinline__ int PhnBeginTile(const PerHeadNarrowParams& p, int64_
 
 template <PerHeadWeight W, int kMT>
 __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowParams p) {
+  PdlEnter();
   using T = PhnTraits<W>;
   constexpr int kVec = T::kVec;
   extern __shared__ float4 phn_smem[];
@@ -238,6 +240,7 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowPa
 
 template <PerHeadWeight W, int kMT>
 __global__ void __launch_bounds__(kPhnThreads) PerHeadRowsKernel(PerHeadNarrowParams p) {
+  PdlEnter();
   using T = PhnTraits<W>;
   constexpr int kVec = T::kVec;
   extern __shared__ float4 phn_smem[];
@@ -335,6 +338,7 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadRowsKernel(PerHeadNarrowPa
 template <PerHeadWeight W>
 __global__ void PerHeadWidenKernel(PerHeadNarrowParams p, bool contract_rows, int64_t heads,
                                    float* dst) {
+  PdlEnter();
   const int64_t total = heads * p.out_dim * p.in_dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -1,11 +1,11 @@
-#include "kernels/quant_fp8_group.h"
-
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "kernels/cuda_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/quant_fp8_group.cuh"
+#include "kernels/quant_fp8_group.h"
 
 namespace glm::kernels {
 
@@ -34,9 +34,9 @@ absl::Status QuantizeFp8Group(const void* x, int64_t ldx, int64_t m, int64_t k, 
     return absl::InvalidArgumentError(absl::StrCat("QuantizeFp8Group: m*k too large (m=", m,
                                                    " k=", k, ")"));
   }
-  detail::QuantFp8GroupKernel<<<static_cast<unsigned>(blocks), detail::kQuantThreads, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(x), ldx, m, k, static_cast<uint8_t*>(q), ldq, scales,
-      scale_ld);
+  LaunchKernel(detail::QuantFp8GroupKernel, static_cast<unsigned>(blocks), detail::kQuantThreads, 0,
+               stream, static_cast<const __nv_bfloat16*>(x), ldx, m, k, static_cast<uint8_t*>(q),
+               ldq, scales, scale_ld);
   return CudaStatus(cudaGetLastError(), "QuantizeFp8Group launch");
 }
 

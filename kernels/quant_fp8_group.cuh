@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/launch.cuh"
+
 namespace glm::kernels::detail {
 
 inline constexpr int kQuantThreads = 256;
@@ -27,6 +29,7 @@ __global__ void __launch_bounds__(kQuantThreads)
     QuantFp8GroupKernel(const __nv_bfloat16* __restrict__ x, int64_t ldx, int64_t m, int64_t k,
                         uint8_t* __restrict__ q, int64_t ldq, float* __restrict__ scales,
                         int64_t scale_ld) {
+  PdlEnter();
   const int64_t groups = (k + 127) / 128;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (kQuantThreads / 32) + threadIdx.x / 32;
   if (item >= m * groups) return;

@@ -1,11 +1,11 @@
-#include "kernels/rmsnorm.h"
-
 #include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/rmsnorm.cuh"
+#include "kernels/rmsnorm.h"
 
 namespace glm::kernels {
 namespace {
@@ -23,13 +23,15 @@ template <typename T, int kVec>
 bool LaunchReg(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_t y_ld,
                int64_t cols, dim3 grid, cudaStream_t stream) {
   if (const int t = RegThreads(cols, kVec, 2); t > 0) {
-    detail::RmsNormRegKernel<T, kVec, 2><<<grid, t, 0, stream>>>(x, x_ld, w, eps, y, y_ld, cols);
+    LaunchKernel(detail::RmsNormRegKernel<T, kVec, 2>, grid, t, 0, stream, x, x_ld, w, eps, y, y_ld,
+                 cols);
     return true;
   }
   // Scalar rows: up to 8 elements a thread (16-byte vectors x 4 would spill at 1024 threads).
   if constexpr (kVec == 1) {
     if (const int t = RegThreads(cols, 1, 8); t > 0) {
-      detail::RmsNormRegKernel<T, 1, 8><<<grid, t, 0, stream>>>(x, x_ld, w, eps, y, y_ld, cols);
+      LaunchKernel(detail::RmsNormRegKernel<T, 1, 8>, grid, t, 0, stream, x, x_ld, w, eps, y, y_ld,
+                   cols);
       return true;
     }
   }
@@ -47,8 +49,8 @@ void LaunchRmsNorm(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_
                        reinterpret_cast<uintptr_t>(w) % 16 == 0;
   if (aligned && LaunchReg<T, kVec>(x, x_ld, w, eps, y, y_ld, cols, grid, stream)) return;
   if (LaunchReg<T, 1>(x, x_ld, w, eps, y, y_ld, cols, grid, stream)) return;
-  detail::RmsNormKernel<T><<<grid, detail::kRmsNormThreads, 0, stream>>>(x, x_ld, w, eps, y,
-                                                                         y_ld, cols);
+  LaunchKernel(detail::RmsNormKernel<T>, grid, detail::kRmsNormThreads, 0, stream, x, x_ld, w, eps,
+               y, y_ld, cols);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/dtype_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace glm::kernels::detail {
 
@@ -29,6 +30,7 @@ template <typename T, int kVec, int kItems>
 __global__ void __launch_bounds__(kRmsNormRegMaxThreads)
     RmsNormRegKernel(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_t y_ld,
                      int64_t cols) {
+  PdlEnter();
   __shared__ float scratch[32];
   using V = RmsVec<T, kVec>;
   const V* xr = reinterpret_cast<const V*>(x + blockIdx.x * x_ld);
@@ -76,6 +78,7 @@ template <typename T>
 __global__ void __launch_bounds__(kRmsNormThreads) RmsNormKernel(const T* x, int64_t x_ld,
                                                                  const T* w, float eps, T* y,
                                                                  int64_t y_ld, int64_t cols) {
+  PdlEnter();
   __shared__ float scratch[32];
   const T* xr = x + blockIdx.x * x_ld;
   T* yr = y + blockIdx.x * y_ld;

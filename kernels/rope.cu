@@ -1,11 +1,11 @@
-#include "kernels/rope.h"
-
 #include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/rope.h"
 
 namespace glm::kernels {
 
@@ -41,22 +41,21 @@ absl::Status RopeInterleaved(DType dtype, void* x, int64_t rows, int64_t heads,
     if (dtype == DType::kF32) {
       float* xr = static_cast<float*>(x) + r0 * row_stride;
       if (pair_vec) {
-        detail::RopeInterleavedKernel<float, true><<<grid, detail::kRopeThreads, 0, stream>>>(
-            xr, heads, row_stride, head_stride, pos, inv_freq, num_freqs);
+        LaunchKernel(detail::RopeInterleavedKernel<float, true>, grid, detail::kRopeThreads, 0,
+                     stream, xr, heads, row_stride, head_stride, pos, inv_freq, num_freqs);
       } else {
-        detail::RopeInterleavedKernel<float, false><<<grid, detail::kRopeThreads, 0, stream>>>(
-            xr, heads, row_stride, head_stride, pos, inv_freq, num_freqs);
+        LaunchKernel(detail::RopeInterleavedKernel<float, false>, grid, detail::kRopeThreads, 0,
+                     stream, xr, heads, row_stride, head_stride, pos, inv_freq, num_freqs);
       }
     } else {
       __nv_bfloat16* xr = static_cast<__nv_bfloat16*>(x) + r0 * row_stride;
       if (pair_vec) {
-        detail::RopeInterleavedKernel<__nv_bfloat16, true>
-            <<<grid, detail::kRopeThreads, 0, stream>>>(xr, heads, row_stride, head_stride, pos,
-                                                        inv_freq, num_freqs);
+        LaunchKernel(detail::RopeInterleavedKernel<__nv_bfloat16, true>, grid, detail::kRopeThreads,
+                     0, stream, xr, heads, row_stride, head_stride, pos, inv_freq, num_freqs);
       } else {
-        detail::RopeInterleavedKernel<__nv_bfloat16, false>
-            <<<grid, detail::kRopeThreads, 0, stream>>>(xr, heads, row_stride, head_stride, pos,
-                                                        inv_freq, num_freqs);
+        LaunchKernel(detail::RopeInterleavedKernel<__nv_bfloat16, false>, grid,
+                     detail::kRopeThreads, 0, stream, xr, heads, row_stride, head_stride, pos,
+                     inv_freq, num_freqs);
       }
     }
   }

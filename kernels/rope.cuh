@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/dtype_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace glm::kernels::detail {
 
@@ -26,6 +27,7 @@ template <typename T, bool kPairVec>
 __global__ void __launch_bounds__(kRopeThreads) RopeInterleavedKernel(
     T* x, int64_t heads, int64_t row_stride, int64_t head_stride, const int32_t* positions,
     const float* inv_freq, int num_freqs) {
+  PdlEnter();
   __shared__ float s_cos[1024];
   __shared__ float s_sin[1024];
   const int64_t row = blockIdx.y;

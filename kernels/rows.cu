@@ -1,10 +1,10 @@
-#include "kernels/rows.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/rows.cuh"
+#include "kernels/rows.h"
 
 namespace glm::kernels {
 namespace {
@@ -36,8 +36,8 @@ absl::Status FillRows(float* y, int64_t y_ld, int64_t rows, int64_t cols, float 
   GLM_RETURN_IF_ERROR(CheckShape("FillRows", rows, cols, {y_ld}));
   if (rows == 0 || cols == 0) return absl::OkStatus();
   GLM_RETURN_IF_ERROR(CheckDevicePointer(y, "FillRows", "y"));
-  detail::FillRowsKernel<<<Grid(rows, cols), detail::kRowsThreads, 0, stream>>>(y, y_ld, rows,
-                                                                                cols, value);
+  LaunchKernel(detail::FillRowsKernel, Grid(rows, cols), detail::kRowsThreads, 0, stream, y, y_ld,
+               rows, cols, value);
   return CudaStatus(cudaGetLastError(), "FillRows launch");
 }
 
@@ -50,8 +50,8 @@ absl::Status AddRows(const float* x, int64_t x_ld, float* y, int64_t y_ld, int64
   }
   GLM_RETURN_IF_ERROR(CheckDevicePointer(x, "AddRows", "x"));
   GLM_RETURN_IF_ERROR(CheckDevicePointer(y, "AddRows", "y"));
-  detail::AddRowsKernel<<<Grid(rows, cols), detail::kRowsThreads, 0, stream>>>(x, x_ld, y, y_ld,
-                                                                               rows, cols);
+  LaunchKernel(detail::AddRowsKernel, Grid(rows, cols), detail::kRowsThreads, 0, stream, x, x_ld, y,
+               y_ld, rows, cols);
   return CudaStatus(cudaGetLastError(), "AddRows launch");
 }
 
@@ -65,8 +65,8 @@ absl::Status CopyRows(const float* src, int64_t src_ld, const int32_t* src_rows,
   GLM_RETURN_IF_ERROR(CheckDevicePointer(dst, kOp, "dst"));
   if (src_rows != nullptr) GLM_RETURN_IF_ERROR(CheckDevicePointer(src_rows, kOp, "src_rows"));
   if (dst_rows != nullptr) GLM_RETURN_IF_ERROR(CheckDevicePointer(dst_rows, kOp, "dst_rows"));
-  detail::CopyRowsKernel<<<Grid(rows, cols), detail::kRowsThreads, 0, stream>>>(
-      src, src_ld, src_rows, dst, dst_ld, dst_rows, rows, cols);
+  LaunchKernel(detail::CopyRowsKernel, Grid(rows, cols), detail::kRowsThreads, 0, stream, src,
+               src_ld, src_rows, dst, dst_ld, dst_rows, rows, cols);
   return CudaStatus(cudaGetLastError(), "CopyRows launch");
 }
 

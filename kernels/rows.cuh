@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/launch.cuh"
+
 namespace glm::kernels::detail {
 
 inline constexpr int kRowsThreads = 256;
@@ -12,6 +14,7 @@ inline constexpr int kRowsThreads = 256;
 __global__ void __launch_bounds__(kRowsThreads) FillRowsKernel(float* y, int64_t y_ld,
                                                                int64_t rows, int64_t cols,
                                                                float value) {
+  PdlEnter();
   const int64_t total = rows * cols;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -23,6 +26,7 @@ __global__ void __launch_bounds__(kRowsThreads) FillRowsKernel(float* y, int64_t
 __global__ void __launch_bounds__(kRowsThreads) AddRowsKernel(const float* x, int64_t x_ld,
                                                               float* y, int64_t y_ld,
                                                               int64_t rows, int64_t cols) {
+  PdlEnter();
   const int64_t total = rows * cols;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -36,6 +40,7 @@ __global__ void __launch_bounds__(kRowsThreads) CopyRowsKernel(const float* src,
                                                                float* dst, int64_t dst_ld,
                                                                const int32_t* dst_rows,
                                                                int64_t rows, int64_t cols) {
+  PdlEnter();
   const int64_t total = rows * cols;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {

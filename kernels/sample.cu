@@ -1,11 +1,11 @@
-#include "kernels/sample.h"
-
 #include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/sample.cuh"
+#include "kernels/sample.h"
 #include "kernels/sample_rule.h"
 
 namespace glm::kernels {
@@ -117,9 +117,9 @@ absl::Status SampleRows(const SampleRowsArgs& a, cudaStream_t stream) {
   }
   const int32_t vocab = static_cast<int32_t>(a.vocab);
   if (cluster == 1) {
-    detail::SampleRowsKernel<<<static_cast<unsigned>(a.rows), detail::kSampleThreads, 0,
-                               stream>>>(a.logits, a.ld, vocab, a.temperature, a.top_k, a.top_p,
-                                         a.seed, a.index, a.out_ids, a.out_logprobs);
+    LaunchKernel(detail::SampleRowsKernel, static_cast<unsigned>(a.rows), detail::kSampleThreads, 0,
+                 stream, a.logits, a.ld, vocab, a.temperature, a.top_k, a.top_p, a.seed, a.index,
+                 a.out_ids, a.out_logprobs);
     return CudaStatus(cudaGetLastError(), "SampleRows launch");
   }
   cudaLaunchConfig_t cfg = {};

@@ -32,6 +32,7 @@
 #define GLM_SAMPLE_CLUSTERS 1
 #endif
 
+#include "kernels/launch.cuh"
 #include "kernels/sample_rule.h"
 
 namespace glm::kernels::detail {
@@ -315,6 +316,7 @@ __global__ void __launch_bounds__(kSampleThreads)
                      const float* __restrict__ top_p, const uint64_t* __restrict__ seed,
                      const int64_t* __restrict__ index, int32_t* __restrict__ out_ids,
                      float* __restrict__ out_logprobs) {
+  PdlEnter();
   __shared__ SampleSmem sm;
   const unsigned rank = ClusterRank(), csize = ClusterSize();
   const int64_t r = blockIdx.x / csize;

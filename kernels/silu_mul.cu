@@ -1,10 +1,10 @@
-#include "kernels/silu_mul.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/launch.cuh"
 #include "kernels/silu_mul.cuh"
+#include "kernels/silu_mul.h"
 
 namespace glm::kernels {
 
@@ -31,13 +31,14 @@ absl::Status SiluMul(DType dtype, const void* gate, int64_t gate_ld, const void*
                                            int64_t{1} << 20);
   const dim3 grid(static_cast<unsigned>(blocks));
   if (dtype == DType::kF32) {
-    detail::SiluMulKernel<float><<<grid, detail::kSiluMulThreads, 0, stream>>>(
-        static_cast<const float*>(gate), gate_ld, static_cast<const float*>(up), up_ld,
-        static_cast<float*>(out), out_ld, rows, cols);
+    LaunchKernel(detail::SiluMulKernel<float>, grid, detail::kSiluMulThreads, 0, stream,
+                 static_cast<const float*>(gate), gate_ld, static_cast<const float*>(up), up_ld,
+                 static_cast<float*>(out), out_ld, rows, cols);
   } else {
-    detail::SiluMulKernel<__nv_bfloat16><<<grid, detail::kSiluMulThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(gate), gate_ld, static_cast<const __nv_bfloat16*>(up),
-        up_ld, static_cast<__nv_bfloat16*>(out), out_ld, rows, cols);
+    LaunchKernel(detail::SiluMulKernel<__nv_bfloat16>, grid, detail::kSiluMulThreads, 0, stream,
+                 static_cast<const __nv_bfloat16*>(gate), gate_ld,
+                 static_cast<const __nv_bfloat16*>(up), up_ld, static_cast<__nv_bfloat16*>(out),
+                 out_ld, rows, cols);
   }
   return CudaStatus(cudaGetLastError(), "SiluMul launch");
 }

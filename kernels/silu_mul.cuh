@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/dtype_util.cuh"
+#include "kernels/launch.cuh"
 
 namespace glm::kernels::detail {
 
@@ -15,6 +16,7 @@ __global__ void __launch_bounds__(kSiluMulThreads) SiluMulKernel(const T* gate, 
                                                                  const T* up, int64_t up_ld,
                                                                  T* out, int64_t out_ld,
                                                                  int64_t rows, int64_t cols) {
+  PdlEnter();
   const int64_t total = rows * cols;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {

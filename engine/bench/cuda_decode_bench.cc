@@ -5,7 +5,7 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both]
+//       [--key-slots incremental|both] [--pdl on|both]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
 // 2048/512, DSA indexer 32 x 128 with index_topk 2048, 256 experts top-8 with moe_inter 2048 + a
@@ -24,6 +24,11 @@
 // --key-slots both: each case is then run again in the same process with every step uploading
 // the key slots of all S + 1 positions of every sequence (SetKeySlotRebuild: the per-step host
 // work before the arena), and the two step times are printed side by side.
+//
+// --pdl both: each case is also timed with programmatic dependent launch off (kernels/launch.cuh,
+// kernels::AllowPdlLaunches(false): graphs are recaptured), in alternating rounds off, on, off,
+// on in the same model, and ms/layer is printed both ways side by side (the "on" figures are the
+// main table's; on a device without PDL both are plain launches).
 //
 // Timing: host wall clock around Model::Forward + Backend::Synchronize (Forward ends with the
 // logits' copy to the host); warm-up steps, then the median of --steps. Eager steps by default;
@@ -53,11 +58,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
+#include "kernels/cuda_util.h"
 #include "engine/backend/create_backend.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/model/lazy_random_weights.h"
@@ -90,6 +97,8 @@ struct Args {
   // KV in this process and prints ms/layer side by side.
   std::string kv_dtype = "fp32";
   KvDType kv = KvDType::kF32;  // the one RunModel uses
+  bool pdl_both = false;       // also time every case with programmatic dependent launch off
+  bool bad_pdl = false;
 };
 
 double Now() {
@@ -267,6 +276,7 @@ struct CaseResult {
   bool ran = false;
   std::string why;         // when not run
   double step_ms = 0, min_ms = 0;
+  double step_ms_no_pdl = 0;  // --pdl both: the median with programmatic dependent launch off
   bool finite = true;
 };
 
@@ -406,7 +416,18 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
           if (i >= a.warmup) times->push_back((Now() - t) * 1e3);
         }
       };
-      run_steps(&ms);
+      std::vector<double> no_pdl_ms;
+      if (a.pdl_both) {
+        // Alternating rounds (off, on, off, on) so that drifts hit both settings alike.
+        for (int round = 0; round < 2 && st.ok(); ++round) {
+          kernels::AllowPdlLaunches(false);
+          run_steps(&no_pdl_ms);
+          kernels::AllowPdlLaunches(true);
+          if (st.ok()) run_steps(&ms);
+        }
+      } else {
+        run_steps(&ms);
+      }
       const auto arena = SlotArenaStatsOf(**model);  // of the last incremental step
       if (a.key_slots_both && st.ok() && SetKeySlotRebuild(**model, true)) {
         run_steps(&rebuild_ms);  // the same positions again: same KV rows, same values
@@ -422,6 +443,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
       r.ran = true;
       r.step_ms = Median(ms);
       r.min_ms = *std::min_element(ms.begin(), ms.end());
+      if (!no_pdl_ms.empty()) r.step_ms_no_pdl = Median(no_pdl_ms);
       for (const auto& seq : out.seqs) {
         for (float v : seq.logits) r.finite = r.finite && std::isfinite(v);
       }
@@ -429,6 +451,10 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
                   r.finite ? "yes" : "NO",
                   arena.has_value() ? static_cast<long long>(arena->slots_uploaded_last_step)
                                     : -1LL);
+      if (!no_pdl_ms.empty()) {
+        std::printf("   PDL off %.3f ms (on/off x%.3f)", r.step_ms_no_pdl,
+                    r.step_ms / r.step_ms_no_pdl);
+      }
       if (!rebuild_ms.empty()) {
         const double rebuild = Median(rebuild_ms);
         std::printf("   rebuild-all-slots step %.3f ms (x%.2f of incremental)", rebuild,
@@ -481,6 +507,11 @@ int Main(int argc, char** argv) {
     else if (k == "--graphs") a.graphs = next() == "on";
     else if (k == "--key-slots") a.key_slots_both = next() == "both";
     else if (k == "--kv-dtype") a.kv_dtype = next();
+    else if (k == "--pdl") {
+      const std::string v = next();
+      a.pdl_both = v == "both";
+      a.bad_pdl = v != "both" && v != "on";
+    }
     else {
       std::fprintf(stderr,
                    "unknown flag %s; see the usage at the top of engine/bench/cuda_decode_bench.cc\n",
@@ -490,9 +521,10 @@ int Main(int argc, char** argv) {
   }
   if (a.batches.empty() || a.contexts.empty() || a.steps < 1 || a.block_size < 1 ||
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
-      (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both")) {
+      (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") || a.bad_pdl) {
     std::fprintf(stderr, "bad flags: --batches/--contexts are comma lists of integers, --steps and "
-                         "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both\n");
+                         "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --pdl "
+                         "on|both\n");
     return 2;
   }
   // Weight tensors are allocated and freed one after another (up to 3.8 GB each): keep the freed
@@ -587,6 +619,8 @@ int Main(int argc, char** argv) {
   const int n1 = layer_counts.front(), n2 = layer_counts.back();
   bool ok = true;
   std::map<std::pair<int, int>, double> per_layer_by_kv[2];  // [kv dtype] (batch, context)
+  // --pdl both: (batch, context, fp8 KV) -> ms/layer (PDL off, PDL on)
+  std::map<std::tuple<int, int, bool>, std::pair<double, double>> pdl_rows;
   for (const KvDType kv : kv_list) {
     a.kv = kv;
     std::vector<Results> results(layer_counts.size());
@@ -622,6 +656,10 @@ int Main(int argc, char** argv) {
           continue;
         }
         per_layer_by_kv[kv == KvDType::kFp8 ? 1 : 0][{b, s}] = per_layer;
+        if (a.pdl_both && r1.ran && r2.ran && n2 > n1) {
+          pdl_rows[{b, s, kv == KvDType::kFp8}] = {
+              (r2.step_ms_no_pdl - r1.step_ms_no_pdl) / (n2 - n1), per_layer};
+        }
         const double gbs = lb.total() / (per_layer * 1e-3) / 1e9;
         const double roof_ms = d2d > 0 ? lb.total() / (d2d * 1e9) * 1e3 : 0;
         char t1[32] = "-", t2[32] = "-";
@@ -633,6 +671,17 @@ int Main(int argc, char** argv) {
                     gemv > 0 ? gbs / gemv : 0.0, note.c_str(),
                     (r1.ran && !r1.finite) || (r2.ran && !r2.finite) ? " NON-FINITE LOGITS" : "");
       }
+    }
+  }
+  if (a.pdl_both) {
+    std::printf("\n== programmatic dependent launch on vs off, same models, alternating rounds (%s "
+                "weights): ms/layer\n",
+                a.dtype.c_str());
+    std::printf("%5s %7s %5s %10s %10s %8s\n", "batch", "context", "KV", "PDL off", "PDL on",
+                "on/off");
+    for (const auto& [key, v] : pdl_rows) {
+      std::printf("%5d %7d %5s %10.3f %10.3f %8.3f\n", std::get<0>(key), std::get<1>(key),
+                  std::get<2>(key) ? "fp8" : "fp32", v.first, v.second, v.second / v.first);
     }
   }
   if (kv_list.size() == 2) {

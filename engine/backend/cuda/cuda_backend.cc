@@ -456,7 +456,11 @@ class CudaBackend : public Backend {
                       "cudaGraphLaunch"));
   }
 
-  int64_t scratch_epoch() const override { return scratch_.epoch() + widen_scratch_.epoch(); }
+  // Also moves when a bench switches programmatic dependent launch (kernels::AllowPdlLaunches):
+  // graphs captured under the other setting are then recaptured.
+  int64_t scratch_epoch() const override {
+    return scratch_.epoch() + widen_scratch_.epoch() + kernels::PdlGeneration();
+  }
 
  private:
   // False once an error is recorded (the op is skipped). Makes the backend's device current on

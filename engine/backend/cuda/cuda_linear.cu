@@ -24,6 +24,7 @@ constexpr int kSlotX = 5, kSlotWorkspace = 6, kSlotY = 7;
 __global__ void ConvertRowsToBf16Kernel(const float* __restrict__ src, int64_t src_ld,
                                         int64_t rows, int64_t cols,
                                         __nv_bfloat16* __restrict__ dst, int64_t dst_ld) {
+  PdlEnter();
   const int64_t total = rows * cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -75,8 +76,8 @@ absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, i
   const int64_t total = rows * cols;
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 4096));
-  ConvertRowsToBf16Kernel<<<blocks, threads, 0, stream>>>(
-      src, src_ld, rows, cols, static_cast<__nv_bfloat16*>(dst), dst_ld);
+  LaunchKernel(ConvertRowsToBf16Kernel, blocks, threads, 0, stream, src, src_ld, rows, cols,
+               static_cast<__nv_bfloat16*>(dst), dst_ld);
   return detail::CudaCheck(cudaGetLastError(), kOp, "ConvertRowsToBf16Kernel launch");
 }
 

@@ -181,6 +181,7 @@ constexpr int HeadShift() {
 // (legacy) or StagedSmemBytes (kStage: tiles of p.tile keys staged in shared memory).
 template <int G, int CPT, bool kFp8, bool kStage>
 __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
+  PdlEnter();
   extern __shared__ __align__(16) float smem[];
   const int dq = p.da + p.db;
   const int tile_n = kStage ? p.tile : kTile;
@@ -487,6 +488,7 @@ __device__ __forceinline__ void SplitWeights(const float* ml, int num_splits, in
 // w_s = e^(m_s - M) / L in shared memory once; then each column is a plain weighted sum (no
 // exponential per element), summed in split order (deterministic).
 __global__ void __launch_bounds__(kThreads) AttentionCombineKernel(Params p) {
+  PdlEnter();
   __shared__ float w_s[kMaxSplits];
   const int64_t rh = blockIdx.x;
   const int64_t t = rh / p.num_heads;
@@ -508,6 +510,7 @@ __global__ void __launch_bounds__(kThreads) AttentionCombineKernel(Params p) {
 // the CTA's 128 columns; warp w sums splits w, w + 4, ... (8 loads in flight), then warp 0 adds
 // the other warps' sums in warp order: a fixed order, deterministic.
 __global__ void __launch_bounds__(kCombineThreads) AttentionCombineWideKernel(Params p) {
+  PdlEnter();
   __shared__ float w_s[kMaxSplitsWide];
   __shared__ float4 sum_s[kCombineThreads / 32 - 1][32];
   const int64_t rh = blockIdx.x;
@@ -664,6 +667,7 @@ __device__ __forceinline__ void SplitBf16(float x0, float x1, uint32_t* hi, uint
 // TcCfg<MT>::kThreads; dynamic smem TcCfg<MT>::kSmem.
 template <int MT>
 __global__ void __launch_bounds__(TcCfg<MT>::kThreads) AttentionTcKernel(Params p) {
+  PdlEnter();
   using C = TcCfg<MT>;
   extern __shared__ __align__(16) uint8_t smem_tc[];
   __nv_bfloat16* q_hi = reinterpret_cast<__nv_bfloat16*>(smem_tc);  // [kHeads][kTcLd]
@@ -995,8 +999,8 @@ absl::Status Launch(const Params& p, int64_t num_ctas, int64_t smem,
                     const detail::DeviceInfo& info, cudaStream_t stream) {
   GLM_RETURN_IF_ERROR(
       detail::UseDynamicSmem(AttentionSplitKernel<G, CPT, kFp8, kStage>, smem, info, kOp));
-  AttentionSplitKernel<G, CPT, kFp8, kStage>
-      <<<static_cast<unsigned>(num_ctas), kThreads, smem, stream>>>(p);
+  LaunchKernel(AttentionSplitKernel<G, CPT, kFp8, kStage>, static_cast<unsigned>(num_ctas),
+               kThreads, smem, stream, p);
   return detail::CudaCheck(cudaGetLastError(), kOp, "AttentionSplitKernel launch");
 }
 
@@ -1116,17 +1120,17 @@ absl::StatusOr<bool> LaunchTc(Params& p, int64_t rows, int64_t heads, int64_t n_
   GLM_RETURN_IF_ERROR(BindPartials(p, rows, heads, splits, scratch));
   const unsigned grid = static_cast<unsigned>(num_ctas);
   if (mt == 4) {
-    AttentionTcKernel<4><<<grid, TcCfg<4>::kThreads, TcCfg<4>::kSmem, stream>>>(p);
+    LaunchKernel(AttentionTcKernel<4>, grid, TcCfg<4>::kThreads, TcCfg<4>::kSmem, stream, p);
   } else if (mt == 2) {
-    AttentionTcKernel<2><<<grid, TcCfg<2>::kThreads, TcCfg<2>::kSmem, stream>>>(p);
+    LaunchKernel(AttentionTcKernel<2>, grid, TcCfg<2>::kThreads, TcCfg<2>::kSmem, stream, p);
   } else {
-    AttentionTcKernel<1><<<grid, TcCfg<1>::kThreads, TcCfg<1>::kSmem, stream>>>(p);
+    LaunchKernel(AttentionTcKernel<1>, grid, TcCfg<1>::kThreads, TcCfg<1>::kSmem, stream, p);
   }
   GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaGetLastError(), kOp, "AttentionTcKernel launch"));
   if (splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(rows * heads),
                      static_cast<unsigned>(detail::CeilDiv(p.dv, 128)));
-    AttentionCombineWideKernel<<<cgrid, kCombineThreads, 0, stream>>>(p);
+    LaunchKernel(AttentionCombineWideKernel, cgrid, kCombineThreads, 0, stream, p);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   }
   return true;
@@ -1275,7 +1279,7 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
       if (splits > 1) {
         const dim3 grid(static_cast<unsigned>(rows * heads),
                         static_cast<unsigned>(detail::CeilDiv(p.dv, 128)));
-        AttentionCombineWideKernel<<<grid, kCombineThreads, 0, stream>>>(p);
+        LaunchKernel(AttentionCombineWideKernel, grid, kCombineThreads, 0, stream, p);
         GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
       }
       return absl::OkStatus();
@@ -1312,7 +1316,8 @@ absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t st
     GLM_RETURN_IF_ERROR((LaunchCpt<1, false, false>(p, num_ctas, smem, info, stream)));
   }
   if (splits > 1) {
-    AttentionCombineKernel<<<static_cast<unsigned>(rows * heads), kThreads, 0, stream>>>(p);
+    LaunchKernel(AttentionCombineKernel, static_cast<unsigned>(rows * heads), kThreads, 0, stream,
+                 p);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   }
   return absl::OkStatus();

@@ -235,6 +235,7 @@ __device__ __forceinline__ void FlushHist(const ScoreParams& p, int64_t t,
 // byte of OrderedKey(score) into hist[t] (the select kernel's first radix pass).
 template <bool kFp8>
 __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(ScoreParams p) {
+  PdlEnter();
   extern __shared__ __align__(16) float smem[];
   __shared__ uint32_t hist_s[256];
   const int qstride = p.dim_pad + 1;
@@ -442,6 +443,7 @@ __device__ __forceinline__ void MmaBf16(float* d, const uint4& a, uint32_t b0, u
 // shorter chains bound the error tighter). kTcKsteps = one chain.
 template <int kMinBlocks, int kKGroup>
 __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(ScoreParams p) {
+  PdlEnter();
   extern __shared__ __align__(16) uint4 qf[];  // [kTcSplits][mtiles][kTcKsteps][32]
   __shared__ uint32_t hist_s[256];
   const int mtiles = p.heads_pad / 16;
@@ -674,6 +676,7 @@ __device__ __forceinline__ void PickDigit(const uint32_t* hist, uint32_t remaini
 __global__ void __launch_bounds__(kSelectThreads)
     IndexerSelectKernel(const float* scores, int64_t ld, const uint32_t* row_hist,
                         int hist_passes, const int32_t* row_num_keys, int top_k, int32_t* out) {
+  PdlEnter();
   __shared__ uint32_t hist[256];
   __shared__ uint32_t warp_sums[32];
   __shared__ uint32_t sel[3];  // digit, remaining, bin complete
@@ -807,6 +810,7 @@ __device__ __forceinline__ void PickDigitWarp(const uint32_t* hist, uint32_t rem
 __global__ void __launch_bounds__(1024)
     IndexerSelectShortKernel(const float* scores, int64_t ld, const int32_t* row_num_keys,
                              int top_k, int32_t* out) {
+  PdlEnter();
   extern __shared__ uint32_t row_s[];  // [PadIdx(n)]
   __shared__ uint32_t hist[2][256];
   __shared__ uint32_t warp_sums[32];
@@ -906,6 +910,7 @@ __global__ void __launch_bounds__(kHistThreads)
     IndexerHistKernel(const float* scores, int64_t ld, uint32_t* hist,
                       const int32_t* row_num_keys, int top_k, int pass, int row_passes,
                       int chunks, int chunk_len) {
+  PdlEnter();
   __shared__ uint32_t h_s[256];
   __shared__ uint32_t warp_sums[32];
   __shared__ uint32_t sel[3];
@@ -1036,8 +1041,8 @@ absl::Status LaunchTcScoreAs(const ScoreParams& p, int64_t ctas, int64_t smem,
   static_assert(kTcKsteps % kKGroup == 0, "k-step groups must tile the k-steps");
   GLM_RETURN_IF_ERROR(
       detail::UseDynamicSmem(IndexerScoreTcKernel<kMinBlocks, kKGroup>, smem, info, kOp));
-  IndexerScoreTcKernel<kMinBlocks, kKGroup>
-      <<<static_cast<unsigned>(ctas), kTcThreads, smem, stream>>>(p);
+  LaunchKernel(IndexerScoreTcKernel<kMinBlocks, kKGroup>, static_cast<unsigned>(ctas), kTcThreads,
+               smem, stream, p);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   return absl::OkStatus();
 }
@@ -1076,8 +1081,8 @@ absl::Status LaunchSelect(SelectPath path, const float* scores, int64_t ld, uint
     const int threads = ShortSelectThreads();
     const int64_t smem = ShortSmemBytes(max_keys);
     GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(IndexerSelectShortKernel, smem, info, kOp));
-    IndexerSelectShortKernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(
-        scores, ld, row_num_keys, top_k, out);
+    LaunchKernel(IndexerSelectShortKernel, static_cast<unsigned>(rows), threads, smem, stream,
+                 scores, ld, row_num_keys, top_k, out);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     return absl::OkStatus();
   }
@@ -1085,14 +1090,14 @@ absl::Status LaunchSelect(SelectPath path, const float* scores, int64_t ld, uint
     int64_t hchunk_len = 0, hchunks = 0;
     HistChunks(rows, max_keys, info, &hchunk_len, &hchunks);
     for (int pass = 1; pass < kHistPasses; ++pass) {
-      IndexerHistKernel<<<static_cast<unsigned>(rows * hchunks), kHistThreads, 0, stream>>>(
-          scores, ld, hist, row_num_keys, top_k, pass, kHistPasses, static_cast<int>(hchunks),
-          static_cast<int>(hchunk_len));
+      LaunchKernel(IndexerHistKernel, static_cast<unsigned>(rows * hchunks), kHistThreads, 0,
+                   stream, scores, ld, hist, row_num_keys, top_k, pass, kHistPasses,
+                   static_cast<int>(hchunks), static_cast<int>(hchunk_len));
       GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     }
   }
-  IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-      scores, ld, hist, HistPasses(path), row_num_keys, top_k, out);
+  LaunchKernel(IndexerSelectKernel, static_cast<unsigned>(rows), kSelectThreads, 0, stream, scores,
+               ld, hist, HistPasses(path), row_num_keys, top_k, out);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   return absl::OkStatus();
 }
@@ -1139,8 +1144,8 @@ absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
   }
   GLM_ASSIGN_OR_RETURN(const detail::DeviceInfo info, detail::CurrentDeviceInfo(kOp));
   if (max_num_keys <= top_k) {
-    IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-        nullptr, 0, nullptr, 1, row_num_keys, top_k, out);
+    LaunchKernel(IndexerSelectKernel, static_cast<unsigned>(rows), kSelectThreads, 0, stream,
+                 nullptr, 0, nullptr, 1, row_num_keys, top_k, out);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     return absl::OkStatus();
   }
@@ -1153,9 +1158,9 @@ absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, bytes, stream));
     int64_t len = 0, chunks = 0;
     HistChunks(rows, max_num_keys, info, &len, &chunks);
-    IndexerHistKernel<<<static_cast<unsigned>(rows * chunks), kHistThreads, 0, stream>>>(
-        scores, ld, hist, row_num_keys, top_k, 0, HistPasses(path), static_cast<int>(chunks),
-        static_cast<int>(len));
+    LaunchKernel(IndexerHistKernel, static_cast<unsigned>(rows * chunks), kHistThreads, 0, stream,
+                 scores, ld, hist, row_num_keys, top_k, 0, HistPasses(path),
+                 static_cast<int>(chunks), static_cast<int>(len));
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   }
   return LaunchSelect(path, scores, ld, hist, rows, row_num_keys, max_num_keys, top_k, out, info,
@@ -1260,16 +1265,18 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
                                                      " score CTAs exceed the grid limit"));
     }
     if (fp8) {
-      IndexerScoreKernel<true><<<static_cast<unsigned>(ctas), kScoreThreads, smem, stream>>>(p);
+      LaunchKernel(IndexerScoreKernel<true>, static_cast<unsigned>(ctas), kScoreThreads, smem,
+                   stream, p);
     } else {
-      IndexerScoreKernel<false><<<static_cast<unsigned>(ctas), kScoreThreads, smem, stream>>>(p);
+      LaunchKernel(IndexerScoreKernel<false>, static_cast<unsigned>(ctas), kScoreThreads, smem,
+                   stream, p);
     }
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     return LaunchSelect(path, p.scores, p.ld, p.hist, rows, a.table.row_num_keys, max_keys,
                         a.top_k, a.out, info, stream);
   }
-  IndexerSelectKernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-      nullptr, 0, nullptr, 1, a.table.row_num_keys, a.top_k, a.out);
+  LaunchKernel(IndexerSelectKernel, static_cast<unsigned>(rows), kSelectThreads, 0, stream, nullptr,
+               0, nullptr, 1, a.table.row_num_keys, a.top_k, a.out);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   return absl::OkStatus();
 }

@@ -40,6 +40,7 @@ __device__ __forceinline__ float WarpMax(float v) {
 __global__ void __launch_bounds__(kThreads)
     WriteLatentKernel(const float* src, int64_t ld, const int32_t* slots, uint8_t* cache,
                       int kvr, int rope) {
+  PdlEnter();
   const int64_t r = blockIdx.x;
   const float* x = src + r * ld;
   const int64_t row_bytes = kv_fp8::LatentRowBytes(kvr, rope);
@@ -75,6 +76,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     WriteIndexKernel(const float* src, int64_t ld, int64_t rows, const int32_t* slots,
                      uint8_t* cache, int dim, int block_size) {
+  PdlEnter();
   const int64_t r = int64_t{blockIdx.x} * (kThreads / 32) + (threadIdx.x >> 5);
   if (r >= rows) return;
   const int lane = threadIdx.x & 31;
@@ -97,6 +99,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     GatherLatentKernel(const uint8_t* cache, const int32_t* slots, int kvr, int rope, float* out,
                        int64_t ld) {
+  PdlEnter();
   const int64_t r = blockIdx.x;
   const uint8_t* row = cache + int64_t{slots[r]} * kv_fp8::LatentRowBytes(kvr, rope);
   const float* scales = reinterpret_cast<const float*>(row + kv_fp8::LatentScaleOffset(kvr));
@@ -140,8 +143,8 @@ absl::Status WriteLatentFp8(const MatView& src, const int32_t* slots, const Fp8L
         "cuda WriteLatentFp8: src has ", src.cols, " columns, the cache rows ",
         dst.kv_lora_rank + dst.rope_dim, " (kv_lora_rank + rope)"));
   }
-  WriteLatentKernel<<<static_cast<unsigned>(src.rows), kThreads, 0, stream>>>(
-      src.data, src.ld, slots, dst.data, dst.kv_lora_rank, dst.rope_dim);
+  LaunchKernel(WriteLatentKernel, static_cast<unsigned>(src.rows), kThreads, 0, stream, src.data,
+               src.ld, slots, dst.data, dst.kv_lora_rank, dst.rope_dim);
   return detail::CudaCheck(cudaGetLastError(), "WriteLatentFp8", "launch");
 }
 
@@ -154,8 +157,8 @@ absl::Status WriteIndexKeysFp8(const MatView& src, const int32_t* slots, const F
         ") must match and be a multiple of 4, block_size ", dst.block_size, " > 0"));
   }
   const int64_t ctas = detail::CeilDiv(src.rows, kThreads / 32);
-  WriteIndexKernel<<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(
-      src.data, src.ld, src.rows, slots, dst.data, dst.dim, dst.block_size);
+  LaunchKernel(WriteIndexKernel, static_cast<unsigned>(ctas), kThreads, 0, stream, src.data, src.ld,
+               src.rows, slots, dst.data, dst.dim, dst.block_size);
   return detail::CudaCheck(cudaGetLastError(), "WriteIndexKeysFp8", "launch");
 }
 
@@ -168,8 +171,8 @@ absl::Status GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots, co
         "cuda GatherLatentFp8: out has ", out.cols, " columns, the cache rows ",
         src.kv_lora_rank + src.rope_dim));
   }
-  GatherLatentKernel<<<static_cast<unsigned>(out.rows), kThreads, 0, stream>>>(
-      src.data, slots, src.kv_lora_rank, src.rope_dim, out.data, out.ld);
+  LaunchKernel(GatherLatentKernel, static_cast<unsigned>(out.rows), kThreads, 0, stream, src.data,
+               slots, src.kv_lora_rank, src.rope_dim, out.data, out.ld);
   return detail::CudaCheck(cudaGetLastError(), "GatherLatentFp8", "launch");
 }
 

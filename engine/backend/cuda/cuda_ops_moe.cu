@@ -141,6 +141,7 @@ __device__ __forceinline__ int BlockExclusiveScan(int v, int* warp_sums, int* to
 __global__ void __launch_bounds__(kRouteThreads)
     MoeRouteKernel(const int32_t* ids, int pairs, int num_experts, int32_t* expert_off,
                    int32_t* tile_off, int32_t* row_pair, int32_t* pair_row) {
+  PdlEnter();
   __shared__ int cnt[kMaxExperts];
   __shared__ int cursor[kMaxExperts];
   __shared__ int warp_sums[32];
@@ -237,6 +238,7 @@ constexpr int GemmSmemFloats() {
 // kStages-deep cp.async ring: kStages - 1 k-tiles in flight while one is computed.
 template <bool kFused, int kStages, int kWT>
 __global__ void __launch_bounds__(kThreads) MoeGemmKernel(GemmParams p) {
+  PdlEnter();
   extern __shared__ __align__(16) float smem[];
   const int m_tile = blockIdx.x;
   if (m_tile >= p.tile_off[p.num_experts]) return;
@@ -438,6 +440,7 @@ __device__ __forceinline__ void WidenChunk(const uint4& q, float* f) {
 
 template <bool kFused, int kWT>
 __global__ void __launch_bounds__(kGemvWarps * 32) MoeGemvKernel(GemmParams p) {
+  PdlEnter();
   constexpr int kEB = ElemBytes(kWT);
   constexpr int kV = 16 / kEB;                      // values per 16-byte chunk
   constexpr int kU = kV / 4;                        // float4 units per chunk
@@ -573,7 +576,7 @@ absl::Status LaunchGemvFor(int wt, const GemmParams& p, int64_t slots, cudaStrea
   const int per_cta = kGemvWarps * (kFused ? 2 : 4);
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(detail::CeilDiv(p.n, per_cta)));
   return DispatchWT(wt, [&](auto tag) {
-    MoeGemvKernel<kFused, decltype(tag)::value><<<grid, kGemvWarps * 32, 0, stream>>>(p);
+    LaunchKernel(MoeGemvKernel<kFused, decltype(tag)::value>, grid, kGemvWarps * 32, 0, stream, p);
     return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGemvKernel launch");
   });
 }
@@ -796,6 +799,7 @@ __device__ __forceinline__ void TaskWeights(const ExpertPtr& ex, int n0, const c
 
 template <bool kFused, int kWT>
 __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParams p) {
+  PdlEnter();
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int lane = threadIdx.x & 31;
   const int gw = blockIdx.x * kDecWarps + (threadIdx.x >> 5);
@@ -872,8 +876,8 @@ absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail
   const int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT>, kDecWarps * 32);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
   const int64_t blocks = std::max<int64_t>(1, std::min(detail::CeilDiv(tasks, kDecWarps), resident));
-  MoeDecodeKernel<kFused, kWT>
-      <<<static_cast<unsigned>(blocks), kDecWarps * 32, 0, stream>>>(p);
+  LaunchKernel(MoeDecodeKernel<kFused, kWT>, static_cast<unsigned>(blocks), kDecWarps * 32, 0,
+               stream, p);
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeKernel launch");
 }
 
@@ -923,6 +927,7 @@ __global__ void __launch_bounds__(kRouteThreads)
                        int32_t* n_active, int32_t* slot_expert, int32_t* slot_off,
                        int32_t* row_pair, int32_t* n_units, int32_t* unit_expert,
                        int32_t* unit_off) {
+  PdlEnter();
   __shared__ int s_ids[kMoeListedForceMaxPairs];
   __shared__ int cnt[kMaxExperts];
   __shared__ int warp_sums[32];
@@ -969,6 +974,7 @@ __global__ void __launch_bounds__(kRouteThreads)
 template <bool kFused, int kWT, int kNG>
 __global__ void __launch_bounds__(kDecWarps * 32, 2)
     MoeDecodeListKernel(DecodeParams p, DecodeLists l) {
+  PdlEnter();
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int lane = threadIdx.x & 31;
   const int gw = blockIdx.x * kDecWarps + (threadIdx.x >> 5);
@@ -1016,8 +1022,8 @@ absl::Status LaunchList(const DecodeParams& p, const DecodeLists& l, int64_t max
   const int per_sm = ResidentCtas(MoeDecodeListKernel<kFused, kWT, kNG>, kDecWarps * 32);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
   const int64_t blocks = std::max<int64_t>(1, std::min(detail::CeilDiv(tasks, kDecWarps), resident));
-  MoeDecodeListKernel<kFused, kWT, kNG>
-      <<<static_cast<unsigned>(blocks), kDecWarps * 32, 0, stream>>>(p, l);
+  LaunchKernel(MoeDecodeListKernel<kFused, kWT, kNG>, static_cast<unsigned>(blocks), kDecWarps * 32,
+               0, stream, p, l);
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeListKernel launch");
 }
 
@@ -1229,6 +1235,7 @@ __device__ __forceinline__ void GroupTask(const DecodeParams& p, const DecodeLis
 // 2 CTAs per SM (128 registers; see "tried" in cuda_ops_moe.h for 1).
 template <bool kFused, int kWT>
 __global__ void __launch_bounds__(kGrpWarps * 32, 2) MoeGroupKernel(DecodeParams p, DecodeLists l) {
+  PdlEnter();
   extern __shared__ __align__(16) uint4 grp_ring[];
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5;
@@ -1280,8 +1287,8 @@ absl::Status LaunchGroupFor(int wt, const DecodeParams& p, const DecodeLists& l,
     const int64_t tasks = max_units * detail::CeilDiv(p.n, kCols);
     const int64_t blocks = std::max<int64_t>(
         1, std::min(detail::CeilDiv(tasks, warps), int64_t{info.num_sms} * per_sm));
-    MoeGroupKernel<kFused, kWT>
-        <<<static_cast<unsigned>(blocks), warps * 32, static_cast<size_t>(smem), stream>>>(p, l);
+    LaunchKernel(MoeGroupKernel<kFused, kWT>, static_cast<unsigned>(blocks), warps * 32,
+                 static_cast<size_t>(smem), stream, p, l);
     return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGroupKernel launch");
   });
 }
@@ -1328,6 +1335,7 @@ constexpr int kMmaChunk = 64;              // k per fragment load
 // [rows, kblocks] = 2^-s; values past k are zero.
 __global__ void __launch_bounds__(kMmaKB)
     MoeSplitKernel(const float* src, int64_t ld, int k, int kblocks, __half* dst, float* inv) {
+  PdlEnter();
   __shared__ float wmax[kMmaKB / 32];
   const int row = blockIdx.x, b = blockIdx.y, i = threadIdx.x;
   const int kk = b * kMmaKB + i;
@@ -1393,6 +1401,7 @@ __device__ __forceinline__ void MmaAFrag(const uint4& r0, const uint4& r8, int j
 
 template <bool kFused>
 __global__ void __launch_bounds__(kMmaWarps * 32, 2) MoeMmaKernel(MmaParams p, DecodeLists l) {
+  PdlEnter();
   constexpr int kCols = kFused ? 16 : 32;  // output columns per task
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int gw = blockIdx.x * kMmaWarps + (threadIdx.x >> 5);
@@ -1544,16 +1553,17 @@ template <bool kFused>
 absl::Status LaunchMma(const MmaParams& p, const float* src, int64_t src_ld, int64_t rows,
                        const DecodeLists& l, int64_t max_slots, const detail::DeviceInfo& info,
                        cudaStream_t stream) {
-  MoeSplitKernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.kblocks)), kMmaKB,
-                   0, stream>>>(src, src_ld, p.k, p.kblocks, const_cast<__half*>(p.bsplit),
-                                const_cast<float*>(p.binv));
+  LaunchKernel(MoeSplitKernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.kblocks)),
+               kMmaKB, 0, stream, src, src_ld, p.k, p.kblocks, const_cast<__half*>(p.bsplit),
+               const_cast<float*>(p.binv));
   GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaGetLastError(), kOp, "MoeSplitKernel launch"));
   constexpr int kCols = kFused ? 16 : 32;
   const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
   const int per_sm = ResidentCtas(MoeMmaKernel<kFused>, kMmaWarps * 32);
   const int64_t blocks = std::max<int64_t>(
       1, std::min(detail::CeilDiv(tasks, kMmaWarps), int64_t{info.num_sms} * per_sm));
-  MoeMmaKernel<kFused><<<static_cast<unsigned>(blocks), kMmaWarps * 32, 0, stream>>>(p, l);
+  LaunchKernel(MoeMmaKernel<kFused>, static_cast<unsigned>(blocks), kMmaWarps * 32, 0, stream, p,
+               l);
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeMmaKernel launch");
 }
 
@@ -1562,6 +1572,7 @@ absl::Status LaunchMma(const MmaParams& p, const float* src, int64_t src_ld, int
 __global__ void __launch_bounds__(kCombineThreads)
     MoeCombineByPairKernel(const float* y, const int32_t* ids, const float* weights, int top_k,
                            int num_experts, int hidden, float* out, int64_t out_ld) {
+  PdlEnter();
   const int64_t t = blockIdx.x;
   const int col = blockIdx.y * kCombineThreads + threadIdx.x;
   if (col >= hidden) return;
@@ -1581,6 +1592,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 __global__ void __launch_bounds__(kCombineThreads)
     MoeCombineKernel(const float* y, const int32_t* pair_row, const float* weights, int top_k,
                      int hidden, float* out, int64_t out_ld) {
+  PdlEnter();
   const int64_t t = blockIdx.x;
   const int col = blockIdx.y * kCombineThreads + threadIdx.x;
   if (col >= hidden) return;
@@ -1683,11 +1695,11 @@ absl::Status LaunchGemm(const GemmParams& p, int64_t max_tiles, const detail::De
   if (kSmem4 <= info.smem_optin) {
     GLM_RETURN_IF_ERROR(
         detail::UseDynamicSmem(MoeGemmKernel<kFused, 4, kWT>, kSmem4, info, kOp));
-    MoeGemmKernel<kFused, 4, kWT><<<grid, kThreads, kSmem4, stream>>>(p);
+    LaunchKernel(MoeGemmKernel<kFused, 4, kWT>, grid, kThreads, kSmem4, stream, p);
   } else {
     GLM_RETURN_IF_ERROR(
         detail::UseDynamicSmem(MoeGemmKernel<kFused, 2, kWT>, kSmem2, info, kOp));
-    MoeGemmKernel<kFused, 2, kWT><<<grid, kThreads, kSmem2, stream>>>(p);
+    LaunchKernel(MoeGemmKernel<kFused, 2, kWT>, grid, kThreads, kSmem2, stream, p);
   }
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGemmKernel launch");
 }
@@ -1799,9 +1811,9 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
     auto* unit_off = static_cast<int32_t*>(Carve(cur, (max_units + 1) * sizeof(int32_t)));
     GLM_ASSIGN_OR_RETURN(void* act, scratch.Get(1, static_cast<size_t>(pairs * inter) * 4));
     GLM_ASSIGN_OR_RETURN(void* y, scratch.Get(2, static_cast<size_t>(pairs * hidden) * 4));
-    MoeListRouteKernel<<<1, kRouteThreads, 0, stream>>>(
-        ids, static_cast<int>(pairs), num_experts, group_tokens, n_active, slot_expert, slot_off,
-        row_pair, n_units, unit_expert, unit_off);
+    LaunchKernel(MoeListRouteKernel, 1, kRouteThreads, 0, stream, ids, static_cast<int>(pairs),
+                 num_experts, group_tokens, n_active, slot_expert, slot_off, row_pair, n_units,
+                 unit_expert, unit_off);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     const DecodeLists l{n_active, slot_expert, slot_off, row_pair, n_units, unit_expert, unit_off};
     if (mma) {
@@ -1848,11 +1860,11 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
                             ? LaunchGroupFor<false>(table->wt, d, l, max_units, info, stream)
                             : LaunchListFor<false>(table->wt, d, l, max_slots, info, stream));
     }
-    MoeCombineByPairKernel<<<dim3(static_cast<unsigned>(tokens),
-                                  static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
-                             kCombineThreads, 0, stream>>>(
-        static_cast<const float*>(y), ids, weights, top_k, num_experts, static_cast<int>(hidden),
-        out.data, out.ld);
+    LaunchKernel(MoeCombineByPairKernel,
+                 dim3(static_cast<unsigned>(tokens),
+                      static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
+                 kCombineThreads, 0, stream, static_cast<const float*>(y), ids, weights, top_k,
+                 num_experts, static_cast<int>(hidden), out.data, out.ld);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     g_last_path.store(mma       ? MoeRanPath::kMma
                       : grouped ? MoeRanPath::kGrouped
@@ -1875,11 +1887,11 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
     d.n = static_cast<int>(hidden), d.k = static_cast<int>(inter);
     d.c = static_cast<float*>(y);
     GLM_RETURN_IF_ERROR(LaunchDecodeFor<false>(table->wt, d, max_slots, info, stream));
-    MoeCombineByPairKernel<<<dim3(static_cast<unsigned>(tokens),
-                                  static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
-                             kCombineThreads, 0, stream>>>(
-        static_cast<const float*>(y), ids, weights, top_k, num_experts, static_cast<int>(hidden),
-        out.data, out.ld);
+    LaunchKernel(MoeCombineByPairKernel,
+                 dim3(static_cast<unsigned>(tokens),
+                      static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
+                 kCombineThreads, 0, stream, static_cast<const float*>(y), ids, weights, top_k,
+                 num_experts, static_cast<int>(hidden), out.data, out.ld);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     g_last_path.store(MoeRanPath::kDecode);
     return absl::OkStatus();
@@ -1896,8 +1908,8 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   GLM_ASSIGN_OR_RETURN(void* act, scratch.Get(1, static_cast<size_t>(pairs * inter) * 4));
   GLM_ASSIGN_OR_RETURN(void* y, scratch.Get(2, static_cast<size_t>(pairs * hidden) * 4));
 
-  MoeRouteKernel<<<1, kRouteThreads, 0, stream>>>(ids, static_cast<int>(pairs), num_experts,
-                                                  expert_off, tile_off, row_pair, pair_row);
+  LaunchKernel(MoeRouteKernel, 1, kRouteThreads, 0, stream, ids, static_cast<int>(pairs),
+               num_experts, expert_off, tile_off, row_pair, pair_row);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
 
   const int64_t max_tiles = detail::CeilDiv(pairs, kBM) + std::min<int64_t>(num_experts, pairs);
@@ -1921,11 +1933,11 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   GLM_RETURN_IF_ERROR(gemv ? LaunchGemvFor<false>(table->wt, p, slots, stream)
                            : LaunchGemmFor<false>(table->wt, p, max_tiles, info, stream));
 
-  MoeCombineKernel<<<dim3(static_cast<unsigned>(tokens),
-                          static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
-                     kCombineThreads, 0, stream>>>(static_cast<const float*>(y), pair_row,
-                                                   weights, top_k, static_cast<int>(hidden),
-                                                   out.data, out.ld);
+  LaunchKernel(MoeCombineKernel,
+               dim3(static_cast<unsigned>(tokens),
+                    static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
+               kCombineThreads, 0, stream, static_cast<const float*>(y), pair_row, weights, top_k,
+               static_cast<int>(hidden), out.data, out.ld);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   g_last_path.store(gemv ? MoeRanPath::kLegacyGemv : MoeRanPath::kTiled);
   return absl::OkStatus();

@@ -1,5 +1,6 @@
-// Host helpers shared by the heavy CUDA ops (cuda_ops_*.cu): CUDA errors as absl::Status naming
-// the op, the current device's limits, and the opt-in shared-memory setting for one kernel.
+// Helpers shared by the heavy CUDA ops (cuda_ops_*.cu, cuda_linear.cu; CUDA sources only): CUDA
+// errors as absl::Status naming the op, the current device's limits, and the opt-in shared-memory
+// setting for one kernel.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,6 +15,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/launch.cuh"
+
+namespace glm::engine::cuda {
+// Every kernel of the backend's ops is launched with LaunchKernel and opens with PdlEnter
+// (programmatic dependent launch: kernels/launch.cuh has the contract).
+using kernels::LaunchKernel;
+using kernels::PdlEnter;
+}  // namespace glm::engine::cuda
 
 namespace glm::engine::cuda::detail {
 
