@@ -5,7 +5,7 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both] [--pdl on|both]
+//       [--key-slots incremental|both] [--pdl on|both] [--fused on|off|both]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
 // 2048/512, DSA indexer 32 x 128 with index_topk 2048, 256 experts top-8 with moe_inter 2048 + a
@@ -30,6 +30,10 @@
 // on in the same model, and ms/layer is printed both ways side by side (the "on" figures are the
 // main table's; on a device without PDL both are plain launches).
 //
+// --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
+// fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
+// first, and prints ms/layer side by side.
+//
 // Timing: host wall clock around Model::Forward + Backend::Synchronize (Forward ends with the
 // logits' copy to the host); warm-up steps, then the median of --steps. Eager steps by default;
 // --graphs on lets the model replay decode CUDA graphs (ModelLoadOptions::cuda_graphs, where the
@@ -42,9 +46,9 @@
 // the expectation for uniform routing of batch x top-8 picks; KV: the indexer keys of all S + 1
 // positions and the MLA latent of min(S + 1, index_topk) selected positions, per sequence, as
 // the cache stores them: fp32, or with --kv-dtype fp8 the 132-byte keys and 656-byte latent rows
-// of engine/backend/kv_fp8_layout.h) over the device-to-device copy bandwidth measured in this process
-// (cudaMemcpyAsync of 2 GiB, bytes read + written), and over the read rate of the backend's own
-// fp32 GEMV on a 1 GiB weight (a second, stricter ceiling for weight streaming).
+// of engine/backend/kv_fp8_layout.h) over the device-to-device copy bandwidth measured in this
+// process (cudaMemcpyAsync of 2 GiB, bytes read + written), and over the read rate of the backend's
+// own fp32 GEMV on a 1 GiB weight (a second, stricter ceiling for weight streaming).
 #include <cuda_runtime.h>
 #include <malloc.h>
 
@@ -99,6 +103,8 @@ struct Args {
   KvDType kv = KvDType::kF32;  // the one RunModel uses
   bool pdl_both = false;       // also time every case with programmatic dependent launch off
   bool bad_pdl = false;
+  std::string fused = "on";  // on | off | both (ModelLoadOptions::fuse_linears)
+  bool fuse = true;          // the one RunModel uses
 };
 
 double Now() {
@@ -336,6 +342,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   // fp8: "auto" keeps the e4m3 tensors the weight source serves (fp8_linear below) as they are.
   o.weight_dtype = a.dtype == "fp8" ? "auto" : a.dtype;
   SetGraphs(o, a.graphs);
+  o.fuse_linears = a.fuse;
   o.kv.dtype = a.kv;
   // KV: enough blocks for the largest case that fits next to the weights and the reserve.
   const int64_t weights_est = DeviceWeightBytes(c, a.dtype);
@@ -507,6 +514,7 @@ int Main(int argc, char** argv) {
     else if (k == "--graphs") a.graphs = next() == "on";
     else if (k == "--key-slots") a.key_slots_both = next() == "both";
     else if (k == "--kv-dtype") a.kv_dtype = next();
+    else if (k == "--fused") a.fused = next();
     else if (k == "--pdl") {
       const std::string v = next();
       a.pdl_both = v == "both";
@@ -521,10 +529,12 @@ int Main(int argc, char** argv) {
   }
   if (a.batches.empty() || a.contexts.empty() || a.steps < 1 || a.block_size < 1 ||
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
-      (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") || a.bad_pdl) {
-    std::fprintf(stderr, "bad flags: --batches/--contexts are comma lists of integers, --steps and "
-                         "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --pdl "
-                         "on|both\n");
+      (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") || a.bad_pdl ||
+      (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
+    std::fprintf(stderr,
+                 "bad flags: --batches/--contexts are comma lists of integers, --steps and "
+                 "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --pdl "
+                 "on|both, --fused on|off|both\n");
     return 2;
   }
   // Weight tensors are allocated and freed one after another (up to 3.8 GB each): keep the freed
@@ -621,8 +631,17 @@ int Main(int argc, char** argv) {
   std::map<std::pair<int, int>, double> per_layer_by_kv[2];  // [kv dtype] (batch, context)
   // --pdl both: (batch, context, fp8 KV) -> ms/layer (PDL off, PDL on)
   std::map<std::tuple<int, int, bool>, std::pair<double, double>> pdl_rows;
-  for (const KvDType kv : kv_list) {
+  std::vector<std::pair<bool, KvDType>> variants;  // (fused Linears, KV dtype)
+  for (const bool fuse :
+       a.fused == "both" ? std::vector<bool>{false, true} : std::vector<bool>{a.fused == "on"}) {
+    for (const KvDType kv : kv_list) variants.push_back({fuse, kv});
+  }
+  // --fused both: (batch, context, fp8 KV) -> ms/layer (unfused, fused)
+  std::map<std::tuple<int, int, bool>, std::pair<double, double>> fused_rows;
+  for (const auto& [fuse, kv] : variants) {
     a.kv = kv;
+    a.fuse = fuse;
+    if (a.fused == "both") std::printf("\n#### fused Linears %s\n", fuse ? "on" : "off");
     std::vector<Results> results(layer_counts.size());
     for (size_t i = 0; i < layer_counts.size(); ++i) {
       ok = RunModel(a, base, layer_counts[i], &results[i]) && ok;
@@ -656,6 +675,10 @@ int Main(int argc, char** argv) {
           continue;
         }
         per_layer_by_kv[kv == KvDType::kFp8 ? 1 : 0][{b, s}] = per_layer;
+        if (a.fused == "both") {
+          auto& row = fused_rows[{b, s, kv == KvDType::kFp8}];
+          (fuse ? row.second : row.first) = per_layer;
+        }
         if (a.pdl_both && r1.ran && r2.ran && n2 > n1) {
           pdl_rows[{b, s, kv == KvDType::kFp8}] = {
               (r2.step_ms_no_pdl - r1.step_ms_no_pdl) / (n2 - n1), per_layer};
@@ -671,6 +694,18 @@ int Main(int argc, char** argv) {
                     gemv > 0 ? gbs / gemv : 0.0, note.c_str(),
                     (r1.ran && !r1.finite) || (r2.ran && !r2.finite) ? " NON-FINITE LOGITS" : "");
       }
+    }
+  }
+  if (a.fused == "both") {
+    std::printf(
+        "\n== fused Linears on vs off, models loaded in this process (%s weights): "
+        "ms/layer\n",
+        a.dtype.c_str());
+    std::printf("%5s %7s %5s %10s %10s %8s\n", "batch", "context", "KV", "unfused", "fused",
+                "on/off");
+    for (const auto& [key, v] : fused_rows) {
+      std::printf("%5d %7d %5s %10.3f %10.3f %8.3f\n", std::get<0>(key), std::get<1>(key),
+                  std::get<2>(key) ? "fp8" : "fp32", v.first, v.second, v.second / v.first);
     }
   }
   if (a.pdl_both) {

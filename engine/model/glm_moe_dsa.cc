@@ -156,6 +156,7 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
   backend_->Synchronize();
   if (!backend_->MemoryInfo(&load_memory_).ok()) load_memory_ = {};
   WeightLoader w(source, backend_, mode);
+  w.set_fuse(options_.fuse_linears);
   const std::string mtp_prefix = absl::StrCat("model.layers.", L);
   const bool with_mtp = options_.load_mtp && c.num_nextn_predict_layers > 0 && last_stage() &&
                         w.Has(mtp_prefix + ".eh_proj.weight");

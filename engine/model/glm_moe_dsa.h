@@ -78,6 +78,11 @@ struct ModelLoadOptions {
   // with graphs (cuda) run as CUDA graphs: captured on the first step of each (batch size, key
   // bucket), replayed after (engine/model/decode_graphs.h). Replay equals eager bitwise.
   bool cuda_graphs = true;
+  // Linear weights that share an input (q_a | kv_a | indexer wk | weights_proj, q_b | indexer
+  // wq_b, an MLP's gate | up) are stored and computed as one (FusedLinear, layers.h): fewer
+  // launches and weight streams per step, the same dot products. false loads each on its own
+  // (A/B runs: glm-bench-cuda-decode --fused both).
+  bool fuse_linears = true;
   // Keep the kernels' per-launch pointer checks (a driver query per pointer) on every step
   // instead of only on the first one (debugging; measures their cost).
   bool debug_pointer_checks = false;

@@ -92,59 +92,109 @@ DeviceMatrix WeightLoader::UploadLinearF32(const std::vector<float>& data, int64
   return m;
 }
 
+WeightDType WeightLoader::LinearKind(const std::string& name, int64_t cols) const {
+  if (mode_ == LinearWeightMode::kF32) return WeightDType::kF32;
+  if (mode_ == LinearWeightMode::kAuto && cols % 16 == 0 && source_.IsFp8Block(name)) {
+    return WeightDType::kF8E4M3Block128;
+  }
+  return WeightDType::kBF16;
+}
+
 absl::StatusOr<DeviceMatrix> WeightLoader::Linear(const std::string& name, int64_t rows,
                                                   int64_t cols) {
-  if (mode_ == LinearWeightMode::kF32) {
-    GLM_ASSIGN_OR_RETURN(std::vector<float> host, Host(name, rows, cols));
-    return UploadLinearF32(host, rows, cols);
+  return LinearRows({{name, rows}}, cols);
+}
+
+absl::StatusOr<DeviceMatrix> WeightLoader::LinearRows(const std::vector<LinearPart>& parts,
+                                                      int64_t cols, std::vector<int64_t>* offsets) {
+  if (parts.empty()) return absl::InvalidArgumentError("LinearRows: no parts");
+  const WeightDType kind = LinearKind(parts[0].name, cols);
+  const int64_t align = kind == WeightDType::kF8E4M3Block128 ? 128 : 1;
+  std::vector<int64_t> first(parts.size());
+  int64_t rows = 0, real_rows = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (LinearKind(parts[i].name, cols) != kind) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LinearRows: ", parts[i].name, " is not stored like ", parts[0].name,
+                       " (fp8 block-scaled vs not); load them as separate Linear weights"));
+    }
+    rows = (rows + align - 1) / align * align;
+    first[i] = rows;
+    rows += parts[i].rows;
+    real_rows += parts[i].rows;
   }
+  if (offsets != nullptr) *offsets = first;
   DeviceMatrix m;
-  if (mode_ == LinearWeightMode::kAuto && cols % 16 == 0 && source_.IsFp8Block(name)) {
-    GLM_ASSIGN_OR_RETURN(Fp8BlockTensor t, source_.ReadFp8Block(name));
-    const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
-    if (t.shape != std::vector<int64_t>{rows, cols} ||
-        static_cast<int64_t>(t.scales.size()) != srows * scols) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", name, " has shape ", ShapeString(t.shape), " with ", t.scales.size(),
-          " block scales; config.json implies ", ShapeString({rows, cols}), " and ", srows * scols,
-          ". Check that config.json belongs to this checkpoint"));
+  int64_t stored = 0, real = 0;  // bytes in backend memory, and of them the parts' own
+  if (kind == WeightDType::kF32) {
+    std::vector<float> data(rows * cols, 0.0f);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      GLM_ASSIGN_OR_RETURN(std::vector<float> host, Host(parts[i].name, parts[i].rows, cols));
+      std::copy(host.begin(), host.end(), data.begin() + first[i] * cols);
     }
+    m.buffer = backend_->Allocate(data.size() * sizeof(float));
+    backend_->CopyToDevice(m.buffer->data(), data.data(), data.size() * sizeof(float));
+    m.view = {m.buffer->f32(), rows, cols, cols};
+    stored = rows * cols * 4;
+    real = real_rows * cols * 4;
+  } else if (kind == WeightDType::kF8E4M3Block128) {
+    const int64_t scols = (cols + 127) / 128;
     const int64_t scale_ld = (scols + 3) / 4 * 4;  // cuBLASLt's block-scaling stride rule
-    std::vector<float> scales(srows * scale_ld, 0.0f);
-    for (int64_t r = 0; r < srows; ++r) {
-      std::copy_n(t.scales.data() + r * scols, scols, scales.data() + r * scale_ld);
+    std::vector<uint8_t> payload(rows * cols, 0);
+    std::vector<float> scales(((rows + 127) / 128) * scale_ld, 0.0f);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const LinearPart& p = parts[i];
+      GLM_ASSIGN_OR_RETURN(Fp8BlockTensor t, source_.ReadFp8Block(p.name));
+      const int64_t srows = (p.rows + 127) / 128;
+      if (t.shape != std::vector<int64_t>{p.rows, cols} ||
+          static_cast<int64_t>(t.scales.size()) != srows * scols ||
+          static_cast<int64_t>(t.data.size()) != p.rows * cols) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", p.name, " has shape ", ShapeString(t.shape), " with ", t.scales.size(),
+            " block scales; config.json implies ", ShapeString({p.rows, cols}), " and ",
+            srows * scols, ". Check that config.json belongs to this checkpoint"));
+      }
+      std::copy(t.data.begin(), t.data.end(), payload.begin() + first[i] * cols);
+      for (int64_t r = 0; r < srows; ++r) {
+        std::copy_n(t.scales.data() + r * scols, scols,
+                    scales.data() + (first[i] / 128 + r) * scale_ld);
+      }
     }
-    m.buffer = backend_->Allocate(t.data.size());
-    backend_->CopyToDevice(m.buffer->data(), t.data.data(), t.data.size());
+    m.buffer = backend_->Allocate(payload.size());
+    backend_->CopyToDevice(m.buffer->data(), payload.data(), payload.size());
     m.scale_buffer = backend_->Allocate(scales.size() * sizeof(float));
     backend_->CopyToDevice(m.scale_buffer->data(), scales.data(), scales.size() * sizeof(float));
     m.view = {m.buffer->f32(), rows, cols, cols};
     m.view.dtype = WeightDType::kF8E4M3Block128;
     m.view.scales = m.scale_buffer->f32();
     m.view.scale_ld = scale_ld;
-    const int64_t b = static_cast<int64_t>(t.data.size() + scales.size() * sizeof(float));
-    bytes_.total += b;
-    bytes_.linear += b;
-    bytes_.fp8_scales += static_cast<int64_t>(scales.size() * sizeof(float));
-    bytes_.fp8_payload += static_cast<int64_t>(t.data.size());
-    ++bytes_.num_linear[2];
+    const int64_t scale_bytes = static_cast<int64_t>(scales.size() * sizeof(float));
+    stored = static_cast<int64_t>(payload.size()) + scale_bytes;
+    real = real_rows * cols + scale_bytes;
+    bytes_.fp8_scales += scale_bytes;
+    bytes_.fp8_payload += real_rows * cols;
   } else {
-    GLM_ASSIGN_OR_RETURN(std::vector<float> data, Host(name, rows, cols));
     const int64_t ld = (cols + 7) / 8 * 8;  // 16-byte rows for cuBLASLt and 8-byte loads
     std::vector<uint16_t> h(rows * ld, 0);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) h[r * ld + c] = ToBf16(data[r * cols + c]);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      GLM_ASSIGN_OR_RETURN(std::vector<float> data, Host(parts[i].name, parts[i].rows, cols));
+      for (int64_t r = 0; r < parts[i].rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          h[(first[i] + r) * ld + c] = ToBf16(data[r * cols + c]);
+        }
+      }
     }
     m.buffer = backend_->Allocate(h.size() * sizeof(uint16_t));
     backend_->CopyToDevice(m.buffer->data(), h.data(), h.size() * sizeof(uint16_t));
     m.view = {m.buffer->f32(), rows, cols, ld};
     m.view.dtype = WeightDType::kBF16;
-    const int64_t b = static_cast<int64_t>(h.size() * sizeof(uint16_t));
-    bytes_.total += b;
-    bytes_.linear += b;
-    ++bytes_.num_linear[1];
+    stored = static_cast<int64_t>(h.size() * sizeof(uint16_t));
+    real = real_rows * ld * 2;
   }
-  bytes_.linear_fp32 += rows * cols * 4;
+  bytes_.total += stored;
+  bytes_.linear += real;
+  bytes_.linear_fp32 += real_rows * cols * 4;
+  bytes_.num_linear[static_cast<int>(kind)] += static_cast<int64_t>(parts.size());
   return m;
 }
 
@@ -159,24 +209,55 @@ absl::StatusOr<DeviceMatrix> WeightLoader::Vector(const std::string& name, int64
   return Upload(data, 1, size);
 }
 
+// ---- FusedLinear ------------------------------------------------------------------------------
+
+absl::StatusOr<FusedLinear> FusedLinear::Load(WeightLoader& w, const std::vector<LinearPart>& parts,
+                                              int64_t cols) {
+  FusedLinear f;
+  for (size_t begin = 0; begin < parts.size();) {
+    const WeightDType kind = w.LinearKind(parts[begin].name, cols);
+    size_t end = begin + 1;
+    while (w.fuse() && end < parts.size() && w.LinearKind(parts[end].name, cols) == kind) ++end;
+    const std::vector<LinearPart> group(parts.begin() + begin, parts.begin() + end);
+    std::vector<int64_t> rows_at;
+    Group g;
+    GLM_ASSIGN_OR_RETURN(g.weight, w.LinearRows(group, cols, &rows_at));
+    g.out_offset = f.out_cols_;
+    for (size_t i = 0; i < group.size(); ++i) {
+      f.offsets_.push_back(g.out_offset + rows_at[i]);
+      f.rows_.push_back(group[i].rows);
+    }
+    f.out_cols_ += g.weight.view.rows;
+    f.groups_.push_back(std::move(g));
+    begin = end;
+  }
+  return f;
+}
+
+void FusedLinear::Forward(StepContext& ctx, const MatView& x, const MatView& out) const {
+  for (const Group& g : groups_) {
+    ctx.backend->Linear(x, g.weight.view, out.Cols(g.out_offset, g.weight.view.rows), false);
+  }
+}
+
 // ---- DenseMlp ---------------------------------------------------------------------------------
 
 absl::StatusOr<DenseMlp> DenseMlp::Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
                                         int64_t inter) {
   DenseMlp m;
-  GLM_ASSIGN_OR_RETURN(m.gate, w.Linear(prefix + ".gate_proj.weight", inter, hidden));
-  GLM_ASSIGN_OR_RETURN(m.up, w.Linear(prefix + ".up_proj.weight", inter, hidden));
+  GLM_ASSIGN_OR_RETURN(
+      m.gate_up,
+      FusedLinear::Load(
+          w, {{prefix + ".gate_proj.weight", inter}, {prefix + ".up_proj.weight", inter}}, hidden));
   GLM_ASSIGN_OR_RETURN(m.down, w.Linear(prefix + ".down_proj.weight", hidden, inter));
   return m;
 }
 
 void DenseMlp::Forward(StepContext& ctx, const MatView& x, const MatView& out) const {
-  const int64_t inter = gate.view.rows;
-  MatView g = ctx.ws->Mat(x.rows, inter);  // [T, inter]
-  MatView u = ctx.ws->Mat(x.rows, inter);  // [T, inter]
-  ctx.backend->Linear(x, gate.view, g, false);
-  ctx.backend->Linear(x, up.view, u, false);
-  ctx.backend->SiluMul(g, u, g);
+  MatView gu = ctx.ws->Mat(x.rows, gate_up.out_cols());  // [T, gate | up]
+  gate_up.Forward(ctx, x, gu);
+  const MatView g = gate_up.Part(gu, 0);  // [T, inter]
+  ctx.backend->SiluMul(g, gate_up.Part(gu, 1), g);
   ctx.backend->Linear(g, down.view, out, false);  // [T, H]
 }
 
@@ -199,15 +280,18 @@ absl::StatusOr<Moe> Moe::Load(WeightLoader& w, const ModelConfig& c, const std::
   } else {
     m.bias = w.Upload(std::vector<float>(c.n_routed_experts, 0.0f), 1, c.n_routed_experts);
   }
+  // Routed experts keep gate and up apart: MoeExperts reads each expert's weights by view.
   for (int e = 0; e < c.n_routed_experts; ++e) {
-    GLM_ASSIGN_OR_RETURN(DenseMlp expert,
-                         DenseMlp::Load(w, absl::StrCat(prefix, ".experts.", e), hidden, inter));
-    m.experts.push_back(std::move(expert));
-  }
-  for (const DenseMlp& e : m.experts) {
-    m.gate_views.push_back(e.gate.view);
-    m.up_views.push_back(e.up.view);
-    m.down_views.push_back(e.down.view);
+    const std::string p = absl::StrCat(prefix, ".experts.", e);
+    GLM_ASSIGN_OR_RETURN(DeviceMatrix gate, w.Linear(p + ".gate_proj.weight", inter, hidden));
+    GLM_ASSIGN_OR_RETURN(DeviceMatrix up, w.Linear(p + ".up_proj.weight", inter, hidden));
+    GLM_ASSIGN_OR_RETURN(DeviceMatrix down, w.Linear(p + ".down_proj.weight", hidden, inter));
+    m.gate_views.push_back(gate.view);
+    m.up_views.push_back(up.view);
+    m.down_views.push_back(down.view);
+    m.expert_weights.push_back(std::move(gate));
+    m.expert_weights.push_back(std::move(up));
+    m.expert_weights.push_back(std::move(down));
   }
   GLM_ASSIGN_OR_RETURN(m.shared, DenseMlp::Load(w, prefix + ".shared_experts", hidden,
                                                 inter * std::max(1, c.n_shared_experts)));
@@ -231,7 +315,7 @@ void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const 
   // out +=): no Fill and no Add launch.
   shared.Forward(ctx, x, out);  // [T, H]
   ExpertWeights ew{gate_views.data(), up_views.data(), down_views.data(),
-                   static_cast<int32_t>(experts.size())};
+                   static_cast<int32_t>(gate_views.size())};
   ctx.backend->MoeExperts(x, ids, weights, top_k, ew, out);
 }
 
@@ -240,31 +324,22 @@ void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const 
 absl::StatusOr<Indexer> Indexer::Load(WeightLoader& w, const ModelConfig& c,
                                       const std::string& prefix) {
   Indexer ix;
-  GLM_ASSIGN_OR_RETURN(ix.wq_b, w.Linear(prefix + ".wq_b.weight",
-                                         c.index_n_heads * c.index_head_dim, c.q_lora_rank));
-  GLM_ASSIGN_OR_RETURN(ix.wk, w.Linear(prefix + ".wk.weight", c.index_head_dim, c.hidden_size));
   GLM_ASSIGN_OR_RETURN(ix.k_norm_w, w.Vector(prefix + ".k_norm.weight", c.index_head_dim));
   GLM_ASSIGN_OR_RETURN(ix.k_norm_b, w.Vector(prefix + ".k_norm.bias", c.index_head_dim));
-  GLM_ASSIGN_OR_RETURN(ix.weights_proj,
-                       w.Linear(prefix + ".weights_proj.weight", c.index_n_heads, c.hidden_size));
   return ix;
 }
 
-void Indexer::Forward(StepContext& ctx, const MatView& a, const MatView& cq,
+void Indexer::Forward(StepContext& ctx, const MatView& q, const MatView& k, const MatView& w,
                       const LayerKv& kv) const {
   const ModelConfig& c = *ctx.config;
   const int64_t T = ctx.num_rows, n_heads = c.index_n_heads, head_dim = c.index_head_dim;
   const int num_freqs = static_cast<int>(c.qk_rope_head_dim / 2);
-  MatView q = ctx.ws->Mat(T, n_heads * head_dim);  // [T, n_heads * head_dim]
-  ctx.backend->Linear(cq, wq_b.view, q, false);
-  HeadsView qh{q.data, T, n_heads, head_dim, n_heads * head_dim, head_dim};
+  HeadsView qh{q.data, T, n_heads, head_dim, q.ld, head_dim};  // [T, n_heads, head_dim]
   // Dims [0, qk_rope_head_dim) of each head are roped, the rest pass through.
   ctx.backend->RopeInterleaved(qh, ctx.positions, ctx.inv_freq, num_freqs);
-  MatView k = ctx.ws->Mat(T, head_dim);  // [T, head_dim]
-  ctx.backend->Linear(a, wk.view, k, false);
   ctx.backend->LayerNorm(k, k_norm_w.data(), k_norm_b.data(),
                          static_cast<float>(c.indexer_norm_eps), k);
-  ctx.backend->RopeInterleaved(HeadsView{k.data, T, 1, head_dim, head_dim, 0}, ctx.positions,
+  ctx.backend->RopeInterleaved(HeadsView{k.data, T, 1, head_dim, k.ld, 0}, ctx.positions,
                                ctx.inv_freq, num_freqs);
   const bool fp8 = kv.dtype == KvDType::kFp8;
   if (fp8) {
@@ -272,8 +347,6 @@ void Indexer::Forward(StepContext& ctx, const MatView& a, const MatView& cq,
   } else {
     ctx.backend->ScatterRows(k, ctx.new_slots, kv.index_keys);
   }
-  MatView w = ctx.ws->Mat(T, n_heads);  // [T, n_heads]
-  ctx.backend->Linear(a, weights_proj.view, w, false);
   IndexerTopKArgs args;
   args.q = qh;
   args.weights = w;
@@ -299,11 +372,18 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
   MlaAttention m;
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
                 rope = c.qk_rope_head_dim, vd = c.v_head_dim, kvr = c.kv_lora_rank;
-  GLM_ASSIGN_OR_RETURN(m.q_a, w.Linear(prefix + ".q_a_proj.weight", c.q_lora_rank, H));
+  std::vector<LinearPart> a_parts = {{prefix + ".q_a_proj.weight", c.q_lora_rank},
+                                     {prefix + ".kv_a_proj_with_mqa.weight", kvr + rope}};
+  std::vector<LinearPart> b_parts = {{prefix + ".q_b_proj.weight", nh * (nope + rope)}};
+  if (has_indexer) {
+    const std::string ix = prefix + ".indexer";
+    a_parts.push_back({ix + ".wk.weight", c.index_head_dim});
+    a_parts.push_back({ix + ".weights_proj.weight", c.index_n_heads});
+    b_parts.push_back({ix + ".wq_b.weight", c.index_n_heads * c.index_head_dim});
+  }
+  GLM_ASSIGN_OR_RETURN(m.a_proj, FusedLinear::Load(w, a_parts, H));
+  GLM_ASSIGN_OR_RETURN(m.b_proj, FusedLinear::Load(w, b_parts, c.q_lora_rank));
   GLM_ASSIGN_OR_RETURN(m.q_a_norm, w.Vector(prefix + ".q_a_layernorm.weight", c.q_lora_rank));
-  GLM_ASSIGN_OR_RETURN(m.q_b, w.Linear(prefix + ".q_b_proj.weight", nh * (nope + rope),
-                                       c.q_lora_rank));
-  GLM_ASSIGN_OR_RETURN(m.kv_a, w.Linear(prefix + ".kv_a_proj_with_mqa.weight", kvr + rope, H));
   GLM_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector(prefix + ".kv_a_layernorm.weight", kvr));
   const std::string kv_b_name = prefix + ".kv_b_proj.weight";
   // fp32 models (and GLM_MLA_ABSORB_FP32=1, for A/B runs) keep kv_b in fp32 plus a transposed
@@ -347,19 +427,21 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   Backend* b = ctx.backend;
   const float latent_eps = static_cast<float>(c.latent_norm_eps);
 
-  MatView cq = ctx.ws->Mat(T, c.q_lora_rank);  // [T, q_lora_rank]
-  b->Linear(a, q_a.view, cq, false);
+  // One Linear for everything computed from `a`, one for everything from the query latent.
+  MatView a_out = ctx.ws->Mat(T, a_proj.out_cols());  // [T, q_a | kv_a (| wk | weights_proj)]
+  a_proj.Forward(ctx, a, a_out);
+  const MatView cq = a_proj.Part(a_out, kQa);  // [T, q_lora_rank]
   b->RmsNorm(cq, q_a_norm.data(), latent_eps, cq);
-  MatView q = ctx.ws->Mat(T, nh * qk);  // [T, nh, nope + rope]
-  b->Linear(cq, q_b.view, q, false);
-  HeadsView qh{q.data, T, nh, qk, nh * qk, qk};
+  MatView b_out = ctx.ws->Mat(T, b_proj.out_cols());  // [T, q_b (| wq_b)]
+  b_proj.Forward(ctx, cq, b_out);
+  const MatView q = b_proj.Part(b_out, kQb);  // [T, nh * (nope + rope)]
+  HeadsView qh{q.data, T, nh, qk, q.ld, qk};  // [T, nh, nope + rope]
   b->RopeInterleaved(qh.Dims(nope, rope), ctx.positions, ctx.inv_freq, num_freqs);
 
-  MatView lat = ctx.ws->Mat(T, kvr + rope);  // [T, kv_lora_rank + rope]: c_kv | k_pe
-  b->Linear(a, kv_a.view, lat, false);
+  const MatView lat = a_proj.Part(a_out, kKvA);  // [T, kv_lora_rank + rope]: c_kv | k_pe
   b->RmsNorm(lat.Cols(0, kvr), kv_a_norm.data(), latent_eps, lat.Cols(0, kvr));
-  b->RopeInterleaved(HeadsView{lat.data + kvr, T, 1, rope, kvr + rope, 0}, ctx.positions,
-                     ctx.inv_freq, num_freqs);
+  b->RopeInterleaved(HeadsView{lat.data + kvr, T, 1, rope, lat.ld, 0}, ctx.positions, ctx.inv_freq,
+                     num_freqs);
   if (kv.dtype == KvDType::kFp8) {
     b->WriteLatentFp8(lat, ctx.new_slots, kv.latent_fp8);
   } else {
@@ -367,7 +449,8 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   }
 
   if (indexer != nullptr) {
-    indexer->Forward(ctx, a, cq, kv);
+    indexer->Forward(ctx, b_proj.Part(b_out, kIndexQ), a_proj.Part(a_out, kIndexK),
+                     a_proj.Part(a_out, kIndexW), kv);
   }
   // else: an IndexShare "shared" layer reuses ctx.topk (Forward guarantees it is set).
 

@@ -69,6 +69,13 @@ struct WeightBytes {
   int64_t num_linear[3] = {0, 0, 0};  // Linear weights per WeightDType (f32, bf16, fp8)
 };
 
+// One tensor of a Linear weight made of parts (WeightLoader::LinearRows, FusedLinear): the
+// checkpoint tensor `name`, [rows, cols].
+struct LinearPart {
+  std::string name;
+  int64_t rows = 0;
+};
+
 // Reads parameters from a WeightSource, checks their shapes, and copies them to the backend.
 class WeightLoader {
  public:
@@ -82,6 +89,16 @@ class WeightLoader {
   // tensor is e4m3 with 128x128 scales in the checkpoint and cols % 16 == 0; scale_ld rounded up
   // to 4), else bf16.
   absl::StatusOr<DeviceMatrix> Linear(const std::string& name, int64_t rows, int64_t cols);
+  // How Linear() stores tensor `name` of `cols` columns in this loader's mode.
+  WeightDType LinearKind(const std::string& name, int64_t cols) const;
+  // Linear weights [rows_i, cols] that multiply the same input, concatenated by rows into one
+  // weight stored as Linear() stores each of them (every part must have the same LinearKind).
+  // An fp8 weight's parts each start on a 128-row boundary (so that no two parts share a block
+  // scale; the rows between are zero, with the preceding part's scales); others are packed.
+  // offsets (when non-null) receives each part's first row. Each part counts as one Linear in
+  // bytes(); the padding rows only in bytes().total.
+  absl::StatusOr<DeviceMatrix> LinearRows(const std::vector<LinearPart>& parts, int64_t cols,
+                                          std::vector<int64_t>* offsets = nullptr);
   // A 1-D tensor of `size` elements, viewed as [1, size].
   absl::StatusOr<DeviceMatrix> Vector(const std::string& name, int64_t size);
   // Host copy of a tensor (load-time transforms such as MLA absorption).
@@ -91,12 +108,16 @@ class WeightLoader {
   DeviceMatrix UploadLinearF32(const std::vector<float>& data, int64_t rows, int64_t cols);
   bool Has(const std::string& name) const { return source_.Has(name); }
   LinearWeightMode mode() const { return mode_; }
+  // Whether FusedLinear::Load fuses parts (default) or loads each as its own Linear (A/B runs).
+  void set_fuse(bool fuse) { fuse_ = fuse; }
+  bool fuse() const { return fuse_; }
   const WeightBytes& bytes() const { return bytes_; }
 
  private:
   WeightSource& source_;
   Backend* backend_;
   LinearWeightMode mode_;
+  bool fuse_ = true;
   WeightBytes bytes_;
 };
 
@@ -147,9 +168,39 @@ struct RmsNormLayer {
   }
 };
 
-// SwiGLU: down(silu(gate x) * up x).
+// Linear weights that multiply the same input (q_a | kv_a | indexer wk | indexer weights_proj;
+// q_b | indexer wq_b; an MLP's gate | up), stored together so that one Linear computes them all:
+// one launch and one weight stream instead of one per weight (at batch 1 a decode step is a chain
+// of short dependent kernels, and each costs microseconds of launch and ramp-up besides its
+// bytes). Consecutive parts stored the same way (WeightLoader::LinearKind; an fp8 checkpoint may
+// keep some tensors in bf16) form one group, one Linear each. The output is one [T, out_cols()]
+// matrix whose columns Part(out, i) are part i's outputs; columns between parts (fp8 row padding)
+// are zeros nobody reads. Each output element is the same dot product as with separate weights.
+class FusedLinear {
+ public:
+  static absl::StatusOr<FusedLinear> Load(WeightLoader& w, const std::vector<LinearPart>& parts,
+                                          int64_t cols);
+  // x: [T, cols]; out: [T, out_cols()].
+  void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
+  int64_t out_cols() const { return out_cols_; }
+  size_t num_groups() const { return groups_.size(); }
+  // Part i's columns of `out`: [T, rows of part i].
+  MatView Part(const MatView& out, size_t i) const { return out.Cols(offsets_[i], rows_[i]); }
+
+ private:
+  struct Group {
+    DeviceMatrix weight;     // [its parts' rows with padding, cols]
+    int64_t out_offset = 0;  // first output column
+  };
+  std::vector<Group> groups_;
+  std::vector<int64_t> offsets_, rows_;  // per part: first output column, columns
+  int64_t out_cols_ = 0;
+};
+
+// SwiGLU: down(silu(gate x) * up x); gate and up as one FusedLinear.
 struct DenseMlp {
-  DeviceMatrix gate, up, down;
+  FusedLinear gate_up;  // parts: gate [inter, H], up [inter, H]
+  DeviceMatrix down;    // [H, inter]
   static absl::StatusOr<DenseMlp> Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
                                        int64_t inter);
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
@@ -159,7 +210,7 @@ struct DenseMlp {
 struct Moe {
   DeviceMatrix router;  // [n_routed_experts, H], fp32 (routing is computed in fp32)
   DeviceMatrix bias;    // [1, n_routed_experts] e_score_correction_bias
-  std::vector<DenseMlp> experts;
+  std::vector<DeviceMatrix> expert_weights;  // gate, up, down of each routed expert (MoeExperts)
   std::vector<MatView> gate_views, up_views, down_views;
   DenseMlp shared;
   int top_k = 1;
@@ -170,21 +221,29 @@ struct Moe {
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
 };
 
-// DSA lightning indexer (spec §3.3). Writes its keys to the layer's cache and ctx.topk.
+// DSA lightning indexer (spec §3.3). Writes its keys to the layer's cache and ctx.topk. Its
+// projections live in MlaAttention's fused Linears: wq_b [n_heads * head_dim, q_lora_rank] with
+// q_b, wk [head_dim, H] and weights_proj [n_heads, H] with q_a.
 struct Indexer {
-  DeviceMatrix wq_b;          // [n_heads * head_dim, q_lora_rank]
-  DeviceMatrix wk;            // [head_dim, H]
   DeviceMatrix k_norm_w, k_norm_b;
-  DeviceMatrix weights_proj;  // [n_heads, H]
   static absl::StatusOr<Indexer> Load(WeightLoader& w, const ModelConfig& c,
                                       const std::string& prefix);
-  // a: [T, H] attention input; cq: [T, q_lora_rank] normed query latent.
-  void Forward(StepContext& ctx, const MatView& a, const MatView& cq, const LayerKv& kv) const;
+  // The projections' outputs, updated in place: q [T, n_heads * head_dim] (= cq . wq_b^T),
+  // k [T, head_dim] (= a . wk^T), w [T, n_heads] (= a . weights_proj^T).
+  void Forward(StepContext& ctx, const MatView& q, const MatView& k, const MatView& w,
+               const LayerKv& kv) const;
 };
 
 // Multi-head latent attention with DSA sparsity (spec §3.2).
 struct MlaAttention {
-  DeviceMatrix q_a, q_a_norm, q_b, kv_a, kv_a_norm, o_proj;
+  // Parts of a_proj (input: the normed hidden state): q_a_proj [q_lora_rank, H],
+  // kv_a_proj_with_mqa [kv_lora_rank + rope, H], and with an indexer its wk, weights_proj.
+  // Parts of b_proj (input: the normed query latent): q_b_proj [num_heads * (nope + rope),
+  // q_lora_rank], and with an indexer its wq_b.
+  enum APart { kQa = 0, kKvA = 1, kIndexK = 2, kIndexW = 3 };
+  enum BPart { kQb = 0, kIndexQ = 1 };
+  FusedLinear a_proj, b_proj;
+  DeviceMatrix q_a_norm, kv_a_norm, o_proj;
   // kv_b_proj [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank], stored as
   // WeightLoader::Linear stores every Linear (fp32, bf16, or e4m3 + block scales). The absorbed
   // form reads W_UK (rows h * (nope + v) + d, d < nope) and W_UV (rows h * (nope + v) + nope + j)

@@ -1,0 +1,204 @@
+// WeightLoader::LinearRows and FusedLinear: Linear weights that share an input, stored as one
+// weight, give the same outputs as separate Linear weights (CPU backend, bit for bit).
+#include "engine/model/layers.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+
+namespace glm::engine {
+namespace {
+
+// InMemoryWeights whose tensors named in fp8_ are also served as e4m3 + 128 x 128 block scales.
+class Fp8Weights : public InMemoryWeights {
+ public:
+  // A [rows, cols] fp8 tensor: e4m3 codes with exponent field <= 7 (no NaN), one random scale per
+  // block; ReadFloat serves its dequantized values.
+  void PutFp8(const std::string& name, int64_t rows, int64_t cols, std::mt19937& rng) {
+    Fp8BlockTensor t;
+    t.shape = {rows, cols};
+    t.data.resize(rows * cols);
+    const int64_t srows = (rows + 127) / 128, scols = (cols + 127) / 128;
+    t.scales.resize(srows * scols);
+    for (float& s : t.scales) s = std::uniform_real_distribution<float>(0.25f, 2.0f)(rng);
+    std::vector<float> f(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t b = static_cast<uint8_t>(rng() & 0xBF);  // sign | exponent <= 7 | mantissa
+        t.data[r * cols + c] = b;
+        f[r * cols + c] = Decode(b) * t.scales[(r / 128) * scols + c / 128];
+      }
+    }
+    Put(name, {rows, cols}, std::move(f));
+    fp8_[name] = std::move(t);
+  }
+  bool IsFp8Block(const std::string& name) const override { return fp8_.count(name) > 0; }
+  absl::StatusOr<Fp8BlockTensor> ReadFp8Block(const std::string& name) override {
+    auto it = fp8_.find(name);
+    if (it == fp8_.end()) return absl::NotFoundError(name);
+    return it->second;
+  }
+
+ private:
+  static float Decode(uint8_t b) {
+    const int e = (b >> 3) & 0xF, m = b & 7;
+    const float v = e == 0 ? m / 8.0f / 64.0f : (1.0f + m / 8.0f) * std::ldexp(1.0f, e - 7);
+    return (b & 0x80) ? -v : v;
+  }
+  std::map<std::string, Fp8BlockTensor> fp8_;
+};
+
+void PutPlain(InMemoryWeights& w, const std::string& name, int64_t rows, int64_t cols,
+              std::mt19937& rng) {
+  std::vector<float> v(rows * cols);
+  for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  w.Put(name, {rows, cols}, std::move(v));
+}
+
+class FusedLinearTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kCols = 160;  // two 128-column scale blocks, the second partial
+  static constexpr int64_t kTokens = 3;
+
+  void SetUp() override {
+    std::mt19937 rng(7);
+    src_.PutFp8("a", 200, kCols, rng);  // 1 full + 1 partial scale block of rows
+    src_.PutFp8("b", 40, kCols, rng);
+    src_.PutFp8("c", 130, kCols, rng);
+    PutPlain(src_, "p", 24, kCols, rng);
+    std::vector<float> x(kTokens * kCols);
+    for (float& v : x) v = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    x_buf_ = backend_->Allocate(x.size() * sizeof(float));
+    backend_->CopyToDevice(x_buf_->data(), x.data(), x.size() * sizeof(float));
+    x_ = {x_buf_->f32(), kTokens, kCols, kCols};
+  }
+
+  // y = x . w^T on the backend, copied to the host.
+  std::vector<float> Run(const MatView& w, int64_t n) {
+    auto y = backend_->Allocate(kTokens * n * sizeof(float));
+    backend_->Linear(x_, w, MatView{y->f32(), kTokens, n, n}, false);
+    std::vector<float> h(kTokens * n);
+    backend_->CopyToHost(h.data(), y->data(), h.size() * sizeof(float));
+    return h;
+  }
+
+  // Every part's columns of the fused output equal the part loaded on its own, bit for bit, and
+  // the columns between parts are zero.
+  void ExpectSameAsSeparate(LinearWeightMode mode, const std::vector<LinearPart>& parts,
+                            size_t want_groups) {
+    WeightLoader fused_loader(src_, backend_.get(), mode);
+    auto f = FusedLinear::Load(fused_loader, parts, kCols);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->num_groups(), want_groups);
+    auto out = backend_->Allocate(kTokens * f->out_cols() * sizeof(float));
+    const MatView o{out->f32(), kTokens, f->out_cols(), f->out_cols()};
+    backend_->Fill(o, 123.0f);
+    StepContext ctx;
+    ctx.backend = backend_.get();
+    f->Forward(ctx, x_, o);
+    std::vector<float> fused(kTokens * f->out_cols());
+    backend_->CopyToHost(fused.data(), out->data(), fused.size() * sizeof(float));
+    std::vector<bool> covered(f->out_cols(), false);
+    WeightLoader plain_loader(src_, backend_.get(), mode);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      auto w = plain_loader.Linear(parts[i].name, parts[i].rows, kCols);
+      ASSERT_TRUE(w.ok()) << w.status();
+      const std::vector<float> want = Run(w->view, parts[i].rows);
+      const MatView p = f->Part(o, i);
+      ASSERT_EQ(p.cols, parts[i].rows);
+      const int64_t first = p.data - o.data;
+      for (int64_t t = 0; t < kTokens; ++t) {
+        for (int64_t j = 0; j < p.cols; ++j) {
+          ASSERT_EQ(fused[t * o.ld + first + j], want[t * p.cols + j])
+              << parts[i].name << " token " << t << " row " << j;
+        }
+      }
+      for (int64_t j = 0; j < p.cols; ++j) covered[first + j] = true;
+    }
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t j = 0; j < o.cols; ++j) {
+        if (!covered[j]) EXPECT_EQ(fused[t * o.ld + j], 0.0f) << "padding column " << j;
+      }
+    }
+    // Each part counts as one Linear, padding aside.
+    EXPECT_EQ(fused_loader.bytes().linear, plain_loader.bytes().linear);
+    EXPECT_EQ(fused_loader.bytes().fp8_payload, plain_loader.bytes().fp8_payload);
+    EXPECT_EQ(fused_loader.bytes().fp8_scales, plain_loader.bytes().fp8_scales);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(fused_loader.bytes().num_linear[k], plain_loader.bytes().num_linear[k]);
+    }
+    EXPECT_GE(fused_loader.bytes().total, plain_loader.bytes().total);
+  }
+
+  Fp8Weights src_;
+  std::unique_ptr<Backend> backend_ = CreateCpuBackend(1);
+  std::unique_ptr<Buffer> x_buf_;
+  MatView x_;
+};
+
+TEST_F(FusedLinearTest, Fp8PartsStartOnScaleBlocks) {
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kAuto);
+  std::vector<int64_t> offsets;
+  auto m = w.LinearRows({{"a", 200}, {"b", 40}, {"c", 130}}, kCols, &offsets);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 256, 384}));
+  EXPECT_EQ(m->view.rows, 384 + 130);
+  EXPECT_EQ(m->view.dtype, WeightDType::kF8E4M3Block128);
+  EXPECT_EQ(w.bytes().fp8_payload, (200 + 40 + 130) * kCols);
+  EXPECT_EQ(w.bytes().total, (384 + 130) * kCols + 5 * m->view.scale_ld * 4);
+  ExpectSameAsSeparate(LinearWeightMode::kAuto, {{"a", 200}, {"b", 40}, {"c", 130}}, 1);
+}
+
+TEST_F(FusedLinearTest, MixedStorageMakesOneGroupPerRun) {
+  // p is not fp8 in the checkpoint: bf16 in auto mode, between two fp8 runs.
+  ExpectSameAsSeparate(LinearWeightMode::kAuto, {{"a", 200}, {"p", 24}, {"b", 40}, {"c", 130}},
+                       3);
+  ExpectSameAsSeparate(LinearWeightMode::kAuto, {{"a", 200}, {"b", 40}, {"p", 24}}, 2);
+}
+
+TEST_F(FusedLinearTest, Bf16AndFp32PartsArePacked) {
+  for (const LinearWeightMode mode : {LinearWeightMode::kBF16, LinearWeightMode::kF32}) {
+    WeightLoader w(src_, backend_.get(), mode);
+    std::vector<int64_t> offsets;
+    auto m = w.LinearRows({{"a", 200}, {"p", 24}, {"b", 40}}, kCols, &offsets);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(offsets, (std::vector<int64_t>{0, 200, 224}));
+    EXPECT_EQ(m->view.rows, 264);
+    ExpectSameAsSeparate(mode, {{"a", 200}, {"p", 24}, {"b", 40}}, 1);
+  }
+}
+
+TEST_F(FusedLinearTest, FuseOffLoadsEveryPartOnItsOwn) {
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kAuto);
+  w.set_fuse(false);
+  auto f = FusedLinear::Load(w, {{"a", 200}, {"b", 40}, {"c", 130}}, kCols);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->num_groups(), 3u);
+  EXPECT_EQ(f->out_cols(), 200 + 40 + 130);  // no padding between groups
+}
+
+TEST_F(FusedLinearTest, LinearRowsRefusesPartsStoredDifferently) {
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kAuto);
+  auto m = w.LinearRows({{"a", 200}, {"p", 24}}, kCols);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("p is not stored like a"), std::string::npos)
+      << m.status();
+}
+
+TEST_F(FusedLinearTest, WrongPartShapeNamesTheTensor) {
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kAuto);
+  auto f = FusedLinear::Load(w, {{"a", 200}, {"b", 41}}, kCols);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("tensor b has shape [40, 160]"), std::string::npos)
+      << f.status();
+}
+
+}  // namespace
+}  // namespace glm::engine
