@@ -146,7 +146,6 @@ __device__ __forceinline__ int PhnBeginTile(const PerHeadNarrowParams& p, int64_
 
 template <PerHeadWeight W, int kMT>
 __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowParams p) {
-  PdlEnter();
   using T = PhnTraits<W>;
   constexpr int kVec = T::kVec;
   extern __shared__ float4 phn_smem[];
@@ -179,6 +178,9 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowPa
     }
   };
   if (num_segs == 1) load_seg(0);  // in flight while x is staged
+  // The weights are immutable: their loads above may overlap the previous kernel; x and y only
+  // after it completed (launch.cuh).
+  PdlEnter();
 
   for (int t0 = 0; t0 < p.num_tokens; t0 += kMT) {
     const int nt = PhnBeginTile<kMT>(p, h, t0, sx);
@@ -240,7 +242,6 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowPa
 
 template <PerHeadWeight W, int kMT>
 __global__ void __launch_bounds__(kPhnThreads) PerHeadRowsKernel(PerHeadNarrowParams p) {
-  PdlEnter();
   using T = PhnTraits<W>;
   constexpr int kVec = T::kVec;
   extern __shared__ float4 phn_smem[];
@@ -259,6 +260,14 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadRowsKernel(PerHeadNarrowPa
   const int64_t d_step = static_cast<int64_t>(ks) * kRowsLanes;
   const bool active = c < p.out_dim;
   const uint8_t* wcol = p.w + c * T::kBytes;
+  // The weights are immutable: this thread's weight chunks go into L2 while the previous kernel
+  // finishes (prefetches change no value); x and y only after it completed (launch.cuh).
+  if (active) {
+    for (int64_t d = d0; d < p.in_dim; d += d_step) {
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wcol + (base + d) * p.ldw_bytes));
+    }
+  }
+  PdlEnter();
 
   for (int t0 = 0; t0 < p.num_tokens; t0 += kMT) {
     const int nt = PhnBeginTile<kMT>(p, h, t0, sx);

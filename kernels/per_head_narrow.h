@@ -45,7 +45,9 @@ struct PerHeadNarrowArgs {
   int64_t x_head_stride = 0;
   // Weight [*, ldw] elements of `weight` (ldw >= the columns used, rounded up to 16 bytes);
   // 16-byte aligned, ldw * element size a multiple of 16 (WeightLoader::Linear stores bf16 / fp8
-  // weights so; fp32 needs ldw % 4 == 0).
+  // weights so; fp32 needs ldw % 4 == 0). Read (with w_scales) before the kernel waits for the
+  // previous one (programmatic dependent launch, kernels/launch.cuh): w must not be written by
+  // the kernel launched just before (model weights are immutable).
   const void* w = nullptr;
   int64_t ldw = 0;
   // fp8: scale of element (r, c) = w_scales[(r / 128) * w_scale_ld + c / 128].

@@ -317,6 +317,19 @@ class Backend {
   virtual std::unique_ptr<BackendGraph> EndCapture() { return nullptr; }
   virtual void ReplayGraph(BackendGraph& graph) { (void)graph; }
   virtual int64_t scratch_epoch() const { return 0; }
+
+  // Concurrency inside a step. Ops enqueued between BeginSide() and EndSide() form a side branch:
+  // it starts after every op enqueued before BeginSide() and may run concurrently with the ops
+  // enqueued after EndSide(), until JoinSide(), after which every op also waits for the branch
+  // (Synchronize, CopyToHost and EndCapture join first). Only ops that use no backend scratch may
+  // be on a branch: the norms, RoPE, the KV writes and gathers, Fill, Add, SiluMul, MoeRoute (a
+  // device backend records an error for Linear, the per-head products, IndexerTopK, Attention,
+  // MoeExperts, Sample and the synchronizing calls). The branch and the ops concurrent with it
+  // must not touch the same bytes. Results do not depend on the overlap. Branches do not nest.
+  // Defaults (cpu): everything runs in order.
+  virtual void BeginSide() {}
+  virtual void EndSide() {}
+  virtual void JoinSide() {}
 };
 
 inline void Backend::Sample(const SampleArgs& a) {

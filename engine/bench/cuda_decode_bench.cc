@@ -5,7 +5,7 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both] [--pdl on|both] [--fused on|off|both]
+//       [--key-slots incremental|both] [--ab none|pdl|side] [--fused on|off|both]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
 // 2048/512, DSA indexer 32 x 128 with index_topk 2048, 256 experts top-8 with moe_inter 2048 + a
@@ -25,10 +25,11 @@
 // the key slots of all S + 1 positions of every sequence (SetKeySlotRebuild: the per-step host
 // work before the arena), and the two step times are printed side by side.
 //
-// --pdl both: each case is also timed with programmatic dependent launch off (kernels/launch.cuh,
-// kernels::AllowPdlLaunches(false): graphs are recaptured), in alternating rounds off, on, off,
-// on in the same model, and ms/layer is printed both ways side by side (the "on" figures are the
-// main table's; on a device without PDL both are plain launches).
+// --ab KNOB: each case is also timed with one launch setting off, in alternating rounds off, on,
+// off, on in the same model (graphs recaptured at each switch), and ms/layer is printed both ways
+// side by side (the "on" figures are the main table's). pdl: programmatic dependent launch
+// (kernels/launch.cuh, kernels::AllowPdlLaunches; on a device without it both are plain
+// launches). side: the KV path's side branch (Backend::BeginSide, AllowCudaSideBranches).
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -68,11 +69,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
-#include "kernels/cuda_util.h"
 #include "engine/backend/create_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/model/lazy_random_weights.h"
 #include "engine/model/random_weights.h"
+#include "kernels/cuda_util.h"
 
 namespace glm::engine {
 namespace {
@@ -101,8 +103,9 @@ struct Args {
   // KV in this process and prints ms/layer side by side.
   std::string kv_dtype = "fp32";
   KvDType kv = KvDType::kF32;  // the one RunModel uses
-  bool pdl_both = false;       // also time every case with programmatic dependent launch off
-  bool bad_pdl = false;
+  std::string ab = "none";     // none | pdl | side: the setting also timed off
+  // Switches the --ab setting (nullptr for none).
+  void (*ab_allow)(bool) = nullptr;
   std::string fused = "on";  // on | off | both (ModelLoadOptions::fuse_linears)
   bool fuse = true;          // the one RunModel uses
 };
@@ -282,7 +285,7 @@ struct CaseResult {
   bool ran = false;
   std::string why;         // when not run
   double step_ms = 0, min_ms = 0;
-  double step_ms_no_pdl = 0;  // --pdl both: the median with programmatic dependent launch off
+  double step_ms_off = 0;  // --ab: the median with the setting off
   bool finite = true;
 };
 
@@ -423,13 +426,13 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
           if (i >= a.warmup) times->push_back((Now() - t) * 1e3);
         }
       };
-      std::vector<double> no_pdl_ms;
-      if (a.pdl_both) {
+      std::vector<double> off_ms;
+      if (a.ab_allow != nullptr) {
         // Alternating rounds (off, on, off, on) so that drifts hit both settings alike.
         for (int round = 0; round < 2 && st.ok(); ++round) {
-          kernels::AllowPdlLaunches(false);
-          run_steps(&no_pdl_ms);
-          kernels::AllowPdlLaunches(true);
+          a.ab_allow(false);
+          run_steps(&off_ms);
+          a.ab_allow(true);
           if (st.ok()) run_steps(&ms);
         }
       } else {
@@ -450,7 +453,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
       r.ran = true;
       r.step_ms = Median(ms);
       r.min_ms = *std::min_element(ms.begin(), ms.end());
-      if (!no_pdl_ms.empty()) r.step_ms_no_pdl = Median(no_pdl_ms);
+      if (!off_ms.empty()) r.step_ms_off = Median(off_ms);
       for (const auto& seq : out.seqs) {
         for (float v : seq.logits) r.finite = r.finite && std::isfinite(v);
       }
@@ -458,9 +461,9 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
                   r.finite ? "yes" : "NO",
                   arena.has_value() ? static_cast<long long>(arena->slots_uploaded_last_step)
                                     : -1LL);
-      if (!no_pdl_ms.empty()) {
-        std::printf("   PDL off %.3f ms (on/off x%.3f)", r.step_ms_no_pdl,
-                    r.step_ms / r.step_ms_no_pdl);
+      if (!off_ms.empty()) {
+        std::printf("   %s off %.3f ms (on/off x%.3f)", a.ab.c_str(), r.step_ms_off,
+                    r.step_ms / r.step_ms_off);
       }
       if (!rebuild_ms.empty()) {
         const double rebuild = Median(rebuild_ms);
@@ -515,11 +518,7 @@ int Main(int argc, char** argv) {
     else if (k == "--key-slots") a.key_slots_both = next() == "both";
     else if (k == "--kv-dtype") a.kv_dtype = next();
     else if (k == "--fused") a.fused = next();
-    else if (k == "--pdl") {
-      const std::string v = next();
-      a.pdl_both = v == "both";
-      a.bad_pdl = v != "both" && v != "on";
-    }
+    else if (k == "--ab") a.ab = next();
     else {
       std::fprintf(stderr,
                    "unknown flag %s; see the usage at the top of engine/bench/cuda_decode_bench.cc\n",
@@ -529,14 +528,17 @@ int Main(int argc, char** argv) {
   }
   if (a.batches.empty() || a.contexts.empty() || a.steps < 1 || a.block_size < 1 ||
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
-      (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") || a.bad_pdl ||
+      (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
+      (a.ab != "none" && a.ab != "pdl" && a.ab != "side") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
-                 "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --pdl "
-                 "on|both, --fused on|off|both\n");
+                 "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
+                 "none|pdl|side, --fused on|off|both\n");
     return 2;
   }
+  if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
+  if (a.ab == "side") a.ab_allow = AllowCudaSideBranches;
   // Weight tensors are allocated and freed one after another (up to 3.8 GB each): keep the freed
   // memory in the heap instead of fresh mmaps that fault every page in again.
   mallopt(M_MMAP_MAX, 0);
@@ -629,8 +631,8 @@ int Main(int argc, char** argv) {
   const int n1 = layer_counts.front(), n2 = layer_counts.back();
   bool ok = true;
   std::map<std::pair<int, int>, double> per_layer_by_kv[2];  // [kv dtype] (batch, context)
-  // --pdl both: (batch, context, fp8 KV) -> ms/layer (PDL off, PDL on)
-  std::map<std::tuple<int, int, bool>, std::pair<double, double>> pdl_rows;
+  // --ab: (batch, context, fp8 KV) -> ms/layer (setting off, on)
+  std::map<std::tuple<int, int, bool>, std::pair<double, double>> ab_rows;
   std::vector<std::pair<bool, KvDType>> variants;  // (fused Linears, KV dtype)
   for (const bool fuse :
        a.fused == "both" ? std::vector<bool>{false, true} : std::vector<bool>{a.fused == "on"}) {
@@ -679,9 +681,9 @@ int Main(int argc, char** argv) {
           auto& row = fused_rows[{b, s, kv == KvDType::kFp8}];
           (fuse ? row.second : row.first) = per_layer;
         }
-        if (a.pdl_both && r1.ran && r2.ran && n2 > n1) {
-          pdl_rows[{b, s, kv == KvDType::kFp8}] = {
-              (r2.step_ms_no_pdl - r1.step_ms_no_pdl) / (n2 - n1), per_layer};
+        if (a.ab_allow != nullptr && r1.ran && r2.ran && n2 > n1) {
+          ab_rows[{b, s, kv == KvDType::kFp8}] = {(r2.step_ms_off - r1.step_ms_off) / (n2 - n1),
+                                                  per_layer};
         }
         const double gbs = lb.total() / (per_layer * 1e-3) / 1e9;
         const double roof_ms = d2d > 0 ? lb.total() / (d2d * 1e9) * 1e3 : 0;
@@ -708,13 +710,12 @@ int Main(int argc, char** argv) {
                   std::get<2>(key) ? "fp8" : "fp32", v.first, v.second, v.second / v.first);
     }
   }
-  if (a.pdl_both) {
-    std::printf("\n== programmatic dependent launch on vs off, same models, alternating rounds (%s "
-                "weights): ms/layer\n",
+  if (a.ab_allow != nullptr) {
+    std::printf("\n== %s on vs off, same models, alternating rounds (%s weights): ms/layer\n",
+                a.ab == "pdl" ? "programmatic dependent launch" : "KV-path side branch",
                 a.dtype.c_str());
-    std::printf("%5s %7s %5s %10s %10s %8s\n", "batch", "context", "KV", "PDL off", "PDL on",
-                "on/off");
-    for (const auto& [key, v] : pdl_rows) {
+    std::printf("%5s %7s %5s %10s %10s %8s\n", "batch", "context", "KV", "off", "on", "on/off");
+    for (const auto& [key, v] : ab_rows) {
       std::printf("%5d %7d %5s %10.3f %10.3f %8.3f\n", std::get<0>(key), std::get<1>(key),
                   std::get<2>(key) ? "fp8" : "fp32", v.first, v.second, v.second / v.first);
     }

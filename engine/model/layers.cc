@@ -329,24 +329,30 @@ absl::StatusOr<Indexer> Indexer::Load(WeightLoader& w, const ModelConfig& c,
   return ix;
 }
 
-void Indexer::Forward(StepContext& ctx, const MatView& q, const MatView& k, const MatView& w,
-                      const LayerKv& kv) const {
+void Indexer::WriteKeys(StepContext& ctx, const MatView& k, const LayerKv& kv) const {
+  const ModelConfig& c = *ctx.config;
+  const int64_t T = ctx.num_rows, head_dim = c.index_head_dim;
+  const int num_freqs = static_cast<int>(c.qk_rope_head_dim / 2);
+  ctx.backend->LayerNorm(k, k_norm_w.data(), k_norm_b.data(),
+                         static_cast<float>(c.indexer_norm_eps), k);
+  ctx.backend->RopeInterleaved(HeadsView{k.data, T, 1, head_dim, k.ld, 0}, ctx.positions,
+                               ctx.inv_freq, num_freqs);
+  if (kv.dtype == KvDType::kFp8) {
+    ctx.backend->WriteIndexKeysFp8(k, ctx.new_slots, kv.index_fp8);
+  } else {
+    ctx.backend->ScatterRows(k, ctx.new_slots, kv.index_keys);
+  }
+}
+
+void Indexer::Select(StepContext& ctx, const MatView& q, const MatView& w,
+                     const LayerKv& kv) const {
   const ModelConfig& c = *ctx.config;
   const int64_t T = ctx.num_rows, n_heads = c.index_n_heads, head_dim = c.index_head_dim;
   const int num_freqs = static_cast<int>(c.qk_rope_head_dim / 2);
   HeadsView qh{q.data, T, n_heads, head_dim, q.ld, head_dim};  // [T, n_heads, head_dim]
   // Dims [0, qk_rope_head_dim) of each head are roped, the rest pass through.
   ctx.backend->RopeInterleaved(qh, ctx.positions, ctx.inv_freq, num_freqs);
-  ctx.backend->LayerNorm(k, k_norm_w.data(), k_norm_b.data(),
-                         static_cast<float>(c.indexer_norm_eps), k);
-  ctx.backend->RopeInterleaved(HeadsView{k.data, T, 1, head_dim, k.ld, 0}, ctx.positions,
-                               ctx.inv_freq, num_freqs);
   const bool fp8 = kv.dtype == KvDType::kFp8;
-  if (fp8) {
-    ctx.backend->WriteIndexKeysFp8(k, ctx.new_slots, kv.index_fp8);
-  } else {
-    ctx.backend->ScatterRows(k, ctx.new_slots, kv.index_keys);
-  }
   IndexerTopKArgs args;
   args.q = qh;
   args.weights = w;
@@ -430,14 +436,11 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   // One Linear for everything computed from `a`, one for everything from the query latent.
   MatView a_out = ctx.ws->Mat(T, a_proj.out_cols());  // [T, q_a | kv_a (| wk | weights_proj)]
   a_proj.Forward(ctx, a, a_out);
-  const MatView cq = a_proj.Part(a_out, kQa);  // [T, q_lora_rank]
-  b->RmsNorm(cq, q_a_norm.data(), latent_eps, cq);
-  MatView b_out = ctx.ws->Mat(T, b_proj.out_cols());  // [T, q_b (| wq_b)]
-  b_proj.Forward(ctx, cq, b_out);
-  const MatView q = b_proj.Part(b_out, kQb);  // [T, nh * (nope + rope)]
-  HeadsView qh{q.data, T, nh, qk, q.ld, qk};  // [T, nh, nope + rope]
-  b->RopeInterleaved(qh.Dims(nope, rope), ctx.positions, ctx.inv_freq, num_freqs);
 
+  // The KV path (the latent's norm, RoPE and cache write; the indexer key's) needs nothing but
+  // a_out: a side branch, concurrent with the query path below up to JoinSide (at batch 1 these
+  // are six short kernels that would otherwise wait for each other and for q_b).
+  b->BeginSide();
   const MatView lat = a_proj.Part(a_out, kKvA);  // [T, kv_lora_rank + rope]: c_kv | k_pe
   b->RmsNorm(lat.Cols(0, kvr), kv_a_norm.data(), latent_eps, lat.Cols(0, kvr));
   b->RopeInterleaved(HeadsView{lat.data + kvr, T, 1, rope, lat.ld, 0}, ctx.positions, ctx.inv_freq,
@@ -447,10 +450,20 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   } else {
     b->ScatterRows(lat, ctx.new_slots, kv.latent);
   }
+  if (indexer != nullptr) indexer->WriteKeys(ctx, a_proj.Part(a_out, kIndexK), kv);
+  b->EndSide();
+
+  const MatView cq = a_proj.Part(a_out, kQa);  // [T, q_lora_rank]
+  b->RmsNorm(cq, q_a_norm.data(), latent_eps, cq);
+  MatView b_out = ctx.ws->Mat(T, b_proj.out_cols());  // [T, q_b (| wq_b)]
+  b_proj.Forward(ctx, cq, b_out);
+  const MatView q = b_proj.Part(b_out, kQb);  // [T, nh * (nope + rope)]
+  HeadsView qh{q.data, T, nh, qk, q.ld, qk};  // [T, nh, nope + rope]
+  b->RopeInterleaved(qh.Dims(nope, rope), ctx.positions, ctx.inv_freq, num_freqs);
+  b->JoinSide();  // the cache holds this step's latents and keys from here on
 
   if (indexer != nullptr) {
-    indexer->Forward(ctx, b_proj.Part(b_out, kIndexQ), a_proj.Part(a_out, kIndexK),
-                     a_proj.Part(a_out, kIndexW), kv);
+    indexer->Select(ctx, b_proj.Part(b_out, kIndexQ), a_proj.Part(a_out, kIndexW), kv);
   }
   // else: an IndexShare "shared" layer reuses ctx.topk (Forward guarantees it is set).
 

@@ -228,10 +228,12 @@ struct Indexer {
   DeviceMatrix k_norm_w, k_norm_b;
   static absl::StatusOr<Indexer> Load(WeightLoader& w, const ModelConfig& c,
                                       const std::string& prefix);
-  // The projections' outputs, updated in place: q [T, n_heads * head_dim] (= cq . wq_b^T),
-  // k [T, head_dim] (= a . wk^T), w [T, n_heads] (= a . weights_proj^T).
-  void Forward(StepContext& ctx, const MatView& q, const MatView& k, const MatView& w,
-               const LayerKv& kv) const;
+  // The step's keys: k [T, head_dim] (= a . wk^T, normed and roped in place) into the cache.
+  // Scratch-free ops only (MlaAttention runs it on a side branch, Backend::BeginSide).
+  void WriteKeys(StepContext& ctx, const MatView& k, const LayerKv& kv) const;
+  // Top-k into ctx.topk, after WriteKeys: q [T, n_heads * head_dim] (= cq . wq_b^T, roped in
+  // place), w [T, n_heads] (= a . weights_proj^T).
+  void Select(StepContext& ctx, const MatView& q, const MatView& w, const LayerKv& kv) const;
 };
 
 // Multi-head latent attention with DSA sparsity (spec §3.2).

@@ -21,7 +21,9 @@ find_cublaslt || echo "libcublasLt.so.13 not found"
 export LD_LIBRARY_PATH
 for b in $batches; do
   csv=$out/ncu_b$b.csv
-  ncu --metrics gpu__time_duration.sum --csv --log-file "$csv" \
+  # shellcheck disable=SC2086  # NCU_FLAGS: extra ncu flags, e.g. "--clock-control none
+  # --cache-control none" (ncu's defaults lock base clocks and flush caches before each kernel)
+  ncu --metrics gpu__time_duration.sum ${NCU_FLAGS:-} --csv --log-file "$csv" \
     "$stage/bin/glm-bench-cuda-decode" --layers 1 --batches "$b" --contexts 4096 --dtype fp8 \
     --steps 1 --warmup 1 "$@" > "$out/bench_b$b.log" 2>&1
   echo "== batch $b (rc $?): kernels of the last step, summed"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -122,20 +123,31 @@ class CudaGraph : public BackendGraph {
   cudaGraphExec_t exec_;
 };
 
+// AllowCudaSideBranches: the setting, and how often it changed (part of scratch_epoch()).
+std::atomic<bool> g_side_branches{true};
+std::atomic<int64_t> g_side_generation{0};
+
 class CudaBackend : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream, std::unique_ptr<cuda::LtMatmul> matmul,
               std::unique_ptr<cuda::NarrowLinear> narrow)
       : device_(device),
         stream_(stream),
+        main_stream_(stream),
         matmul_(std::move(matmul)),
         narrow_(std::move(narrow)),
         scratch_(stream),
         widen_scratch_(stream) {}
   ~CudaBackend() override {
-    if (Bind()) cudaStreamSynchronize(stream_);
+    if (Bind()) {
+      JoinSide();
+      cudaStreamSynchronize(stream_);
+    }
     matmul_.reset();
     narrow_.reset();
+    if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
+    if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
+    if (join_event_ != nullptr) cudaEventDestroy(join_event_);
     cudaStreamDestroy(stream_);
   }
 
@@ -167,21 +179,23 @@ class CudaBackend : public Backend {
   }
 
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
-    if (bytes == 0 || !Bind()) return;
+    if (bytes == 0 || !Bind() || !MainOnly("CopyToHost")) return;
+    JoinSide();
     Record(CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
                       "CopyToHost: cudaMemcpyAsync"));
     Synchronize();
   }
 
   void Synchronize() override {
-    if (!Bind()) return;
+    if (!Bind() || !MainOnly("Synchronize")) return;
+    JoinSide();
     Record(Annotate(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"),
                     "CUDA backend (an earlier enqueued op faulted; rerun under compute-sanitizer "
                     "or with CUDA_LAUNCH_BLOCKING=1 to find it)"));
   }
 
   void Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) override {
-    if (x.rows == 0 || w.rows == 0 || !Bind()) return;
+    if (x.rows == 0 || w.rows == 0 || !Bind() || !MainOnly("Linear")) return;
     if (x.cols == 0) {
       if (!accumulate) Fill(y, 0.0f);
       return;
@@ -202,7 +216,7 @@ class CudaBackend : public Backend {
 
   void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
                      int64_t w_ld, const HeadsView& y) override {
-    if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind()) return;
+    if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind() || !MainOnly("LinearPerHead")) return;
     if (x.dim == 0) {
       for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
       return;
@@ -231,7 +245,7 @@ class CudaBackend : public Backend {
   // One kernels/per_head_narrow launch per product (all heads), any WeightDType.
   void AbsorbPerHead(const HeadsView& x, const MatView& w, int64_t head_rows, int64_t row_begin,
                      PerHeadContract contract, const HeadsView& y) override {
-    if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind()) return;
+    if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind() || !MainOnly("AbsorbPerHead")) return;
     if (x.dim == 0) {
       for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
       return;
@@ -258,6 +272,12 @@ class CudaBackend : public Backend {
     a.num_heads = x.heads;
     a.in_dim = x.dim;
     a.out_dim = y.dim;
+    if (y.heads != x.heads || y.rows != x.rows) {
+      Record(absl::InvalidArgumentError(
+          absl::StrCat("AbsorbPerHead: y is [", y.rows, " rows, ", y.heads, " heads] but x is [",
+                       x.rows, " rows, ", x.heads, " heads]; y needs x's rows and heads")));
+      return;
+    }
     if ((contract == PerHeadContract::kRows ? y.dim : x.dim) > w.cols ||
         (contract == PerHeadContract::kCols && x.dim != w.cols) ||
         (x.heads - 1) * head_rows + row_begin +
@@ -344,12 +364,12 @@ class CudaBackend : public Backend {
   }
 
   void IndexerTopK(const IndexerTopKArgs& args) override {
-    if (args.q.rows == 0 || !Bind()) return;
+    if (args.q.rows == 0 || !Bind() || !MainOnly("IndexerTopK")) return;
     Record(Annotate(cuda::IndexerTopK(args, scratch_, stream_), "IndexerTopK"));
   }
 
   void Attention(const AttentionArgs& args) override {
-    if (args.q_a.rows == 0 || !Bind()) return;
+    if (args.q_a.rows == 0 || !Bind() || !MainOnly("Attention")) return;
     Record(Annotate(cuda::Attention(args, scratch_, stream_), "Attention"));
   }
 
@@ -382,13 +402,13 @@ class CudaBackend : public Backend {
 
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                   const ExpertWeights& experts, const MatView& out) override {
-    if (x.rows == 0 || !Bind()) return;
+    if (x.rows == 0 || !Bind() || !MainOnly("MoeExperts")) return;
     Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, experts, out, scratch_, stream_),
                     "MoeExperts"));
   }
 
   void Sample(const SampleArgs& a) override {
-    if (a.logits.rows == 0 || !Bind()) return;
+    if (a.logits.rows == 0 || !Bind() || !MainOnly("Sample")) return;
     kernels::SampleRowsArgs k;
     k.logits = a.logits.data;
     k.ld = a.logits.ld;
@@ -421,13 +441,17 @@ class CudaBackend : public Backend {
   // Thread-local capture mode: another thread's cudaMalloc (a second backend) does not
   // invalidate this capture, while an allocation on this thread inside it fails loudly.
   void BeginCapture() override {
-    if (!Bind()) return;
+    if (!Bind() || !MainOnly("BeginCapture")) return;
     Record(CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                       "cudaStreamBeginCapture"));
     capturing_ = status_.ok();
   }
 
   std::unique_ptr<BackendGraph> EndCapture() override {
+    if (capturing_) {  // a capture must end with every branch joined
+      EndSide();
+      JoinSide();
+    }
     if (!capturing_) {
       Record(absl::FailedPreconditionError("EndCapture without a successful BeginCapture"));
       return nullptr;
@@ -451,15 +475,53 @@ class CudaBackend : public Backend {
   }
 
   void ReplayGraph(BackendGraph& graph) override {
-    if (!Bind()) return;
+    if (!Bind() || !MainOnly("ReplayGraph")) return;
     Record(CudaStatus(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec(), stream_),
                       "cudaGraphLaunch"));
   }
 
-  // Also moves when a bench switches programmatic dependent launch (kernels::AllowPdlLaunches):
-  // graphs captured under the other setting are then recaptured.
+  // Also moves when a bench switches programmatic dependent launch (kernels::AllowPdlLaunches)
+  // or side branches (AllowCudaSideBranches): graphs captured under the other setting are then
+  // recaptured.
   int64_t scratch_epoch() const override {
-    return scratch_.epoch() + widen_scratch_.epoch() + kernels::PdlGeneration();
+    return scratch_.epoch() + widen_scratch_.epoch() + kernels::PdlGeneration() +
+           g_side_generation.load(std::memory_order_relaxed);
+  }
+
+  // The side branch runs on side_stream_ (created at the first BeginSide), forked from and joined
+  // back into the main stream with events, which stream capture turns into graph edges.
+  void BeginSide() override {
+    if (!g_side_branches.load(std::memory_order_relaxed) || !Bind() || !MainOnly("BeginSide")) {
+      return;
+    }
+    if (side_stream_ == nullptr) {
+      Record(CudaStatus(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking),
+                        "BeginSide: cudaStreamCreateWithFlags"));
+      Record(CudaStatus(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming),
+                        "BeginSide: cudaEventCreateWithFlags"));
+      Record(CudaStatus(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming),
+                        "BeginSide: cudaEventCreateWithFlags"));
+      if (!status_.ok()) return;
+    }
+    Record(CudaStatus(cudaEventRecord(fork_event_, main_stream_), "BeginSide: cudaEventRecord"));
+    Record(CudaStatus(cudaStreamWaitEvent(side_stream_, fork_event_, 0),
+                      "BeginSide: cudaStreamWaitEvent"));
+    if (!status_.ok()) return;
+    stream_ = side_stream_;
+    in_side_ = true;
+    side_pending_ = true;
+  }
+  void EndSide() override {
+    stream_ = main_stream_;
+    in_side_ = false;
+  }
+  void JoinSide() override {
+    if (!side_pending_ || in_side_) return;
+    side_pending_ = false;
+    if (!status_.ok()) return;
+    Record(CudaStatus(cudaEventRecord(join_event_, side_stream_), "JoinSide: cudaEventRecord"));
+    Record(CudaStatus(cudaStreamWaitEvent(main_stream_, join_event_, 0),
+                      "JoinSide: cudaStreamWaitEvent"));
   }
 
  private:
@@ -479,9 +541,24 @@ class CudaBackend : public Backend {
   void Record(const absl::Status& s) {
     if (!s.ok() && status_.ok()) status_ = s;
   }
+  // False (and an error recorded) when called on a side branch: `op` uses backend scratch or
+  // must see every branch (Backend::BeginSide).
+  bool MainOnly(const char* op) {
+    if (!in_side_) return true;
+    Record(absl::FailedPreconditionError(
+        absl::StrCat("CUDA backend: ", op,
+                     " was enqueued on a side branch (between BeginSide and EndSide); "
+                     "only scratch-free ops (norms, RoPE, KV writes) may run there")));
+    return false;
+  }
 
   const int device_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;  // where ops are enqueued: main_stream_, or side_stream_ on a branch
+  const cudaStream_t main_stream_;
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  bool in_side_ = false;       // between BeginSide and EndSide
+  bool side_pending_ = false;  // a branch not joined yet
   std::unique_ptr<cuda::LtMatmul> matmul_;
   std::unique_ptr<cuda::NarrowLinear> narrow_;
   DeviceScratch scratch_;
@@ -506,6 +583,10 @@ absl::Status CudaDeviceAvailable() {
         " devices; check the NVIDIA driver (nvidia-smi) or use the cpu backend"));
   }
   return absl::OkStatus();
+}
+
+void AllowCudaSideBranches(bool allowed) {
+  if (g_side_branches.exchange(allowed) != allowed) g_side_generation.fetch_add(1);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal) {

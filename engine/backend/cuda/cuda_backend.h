@@ -6,14 +6,17 @@
 //   shape. Linear with bf16 / fp8 block-scaled weights (backend.h WeightDType): cuda_linear.h;
 //   AbsorbPerHead (MLA W_UK / W_UV on kv_b_proj as stored): kernels/per_head_narrow.h up to
 //   8 tokens, else the blocks widened to fp32 scratch (PerHeadWidenF32) + the fp32 GEMM;
-//   MoeExperts widens bf16 / fp8 expert weights inside its tiles. Small ops: the kernels in kernels/ (rmsnorm, layernorm, rope, silu_mul, rows,
-//   moe_route). Attention, IndexerTopK, MoeExperts: cuda_ops.h. Temporary device memory of those
-//   comes from a grow-only scratch (cuda_ops.h Scratch) owned by the backend.
+//   MoeExperts widens bf16 / fp8 expert weights inside its tiles. Small ops: the kernels in
+//   kernels/ (rmsnorm, layernorm, rope, silu_mul, rows, moe_route). Attention, IndexerTopK,
+//   MoeExperts: cuda_ops.h. Temporary device memory of those comes from a grow-only scratch
+//   (cuda_ops.h Scratch) owned by the backend.
 // - Errors: ops return void (hot path). The first CUDA / cuBLAS / launch-check error is kept
 //   (Backend::status()); every later op is skipped, and the model returns that status after the
 //   step (the engine fails fast with it). Asynchronous faults surface at CopyToHost/Synchronize.
 // - Threads: one thread at a time (the engine's step thread); the backend binds its device on
 //   whichever thread calls it.
+// - Side branches (Backend::BeginSide): a second non-blocking stream, forked and joined with
+//   events (graph capture turns them into edges).
 #pragma once
 
 #include <memory>
@@ -31,5 +34,11 @@ absl::Status CudaDeviceAvailable();
 // A backend on device `device_ordinal`. Errors: no usable device/driver (FailedPrecondition),
 // ordinal out of range (InvalidArgument), stream/cuBLASLt setup failures (Internal).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal);
+
+// For A/B runs in one process (benches), every CUDA backend: false makes BeginSide, EndSide and
+// JoinSide no-ops from the next op on (a branch's ops then run in order on the main stream);
+// call it between steps. Graphs captured under the other setting are recaptured (the change
+// moves scratch_epoch()).
+void AllowCudaSideBranches(bool allowed);
 
 }  // namespace glm::engine

@@ -475,5 +475,43 @@ TEST_F(CudaBackendTest, BadGemmViewIsAnError) {
   gpu_.reset();
 }
 
+// A side branch (Backend::BeginSide) runs concurrently with the main stream and is joined back:
+// both results equal the cpu backend's; a scratch-using op on a branch is an error.
+TEST_F(CudaBackendTest, SideBranchJoinsAndRefusesScratchOps) {
+  const int64_t rows = 8, cols = 6144;
+  Dual a(*gpu_, Random(rows * cols, 1, 2.0f)), b(*gpu_, Random(rows * cols, 2, 2.0f));
+  Dual w(*gpu_, Random(cols, 3, 0.1f, 1.0f));
+  for (int round = 0; round < 3; ++round) {  // the branch's stream and events are reused
+    cpu_->RmsNorm(a.HMat(rows, cols, cols), w.h(), 1e-6f, a.HMat(rows, cols, cols));
+    cpu_->RmsNorm(b.HMat(rows, cols, cols), w.h(), 1e-6f, b.HMat(rows, cols, cols));
+    gpu_->BeginSide();
+    gpu_->RmsNorm(a.DMat(rows, cols, cols), w.d(), 1e-6f, a.DMat(rows, cols, cols));
+    gpu_->EndSide();
+    gpu_->RmsNorm(b.DMat(rows, cols, cols), w.d(), 1e-6f, b.DMat(rows, cols, cols));
+    gpu_->JoinSide();
+    a.Expect(1e-5, absl::StrCat("side branch, round ", round));
+    b.Expect(1e-5, absl::StrCat("main stream, round ", round));
+  }
+  gpu_->BeginSide();
+  gpu_->Linear(a.DMat(rows, cols, cols), a.DMat(4, cols, cols), b.DMat(rows, 4, 4), false);
+  gpu_->EndSide();
+  ASSERT_FALSE(gpu_->status().ok());
+  EXPECT_NE(gpu_->status().message().find("Linear was enqueued on a side branch"),
+            absl::string_view::npos)
+      << gpu_->status();
+  gpu_.reset();
+}
+
+TEST_F(CudaBackendTest, AbsorbPerHeadWithMismatchedHeadsIsAnError) {
+  // x [1 row, 2 heads, 16], y [1 row, 3 heads, 8] over a [48, 16] weight: y's heads differ.
+  Dual x(*gpu_, Random(32, 1)), w(*gpu_, Random(48 * 16, 2)), y(*gpu_, Random(24, 3));
+  gpu_->AbsorbPerHead({x.d(), 1, 2, 16, 32, 16}, w.DMat(48, 16, 16), 16, 0,
+                      Backend::PerHeadContract::kCols, {y.d(), 1, 3, 8, 24, 8});
+  ASSERT_FALSE(gpu_->status().ok());
+  EXPECT_NE(gpu_->status().message().find("y needs x's rows and heads"), absl::string_view::npos)
+      << gpu_->status();
+  gpu_.reset();
+}
+
 }  // namespace
 }  // namespace glm::engine

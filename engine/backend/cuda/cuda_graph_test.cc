@@ -257,6 +257,51 @@ TEST_F(CudaGraphTest, ScratchGrowthInvalidatesGraphsAndReplayStillEqualsEager) {
   EXPECT_EQ(after.replays, before.replays + 3);
 }
 
+// The key-slot arena outgrows its buffer (many live sequences at once): the buffer moves, every
+// decode graph that recorded its address is dropped and recaptured, and replay still equals eager.
+TEST_F(CudaGraphTest, SlotArenaGrowthDropsGraphsAndReplayStillEqualsEager) {
+  ModelConfig config = SmallTestConfig(4, 1, /*index_share=*/false);
+  InMemoryWeights weights;
+  MakeRandomWeights(config, 11, &weights);
+  const int num_seqs = 3, vocab = static_cast<int>(config.vocab_size);
+  // One more sequence's worth of blocks for the fillers below.
+  auto eager = RandomModel(config, weights, Options(false, num_seqs + 1));
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  auto graph = RandomModel(config, weights, Options(true, num_seqs + 1));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  Lockstep ls(eager->model.get(), graph->model.get(), num_seqs, vocab);
+  ls.Prefill({Prompt(20, 1, vocab), Prompt(25, 2, vocab), Prompt(30, 3, vocab)});
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(ls.Step(absl::StrCat("before growth ", s)), 0);
+  const auto arena_before = SlotArenaStatsOf(*graph->model);
+  ASSERT_TRUE(arena_before.has_value());
+  const DecodeGraphStats before = graph->model->decode_graph_stats();
+  ASSERT_GE(before.replays, 1);
+  // Fillers: short sequences of one block each, all live at once. Each takes a region of at
+  // least 512 slots, so together they pass the buffer's initial 1.25 x the cache's positions.
+  const int64_t fillers = arena_before->capacity_slots / 512 + 1;
+  ASSERT_LE(fillers, kBlocksPerSeq) << "the fillers need a block each";
+  {
+    ForwardBatch batch;
+    for (int64_t f = 0; f < fillers; ++f) {
+      SequenceSlice s;
+      s.seq_id = 100 + f;
+      s.token_ids = Prompt(5, static_cast<int>(f), vocab);
+      s.block_table = {static_cast<int32_t>(num_seqs * kBlocksPerSeq + f)};
+      batch.seqs.push_back(s);
+    }
+    ForwardResult r;
+    ASSERT_TRUE(eager->model->Forward(batch, &r).ok());
+    ASSERT_TRUE(graph->model->Forward(batch, &r).ok());
+  }
+  const auto arena_after = SlotArenaStatsOf(*graph->model);
+  ASSERT_GT(arena_after->buffer_grows, arena_before->buffer_grows) << "the arena did not grow";
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(ls.Step(absl::StrCat("after growth ", s)), 0);
+  const DecodeGraphStats after = graph->model->decode_graph_stats();
+  EXPECT_GE(after.invalidations, before.invalidations + 1);
+  EXPECT_EQ(after.captures, before.captures + 1);
+  EXPECT_EQ(after.replays, before.replays + 3);
+}
+
 TEST_F(CudaGraphTest, TinyFixturesGraphEqualsEagerBitwise) {
   for (const char* name : {"tiny-sparse", "tiny-moe", "tiny-dense", "tiny-mtp"}) {
     for (int num_seqs : {1, 3, 8}) {
