@@ -258,7 +258,7 @@ void DenseMlp::Forward(StepContext& ctx, const MatView& x, const MatView& out) c
   gate_up.Forward(ctx, x, gu);
   const MatView g = gate_up.Part(gu, 0);  // [T, inter]
   ctx.backend->SiluMul(g, gate_up.Part(gu, 1), g);
-  ctx.backend->Linear(g, down.view, out, false);  // [T, H]
+  ctx.backend->Linear(g, down.view, out, /*accumulate=*/true);  // out += [T, H]
 }
 
 // ---- Moe --------------------------------------------------------------------------------------
@@ -311,9 +311,9 @@ void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const 
   float* weights = ctx.ws->Floats(T * top_k);    // [T, top_k]
   ctx.backend->MoeRoute(logits, bias.data(), n_group, topk_group, top_k, renormalize, scale, ids,
                         weights);
-  // The shared expert writes out, the routed experts accumulate onto it (MoeExperts is
-  // out +=): no Fill and no Add launch.
-  shared.Forward(ctx, x, out);  // [T, H]
+  // The shared expert and then the routed experts accumulate onto out (the residual stream;
+  // MoeExperts is out +=): no Fill and no Add launch.
+  shared.Forward(ctx, x, out);  // out += [T, H]
   ExpertWeights ew{gate_views.data(), up_views.data(), down_views.data(),
                    static_cast<int32_t>(gate_views.size())};
   ctx.backend->MoeExperts(x, ids, weights, top_k, ew, out);
@@ -471,15 +471,17 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   if (ctx.all_absorbed) {
     Absorbed(ctx, qh, 0, T, kv, o);
   } else {
+    std::vector<const SeqRows*> expanded;
     for (const SeqRows& s : ctx.seqs) {
       if (s.expanded) {
-        Expanded(ctx, qh, s, kv, o);
+        expanded.push_back(&s);
       } else {
         Absorbed(ctx, qh, s.row_begin, s.num_rows, kv, o);
       }
     }
+    Expanded(ctx, qh, expanded, kv, o);
   }
-  b->Linear(o, o_proj.view, out, false);
+  b->Linear(o, o_proj.view, out, /*accumulate=*/true);  // out += [T, H]
 }
 
 void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin,
@@ -532,20 +534,33 @@ void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_be
   }
 }
 
-void MlaAttention::Expanded(StepContext& ctx, const HeadsView& q, const SeqRows& s,
-                            const LayerKv& kv, const MatView& o) const {
+void MlaAttention::Expanded(StepContext& ctx, const HeadsView& q,
+                            const std::vector<const SeqRows*>& seqs, const LayerKv& kv,
+                            const MatView& o) const {
+  if (seqs.empty()) return;
   const ModelConfig& c = *ctx.config;
   const int64_t nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
                 kvr = c.kv_lora_rank, vd = c.v_head_dim;
   Backend* b = ctx.backend;
-  const int64_t num_keys = s.start_pos + s.num_rows;
-  MatView lat = ctx.ws->Mat(num_keys, kvr + rope);  // [S, kvr + rope] this sequence's cache
-  if (kv.dtype == KvDType::kFp8) {  // dequantized to fp32 rows
-    b->GatherLatentFp8(kv.latent_fp8, ctx.table.slots + s.key_offset, lat);
-  } else {
-    b->GatherRows(kv.latent, ctx.table.slots + s.key_offset, lat);
+  // Every expanded sequence's cache, one after another, so that kv_b_proj multiplies them all in
+  // one product (a narrow kv_b is widened once per layer and step, not once per sequence).
+  std::vector<int64_t> first_key(seqs.size());
+  int64_t total_keys = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    first_key[i] = total_keys;
+    total_keys += seqs[i]->start_pos + seqs[i]->num_rows;
   }
-  MatView kvx = ctx.ws->Mat(num_keys, nh * (nope + vd));  // [S, nh, nope + vd]
+  MatView lat = ctx.ws->Mat(total_keys, kvr + rope);  // [sum S, kvr + rope] the sequences' caches
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const MatView rows = lat.Rows(first_key[i], seqs[i]->start_pos + seqs[i]->num_rows);
+    const int32_t* slots = ctx.table.slots + seqs[i]->key_offset;
+    if (kv.dtype == KvDType::kFp8) {  // dequantized to fp32 rows
+      b->GatherLatentFp8(kv.latent_fp8, slots, rows);
+    } else {
+      b->GatherRows(kv.latent, slots, rows);
+    }
+  }
+  MatView kvx = ctx.ws->Mat(total_keys, nh * (nope + vd));  // [sum S, nh, nope + vd]
   if (w_uk_t.buffer != nullptr) {  // the fp32 path
     b->Linear(lat.Cols(0, kvr), kv_b.view, kvx, false);
   } else {
@@ -554,25 +569,31 @@ void MlaAttention::Expanded(StepContext& ctx, const HeadsView& q, const SeqRows&
     // depend on which form the scheduler's chunking picked (the narrow Linear would round lat
     // to bf16 / e4m3 here and not in the absorbed form).
     const int64_t rows = nh * (nope + vd);
-    b->AbsorbPerHead(HeadsView{lat.data, num_keys, 1, kvr, lat.ld, 0}, kv_b.view, rows, 0,
+    b->AbsorbPerHead(HeadsView{lat.data, total_keys, 1, kvr, lat.ld, 0}, kv_b.view, rows, 0,
                      Backend::PerHeadContract::kCols,
-                     HeadsView{kvx.data, num_keys, 1, rows, kvx.ld, 0});
+                     HeadsView{kvx.data, total_keys, 1, rows, kvx.ld, 0});
   }
-  AttentionArgs args;
-  args.q_a = q.Rows(s.row_begin, s.num_rows).Dims(0, nope);
-  args.q_b = q.Rows(s.row_begin, s.num_rows).Dims(nope, rope);
-  args.k_a = HeadsView{kvx.data, num_keys, nh, nope, kvx.ld, nope + vd};
-  args.k_b = HeadsView{lat.data + kvr, num_keys, nh, rope, lat.ld, 0};
-  args.v = HeadsView{kvx.data + nope, num_keys, nh, vd, kvx.ld, nope + vd};
-  args.table.slots = ctx.identity;
-  args.table.row_offset = ctx.zeros;
-  args.table.row_num_keys = ctx.table.row_num_keys + s.row_begin;
-  args.table.max_num_keys = static_cast<int32_t>(num_keys);
-  args.indices = ctx.topk + s.row_begin * c.index_topk;
-  args.index_width = static_cast<int32_t>(c.index_topk);
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(nope + rope)));
-  args.out = HeadsView{o.data + s.row_begin * o.ld, s.num_rows, nh, vd, o.ld, vd};
-  b->Attention(args);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqRows& s = *seqs[i];
+    const int64_t num_keys = s.start_pos + s.num_rows;
+    const MatView skv = kvx.Rows(first_key[i], num_keys);  // this sequence's keys and values
+    const MatView slat = lat.Rows(first_key[i], num_keys);
+    AttentionArgs args;
+    args.q_a = q.Rows(s.row_begin, s.num_rows).Dims(0, nope);
+    args.q_b = q.Rows(s.row_begin, s.num_rows).Dims(nope, rope);
+    args.k_a = HeadsView{skv.data, num_keys, nh, nope, skv.ld, nope + vd};
+    args.k_b = HeadsView{slat.data + kvr, num_keys, nh, rope, slat.ld, 0};
+    args.v = HeadsView{skv.data + nope, num_keys, nh, vd, skv.ld, nope + vd};
+    args.table.slots = ctx.identity;
+    args.table.row_offset = ctx.zeros;
+    args.table.row_num_keys = ctx.table.row_num_keys + s.row_begin;
+    args.table.max_num_keys = static_cast<int32_t>(num_keys);
+    args.indices = ctx.topk + s.row_begin * c.index_topk;
+    args.index_width = static_cast<int32_t>(c.index_topk);
+    args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(nope + rope)));
+    args.out = HeadsView{o.data + s.row_begin * o.ld, s.num_rows, nh, vd, o.ld, vd};
+    b->Attention(args);
+  }
 }
 
 // ---- DecoderLayer -----------------------------------------------------------------------------
@@ -600,18 +621,16 @@ absl::StatusOr<DecoderLayer> DecoderLayer::Load(WeightLoader& w, const ModelConf
 
 void DecoderLayer::Forward(StepContext& ctx, const MatView& h, const LayerKv& kv) const {
   const int64_t T = h.rows, H = h.cols;
-  MatView x = ctx.ws->Mat(T, H);    // [T, H] normed input
-  MatView out = ctx.ws->Mat(T, H);  // [T, H] sublayer output
+  MatView x = ctx.ws->Mat(T, H);  // [T, H] normed input
+  // Each sublayer's last Linear (and MoeExperts) accumulates onto h: no separate Add launch.
   input_norm.Forward(ctx, h, x);
-  attn.Forward(ctx, x, kv, out);
-  ctx.backend->Add(out, h);
+  attn.Forward(ctx, x, kv, h);
   post_norm.Forward(ctx, h, x);
   if (moe != nullptr) {
-    moe->Forward(ctx, x, out);
+    moe->Forward(ctx, x, h);
   } else {
-    mlp->Forward(ctx, x, out);
+    mlp->Forward(ctx, x, h);
   }
-  ctx.backend->Add(out, h);
 }
 
 }  // namespace glm::engine

@@ -203,6 +203,7 @@ struct DenseMlp {
   DeviceMatrix down;    // [H, inter]
   static absl::StatusOr<DenseMlp> Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
                                        int64_t inter);
+  // out += mlp(x); x: [T, H], out: [T, H] (the residual stream).
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
 };
 
@@ -218,6 +219,7 @@ struct Moe {
   bool renormalize = true;
   float scale = 1.0f;
   static absl::StatusOr<Moe> Load(WeightLoader& w, const ModelConfig& c, const std::string& prefix);
+  // out += shared(x), then out += the routed experts' sum; x, out: [T, H].
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
 };
 
@@ -264,14 +266,15 @@ struct MlaAttention {
   std::unique_ptr<Indexer> indexer;  // null on IndexShare "shared" layers
   static absl::StatusOr<MlaAttention> Load(WeightLoader& w, const ModelConfig& c,
                                            const std::string& prefix, bool has_indexer);
-  // a: [T, H] normed input; out: [T, H].
+  // out += attention(a); a: [T, H] normed input, out: [T, H] (the residual stream).
   void Forward(StepContext& ctx, const MatView& a, const LayerKv& kv, const MatView& out) const;
 
  private:
   void Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin, int64_t num_rows,
                 const LayerKv& kv, const MatView& o) const;
-  void Expanded(StepContext& ctx, const HeadsView& q, const SeqRows& seq, const LayerKv& kv,
-                const MatView& o) const;
+  // The expanded form of the sequences `seqs` (their caches widened through kv_b_proj together).
+  void Expanded(StepContext& ctx, const HeadsView& q, const std::vector<const SeqRows*>& seqs,
+                const LayerKv& kv, const MatView& o) const;
 };
 
 struct DecoderLayer {
