@@ -26,7 +26,7 @@ tests=(argmax_test rmsnorm_test rope_test silu_mul_test topk_plan_test topk_radi
   quant_fp8_group_test gemv_narrow_test cuda_backend_test cublaslt_matmul_test cuda_ops_test
   cuda_moe_test cuda_kv_fp8_test cuda_model_test cuda_graph_test cuda_narrow_test
   create_backend_test sample_backend_test engine_golden_test engine_golden_narrow_test
-  engine_kv_fp8_test per_head_gemv_test per_head_narrow_test cuda_indexer_test)
+  engine_kv_fp8_test per_head_gemv_test per_head_narrow_test cuda_indexer_test launch_test)
 others=(nccl_gpu_test glm-run glm-bench-cuda-decode gemv_bench smallops_bench cuda_ops_bench
   cuda_kv_bench cuda_indexer_bench per_head_narrow_bench)
 if [[ ${1:-} == --targets ]]; then
