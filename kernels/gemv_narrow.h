@@ -126,10 +126,11 @@ struct GemvNarrowArgs {
   float* y = nullptr;        // [m, n] fp32, row stride ldy (>= n); must not overlap x or w
   int64_t ldy = 0;
   bool accumulate = false;   // y += result
-  // Programmatic dependent launch (where PdlLaunches(): cuda_util.h; else ignored): the kernel may start,
-  // and stream its first weight bytes, while the previous kernel in the stream is finishing; it
-  // reads x and touches y, the workspace and the counters only after that kernel completed. So
-  // w must not be written by the kernel launched just before (weights are immutable here).
+  // Programmatic dependent launch (where PdlLaunches(), cuda_util.h; else ignored): the kernel
+  // may start, and stream its first weight bytes, while the previous kernel in the stream is
+  // finishing; it reads x and touches y, the workspace and the counters only after that kernel
+  // completed. So w must not be written by the kernel launched just before (weights are
+  // immutable here).
   bool overlap_previous = false;
 };
 

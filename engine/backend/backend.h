@@ -311,7 +311,8 @@ class Backend {
   // EndCapture returns null after a failure (status() says why). A graph stays valid while
   // scratch_epoch() is unchanged: the epoch moves whenever backend-internal scratch memory is
   // reallocated (a step larger than any before) or the backend's launch settings change, and a
-  // graph of an older epoch must be recaptured. Backends without graphs return false from SupportsGraphs.
+  // graph of an older epoch must be recaptured. Backends without graphs return false from
+  // SupportsGraphs.
   virtual bool SupportsGraphs() const { return false; }
   virtual void BeginCapture() {}
   virtual std::unique_ptr<BackendGraph> EndCapture() { return nullptr; }
