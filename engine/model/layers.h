@@ -175,7 +175,8 @@ struct RmsNormLayer {
 // bytes). Consecutive parts stored the same way (WeightLoader::LinearKind; an fp8 checkpoint may
 // keep some tensors in bf16) form one group, one Linear each. The output is one [T, out_cols()]
 // matrix whose columns Part(out, i) are part i's outputs; columns between parts (fp8 row padding)
-// are zeros nobody reads. Each output element is the same dot product as with separate weights.
+// are zeros nobody reads. Each output element is the same dot product as with separate weights
+// (bit for bit on the CPU; a device kernel may split the sum differently for the fused shape).
 class FusedLinear {
  public:
   static absl::StatusOr<FusedLinear> Load(WeightLoader& w, const std::vector<LinearPart>& parts,
