@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
@@ -453,7 +454,6 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
       r.ran = true;
       r.step_ms = Median(ms);
       r.min_ms = *std::min_element(ms.begin(), ms.end());
-      if (!off_ms.empty()) r.step_ms_off = Median(off_ms);
       for (const auto& seq : out.seqs) {
         for (float v : seq.logits) r.finite = r.finite && std::isfinite(v);
       }
@@ -462,6 +462,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
                   arena.has_value() ? static_cast<long long>(arena->slots_uploaded_last_step)
                                     : -1LL);
       if (!off_ms.empty()) {
+        r.step_ms_off = Median(off_ms);
         std::printf("   %s off %.3f ms (on/off x%.3f)", a.ab.c_str(), r.step_ms_off,
                     r.step_ms / r.step_ms_off);
       }
@@ -476,6 +477,19 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   }
   if (a.graphs) PrintGraphStats(**model);
   return true;
+}
+
+// (batch, context, fp8 KV) -> ms/layer (setting off, on)
+using OnOffRows = std::map<std::tuple<int, int, bool>, std::pair<double, double>>;
+
+// An A/B table: ms/layer with a setting off and on, and their ratio.
+void PrintOnOff(const std::string& title, const char* off, const char* on, const OnOffRows& rows) {
+  std::printf("\n== %s: ms/layer\n", title.c_str());
+  std::printf("%5s %7s %5s %10s %10s %8s\n", "batch", "context", "KV", off, on, "on/off");
+  for (const auto& [key, v] : rows) {
+    std::printf("%5d %7d %5s %10.3f %10.3f %8.3f\n", std::get<0>(key), std::get<1>(key),
+                std::get<2>(key) ? "fp8" : "fp32", v.first, v.second, v.second / v.first);
+  }
 }
 
 std::vector<int> ParseInts(const std::string& s) {
@@ -631,15 +645,13 @@ int Main(int argc, char** argv) {
   const int n1 = layer_counts.front(), n2 = layer_counts.back();
   bool ok = true;
   std::map<std::pair<int, int>, double> per_layer_by_kv[2];  // [kv dtype] (batch, context)
-  // --ab: (batch, context, fp8 KV) -> ms/layer (setting off, on)
-  std::map<std::tuple<int, int, bool>, std::pair<double, double>> ab_rows;
+  OnOffRows ab_rows;                                         // --ab: (setting off, on)
   std::vector<std::pair<bool, KvDType>> variants;  // (fused Linears, KV dtype)
   for (const bool fuse :
        a.fused == "both" ? std::vector<bool>{false, true} : std::vector<bool>{a.fused == "on"}) {
     for (const KvDType kv : kv_list) variants.push_back({fuse, kv});
   }
-  // --fused both: (batch, context, fp8 KV) -> ms/layer (unfused, fused)
-  std::map<std::tuple<int, int, bool>, std::pair<double, double>> fused_rows;
+  OnOffRows fused_rows;  // --fused both: (unfused, fused)
   for (const auto& [fuse, kv] : variants) {
     a.kv = kv;
     a.fuse = fuse;
@@ -699,26 +711,14 @@ int Main(int argc, char** argv) {
     }
   }
   if (a.fused == "both") {
-    std::printf(
-        "\n== fused Linears on vs off, models loaded in this process (%s weights): "
-        "ms/layer\n",
-        a.dtype.c_str());
-    std::printf("%5s %7s %5s %10s %10s %8s\n", "batch", "context", "KV", "unfused", "fused",
-                "on/off");
-    for (const auto& [key, v] : fused_rows) {
-      std::printf("%5d %7d %5s %10.3f %10.3f %8.3f\n", std::get<0>(key), std::get<1>(key),
-                  std::get<2>(key) ? "fp8" : "fp32", v.first, v.second, v.second / v.first);
-    }
+    PrintOnOff(absl::StrCat("fused Linears on vs off, models loaded in this process (", a.dtype,
+                            " weights)"),
+               "unfused", "fused", fused_rows);
   }
   if (a.ab_allow != nullptr) {
-    std::printf("\n== %s on vs off, same models, alternating rounds (%s weights): ms/layer\n",
-                a.ab == "pdl" ? "programmatic dependent launch" : "KV-path side branch",
-                a.dtype.c_str());
-    std::printf("%5s %7s %5s %10s %10s %8s\n", "batch", "context", "KV", "off", "on", "on/off");
-    for (const auto& [key, v] : ab_rows) {
-      std::printf("%5d %7d %5s %10.3f %10.3f %8.3f\n", std::get<0>(key), std::get<1>(key),
-                  std::get<2>(key) ? "fp8" : "fp32", v.first, v.second, v.second / v.first);
-    }
+    PrintOnOff(absl::StrCat(a.ab == "pdl" ? "programmatic dependent launch" : "KV-path side branch",
+                            " on vs off, same models, alternating rounds (", a.dtype, " weights)"),
+               "off", "on", ab_rows);
   }
   if (kv_list.size() == 2) {
     std::printf("\n== fp8 KV vs fp32 KV in this process (%s weights): ms/layer\n",
