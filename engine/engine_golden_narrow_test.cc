@@ -78,7 +78,11 @@ constexpr double kCudaTol = 1e-2;
 // MLA products on it are weight-only, x fp32): tiny-sparse's divergences moved (case 0 from token
 // 15 to 8; case 2 still at token 0, now at a margin of 0.204), tiny-moe case 1 now diverges at
 // token 8. The fp8 ("auto") rows did not change: e4m3 weights widen to the values the fp32 load
-// dequantized.
+// dequantized. Re-measured again when steps of <= 64 rows began computing the shared expert
+// inside MoeExperts (x fp32 against the widened weights, where Linear rounds x to bf16 / e4m3;
+// layers.h Moe): tiny-sparse case 1 now diverges at token 15 (was 19) and tiny-fp8 case 1 at
+// the same token with a margin of 0.0215 (was 0.0102); the prompt logits moved by < 0.01
+// (tiny-fp8 0.676 -> 0.668, tiny-sparse 0.334 -> 0.335), every other row as before.
 struct BeyondTol {
   const char* fixture;
   const char* dtype;
@@ -90,7 +94,7 @@ struct BeyondTol {
 constexpr BeyondTol kBeyondTol[] = {
     {"tiny-sparse", "bf16", -1, 0.42, 0, "0.334 (DSA top-4 flips)"},
     {"tiny-sparse", "bf16", 0, 0.18, 8, "diverges at token 8 (72 vs 200), margin 0.138"},
-    {"tiny-sparse", "bf16", 1, 0.11, 19, "diverges at token 19 (134 vs 112), margin 0.0850"},
+    {"tiny-sparse", "bf16", 1, 0.82, 15, "diverges at token 15 (59 vs 214), margin 0.634"},
     {"tiny-sparse", "bf16", 2, 0.27, 0, "diverges at token 0 (214 vs 9), margin 0.204"},
     {"tiny-moe", "bf16", -1, 0.026, 0, "0.0181 (MoE routing flips)"},
     {"tiny-moe", "bf16", 1, 0.058, 8, "diverges at token 8 (186 vs 184), margin 0.0442"},
@@ -98,7 +102,7 @@ constexpr BeyondTol kBeyondTol[] = {
     {"tiny-mtp", "bf16", 2, 0.14, 18, "diverges at token 18 (174 vs 122), margin 0.107"},
     {"tiny-fp8", "auto", -1, 0.88, 0, "0.676 (e4m3 activations)"},
     {"tiny-fp8", "auto", 0, 0.021, 3, "diverges at token 3 (76 vs 230), margin 0.0160"},
-    {"tiny-fp8", "auto", 1, 0.014, 5, "diverges at token 5 (78 vs 80), margin 0.0102"},
+    {"tiny-fp8", "auto", 1, 0.028, 5, "diverges at token 5 (78 vs 80), margin 0.0215"},
     {"tiny-fp8", "auto", 2, 0.70, 20, "diverges at token 20 (37 vs 90), margin 0.536"},
 };
 

@@ -47,10 +47,10 @@ __device__ __forceinline__ void WarpRouteBest(float& bv, int& bi, float& bs) {
 // rolled loop over the warp's shared-memory slice instead of unrolled over registers, for less
 // code to fetch: on an H200 11.9 vs 8.7 us per launch in a graph at 256 experts top-8.)
 template <int kP>
-__global__ void __launch_bounds__(kMoeRouteWarps * 32) MoeRouteWarpKernel(
-    const float* logits, int64_t ld, const float* bias, int64_t rows, int num_experts,
-    int n_group, int topk_group, int top_k, bool renormalize, float scale, int32_t* ids,
-    float* weights) {
+__global__ void __launch_bounds__(kMoeRouteWarps * 32)
+    MoeRouteWarpKernel(const float* logits, int64_t ld, const float* bias, int64_t rows,
+                       int num_experts, int n_group, int topk_group, int top_k, bool renormalize,
+                       float scale, int appended, int32_t* ids, float* weights) {
   PdlEnter();
   __shared__ float s_buf[kMoeRouteWarps][kP * 32];    // group step: choices
   __shared__ float s_group[kMoeRouteWarps][kP * 32];  // group step: group scores
@@ -142,9 +142,14 @@ __global__ void __launch_bounds__(kMoeRouteWarps * 32) MoeRouteWarpKernel(
   sum = __shfl_sync(0xffffffffu, sum, 0);
   __syncwarp();
   const float denom = renormalize ? sum + 1e-20f : 1.0f;
+  const int out_k = appended >= 0 ? top_k + 1 : top_k;  // entries per row of ids / weights
   for (int j = lane; j < top_k; j += 32) {
-    ids[t * top_k + j] = s_id[warp][j];
-    weights[t * top_k + j] = s_sc[warp][j] / denom * scale;
+    ids[t * out_k + j] = s_id[warp][j];
+    weights[t * out_k + j] = s_sc[warp][j] / denom * scale;
+  }
+  if (appended >= 0 && lane == 0) {
+    ids[t * out_k + top_k] = appended;
+    weights[t * out_k + top_k] = 1.0f;
   }
 }
 

@@ -114,36 +114,45 @@ TEST_F(MoeRouteTest, MatchesCpuRouter) {
     for (float& v : bias) {
       v = c.all_equal ? 0.0f : c.coarse ? 0.5f * (level(rng) & 1) : 0.1f * nd(rng);
     }
-    GuardedBuffer dl(logits.size() * 4), db(bias.size() * 4);
-    GuardedBuffer dids(static_cast<size_t>(c.rows * c.top_k) * 4);
-    GuardedBuffer dw(static_cast<size_t>(c.rows * c.top_k) * 4);
-    ASSERT_TRUE(dl.ok() && db.ok() && dids.ok() && dw.ok());
-    GLM_CUDA_ASSERT(dl.Upload(logits.data(), logits.size() * 4));
-    GLM_CUDA_ASSERT(db.Upload(bias.data(), bias.size() * 4));
-    GLM_CUDA_ASSERT(dids.Poison(0xFF));
-    GLM_CUDA_ASSERT(dw.Poison(0xFF));
-    ASSERT_TRUE(MoeRoute(dl.as<float>(), ld, c.with_bias ? db.as<float>() : nullptr, c.rows,
-                         c.experts, c.n_group, c.topk_group, c.top_k, c.renormalize, c.scale,
-                         dids.as<int32_t>(), dw.as<float>(), nullptr)
-                    .ok());
-    GLM_CUDA_ASSERT(cudaDeviceSynchronize());
-    ASSERT_TRUE(dl.GuardsIntact() && db.GuardsIntact() && dids.GuardsIntact() &&
-                dw.GuardsIntact());
-    std::vector<int32_t> ids(static_cast<size_t>(c.rows * c.top_k));
-    std::vector<float> w(ids.size());
-    GLM_CUDA_ASSERT(dids.Download(ids.data(), ids.size() * 4));
-    GLM_CUDA_ASSERT(dw.Download(w.data(), w.size() * 4));
-    std::vector<int32_t> want_ids(c.top_k);
-    std::vector<float> want_w(c.top_k);
-    for (int64_t t = 0; t < c.rows; ++t) {
-      HostRoute(&logits[t * ld], c.with_bias ? bias.data() : nullptr, c.experts, c.n_group,
-                c.topk_group, c.top_k, c.renormalize, c.scale, want_ids.data(), want_w.data());
-      for (int j = 0; j < c.top_k; ++j) {
-        const size_t i = static_cast<size_t>(t * c.top_k + j);
-        ASSERT_EQ(ids[i], want_ids[j]) << "row " << t << " slot " << j;
-        ASSERT_TRUE(std::isfinite(w[i])) << "row " << t << " slot " << j;
-        ASSERT_NEAR(w[i], want_w[j], 1e-6f * std::abs(want_w[j]) + 1e-7f)
-            << "row " << t << " slot " << j;
+    // appended >= 0: a shared expert's (id, 1.0) after the top_k, every row.
+    for (const int appended : {-1, c.experts}) {
+      SCOPED_TRACE(absl::StrCat("appended=", appended));
+      const int out_k = appended >= 0 ? c.top_k + 1 : c.top_k;
+      GuardedBuffer dl(logits.size() * 4), db(bias.size() * 4);
+      GuardedBuffer dids(static_cast<size_t>(c.rows * out_k) * 4);
+      GuardedBuffer dw(static_cast<size_t>(c.rows * out_k) * 4);
+      ASSERT_TRUE(dl.ok() && db.ok() && dids.ok() && dw.ok());
+      GLM_CUDA_ASSERT(dl.Upload(logits.data(), logits.size() * 4));
+      GLM_CUDA_ASSERT(db.Upload(bias.data(), bias.size() * 4));
+      GLM_CUDA_ASSERT(dids.Poison(0xFF));
+      GLM_CUDA_ASSERT(dw.Poison(0xFF));
+      ASSERT_TRUE(MoeRoute(dl.as<float>(), ld, c.with_bias ? db.as<float>() : nullptr, c.rows,
+                           c.experts, c.n_group, c.topk_group, c.top_k, c.renormalize, c.scale,
+                           appended, dids.as<int32_t>(), dw.as<float>(), nullptr)
+                      .ok());
+      GLM_CUDA_ASSERT(cudaDeviceSynchronize());
+      ASSERT_TRUE(dl.GuardsIntact() && db.GuardsIntact() && dids.GuardsIntact() &&
+                  dw.GuardsIntact());
+      std::vector<int32_t> ids(static_cast<size_t>(c.rows * out_k));
+      std::vector<float> w(ids.size());
+      GLM_CUDA_ASSERT(dids.Download(ids.data(), ids.size() * 4));
+      GLM_CUDA_ASSERT(dw.Download(w.data(), w.size() * 4));
+      std::vector<int32_t> want_ids(c.top_k);
+      std::vector<float> want_w(c.top_k);
+      for (int64_t t = 0; t < c.rows; ++t) {
+        HostRoute(&logits[t * ld], c.with_bias ? bias.data() : nullptr, c.experts, c.n_group,
+                  c.topk_group, c.top_k, c.renormalize, c.scale, want_ids.data(), want_w.data());
+        for (int j = 0; j < c.top_k; ++j) {
+          const size_t i = static_cast<size_t>(t * out_k + j);
+          ASSERT_EQ(ids[i], want_ids[j]) << "row " << t << " slot " << j;
+          ASSERT_TRUE(std::isfinite(w[i])) << "row " << t << " slot " << j;
+          ASSERT_NEAR(w[i], want_w[j], 1e-6f * std::abs(want_w[j]) + 1e-7f)
+              << "row " << t << " slot " << j;
+        }
+        if (appended >= 0) {
+          ASSERT_EQ(ids[t * out_k + c.top_k], appended) << "row " << t;
+          ASSERT_EQ(w[t * out_k + c.top_k], 1.0f) << "row " << t;
+        }
       }
     }
   }
@@ -154,13 +163,14 @@ TEST_F(MoeRouteTest, RejectsBadInputs) {
   std::vector<float> host(64);
   float* p = d.as<float>();
   int32_t* ids = d.as<int32_t>();
-  EXPECT_FALSE(MoeRoute(p, 8, p, 1, 8, 3, 1, 2, true, 1.0f, ids, p, nullptr).ok());  // 8 % 3
-  EXPECT_FALSE(MoeRoute(p, 8, p, 1, 8, 2, 3, 2, true, 1.0f, ids, p, nullptr).ok());  // tg > g
-  EXPECT_FALSE(MoeRoute(p, 8, p, 1, 8, 1, 1, 9, true, 1.0f, ids, p, nullptr).ok());  // k > E
-  EXPECT_FALSE(MoeRoute(p, 4, p, 1, 8, 1, 1, 2, true, 1.0f, ids, p, nullptr).ok());  // ld < E
-  EXPECT_FALSE(MoeRoute(p, 2048, p, 1, 2048, 1, 1, 2, true, 1.0f, ids, p, nullptr).ok());
-  EXPECT_FALSE(MoeRoute(host.data(), 8, p, 1, 8, 1, 1, 2, true, 1.0f, ids, p, nullptr).ok());
-  EXPECT_TRUE(MoeRoute(p, 8, p, 0, 8, 1, 1, 2, true, 1.0f, ids, p, nullptr).ok());
+  EXPECT_FALSE(MoeRoute(p, 8, p, 1, 8, 3, 1, 2, true, 1.0f, -1, ids, p, nullptr).ok());  // 8 % 3
+  EXPECT_FALSE(MoeRoute(p, 8, p, 1, 8, 2, 3, 2, true, 1.0f, -1, ids, p, nullptr).ok());  // tg > g
+  EXPECT_FALSE(MoeRoute(p, 8, p, 1, 8, 1, 1, 9, true, 1.0f, -1, ids, p, nullptr).ok());  // k > E
+  EXPECT_FALSE(MoeRoute(p, 4, p, 1, 8, 1, 1, 2, true, 1.0f, -1, ids, p, nullptr).ok());  // ld < E
+  EXPECT_FALSE(MoeRoute(p, 2048, p, 1, 2048, 1, 1, 2, true, 1.0f, -1, ids, p, nullptr).ok());
+  EXPECT_FALSE(MoeRoute(host.data(), 8, p, 1, 8, 1, 1, 2, true, 1.0f, -1, ids, p, nullptr).ok());
+  EXPECT_FALSE(MoeRoute(p, 8, p, 1, 8, 1, 1, 2, true, 1.0f, -2, ids, p, nullptr).ok());
+  EXPECT_TRUE(MoeRoute(p, 8, p, 0, 8, 1, 1, 2, true, 1.0f, -1, ids, p, nullptr).ok());
 }
 
 }  // namespace

@@ -281,8 +281,10 @@ class Backend {
   // the topk_group groups with the largest sum of their top-2 c compete; choose top_k of c
   // (ties: lower expert); weight = s[chosen] (no bias), divided by (sum + 1e-20) when
   // renormalize, times scale. logits [num_rows, num_experts]; ids/weights [num_rows, top_k].
+  // appended >= 0: ids/weights rows hold top_k + 1 entries, the last (appended, 1.0f): a shared
+  // expert that MoeExperts then computes with the routed ones (no part in choice or renormalize).
   virtual void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group,
-                        int top_k, bool renormalize, float scale, int32_t* ids,
+                        int top_k, bool renormalize, float scale, int appended, int32_t* ids,
                         float* weights) = 0;
   // out[t] += sum_j weights[t, j] * down[e](silu(gate[e] x[t]) * up[e] x[t]), e = ids[t, j].
   // Narrow expert weights (SupportsWeightDType) are widened to fp32 inside the op; x stays fp32.

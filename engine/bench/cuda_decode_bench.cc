@@ -5,7 +5,8 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both] [--ab none|pdl|side] [--fused on|off|both]
+//       [--key-slots incremental|both] [--ab none|pdl|side|shared] [--shared-fold-max N]
+//       [--fused on|off|both]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
 // 2048/512, DSA indexer 32 x 128 with index_topk 2048, 256 experts top-8 with moe_inter 2048 + a
@@ -29,7 +30,9 @@
 // off, on in the same model (graphs recaptured at each switch), and ms/layer is printed both ways
 // side by side (the "on" figures are the main table's). pdl: programmatic dependent launch
 // (kernels/launch.cuh, kernels::AllowPdlLaunches; on a device without it both are plain
-// launches). side: the KV path's side branch (Backend::BeginSide, AllowCudaSideBranches).
+// launches). side: the side branches (Backend::BeginSide, AllowCudaSideBranches). shared: the
+// shared expert folded into MoeExperts (layers.h SetSharedExpertFoldMaxTokens: off = 0, on = the
+// --shared-fold-max value, default the library's).
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -73,6 +76,7 @@
 #include "engine/backend/create_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/glm_moe_dsa.h"
+#include "engine/model/layers.h"
 #include "engine/model/lazy_random_weights.h"
 #include "engine/model/random_weights.h"
 #include "kernels/cuda_util.h"
@@ -104,12 +108,17 @@ struct Args {
   // KV in this process and prints ms/layer side by side.
   std::string kv_dtype = "fp32";
   KvDType kv = KvDType::kF32;  // the one RunModel uses
-  std::string ab = "none";     // none | pdl | side: the setting also timed off
+  std::string ab = "none";     // none | pdl | side | shared: the setting also timed off
+  int64_t shared_fold_max = -1;  // --shared-fold-max (-1: the library's default)
   // Switches the --ab setting (nullptr for none).
   void (*ab_allow)(bool) = nullptr;
   std::string fused = "on";  // on | off | both (ModelLoadOptions::fuse_linears)
   bool fuse = true;          // the one RunModel uses
 };
+
+// --ab shared: the shared-expert fold at the --shared-fold-max setting, or off.
+std::atomic<int64_t> g_fold_on{0};
+void AllowSharedFold(bool on) { SetSharedExpertFoldMaxTokens(on ? g_fold_on.load() : 0); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -532,6 +541,7 @@ int Main(int argc, char** argv) {
     else if (k == "--key-slots") a.key_slots_both = next() == "both";
     else if (k == "--kv-dtype") a.kv_dtype = next();
     else if (k == "--fused") a.fused = next();
+    else if (k == "--shared-fold-max") a.shared_fold_max = std::atoll(next().c_str());
     else if (k == "--ab") a.ab = next();
     else {
       std::fprintf(stderr,
@@ -543,16 +553,19 @@ int Main(int argc, char** argv) {
   if (a.batches.empty() || a.contexts.empty() || a.steps < 1 || a.block_size < 1 ||
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
-      (a.ab != "none" && a.ab != "pdl" && a.ab != "side") ||
+      (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|pdl|side, --fused on|off|both\n");
+                 "none|pdl|side|shared, --fused on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
   if (a.ab == "side") a.ab_allow = AllowCudaSideBranches;
+  if (a.shared_fold_max >= 0) SetSharedExpertFoldMaxTokens(a.shared_fold_max);
+  g_fold_on = SharedExpertFoldMaxTokens();
+  if (a.ab == "shared") a.ab_allow = AllowSharedFold;
   // Weight tensors are allocated and freed one after another (up to 3.8 GB each): keep the freed
   // memory in the heap instead of fresh mmaps that fault every page in again.
   mallopt(M_MMAP_MAX, 0);
@@ -716,9 +729,12 @@ int Main(int argc, char** argv) {
                "unfused", "fused", fused_rows);
   }
   if (a.ab_allow != nullptr) {
-    PrintOnOff(absl::StrCat(a.ab == "pdl" ? "programmatic dependent launch" : "KV-path side branch",
-                            " on vs off, same models, alternating rounds (", a.dtype, " weights)"),
-               "off", "on", ab_rows);
+    const char* what = a.ab == "pdl"    ? "programmatic dependent launch"
+                       : a.ab == "side" ? "side branches"
+                                        : "shared expert folded into MoeExperts";
+    PrintOnOff(
+        absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),
+        "off", "on", ab_rows);
   }
   if (kv_list.size() == 2) {
     std::printf("\n== fp8 KV vs fp32 KV in this process (%s weights): ms/layer\n",

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "engine/model/layers.h"
 
 namespace glm::engine {
 
@@ -51,6 +52,8 @@ DecodeGraphs::Tables DecodeGraphs::Upload(const std::vector<int32_t>& tokens,
   return t;
 }
 
+int64_t DecodeGraphs::Epoch() const { return backend_->scratch_epoch() + ModelGraphGeneration(); }
+
 absl::Status DecodeGraphs::Run(int batch, int32_t key_bucket, bool use_graphs,
                                const std::function<void()>& body) {
   ++decode_steps_;
@@ -61,7 +64,7 @@ absl::Status DecodeGraphs::Run(int batch, int32_t key_bucket, bool use_graphs,
   }
   const std::pair<int, int32_t> key{batch, key_bucket};
   auto it = graphs_.find(key);
-  if (it != graphs_.end() && it->second.epoch == backend_->scratch_epoch()) {
+  if (it != graphs_.end() && it->second.epoch == Epoch()) {
     ++replays_;
     backend_->ReplayGraph(*it->second.graph);
     return backend_->status();
@@ -87,7 +90,7 @@ absl::Status DecodeGraphs::Run(int batch, int32_t key_bucket, bool use_graphs,
   }
   ++captures_;
   ++num_graphs_;
-  graphs_[key] = Entry{std::move(graph), backend_->scratch_epoch()};
+  graphs_[key] = Entry{std::move(graph), Epoch()};
   return backend_->status();
 }
 

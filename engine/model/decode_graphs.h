@@ -78,8 +78,11 @@ class DecodeGraphs {
  private:
   struct Entry {
     std::unique_ptr<BackendGraph> graph;
-    int64_t epoch = 0;
+    int64_t epoch = 0;  // Epoch() at capture
   };
+  // The backend's scratch epoch plus the model's process-wide settings (layers.h
+  // ModelGraphGeneration): a graph captured under either's older state is recaptured.
+  int64_t Epoch() const;
   Backend* backend_;
   std::unique_ptr<Buffer> tables_;  // [5 * kMaxBatch] int32
   std::vector<int32_t> staging_;    // host image of tables_

@@ -187,6 +187,9 @@ class FusedLinear {
   size_t num_groups() const { return groups_.size(); }
   // Part i's columns of `out`: [T, rows of part i].
   MatView Part(const MatView& out, size_t i) const { return out.Cols(offsets_[i], rows_[i]); }
+  // Part i's weight: [rows of part i, cols], a view into its group's storage (any WeightDType;
+  // fp8 parts start on a 128-row scale block, so their block scales are a view too).
+  MatView WeightPart(size_t i) const;
 
  private:
   struct Group {
@@ -209,20 +212,39 @@ struct DenseMlp {
 };
 
 // Sigmoid-routed MoE with a shared expert (spec §3.4).
+//
+// Small steps (T <= SharedExpertFoldMaxTokens()) compute the shared expert inside MoeExperts, as
+// one more expert of every token with weight 1 (MoeRoute appends it), where its shape and storage
+// match the routed experts' (GLM-5: one shared expert of moe_intermediate_size): at batch 1 that
+// replaces three dependent launches (gate | up, SiluMul, down) by 37.7 MB more of the routed
+// experts' weight stream. Same products; the sum is taken in the experts' combine instead of as
+// its own accumulate (fp32 rounding order), and narrow weights multiply the fp32 x as MoeExperts
+// does (Linear rounds x to bf16 / quantizes it to e4m3 first).
 struct Moe {
   DeviceMatrix router;  // [n_routed_experts, H], fp32 (routing is computed in fp32)
   DeviceMatrix bias;    // [1, n_routed_experts] e_score_correction_bias
   std::vector<DeviceMatrix> expert_weights;  // gate, up, down of each routed expert (MoeExperts)
+  // Routed experts' views, then (when shared_folds) the shared expert's at index num_routed.
   std::vector<MatView> gate_views, up_views, down_views;
+  int32_t num_routed = 0;
+  bool shared_folds = false;  // the shared expert can run as expert num_routed of MoeExperts
   DenseMlp shared;
   int top_k = 1;
   int n_group = 1, topk_group = 1;
   bool renormalize = true;
   float scale = 1.0f;
   static absl::StatusOr<Moe> Load(WeightLoader& w, const ModelConfig& c, const std::string& prefix);
-  // out += shared(x), then out += the routed experts' sum; x, out: [T, H].
+  // out += shared(x) + the routed experts' sum; x, out: [T, H].
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
 };
+
+// Steps of at most this many rows fold the shared expert into MoeExperts (Moe above); 0 never.
+// Process-wide, for A/B runs in one process (benches): call it between steps; a change moves
+// ModelGraphGeneration(), so decode graphs captured under the other setting are recaptured.
+void SetSharedExpertFoldMaxTokens(int64_t max_tokens);
+int64_t SharedExpertFoldMaxTokens();
+// Moves whenever a process-wide model setting that changes what a step enqueues changes.
+int64_t ModelGraphGeneration();
 
 // DSA lightning indexer (spec §3.3). Writes its keys to the layer's cache and ctx.topk. Its
 // projections live in MlaAttention's fused Linears: wq_b [n_heads * head_dim, q_lora_rank] with

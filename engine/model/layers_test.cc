@@ -1,9 +1,11 @@
 // WeightLoader::LinearRows and FusedLinear: Linear weights that share an input, stored as one
-// weight, give the same outputs as separate Linear weights (CPU backend, bit for bit).
+// weight, give the same outputs as separate Linear weights (CPU backend, bit for bit). Moe: the
+// shared expert folded into MoeExperts gives the unfolded layer's output.
 #include "engine/model/layers.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/config/model_config.h"
 
 namespace glm::engine {
 namespace {
@@ -198,6 +201,146 @@ TEST_F(FusedLinearTest, WrongPartShapeNamesTheTensor) {
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("tensor b has shape [40, 160]"), std::string::npos)
       << f.status();
+}
+
+TEST_F(FusedLinearTest, WeightPartIsEachPartsOwnWeight) {
+  // Every storage: fp8 parts on scale-block boundaries (views of data and scales), bf16, fp32.
+  for (const LinearWeightMode mode :
+       {LinearWeightMode::kAuto, LinearWeightMode::kBF16, LinearWeightMode::kF32}) {
+    WeightLoader fused_loader(src_, backend_.get(), mode);
+    auto f = FusedLinear::Load(fused_loader, {{"a", 200}, {"b", 40}, {"c", 130}}, kCols);
+    ASSERT_TRUE(f.ok()) << f.status();
+    WeightLoader plain_loader(src_, backend_.get(), mode);
+    const std::vector<LinearPart> parts = {{"a", 200}, {"b", 40}, {"c", 130}};
+    for (size_t i = 0; i < parts.size(); ++i) {
+      auto w = plain_loader.Linear(parts[i].name, parts[i].rows, kCols);
+      ASSERT_TRUE(w.ok()) << w.status();
+      const MatView part = f->WeightPart(i);
+      EXPECT_EQ(part.rows, parts[i].rows);
+      EXPECT_EQ(part.dtype, w->view.dtype);
+      EXPECT_EQ(Run(part, parts[i].rows), Run(w->view, parts[i].rows))
+          << parts[i].name << " mode " << static_cast<int>(mode);
+    }
+  }
+}
+
+// A Moe layer (spec §3.4) with a shared expert, on the CPU backend.
+class MoeFoldTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kHidden = 256, kInter = 128, kTokens = 5;
+  static constexpr int kExperts = 6, kTopK = 2;
+
+  void TearDown() override { SetSharedExpertFoldMaxTokens(saved_); }
+
+  // Weights for n_shared shared experts; fp8 tensors when fp8.
+  void MakeWeights(int n_shared, bool fp8) {
+    std::mt19937 rng(11);
+    auto put = [&](const std::string& name, int64_t rows, int64_t cols) {
+      if (fp8) {
+        src_.PutFp8(name, rows, cols, rng);
+      } else {
+        PutPlain(src_, name, rows, cols, rng);
+      }
+    };
+    PutPlain(src_, "m.gate.weight", kExperts, kHidden, rng);
+    for (int e = 0; e < kExperts; ++e) {
+      const std::string p = "m.experts." + std::to_string(e);
+      put(p + ".gate_proj.weight", kInter, kHidden);
+      put(p + ".up_proj.weight", kInter, kHidden);
+      put(p + ".down_proj.weight", kHidden, kInter);
+    }
+    put("m.shared_experts.gate_proj.weight", kInter * n_shared, kHidden);
+    put("m.shared_experts.up_proj.weight", kInter * n_shared, kHidden);
+    put("m.shared_experts.down_proj.weight", kHidden, kInter * n_shared);
+    config_.hidden_size = kHidden;
+    config_.moe_intermediate_size = kInter;
+    config_.n_routed_experts = kExperts;
+    config_.num_experts_per_tok = kTopK;
+    config_.n_shared_experts = n_shared;
+    config_.routed_scaling_factor = 2.5;
+  }
+
+  // out = x_resid + moe(x) for T rows, with the fold at max_tokens.
+  std::vector<float> Forward(const Moe& m, int64_t max_tokens) {
+    SetSharedExpertFoldMaxTokens(max_tokens);
+    std::mt19937 rng(3);
+    std::vector<float> x(kTokens * kHidden), resid(kTokens * kHidden);
+    for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    for (float& v : resid) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    auto xb = backend_->Allocate(x.size() * 4), ob = backend_->Allocate(resid.size() * 4);
+    backend_->CopyToDevice(xb->data(), x.data(), x.size() * 4);
+    backend_->CopyToDevice(ob->data(), resid.data(), resid.size() * 4);
+    Workspace ws(backend_.get());
+    StepContext ctx;
+    ctx.backend = backend_.get();
+    ctx.ws = &ws;
+    m.Forward(ctx, {xb->f32(), kTokens, kHidden, kHidden}, {ob->f32(), kTokens, kHidden, kHidden});
+    std::vector<float> out(resid.size());
+    backend_->CopyToHost(out.data(), ob->data(), out.size() * 4);
+    EXPECT_TRUE(backend_->status().ok()) << backend_->status();
+    return out;
+  }
+
+  // Largest |a - b| over the largest |b - resid| (the size of the layer's own contribution).
+  static double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+    double diff = 0, size = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+      size = std::max(size, std::abs(static_cast<double>(b[i])));
+    }
+    return diff / size;
+  }
+
+  Fp8Weights src_;
+  ModelConfig config_;
+  std::unique_ptr<Backend> backend_ = CreateCpuBackend(1);
+  int64_t saved_ = SharedExpertFoldMaxTokens();
+};
+
+TEST_F(MoeFoldTest, FoldedSharedExpertGivesTheUnfoldedOutput) {
+  MakeWeights(/*n_shared=*/1, /*fp8=*/false);
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kF32);
+  auto m = Moe::Load(w, config_, "m");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->shared_folds);
+  const std::vector<float> off = Forward(*m, 0), on = Forward(*m, kTokens);
+  EXPECT_NE(off, on);  // another rounding order: the fold did run
+  EXPECT_LT(RelDiff(on, off), 1e-5);
+  // One row past the limit is the unfolded path again, bit for bit.
+  EXPECT_EQ(Forward(*m, kTokens - 1), off);
+}
+
+TEST_F(MoeFoldTest, Fp8SharedExpertFoldsThroughWeightViews) {
+  MakeWeights(/*n_shared=*/1, /*fp8=*/true);
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kAuto);
+  auto m = Moe::Load(w, config_, "m");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->shared_folds);
+  EXPECT_EQ(m->gate_views.back().dtype, WeightDType::kF8E4M3Block128);
+  // Unfolded, Linear quantizes x to e4m3 per 128 columns; folded, MoeExperts multiplies the fp32
+  // x: the outputs differ by that quantization (~1e-2), not by a wrong weight view (~1).
+  EXPECT_LT(RelDiff(Forward(*m, kTokens), Forward(*m, 0)), 5e-2);
+}
+
+TEST_F(MoeFoldTest, WiderSharedExpertIsNotFolded) {
+  MakeWeights(/*n_shared=*/2, /*fp8=*/false);
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kF32);
+  auto m = Moe::Load(w, config_, "m");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_FALSE(m->shared_folds);
+  EXPECT_EQ(m->gate_views.size(), static_cast<size_t>(kExperts));
+  EXPECT_EQ(Forward(*m, kTokens), Forward(*m, 0));
+}
+
+TEST(ModelGraphGeneration, MovesOnlyWhenTheFoldSettingChanges) {
+  const int64_t saved = SharedExpertFoldMaxTokens();
+  const int64_t g0 = ModelGraphGeneration();
+  SetSharedExpertFoldMaxTokens(saved);
+  EXPECT_EQ(ModelGraphGeneration(), g0);
+  SetSharedExpertFoldMaxTokens(saved + 1);
+  EXPECT_EQ(ModelGraphGeneration(), g0 + 1);
+  SetSharedExpertFoldMaxTokens(saved);
+  EXPECT_EQ(ModelGraphGeneration(), g0 + 2);
 }
 
 }  // namespace

@@ -434,8 +434,9 @@ void CpuBackend::Attention(const AttentionArgs& a) {
 }
 
 void CpuBackend::MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group,
-                          int top_k, bool renormalize, float scale, int32_t* ids,
+                          int top_k, bool renormalize, float scale, int appended, int32_t* ids,
                           float* weights) {
+  const int out_k = appended >= 0 ? top_k + 1 : top_k;  // entries per row of ids / weights
   const int64_t num_experts = logits.cols;
   n_group = std::max(1, n_group);
   const int64_t group_size = num_experts / n_group;
@@ -476,8 +477,12 @@ void CpuBackend::MoeRoute(const MatView& logits, const float* bias, int n_group,
     for (int j = 0; j < top_k; ++j) sum += s[order[j]];
     const float denom = renormalize ? sum + 1e-20f : 1.0f;
     for (int j = 0; j < top_k; ++j) {
-      ids[t * top_k + j] = order[j];
-      weights[t * top_k + j] = s[order[j]] / denom * scale;
+      ids[t * out_k + j] = order[j];
+      weights[t * out_k + j] = s[order[j]] / denom * scale;
+    }
+    if (appended >= 0) {
+      ids[t * out_k + top_k] = appended;
+      weights[t * out_k + top_k] = 1.0f;
     }
   }
 }

@@ -54,7 +54,7 @@ class CpuBackend : public Backend {
   void GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots,
                        const MatView& out) override;
   void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group, int top_k,
-                bool renormalize, float scale, int32_t* ids, float* weights) override;
+                bool renormalize, float scale, int appended, int32_t* ids, float* weights) override;
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                   const ExpertWeights& experts, const MatView& out) override;
 

@@ -235,7 +235,7 @@ TEST(CpuBackend, MoeRouteUsesBiasOnlyForChoosing) {
   std::vector<float> bias = {1.0f, 0.0f, 0.0f, -2.0f};
   std::vector<int32_t> ids(2);
   std::vector<float> w(2);
-  b.MoeRoute({logits.data(), 1, 4, 4}, bias.data(), 1, 1, 2, true, 2.5f, ids.data(), w.data());
+  b.MoeRoute({logits.data(), 1, 4, 4}, bias.data(), 1, 1, 2, true, 2.5f, -1, ids.data(), w.data());
   auto sig = [](float x) { return 1.0f / (1.0f + std::exp(-x)); };
   EXPECT_EQ(ids[0], 0);  // 0.5 + 1.0
   EXPECT_EQ(ids[1], 1);  // 0.731
@@ -243,18 +243,33 @@ TEST(CpuBackend, MoeRouteUsesBiasOnlyForChoosing) {
   EXPECT_NEAR(w[0], sig(0.0f) / sum * 2.5f, 1e-6);
   EXPECT_NEAR(w[1], sig(1.0f) / sum * 2.5f, 1e-6);
   // Without renormalisation the weights are the raw sigmoids times the scale.
-  b.MoeRoute({logits.data(), 1, 4, 4}, bias.data(), 1, 1, 2, false, 1.0f, ids.data(), w.data());
+  b.MoeRoute({logits.data(), 1, 4, 4}, bias.data(), 1, 1, 2, false, 1.0f, -1, ids.data(), w.data());
   EXPECT_NEAR(w[0], sig(0.0f), 1e-6);
   // Group-limited: 2 groups {0,1} {2,3}; keep 1 group. Group scores (top-2 sums of s + bias):
   // g0 = 1.5 + 0.731 = 2.23, g1 = 0.622 + (0.881 - 2) < g0 -> experts from group 0 only.
   std::vector<float> logits2 = {0.0f, 1.0f, 3.0f, 2.0f};
   std::vector<float> nobias = {0.0f, 0.0f, 0.0f, 0.0f};
-  b.MoeRoute({logits2.data(), 1, 4, 4}, nobias.data(), 2, 1, 2, true, 1.0f, ids.data(), w.data());
+  b.MoeRoute({logits2.data(), 1, 4, 4}, nobias.data(), 2, 1, 2, true, 1.0f, -1, ids.data(),
+             w.data());
   std::sort(ids.begin(), ids.end());
   EXPECT_EQ(ids, (std::vector<int32_t>{2, 3}));
-  b.MoeRoute({logits2.data(), 1, 4, 4}, bias.data(), 2, 1, 2, true, 1.0f, ids.data(), w.data());
+  b.MoeRoute({logits2.data(), 1, 4, 4}, bias.data(), 2, 1, 2, true, 1.0f, -1, ids.data(), w.data());
   std::sort(ids.begin(), ids.end());
   EXPECT_EQ(ids, (std::vector<int32_t>{0, 1}));
+  // appended: a shared expert's (id, 1.0) follows the top_k of every row, outside the
+  // renormalization.
+  std::vector<float> logits3 = {0.0f, 1.0f, 0.5f, 2.0f, 2.0f, 0.5f, 1.0f, 0.0f};
+  std::vector<int32_t> ids3(6, -1);
+  std::vector<float> w3(6, -1.0f);
+  b.MoeRoute({logits3.data(), 2, 4, 4}, nobias.data(), 1, 1, 2, true, 2.5f, 4, ids3.data(),
+             w3.data());
+  EXPECT_EQ(ids3, (std::vector<int32_t>{3, 1, 4, 0, 2, 4}));
+  const float sum3 = sig(2.0f) + sig(1.0f);
+  EXPECT_NEAR(w3[0], sig(2.0f) / sum3 * 2.5f, 1e-6);
+  EXPECT_NEAR(w3[1], sig(1.0f) / sum3 * 2.5f, 1e-6);
+  EXPECT_EQ(w3[2], 1.0f);
+  EXPECT_NEAR(w3[3], sig(2.0f) / sum3 * 2.5f, 1e-6);
+  EXPECT_EQ(w3[5], 1.0f);
 }
 
 TEST(CpuBackend, MoeExpertsMatchesNaive) {

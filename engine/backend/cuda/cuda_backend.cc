@@ -391,13 +391,13 @@ class CudaBackend : public Backend {
     Record(cuda::GatherLatentFp8(src, slots, out, stream_));
   }
 
-  void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group,
-                int top_k, bool renormalize, float scale, int32_t* ids,
+  void MoeRoute(const MatView& logits, const float* bias, int n_group, int topk_group, int top_k,
+                bool renormalize, float scale, int appended, int32_t* ids,
                 float* weights) override {
     if (logits.rows == 0 || !Bind()) return;
     Record(kernels::MoeRoute(logits.data, logits.ld, bias, logits.rows,
-                             static_cast<int>(logits.cols), std::max(1, n_group), topk_group,
-                             top_k, renormalize, scale, ids, weights, stream_));
+                             static_cast<int>(logits.cols), std::max(1, n_group), topk_group, top_k,
+                             renormalize, scale, appended, ids, weights, stream_));
   }
 
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,

@@ -435,13 +435,16 @@ TEST_F(CudaBackendTest, MoeRouteMatchesCpu) {
     auto l = Random(c.rows * ld, seed_++, 2.0f);
     if (c.equal) std::fill(l.begin(), l.end(), 0.5f);
     Dual logits(*gpu_, l), bias(*gpu_, Random(c.experts, seed_++, c.equal ? 0.0f : 0.1f));
-    DualInts ids(*gpu_, std::vector<int32_t>(c.rows * c.top_k, -7));
-    Dual weights(*gpu_, std::vector<float>(c.rows * c.top_k, -7.0f));
+    // Every other case with a shared expert appended after the top_k.
+    const int appended = c.rows % 2 == 1 ? c.experts : -1;
+    const int out_k = appended >= 0 ? c.top_k + 1 : c.top_k;
+    DualInts ids(*gpu_, std::vector<int32_t>(c.rows * out_k, -7));
+    Dual weights(*gpu_, std::vector<float>(c.rows * out_k, -7.0f));
     cpu_->MoeRoute(logits.HMat(c.rows, c.experts, ld), c.bias ? bias.h() : nullptr, c.n_group,
-                   c.topk_group, c.top_k, c.renorm, 2.5f, ids.h(), weights.h());
+                   c.topk_group, c.top_k, c.renorm, 2.5f, appended, ids.h(), weights.h());
     gpu_->MoeRoute(logits.DMat(c.rows, c.experts, ld), c.bias ? bias.d() : nullptr, c.n_group,
-                   c.topk_group, c.top_k, c.renorm, 2.5f, ids.d(), weights.d());
-    std::vector<int32_t> got(c.rows * c.top_k);
+                   c.topk_group, c.top_k, c.renorm, 2.5f, appended, ids.d(), weights.d());
+    std::vector<int32_t> got(c.rows * out_k);
     gpu_->CopyToHost(got.data(), ids.d(), got.size() * sizeof(int32_t));
     ASSERT_EQ(got, std::vector<int32_t>(ids.h(), ids.h() + got.size())) << what;
     weights.Expect(1e-6, what);

@@ -282,7 +282,7 @@ void BenchMoeRoute(std::mt19937& rng, int iters) {
     BENCH_CHECK(cudaMalloc(reinterpret_cast<void**>(&w), size_t(rows) * top_k * 4));
     {
       auto route = [&] {
-        return kernels::MoeRoute(logits, experts, bias, rows, experts, 1, 1, top_k, true, 2.5f,
+        return kernels::MoeRoute(logits, experts, bias, rows, experts, 1, 1, top_k, true, 2.5f, -1,
                                  ids, w, stream);
       };
       if (!route().ok()) std::exit(1);  // pointer checks outside the capture
