@@ -5,7 +5,8 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both] [--ab none|pdl|side|shared] [--shared-fold-max N]
+//       [--key-slots incremental|both] [--ab none|pdl|side|shared|mma] [--shared-fold-max N]
+//       [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
@@ -32,7 +33,10 @@
 // (kernels/launch.cuh, kernels::AllowPdlLaunches; on a device without it both are plain
 // launches). side: the side branches (Backend::BeginSide, AllowCudaSideBranches). shared: the
 // shared expert folded into MoeExperts (layers.h SetSharedExpertFoldMaxTokens: off = 0, on = the
-// --shared-fold-max value, default the library's).
+// --shared-fold-max value, default the library's). mma: kAuto's tensor-core MoE range up to
+// --mma-max-pairs (default: the library's, cuda_ops_moe.h SetMoeMmaAutoMaxPairs; without --ab
+// mma the flag sets the range for the run) vs up to 1024 pairs (its top before the sixth
+// session); decode graphs stop at batch 64, so the batches this moves run eagerly, no recapture.
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -75,6 +79,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_ops_moe.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/model/layers.h"
 #include "engine/model/lazy_random_weights.h"
@@ -110,6 +115,9 @@ struct Args {
   KvDType kv = KvDType::kF32;  // the one RunModel uses
   std::string ab = "none";     // none | pdl | side | shared: the setting also timed off
   int64_t shared_fold_max = -1;  // --shared-fold-max (-1: the library's default)
+  // --mma-max-pairs: with --ab mma the "on" top of the tensor-core MoE range (default: the
+  // library's); otherwise, when given, the range's top for the whole run.
+  int mma_max_pairs = -1;
   // Switches the --ab setting (nullptr for none).
   void (*ab_allow)(bool) = nullptr;
   std::string fused = "on";  // on | off | both (ModelLoadOptions::fuse_linears)
@@ -119,6 +127,11 @@ struct Args {
 // --ab shared: the shared-expert fold at the --shared-fold-max setting, or off.
 std::atomic<int64_t> g_fold_on{0};
 void AllowSharedFold(bool on) { SetSharedExpertFoldMaxTokens(on ? g_fold_on.load() : 0); }
+// --ab mma: the tensor-core MoE range up to --mma-max-pairs, or up to 1024 pairs.
+std::atomic<int> g_mma_on{4096}, g_mma_off{1024};
+void AllowMmaRange(bool on) {
+  cuda::SetMoeMmaAutoMaxPairs(on ? g_mma_on.load() : g_mma_off.load());
+}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -542,6 +555,7 @@ int Main(int argc, char** argv) {
     else if (k == "--kv-dtype") a.kv_dtype = next();
     else if (k == "--fused") a.fused = next();
     else if (k == "--shared-fold-max") a.shared_fold_max = std::atoll(next().c_str());
+    else if (k == "--mma-max-pairs") a.mma_max_pairs = std::atoi(next().c_str());
     else if (k == "--ab") a.ab = next();
     else {
       std::fprintf(stderr,
@@ -553,12 +567,12 @@ int Main(int argc, char** argv) {
   if (a.batches.empty() || a.contexts.empty() || a.steps < 1 || a.block_size < 1 ||
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
-      (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared") ||
+      (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|pdl|side|shared, --fused on|off|both\n");
+                 "none|pdl|side|shared|mma, --fused on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -566,6 +580,12 @@ int Main(int argc, char** argv) {
   if (a.shared_fold_max >= 0) SetSharedExpertFoldMaxTokens(a.shared_fold_max);
   g_fold_on = SharedExpertFoldMaxTokens();
   if (a.ab == "shared") a.ab_allow = AllowSharedFold;
+  g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
+  if (a.ab == "mma") {
+    a.ab_allow = AllowMmaRange;
+  } else if (a.mma_max_pairs > 0) {
+    cuda::SetMoeMmaAutoMaxPairs(a.mma_max_pairs);
+  }
   // Weight tensors are allocated and freed one after another (up to 3.8 GB each): keep the freed
   // memory in the heap instead of fresh mmaps that fault every page in again.
   mallopt(M_MMAP_MAX, 0);
@@ -731,6 +751,7 @@ int Main(int argc, char** argv) {
   if (a.ab_allow != nullptr) {
     const char* what = a.ab == "pdl"    ? "programmatic dependent launch"
                        : a.ab == "side" ? "side branches"
+                       : a.ab == "mma"  ? "tensor-core MoE range extended"
                                         : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),

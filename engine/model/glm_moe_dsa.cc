@@ -74,11 +74,16 @@ class GlmMoeDsaModel : public Model {
   // slots of every slice up to date in arena_ (uploads only what changed).
   absl::StatusOr<StepPlan> Plan(const ForwardBatch& batch);
   // The key-slot arena for a KV cache of num_blocks blocks (slot_arena.h).
+  // The key-slot table's int32 slots for a cache of num_blocks blocks: every cached position
+  // plus a quarter (shared prefix blocks count once per sequence), at least 4096.
+  static int64_t SlotArenaCapacity(int block_size, int64_t num_blocks) {
+    const int64_t positions = static_cast<int64_t>(block_size) * std::max<int64_t>(num_blocks, 0);
+    return std::clamp<int64_t>(positions + positions / 4, 4096, int64_t{1} << 30);
+  }
   std::unique_ptr<SlotArena> MakeSlotArena(int block_size, int num_blocks) const {
     SlotArena::Options o;
     o.block_size = block_size;
-    const int64_t positions = static_cast<int64_t>(block_size) * std::max(num_blocks, 0);
-    o.initial_capacity = std::clamp<int64_t>(positions + positions / 4, 4096, int64_t{1} << 30);
+    o.initial_capacity = SlotArenaCapacity(block_size, num_blocks);
     return std::make_unique<SlotArena>(backend_, o);
   }
   // ctx.identity for the expanded form: a persistent [>= n] 0, 1, 2, ... table.
@@ -621,22 +626,30 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
     const int64_t budget =
         static_cast<int64_t>(options_.gpu_memory_fraction * static_cast<double>(mem.total_bytes));
     const int64_t used = mem.total_bytes - mem.free_bytes;
-    const int64_t kv_bytes = std::min(budget - used - reserves, avail);
+    // The key-slot table comes out of the same budget: 4 bytes per slot, at most 5 per position
+    // (SlotArenaCapacity), and its 4096-slot floor.
+    const int64_t slot_floor = 4096 * 4, slot_per_block = 5 * int64_t{geo.block_size};
+    const int64_t kv_bytes = std::min(budget - used - reserves, avail) - slot_floor;
     const int64_t need_blocks = (max_len + geo.block_size - 1) / geo.block_size;
-    if (kv_bytes < need_blocks * mp.kv_bytes_per_block) {
+    if (kv_bytes < need_blocks * (mp.kv_bytes_per_block + slot_per_block)) {
       return fail(absl::StrCat(
           "gpu_memory_fraction ", options_.gpu_memory_fraction, " leaves ",
-          std::max<int64_t>(kv_bytes, 0) / kMiB, " MiB for the KV cache, less than one sequence "
-          "of max_model_len ", max_len, " tokens needs (", need_blocks * mp.kv_bytes_per_block / kMiB,
-          " MiB; short by ", (need_blocks * mp.kv_bytes_per_block - kv_bytes) / kMiB, " MiB)"));
+          std::max<int64_t>(kv_bytes, 0) / kMiB,
+          " MiB for the KV cache, less than one sequence of max_model_len ", max_len,
+          " tokens needs with its key slots (",
+          need_blocks * (mp.kv_bytes_per_block + slot_per_block) / kMiB, " MiB; short by ",
+          (need_blocks * (mp.kv_bytes_per_block + slot_per_block) - kv_bytes) / kMiB, " MiB)"));
     }
-    geo.num_blocks =
-        static_cast<int>(std::min<int64_t>(kv_bytes / mp.kv_bytes_per_block, 1 << 30));
+    geo.num_blocks = static_cast<int>(
+        std::min<int64_t>(kv_bytes / (mp.kv_bytes_per_block + slot_per_block), 1 << 30));
   }
-  if (device && geo.num_blocks > 0 && geo.num_blocks * mp.kv_bytes_per_block > mem.free_bytes) {
+  const int64_t slot_table_bytes = SlotArenaCapacity(geo.block_size, geo.num_blocks) * 4;
+  if (device && geo.num_blocks > 0 &&
+      geo.num_blocks * mp.kv_bytes_per_block + slot_table_bytes > mem.free_bytes) {
     return fail(absl::StrCat("the KV cache of ", geo.num_blocks, " blocks (",
                              geo.num_blocks * mp.kv_bytes_per_block / kMiB,
-                             " MiB) does not fit in the free device memory"));
+                             " MiB) and its key-slot table (", slot_table_bytes / kMiB,
+                             " MiB) do not fit in the free device memory"));
   }
   GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, geo, kv_layers));
   arena_ = MakeSlotArena(geo.block_size, geo.num_blocks);

@@ -6,7 +6,11 @@
 #   the previous kernel ends, eagerly and in a graph?);
 # - glm-bench-cuda-decode at GLM-5 widths, fp8 weights and KV, 1 vs 6 layers, graphs on,
 #   --ab shared: the shared expert folded into MoeExperts vs its own three launches, alternating
-#   rounds in the same models, at batch 1 / 8 / 64 (--shared-fold-max 64 folds all three).
+#   rounds in the same models, at batch 1 / 8 / 64 (--shared-fold-max 64 folds all three);
+# - step "big" (not in the default): the same A/B at batch 128 / 256 (eager: graphs stop at 64),
+#   to see whether the fold's 64-row limit should be higher;
+# - step "mma" (not in the default): --ab mma at batch 128 / 256 / 512, the tensor-core MoE range
+#   up to 4096 pairs (the default since this session) vs up to 1024 (before).
 # From the repo root there (carry .gpurun-pack): tar -xJf .gpurun-pack/all.tar.xz &&
 #   tools/gpu/run_fold_gpu.sh .gpurun-all
 # Logs in $OUT (default /tmp/glm-fold-out). STEPS (default "tests launch ab") picks parts.
@@ -31,7 +35,16 @@ for s in $steps; do
       gpu_step "decode-ab-shared" 330 "$bin/glm-bench-cuda-decode" "${dec[@]}" \
         --contexts 4096,131072 --ab shared --shared-fold-max 64
       ;;
-    *) echo "unknown step $s (tests, launch, ab)" ;;
+    big)
+      gpu_step "decode-ab-shared-big" 330 "$bin/glm-bench-cuda-decode" --dtype fp8 --kv-dtype fp8 \
+        --layers 1,6 --batches 128,256 --steps 8 --graphs on --contexts 4096 --ab shared \
+        --shared-fold-max 256
+      ;;
+    mma)
+      gpu_step "decode-ab-mma" 330 "$bin/glm-bench-cuda-decode" --dtype fp8 --kv-dtype fp8 \
+        --layers 1,6 --batches 128,256,512 --steps 6 --graphs on --contexts 4096 --ab mma
+      ;;
+    *) echo "unknown step $s (tests, launch, ab, big, mma)" ;;
   esac
 done
 gpu_run_end

@@ -58,8 +58,7 @@ MoeRanPath ExpectedPath(MoeDecodePath path, int64_t pairs, WeightDType dtype) {
     case MoeDecodePath::kAuto:
       return pairs <= cuda::kMoeDecodeMaxPairs ? MoeRanPath::kDecode
              : pairs <= cuda::kMoeListedMaxPairs
-                 ? (fp8 && pairs >= cuda::kMoeMmaAutoMinPairs &&
-                            pairs <= cuda::kMoeMmaAutoMaxPairs
+                 ? (fp8 && pairs >= cuda::kMoeMmaAutoMinPairs && pairs <= cuda::MoeMmaAutoMaxPairs()
                         ? MoeRanPath::kMma
                         : MoeRanPath::kGrouped)
                  : MoeRanPath::kTiled;
@@ -288,9 +287,9 @@ TEST_F(CudaMoeTest, MmaMatchesCpu) {
     for (const Case& c : cases) {
       Check(ex, WeightDType::kF8E4M3Block128, c, MoeDecodePath::kMma, "mma_forced");
     }
-    // kAuto inside its mma range (65..128 tokens with top-8).
-    for (const Case& c :
-         {Case{65, 8, false, false}, Case{100, 8, true, true}, Case{128, 8, false, false}}) {
+    // kAuto inside its mma range (65..512 tokens with top-8).
+    for (const Case& c : {Case{65, 8, false, false}, Case{100, 8, true, true},
+                          Case{128, 8, false, false}, Case{300, 8, false, false}}) {
       Check(ex, WeightDType::kF8E4M3Block128, c, MoeDecodePath::kAuto, "auto");
     }
     x_scale_spread_ = true;

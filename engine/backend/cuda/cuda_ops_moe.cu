@@ -1730,6 +1730,7 @@ bool MmaAutoEnabled() {
 }
 std::atomic<MoeRanPath> g_last_path{MoeRanPath::kNone};
 std::atomic<int> g_group_tokens{kGroupMaxTokens};
+std::atomic<int> g_mma_max_pairs{kMoeMmaAutoMaxPairs};
 
 }  // namespace
 
@@ -1738,6 +1739,10 @@ void SetMoeDecodePath(MoeDecodePath path) { g_decode_path.store(path); }
 void SetMoeGroupTokens(int tokens) {
   g_group_tokens.store(std::clamp(tokens, 1, kGroupMaxTokens));
 }
+void SetMoeMmaAutoMaxPairs(int pairs) {
+  g_mma_max_pairs.store(std::clamp(pairs, kMoeMmaAutoMinPairs, kMoeListedForceMaxPairs));
+}
+int MoeMmaAutoMaxPairs() { return g_mma_max_pairs.load(); }
 
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
@@ -1777,11 +1782,11 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   const bool offsets32 = tokens * x.ld + hidden < 0x7fffffff && pairs * inter + inter < 0x7fffffff;
   // fp8 on tensor cores (MoeMmaKernel): kAuto for kMoeMmaAutoMinPairs..kMoeMmaAutoMaxPairs
   // pairs, or forced.
-  const bool mma =
-      table->wt == kWFP8 && table->gemv_ok && offsets32 && pairs <= kMoeListedForceMaxPairs &&
-      (path == MoeDecodePath::kMma ||
-       (path == MoeDecodePath::kAuto && !small && pairs >= kMoeMmaAutoMinPairs &&
-        pairs <= kMoeMmaAutoMaxPairs && MmaAutoEnabled()));
+  const bool mma = table->wt == kWFP8 && table->gemv_ok && offsets32 &&
+                   pairs <= kMoeListedForceMaxPairs &&
+                   (path == MoeDecodePath::kMma ||
+                    (path == MoeDecodePath::kAuto && !small && pairs >= kMoeMmaAutoMinPairs &&
+                     pairs <= g_mma_max_pairs.load(std::memory_order_relaxed) && MmaAutoEnabled()));
   // kMma forced on bf16 / fp32 weights runs the token-group kernels.
   const bool grouped =
       !mma && table->gemv_ok && offsets32 &&

@@ -16,11 +16,11 @@ inline constexpr int kMoeDecodeMaxPairs = 64;
 inline constexpr int kMoeListedMaxPairs = 4096;  // kAuto's cut-over to the tiled GEMM
 inline constexpr int kMoeListedForceMaxPairs = 4096;
 // kAuto runs fp8 experts on the tensor cores (MoeMmaKernel) for kMoeMmaAutoMinPairs..
-// kMoeMmaAutoMaxPairs pairs (decode batches 65..128 with top-8; elsewhere the decode or the
+// kMoeMmaAutoMaxPairs pairs (decode batches 65..512 with top-8; below, the decode or the
 // token-group kernels: see the measurements at the end); the environment variable
 // GLM_CUDA_MOE_MMA=0 (read once) keeps kAuto on the token-group kernels.
 inline constexpr int kMoeMmaAutoMinPairs = 513;
-inline constexpr int kMoeMmaAutoMaxPairs = 1024;
+inline constexpr int kMoeMmaAutoMaxPairs = 4096;
 
 enum class MoeDecodePath {
   kAuto,        // MoeDecodeKernel (<= 64 pairs), token-group listed decode (<= 4096), tiled
@@ -46,6 +46,12 @@ void SetMoeDecodePath(MoeDecodePath path);
 // the register accumulators' limit at 128 registers); process-wide, a bench knob. Results do
 // not depend on it (each token row's sums are computed alike whatever its unit).
 void SetMoeGroupTokens(int tokens);
+
+// The top of kAuto's tensor-core range (default kMoeMmaAutoMaxPairs), clamped to
+// kMoeMmaAutoMinPairs..kMoeListedForceMaxPairs; process-wide, a bench knob (glm-bench-cuda-decode
+// --ab mma), taking effect at the next MoeExperts call (not for already captured graphs).
+void SetMoeMmaAutoMaxPairs(int pairs);
+int MoeMmaAutoMaxPairs();
 
 // Tried on an H200 at GLM-5 widths (256 experts top-8) and removed as slower than the kernels
 // above: L2 prefetch 4 / 8 chunk iterations ahead in the decode kernels, 6-19 % slower at batch
@@ -73,8 +79,10 @@ void SetMoeGroupTokens(int tokens);
 // kernel streams at a flat ~0.55 of D2D whatever the batch (latency bound: 2 KiB of weight loads
 // in flight per warp, against the token-group kernel's 8 KiB cp.async ring), while the token
 // groups slow down with rows per expert; hence kAuto's mma range 513..1024 pairs (batch 64 equal
-// within 2 %, batch 128 1.46x faster). Not measured: 1025..4096 pairs (kAuto keeps the token
-// groups there). Next step: a deeper weight pipeline (cp.async ring as MoeGroupKernel) for
-// batches 16..64.
+// within 2 %, batch 128 1.46x faster). 1025..4096 pairs, measured later in the decode step
+// (glm-bench-cuda-decode --ab mma, H200, GLM-5 widths, fp8, 4K context, ms/layer token groups ->
+// mma): batch 256 16.08 -> 9.58, batch 512 33.45 -> 19.50 (batch 128, mma both ways: 4.61 /
+// 4.52); hence the range's top at 4096 pairs, the token-group kernels' own limit. Next step: a
+// deeper weight pipeline (cp.async ring as MoeGroupKernel) for batches 16..64.
 
 }  // namespace glm::engine::cuda
