@@ -97,6 +97,15 @@ absl::StatusOr<std::unique_ptr<NarrowLinear>> NarrowLinear::Create() {
     }
     l->gemv_max_tokens_ = v;
   }
+  if (const char* env = std::getenv("GLM_GEMV_CTAS_PER_SM"); env != nullptr && *env) {
+    int v = 0;
+    if (!absl::SimpleAtoi(env, &v) || v < 0 || v > 16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GLM_GEMV_CTAS_PER_SM='", env, "' is not an integer in [0, 16]; unset it for the ",
+          "default (0: as many CTAs per SM as the GEMV's occupancy allows)"));
+    }
+    l->gemv_ctas_per_sm_ = v;
+  }
   GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaMemset(counters, 0, kGemvCounters * sizeof(int32_t)),
                                         kOp, "cudaMemset(GEMV counters)"));
   return l;
@@ -121,7 +130,8 @@ absl::Status NarrowLinear::RunGemv(const MatView& x, const MatView& w, const Mat
     GLM_ASSIGN_OR_RETURN(
         kernels::GemvNarrowPlan plan,
         kernels::GemvNarrowPlan::Create(
-            {m, n, k, fp8 ? kernels::GemvWeight::kF8E4M3Block128 : kernels::GemvWeight::kBF16}));
+            {m, n, k, fp8 ? kernels::GemvWeight::kF8E4M3Block128 : kernels::GemvWeight::kBF16},
+            kernels::GemvSplitReduce::kAuto, gemv_ctas_per_sm_));
     it = gemv_.emplace(key, plan).first;
   }
   const kernels::GemvNarrowPlan& plan = it->second;
