@@ -335,8 +335,9 @@ absl::StatusOr<Moe> Moe::Load(WeightLoader& w, const ModelConfig& c, const std::
 }
 
 namespace {
-// glm-bench-cuda-decode --ab shared (H200, fp8, graphs): folded vs not, ms/layer 0.99 at batch 1,
-// 0.92 at batch 8, 0.86 at batch 64 (4K context); larger steps (prefill chunks) were not measured.
+// glm-bench-cuda-decode --ab shared (H200, fp8, 4K context): folded vs not, ms/layer 0.99 at batch
+// 1, 0.92 at batch 8, 0.86 at batch 64, but 1.28 at 128 and 1.37 at 256 rows (docs/benchmarks.md,
+// sixth session): 64 is the limit.
 std::atomic<int64_t> g_shared_fold_max_tokens{64};
 std::atomic<int64_t> g_model_graph_generation{0};
 }  // namespace
