@@ -4,8 +4,10 @@
 // n_group) goes through the warp's shared-memory slice: lane g sums the top-2 choices of group g
 // (sequentially, any group size), the topk_group groups are taken by warp-wide argmax rounds
 // over (group score desc, group asc) and the choices of the other groups become -inf. The top_k
-// experts are then taken one per round: each lane's best untaken (choice desc, expert asc), a
-// 5-step butterfly to the warp's best, the owner marks it taken. This reproduces the CPU's
+// experts are then taken one per round: each lane offers its best untaken (choice desc, expert
+// asc) as an order-preserving 32-bit key, two redux.sync give the warp's best key and the lowest
+// expert holding it, the owner marks it taken (this replaced a 5-step shuffle butterfly of
+// (value, index, score) per round; docs/benchmarks.md, seventh session). This reproduces the CPU's
 // partial_sort order exactly, including -inf choices of filtered groups when top_k exceeds the
 // experts left. Lane 0 sums the chosen scores in choice order (the CPU's fp32 rounding).
 // Limits: num_experts <= kMoeRouteMaxExperts, top_k <= kMoeRouteMaxTopK.
@@ -28,6 +30,16 @@ __device__ __forceinline__ bool RouteBefore(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
+// A 32-bit key that orders floats like RouteBefore's `v > bv` (larger float, larger key; -0 and
+// +0 equal), 1 for NaN (after every number) and never 0 (0 marks "no expert left").
+__device__ __forceinline__ unsigned RouteKey(float v) {
+  if (v != v) return 1u;
+  if (v == 0.0f) v = 0.0f;  // -0 == +0
+  const unsigned u = __float_as_uint(v);
+  const unsigned k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return k < 2u ? 2u : k;  // only NaN patterns map below 2
+}
+
 // Warp-wide best (value, index, payload) under RouteBefore; every lane gets the winner.
 __device__ __forceinline__ void WarpRouteBest(float& bv, int& bi, float& bs) {
 #pragma unroll
@@ -46,7 +58,9 @@ __device__ __forceinline__ void WarpRouteBest(float& bv, int& bi, float& bs) {
 // grid ceil(rows / kMoeRouteWarps), block kMoeRouteWarps * 32. (Tried: the top-k rounds as a
 // rolled loop over the warp's shared-memory slice instead of unrolled over registers, for less
 // code to fetch: on an H200 11.9 vs 8.7 us per launch in a graph at 256 experts top-8.)
-template <int kP>
+// kRedux: false runs the top-k rounds the previous way (a shuffle butterfly over (value, index,
+// score) per round; the same ids and weights), kept for smallops_bench's A/B.
+template <int kP, bool kRedux = true>
 __global__ void __launch_bounds__(kMoeRouteWarps * 32)
     MoeRouteWarpKernel(const float* logits, int64_t ld, const float* bias, int64_t rows,
                        int num_experts, int n_group, int topk_group, int top_k, bool renormalize,
@@ -117,26 +131,67 @@ __global__ void __launch_bounds__(kMoeRouteWarps * 32)
       if (e < num_experts && !keep[e / group_size]) ch[i] = -INFINITY;
     }
   }
-  unsigned taken = 0;  // bit i: expert lane + 32 i chosen
   float sum = 0.0f;
-  for (int j = 0; j < top_k; ++j) {
-    float bv = 0.0f, bs = 0.0f;
-    int bi = kNoExpert;
+  if constexpr (kRedux) {
+    // The top_k rounds on 32-bit keys that order choices like RouteBefore: RouteKey(choice) is
+    // larger for a larger choice (-inf included; NaN is the smallest valid key), 0 is "nothing
+    // left". Each lane offers its best untaken key (the lowest i among equal keys: the lowest
+    // expert), the warp's best key is one redux.sync, the lowest expert offering it a second.
+    unsigned key[kP];
 #pragma unroll
-    for (int i = 0; i < kP; ++i) {
-      const int e = lane + 32 * i;
-      if (e < num_experts && !(taken >> i & 1u) && RouteBefore(ch[i], e, bv, bi)) {
-        bv = ch[i];
-        bi = e;
-        bs = sc[i];
+    for (int i = 0; i < kP; ++i) key[i] = lane + 32 * i < num_experts ? RouteKey(ch[i]) : 0u;
+    for (int j = 0; j < top_k; ++j) {
+      unsigned best = 0u;
+      int bi = kP;
+#pragma unroll
+      for (int i = 0; i < kP; ++i) {
+        if (key[i] > best) {
+          best = key[i];
+          bi = i;
+        }
+      }
+      const unsigned top = __reduce_max_sync(0xffffffffu, best);
+      const unsigned expert = __reduce_min_sync(
+          0xffffffffu, best == top && bi < kP ? static_cast<unsigned>(lane + 32 * bi) : ~0u);
+      if ((expert & 31u) == static_cast<unsigned>(lane)) {
+        const int i = static_cast<int>(expert >> 5);
+        float s_chosen = 0.0f;
+#pragma unroll
+        for (int q = 0; q < kP; ++q) {
+          if (q == i) {
+            key[q] = 0u;
+            s_chosen = sc[q];
+          }
+        }
+        s_id[warp][j] = static_cast<int32_t>(expert);
+        s_sc[warp][j] = s_chosen;
       }
     }
-    WarpRouteBest(bv, bi, bs);
-    if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+    __syncwarp();
     if (lane == 0) {
-      sum += bs;
-      s_id[warp][j] = bi;
-      s_sc[warp][j] = bs;
+      for (int j = 0; j < top_k; ++j) sum += s_sc[warp][j];  // choice order: the CPU's rounding
+    }
+  } else {
+    unsigned taken = 0;  // bit i: expert lane + 32 i chosen
+    for (int j = 0; j < top_k; ++j) {
+      float bv = 0.0f, bs = 0.0f;
+      int bi = kNoExpert;
+#pragma unroll
+      for (int i = 0; i < kP; ++i) {
+        const int e = lane + 32 * i;
+        if (e < num_experts && !(taken >> i & 1u) && RouteBefore(ch[i], e, bv, bi)) {
+          bv = ch[i];
+          bi = e;
+          bs = sc[i];
+        }
+      }
+      WarpRouteBest(bv, bi, bs);
+      if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+      if (lane == 0) {
+        sum += bs;
+        s_id[warp][j] = bi;
+        s_sc[warp][j] = bs;
+      }
     }
   }
   sum = __shfl_sync(0xffffffffu, sum, 0);

@@ -158,6 +158,56 @@ TEST_F(MoeRouteTest, MatchesCpuRouter) {
   }
 }
 
+// Infinite logits order like any others (sigmoid 1 / 0: the CPU's order); NaN logits (a broken
+// upstream layer) still give distinct, valid experts: every number before every NaN, NaNs from
+// the lowest expert up.
+TEST_F(MoeRouteTest, NonFiniteLogitsGiveValidDistinctExperts) {
+  constexpr int kExperts = 256, kTopK = 8;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> logits(2 * kExperts), bias(kExperts, 0.0f);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (float& v : logits) v = nd(rng);
+  logits[7] = inf;
+  logits[9] = inf;  // a tie at 1.0: expert 7 first
+  logits[3] = -inf;
+  for (int e = 0; e < kExperts; ++e) {
+    if (e % 50 != 5) logits[kExperts + e] = nan;  // row 1: 6 numbers (5, 55, ..., 255)
+  }
+  logits[kExperts + 255] = -inf;
+  GuardedBuffer dl(logits.size() * 4), db(bias.size() * 4);
+  GuardedBuffer dids(2 * kTopK * 4), dw(2 * kTopK * 4);
+  ASSERT_TRUE(dl.ok() && db.ok() && dids.ok() && dw.ok());
+  GLM_CUDA_ASSERT(dl.Upload(logits.data(), logits.size() * 4));
+  GLM_CUDA_ASSERT(db.Upload(bias.data(), bias.size() * 4));
+  ASSERT_TRUE(MoeRoute(dl.as<float>(), kExperts, db.as<float>(), 2, kExperts, 1, 1, kTopK, true,
+                       1.0f, -1, dids.as<int32_t>(), dw.as<float>(), nullptr)
+                  .ok());
+  GLM_CUDA_ASSERT(cudaDeviceSynchronize());
+  ASSERT_TRUE(dids.GuardsIntact() && dw.GuardsIntact());
+  std::vector<int32_t> ids(2 * kTopK);
+  GLM_CUDA_ASSERT(dids.Download(ids.data(), ids.size() * 4));
+  std::vector<int32_t> want(kTopK);
+  std::vector<float> want_w(kTopK);
+  HostRoute(logits.data(), bias.data(), kExperts, 1, 1, kTopK, true, 1.0f, want.data(),
+            want_w.data());
+  EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + kTopK), want);
+  EXPECT_EQ(ids[0], 7);
+  EXPECT_EQ(ids[1], 9);
+  // Row 1: the five finite logits by choice (HostRoute over just them), then -inf's expert 255,
+  // then the NaN experts 0 and 1.
+  std::vector<float> finite = {logits[kExperts + 5], logits[kExperts + 55], logits[kExperts + 105],
+                               logits[kExperts + 155], logits[kExperts + 205]};
+  std::vector<int32_t> order(5);
+  std::vector<float> order_w(5);
+  HostRoute(finite.data(), nullptr, 5, 1, 1, 5, true, 1.0f, order.data(), order_w.data());
+  for (int j = 0; j < 5; ++j) EXPECT_EQ(ids[kTopK + j], 5 + 50 * order[j]) << "slot " << j;
+  EXPECT_EQ(ids[kTopK + 5], 255);
+  EXPECT_EQ(ids[kTopK + 6], 0);
+  EXPECT_EQ(ids[kTopK + 7], 1);
+}
+
 TEST_F(MoeRouteTest, RejectsBadInputs) {
   GuardedBuffer d(1 << 16);
   std::vector<float> host(64);

@@ -2,10 +2,11 @@
 // register kernel against the two-pass kernel it replaced at decode sizes), RopeInterleaved
 // (MLA q_pe: 64 heads x 32 pairs in 256-float head slots; k_pe: 1 head; indexer q: 32 heads
 // x 32 pairs of 128), PerHeadGemv (absorbed MLA W_UK^T 64 x [512 x 192], W_UV 64 x [256 x 512],
-// router 1 x [256 x 6144]). Each: µs per call over `--calls` back-to-back launches, eager and
-// replayed from one CUDA graph (median of trials); PerHeadGemv also GB/s of its weight bytes
-// against an eager device-to-device cudaMemcpyAsync of 1 GiB measured in the same run.
-// Usage: smallops_bench [--calls N] [--trials N]
+// router 1 x [256 x 6144]), MoeRoute (256 experts top-8, 1..64 rows; against the shuffle-round
+// kernel it replaced, kRedux = false, same ids and weights). Each: µs per call over `--calls`
+// back-to-back launches, eager and replayed from one CUDA graph (median of trials); PerHeadGemv
+// also GB/s of its weight bytes against an eager device-to-device cudaMemcpyAsync of 1 GiB measured
+// in the same run. Usage: smallops_bench [--calls N] [--trials N]
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "kernels/bench_util.h"
+#include "kernels/moe_route.cuh"
+#include "kernels/moe_route.h"
 #include "kernels/per_head_gemv.h"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rmsnorm.h"
@@ -112,6 +115,43 @@ int Main(int argc, char** argv) {
     Report(what, [&](int) {
       return RopeInterleaved(DType::kF32, q, rows, 32, 32 * 128, 128, pos, freqs, 32, stream);
     }, o, stream);
+  }
+
+  // MoeRoute at GLM-5's router (256 experts, top-8, bias, renormalized, scale 2.5).
+  {
+    float* logits = DeviceRandom(size_t{64} * 256, 9);
+    float* bias = DeviceRandom(256, 10);
+    int32_t* ids = nullptr;
+    float* weights = nullptr;
+    BENCH_CHECK(cudaMalloc(&ids, 64 * 9 * 4));
+    BENCH_CHECK(cudaMalloc(&weights, 64 * 9 * 4));
+    for (int64_t rows : {1, 8, 64}) {
+      char what[96];
+      std::snprintf(what, sizeof(what), "MoeRoute 256 experts top-8, %lld rows", (long long)rows);
+      Report(
+          what,
+          [&](int) {
+            return MoeRoute(logits, 256, bias, rows, 256, 1, 1, 8, true, 2.5f, 256, ids, weights,
+                            stream);
+          },
+          o, stream);
+      std::snprintf(what, sizeof(what), "  shuffle rounds (before) %lld rows", (long long)rows);
+      Report(
+          what,
+          [&](int) {
+            const unsigned blocks =
+                static_cast<unsigned>((rows + detail::kMoeRouteWarps - 1) / detail::kMoeRouteWarps);
+            detail::MoeRouteWarpKernel<8, false>
+                <<<blocks, detail::kMoeRouteWarps * 32, 0, stream>>>(
+                    logits, 256, bias, rows, 256, 1, 1, 8, true, 2.5f, 256, ids, weights);
+            return CudaStatus(cudaGetLastError(), "launch");
+          },
+          o, stream);
+    }
+    cudaFree(logits);
+    cudaFree(bias);
+    cudaFree(ids);
+    cudaFree(weights);
   }
 
   // PerHeadGemv at the absorbed-MLA and router shapes.
