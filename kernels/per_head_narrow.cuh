@@ -11,8 +11,12 @@
 // head; lane l reads chunks l, l + 32, ... of each row (coalesced 512-byte warp reads per row).
 // When in_dim fits one segment of 32 * kColsChunks chunks (GLM-5: 512 columns in bf16 and fp8) a
 // lane's chunks are loaded into registers once, before x is staged, and reused by every token
-// tile; otherwise they are reloaded per segment. Per token and row: a lane sums its chunks in
-// column order, then a butterfly over the warp; the lane (t * kColsRows + r) % 32 writes y.
+// tile; otherwise they are reloaded per segment. x is staged plane by plane (PhnXPos: float4
+// group g of every chunk in plane g), so that per (chunk, group, token) a warp reads 32
+// consecutive float4s, conflict-free, applied to all of the warp's rows (it was one float4 read
+// per row, 4-way bank-conflicted: W_UV at 8 tokens was bound by shared memory; benchmarks.md,
+// seventh session). Per token and row: a lane sums its chunks in column order, then a butterfly
+// over the warp; the lane (t * kColsRows + r) % 32 writes y.
 //
 // kRows (W_UK, PerHeadRowsKernel): a warp is 4 row lanes x 8 column threads; the 8 threads of a
 // row lane read 8 consecutive chunks of one weight row (128 contiguous bytes) and own those
@@ -120,28 +124,72 @@ __device__ __forceinline__ void PhnWiden(const uint4& raw, float scale,
   }
 }
 
-// Stages x[t0 .. t0 + nt, h, :] into sx [nt][in_pad] (zeros past in_dim).
+// Position of x column k in a staged token row of the kCols kernel with kVec-element chunks:
+// chunk q = k / kVec's float4 group g = (k % kVec) / 4 lives in plane g of in_pad / (kVec / 4)
+// floats, at float4 q, so that the lanes of a warp (consecutive chunks) read one plane's
+// consecutive float4s: conflict-free. kVec == 4 (fp32) is the plain layout; kVec 0: plain.
+template <int kVec>
+__device__ __forceinline__ int64_t PhnXPos(int64_t k, int64_t in_pad) {
+  if constexpr (kVec <= 4) {
+    return k;
+  } else {
+    return (k % kVec) / 4 * (in_pad / (kVec / 4)) + k / kVec * 4 + k % 4;
+  }
+}
+
+// Stages x[t0 .. t0 + nt, h, :] into sx [nt][in_pad] (zeros past in_dim), each row in the
+// PhnXPos<kVec> layout.
+template <int kVec>
 __device__ __forceinline__ void PhnStageX(const PerHeadNarrowParams& p, int64_t h, int t0, int nt,
                                           float* sx) {
   for (int t = 0; t < nt; ++t) {
     const float* xr = p.x + static_cast<int64_t>(t0 + t) * p.x_row_stride + h * p.x_head_stride;
     for (int64_t k = threadIdx.x; k < p.in_pad; k += kPhnThreads) {
-      sx[t * p.in_pad + k] = k < p.in_dim ? __ldg(xr + k) : 0.0f;
+      sx[t * p.in_pad + PhnXPos<kVec>(k, p.in_pad)] = k < p.in_dim ? __ldg(xr + k) : 0.0f;
     }
   }
 }
 
 // Opens the token tile at t0 (both kernels): waits until the previous tile's reads of shared
-// memory (sx, and the kRows kernel's reduction buffer) are done, stages its x into sx and syncs.
-// Returns the tile's token count nt <= kMT.
-template <int kMT>
+// memory (sx, and the kRows kernel's reduction buffer) are done, stages its x into sx (layout
+// PhnXPos<kVec>) and syncs. Returns the tile's token count nt <= kMT.
+template <int kMT, int kVec = 0>
 __device__ __forceinline__ int PhnBeginTile(const PerHeadNarrowParams& p, int64_t h, int t0,
                                             float* sx) {
   const int nt = min(kMT, p.num_tokens - t0);
   __syncthreads();
-  PhnStageX(p, h, t0, nt, sx);
+  PhnStageX<kVec>(p, h, t0, nt, sx);
   __syncthreads();
   return nt;
+}
+
+// Elements 4g .. 4g + 3 of a 16-byte chunk widened to fp32 (the values PhnWiden gives them).
+template <PerHeadWeight W>
+__device__ __forceinline__ void PhnWidenGroup(const uint4& raw, float scale, int g,
+                                              float (&out)[4]) {
+  if constexpr (W == PerHeadWeight::kF32) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[j] = __uint_as_float(Word4(raw, j));
+  } else if constexpr (W == PerHeadWeight::kBF16) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t word = Word4(raw, 2 * g + j);
+      out[2 * j] = __uint_as_float(word << 16);
+      out[2 * j + 1] = __uint_as_float(word & 0xffff0000u);
+    }
+  } else {
+    const uint32_t word = Word4(raw, g);
+    const __half2_raw lo =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xffffu), __NV_E4M3);
+    const __half2_raw hi =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3);
+    const float2 a = __half22float2(__half2(lo));
+    const float2 b = __half22float2(__half2(hi));
+    out[0] = a.x * scale;
+    out[1] = a.y * scale;
+    out[2] = b.x * scale;
+    out[3] = b.y * scale;
+  }
 }
 
 template <PerHeadWeight W, int kMT>
@@ -183,7 +231,7 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowPa
   PdlEnter();
 
   for (int t0 = 0; t0 < p.num_tokens; t0 += kMT) {
-    const int nt = PhnBeginTile<kMT>(p, h, t0, sx);
+    const int nt = PhnBeginTile<kMT, kVec>(p, h, t0, sx);
     float acc[kMT][kColsRows];
 #pragma unroll
     for (int t = 0; t < kMT; ++t) {
@@ -194,29 +242,37 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowPa
       if (num_segs > 1) load_seg(s);
 #pragma unroll
       for (int kc = 0; kc < kColsChunks; ++kc) {
-        const int64_t c = s * kSegCols + (int64_t{kc} * 32 + lane) * kVec;
+        const int64_t q = s * 32 * kColsChunks + int64_t{kc} * 32 + lane;  // chunk of the row
+        const int64_t c = q * kVec;
         if (c >= p.in_dim) continue;
+        // Per float4 group of the chunk: its 4 weights of every row, then per token one
+        // conflict-free float4 of x (PhnXPos) applied to all rows. Each (token, row) sum still
+        // runs over the chunk's columns in order: the same FMAs in the same order as a row at a
+        // time.
 #pragma unroll
-        for (int r = 0; r < kColsRows; ++r) {
-          float wf[kVec];
-          PhnWiden<W>(wr[r][kc], sc[r][kc], wf);
-          if (c + kVec > p.in_dim) {  // the row's tail: padding is never multiplied
+        for (int g = 0; g < kVec / 4; ++g) {
+          float wf[kColsRows][4];
 #pragma unroll
-            for (int e = 0; e < kVec; ++e) {
-              if (c + e >= p.in_dim) wf[e] = 0.0f;
+          for (int r = 0; r < kColsRows; ++r) {
+            PhnWidenGroup<W>(wr[r][kc], sc[r][kc], g, wf[r]);
+            if (c + kVec > p.in_dim) {  // the row's tail: padding is never multiplied
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                if (c + 4 * g + e >= p.in_dim) wf[r][e] = 0.0f;
+              }
             }
           }
+          const float* xg = sx + PhnXPos<kVec>(c + 4 * g, p.in_pad);
 #pragma unroll
           for (int t = 0; t < kMT; ++t) {
             if (t < nt) {
-              const float* xt = sx + t * p.in_pad + c;
+              const float4 v = *reinterpret_cast<const float4*>(xg + t * p.in_pad);
 #pragma unroll
-              for (int e = 0; e < kVec; e += 4) {
-                const float4 v = *reinterpret_cast<const float4*>(xt + e);
-                acc[t][r] = fmaf(v.x, wf[e], acc[t][r]);
-                acc[t][r] = fmaf(v.y, wf[e + 1], acc[t][r]);
-                acc[t][r] = fmaf(v.z, wf[e + 2], acc[t][r]);
-                acc[t][r] = fmaf(v.w, wf[e + 3], acc[t][r]);
+              for (int r = 0; r < kColsRows; ++r) {
+                acc[t][r] = fmaf(v.x, wf[r][0], acc[t][r]);
+                acc[t][r] = fmaf(v.y, wf[r][1], acc[t][r]);
+                acc[t][r] = fmaf(v.z, wf[r][2], acc[t][r]);
+                acc[t][r] = fmaf(v.w, wf[r][3], acc[t][r]);
               }
             }
           }

@@ -15,6 +15,7 @@
 #include "engine/backend/cuda/cublaslt_matmul.h"
 #include "engine/backend/cuda/cuda_linear.h"
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/cuda_ops_moe.h"
 #include "kernels/cuda_util.h"
 #include "kernels/layernorm.h"
 #include "kernels/moe_route.h"
@@ -480,12 +481,12 @@ class CudaBackend : public Backend {
                       "cudaGraphLaunch"));
   }
 
-  // Also moves when a bench switches programmatic dependent launch (kernels::AllowPdlLaunches)
-  // or side branches (AllowCudaSideBranches): graphs captured under the other setting are then
-  // recaptured.
+  // Also moves when a bench switches programmatic dependent launch (kernels::AllowPdlLaunches),
+  // side branches (AllowCudaSideBranches) or a MoE launch setting (cuda::MoeSettingsGeneration):
+  // graphs captured under the other setting are then recaptured.
   int64_t scratch_epoch() const override {
     return scratch_.epoch() + widen_scratch_.epoch() + kernels::PdlGeneration() +
-           g_side_generation.load(std::memory_order_relaxed);
+           g_side_generation.load(std::memory_order_relaxed) + cuda::MoeSettingsGeneration();
   }
 
   // The side branch runs on side_stream_ (created at the first BeginSide), forked from and joined

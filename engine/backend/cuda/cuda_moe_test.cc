@@ -118,6 +118,7 @@ class CudaMoeTest : public ::testing::Test {
   void TearDown() override {
     cuda::SetMoeDecodePath(MoeDecodePath::kAuto);
     cuda::SetMoeGroupTokens(4);
+    cuda::SetMoeDecodeBalancedGrid(true);
     if (gpu_ != nullptr) {
       EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
     }
@@ -184,13 +185,15 @@ class CudaMoeTest : public ::testing::Test {
     const MatView xv{dx->f32(), c.tokens, kHidden, kHidden};
     const MatView ov{dout->f32() + kGuard, c.tokens, kHidden, kHidden};
     cuda::SetMoeDecodePath(path);
-    // Calls 0 and 1 alike (4-row token groups), call 2 with 1-row and call 3 with 3-row token
-    // groups (the grouped kernels compute every row alike whatever its group, so all four must
-    // be bit-identical).
+    // Calls 0 and 1 alike (4-row token groups) but for the decode kernels' grid (call 1: every
+    // resident CTA instead of the balanced grid), call 2 with 1-row and call 3 with 3-row token
+    // groups (the grouped kernels compute every row alike whatever its group, and the decode
+    // kernels every task alike whatever warp runs it, so all four must be bit-identical).
     std::vector<float> got[4];
     for (int call = 0; call < 4; ++call) {
       std::vector<float>& g = got[call];
       cuda::SetMoeGroupTokens(call == 2 ? 1 : call == 3 ? 3 : 4);
+      cuda::SetMoeDecodeBalancedGrid(call != 1);
       gpu_->CopyToDevice(dout->data(), host.data(), host.size() * 4);
       gpu_->MoeExperts(xv, dids->i32(), dw->f32(), c.top_k, ex.Device(), ov);
       g.resize(host.size());
@@ -202,7 +205,7 @@ class CudaMoeTest : public ::testing::Test {
     }
     cuda::SetMoeGroupTokens(4);
     ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4), 0)
-        << "two identical calls differ";
+        << "the unbalanced decode grid (or a repeated call) differs";
     ASSERT_EQ(std::memcmp(got[0].data(), got[2].data(), got[0].size() * 4), 0)
         << "1-row token groups differ from 4-row ones";
     ASSERT_EQ(std::memcmp(got[0].data(), got[3].data(), got[0].size() * 4), 0)
@@ -300,6 +303,25 @@ TEST_F(CudaMoeTest, MmaMatchesCpu) {
   }
   Experts bf = MakeExperts(WeightDType::kBF16);
   Check(bf, WeightDType::kBF16, Case{16, 8, false, false}, MoeDecodePath::kMma, "mma_forced");
+}
+
+// The launch settings that change captured steps move MoeSettingsGeneration (the CUDA backend's
+// scratch_epoch includes it: decode graphs are recaptured); setting a value it has does not.
+TEST_F(CudaMoeTest, LaunchSettingsMoveTheGeneration) {
+  const int64_t g0 = cuda::MoeSettingsGeneration();
+  const int64_t epoch0 = gpu_->scratch_epoch();
+  cuda::SetMoeDecodeBalancedGrid(true);  // already the default
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0);
+  cuda::SetMoeDecodeBalancedGrid(false);
+  EXPECT_FALSE(cuda::MoeDecodeBalancedGrid());
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 1);
+  EXPECT_NE(gpu_->scratch_epoch(), epoch0);
+  cuda::SetMoeDecodeBalancedGrid(true);
+  const int pairs = cuda::MoeMmaAutoMaxPairs();
+  cuda::SetMoeMmaAutoMaxPairs(pairs == 1024 ? 2048 : 1024);
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 3);
+  cuda::SetMoeMmaAutoMaxPairs(pairs);
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 4);
 }
 
 // A captured graph of each default path replays to the eager result bit for bit: the decode

@@ -868,6 +868,23 @@ int ResidentCtas(Kernel kernel, int threads, size_t smem = 0) {
   return n;
 }
 
+std::atomic<bool> g_decode_balanced{true};
+std::atomic<int64_t> g_settings_generation{0};
+
+// The decode kernels' grid: at most every resident CTA. Balanced (the default): as few warps as
+// still take the tasks in the same number of rounds (ceil(tasks / resident warps)), so that every
+// warp runs that many tasks and none of the last round's HBM stream is left to a fraction of the
+// warps (at batch 1 with the shared expert folded, 9216 gate|up tasks over 2112 resident warps
+// would leave 36 % of the warps a fifth task; balanced: 231 CTAs, 5 tasks each).
+int64_t DecodeBlocks(int64_t tasks, int64_t resident_ctas) {
+  const int64_t warps = std::max<int64_t>(1, resident_ctas * kDecWarps);
+  int64_t want = tasks;
+  if (g_decode_balanced.load(std::memory_order_relaxed)) {
+    want = detail::CeilDiv(tasks, detail::CeilDiv(tasks, warps));
+  }
+  return std::max<int64_t>(1, std::min(detail::CeilDiv(want, kDecWarps), resident_ctas));
+}
+
 template <bool kFused, int kWT>
 absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail::DeviceInfo& info,
                           cudaStream_t stream) {
@@ -875,7 +892,7 @@ absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail
   const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
   const int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT>, kDecWarps * 32);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
-  const int64_t blocks = std::max<int64_t>(1, std::min(detail::CeilDiv(tasks, kDecWarps), resident));
+  const int64_t blocks = DecodeBlocks(tasks, resident);
   LaunchKernel(MoeDecodeKernel<kFused, kWT>, static_cast<unsigned>(blocks), kDecWarps * 32, 0,
                stream, p);
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeKernel launch");
@@ -1740,8 +1757,14 @@ void SetMoeGroupTokens(int tokens) {
   g_group_tokens.store(std::clamp(tokens, 1, kGroupMaxTokens));
 }
 void SetMoeMmaAutoMaxPairs(int pairs) {
-  g_mma_max_pairs.store(std::clamp(pairs, kMoeMmaAutoMinPairs, kMoeListedForceMaxPairs));
+  const int v = std::clamp(pairs, kMoeMmaAutoMinPairs, kMoeListedForceMaxPairs);
+  if (g_mma_max_pairs.exchange(v) != v) g_settings_generation.fetch_add(1);
 }
+void SetMoeDecodeBalancedGrid(bool balanced) {
+  if (g_decode_balanced.exchange(balanced) != balanced) g_settings_generation.fetch_add(1);
+}
+bool MoeDecodeBalancedGrid() { return g_decode_balanced.load(); }
+int64_t MoeSettingsGeneration() { return g_settings_generation.load(); }
 int MoeMmaAutoMaxPairs() { return g_mma_max_pairs.load(); }
 
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,

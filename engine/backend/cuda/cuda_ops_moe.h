@@ -49,9 +49,21 @@ void SetMoeGroupTokens(int tokens);
 
 // The top of kAuto's tensor-core range (default kMoeMmaAutoMaxPairs), clamped to
 // kMoeMmaAutoMinPairs..kMoeListedForceMaxPairs; process-wide, a bench knob (glm-bench-cuda-decode
-// --ab mma), taking effect at the next MoeExperts call (not for already captured graphs).
+// --ab mma), taking effect at the next MoeExperts call.
 void SetMoeMmaAutoMaxPairs(int pairs);
 int MoeMmaAutoMaxPairs();
+
+// The decode kernels' (<= kMoeDecodeMaxPairs) grid: balanced (default) takes the fewest warps
+// that still run the tasks in the same number of rounds, so that every warp has as many tasks
+// (cuda_ops_moe.cu DecodeBlocks); false: every resident CTA (before). Process-wide, a bench knob
+// (glm-bench-cuda-decode --ab moegrid); no result depends on it.
+void SetMoeDecodeBalancedGrid(bool balanced);
+bool MoeDecodeBalancedGrid();
+
+// Moves whenever one of the settings above that changes launches of already captured steps
+// changes (SetMoeMmaAutoMaxPairs, SetMoeDecodeBalancedGrid): the CUDA backend's scratch_epoch
+// includes it, so decode graphs are recaptured.
+int64_t MoeSettingsGeneration();
 
 // Tried on an H200 at GLM-5 widths (256 experts top-8) and removed as slower than the kernels
 // above: L2 prefetch 4 / 8 chunk iterations ahead in the decode kernels, 6-19 % slower at batch
