@@ -193,6 +193,34 @@ struct Rotation {
   const uint8_t* Next() { return buffer + (next++ % slots) * bytes; }
 };
 
+// Median µs of `read` alone (events around it) over `iters` rounds of: pick the next weight
+// copy p, prefetch(p), a spin of spin_ns, read(p).
+template <typename Prefetch, typename Read>
+float TimeReadAfterPrefetch(Rotation& rot, int iters, int64_t spin_ns, Prefetch&& prefetch,
+                            Read&& read) {
+  cudaEvent_t a, b;
+  BENCH_CHECK(cudaEventCreate(&a));
+  BENCH_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < iters; ++i) {
+    const uint8_t* p = rot.Next();
+    prefetch(p);
+    SpinKernel<<<1, 1>>>(spin_ns);
+    BENCH_CHECK(cudaEventRecord(a));
+    read(p);
+    BENCH_CHECK(cudaEventRecord(b));
+    BENCH_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0f);
+  }
+  BENCH_CHECK(cudaGetLastError());
+  BENCH_CHECK(cudaEventDestroy(a));
+  BENCH_CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 template <int RW, int kDepth>
 void RunRow(const Shape& s, Rotation& rot, uint32_t* out, int sms, int iters, float copy_gbs) {
   constexpr int kBS = kStepBytes / RW;
@@ -285,28 +313,15 @@ int main(int argc, char** argv) {
     const dim3 grid(static_cast<unsigned>(row_blocks), 6);
     const int64_t range = (s.row_bytes / 6 + 127) / 128 * 128;
     for (int mb : {0, 8, 16, 24, 32, 40, 48, 56, 64}) {
-      cudaEvent_t a, b;
-      BENCH_CHECK(cudaEventCreate(&a));
-      BENCH_CHECK(cudaEventCreate(&b));
-      std::vector<float> t;
-      for (int i = 0; i < iters; ++i) {
-        const uint8_t* p = rot.Next();
-        if (mb > 0) PrefetchL2Kernel<<<32, 32>>>(p, int64_t{mb} << 20);
-        SpinKernel<<<1, 1>>>(60000);
-        BENCH_CHECK(cudaEventRecord(a));
-        RowPatternKernel<16, 4><<<grid, 256>>>(p, s.rows, s.row_bytes, range, out);
-        BENCH_CHECK(cudaEventRecord(b));
-        BENCH_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1000.0f);
-      }
-      BENCH_CHECK(cudaGetLastError());
-      std::sort(t.begin(), t.end());
-      const float us = t[t.size() / 2];
+      const float us = TimeReadAfterPrefetch(
+          rot, iters, 60000,
+          [&](const uint8_t* p) {
+            if (mb > 0) PrefetchL2Kernel<<<32, 32>>>(p, int64_t{mb} << 20);
+          },
+          [&](const uint8_t* p) {
+            RowPatternKernel<16, 4><<<grid, 256>>>(p, s.rows, s.row_bytes, range, out);
+          });
       std::printf("| %d MiB | %.2f | %.0f |\n", mb, us, bytes / us / 1e3);
-      BENCH_CHECK(cudaEventDestroy(a));
-      BENCH_CHECK(cudaEventDestroy(b));
     }
   }
   // The same with the prefetch spread over every CTA's piece: the first fraction of each (row,
@@ -324,31 +339,19 @@ int main(int argc, char** argv) {
     for (int spin : {20000, 60000}) {
       for (int pct : {0, 10, 20, 30, 40, 50, 60}) {
         const int64_t len = range * pct / 100 / 16 * 16;
-        cudaEvent_t a, b;
-        BENCH_CHECK(cudaEventCreate(&a));
-        BENCH_CHECK(cudaEventCreate(&b));
-        std::vector<float> t;
-        for (int i = 0; i < iters; ++i) {
-          const uint8_t* p = rot.Next();
-          if (len > 0)
-            PrefetchPiecesKernel<<<64, 128>>>(p, s.rows, s.row_bytes, range, splits, len);
-          SpinKernel<<<1, 1>>>(spin);
-          BENCH_CHECK(cudaEventRecord(a));
-          RowPatternKernel<16, 4><<<grid, 256>>>(p, s.rows, s.row_bytes, range, out);
-          BENCH_CHECK(cudaEventRecord(b));
-          BENCH_CHECK(cudaEventSynchronize(b));
-          float ms = 0;
-          BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
-          t.push_back(ms * 1000.0f);
-        }
-        BENCH_CHECK(cudaGetLastError());
-        std::sort(t.begin(), t.end());
-        const float us = t[t.size() / 2];
+        const float us = TimeReadAfterPrefetch(
+            rot, iters, spin,
+            [&](const uint8_t* p) {
+              if (len > 0) {
+                PrefetchPiecesKernel<<<64, 128>>>(p, s.rows, s.row_bytes, range, splits, len);
+              }
+            },
+            [&](const uint8_t* p) {
+              RowPatternKernel<16, 4><<<grid, 256>>>(p, s.rows, s.row_bytes, range, out);
+            });
         std::printf("| %d %% | %.1f | %d | %.2f | %.0f |\n", pct,
                     static_cast<double>(len) * s.rows * splits / (1 << 20), spin / 1000, us,
                     bytes / us / 1e3);
-        BENCH_CHECK(cudaEventDestroy(a));
-        BENCH_CHECK(cudaEventDestroy(b));
       }
     }
   }
