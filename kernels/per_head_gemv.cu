@@ -139,8 +139,8 @@ absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_st
   // as one drains. The kernel still loops when groups exceed grid.x's limit.
   const int64_t per_head = std::min<int64_t>(a.groups, 0x7fffffff);
   const dim3 grid(static_cast<unsigned>(per_head), static_cast<unsigned>(heads));
-  fn<<<grid, detail::kPhgThreads, smem, stream>>>(a);
-  return CudaStatus(cudaGetLastError(), "PerHeadGemv launch");
+  return CudaStatus(LaunchKernel(fn, grid, dim3(detail::kPhgThreads), smem, stream, a),
+                    "PerHeadGemv launch");
 }
 
 }  // namespace glm::kernels

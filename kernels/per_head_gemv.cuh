@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/launch.cuh"
+
 namespace glm::kernels::detail {
 
 inline constexpr int kPhgWarps = 8;
@@ -38,6 +40,7 @@ struct alignas(4 * kVec) PhgVec {
 
 template <int kVec, int kMaxM>
 __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs a) {
+  PdlEnter();  // launched with LaunchKernel: x and y only after the previous kernel completed
   extern __shared__ float smem[];  // [rows][in_dim] x, then kPhgWarps * kMaxM * kRows partials
   constexpr int kRows = kPhgRowsPerWarp;
   using V = PhgVec<kVec>;

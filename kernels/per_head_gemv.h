@@ -4,17 +4,14 @@
 // fp32 in, fp32 accumulation, fp32 out, deterministic (fixed summation order, no atomics): graph
 // replay equals eager bit for bit. Meant for decode (rows <= kPerHeadGemvMaxRows), streaming the
 // weights with 16-byte loads over every SM instead of a batched cuBLAS GEMV.
-// Status (H200, smallops_bench / profile_decode.sh, 2026-11-29): correct (vs fp64 reference,
-// memcheck clean) but NOT faster than cuBLASLt, so CudaBackend does not dispatch to it yet:
-// M = 1: 12.1 µs for W_UK^T (25 MB, 2.07 TB/s) and W_UV (33.5 MB, 2.77 TB/s) vs a 4.24 TB/s
-// D2D copy, router 6144 -> 256 9.4 µs; time grows ~3 µs per row (M = 16: ~59 µs). Known causes:
-// every warp re-reads all of x from shared memory per 2 output rows (smem bandwidth bound as M
-// grows: needs more output rows per warp, register-blocked like a GEMM), the x stage is a
-// serialized loop with a 64-bit division per element, and one head (the router) gives too few
-// CTAs for 6 MB. After that run (not yet measured or run on a GPU): one CTA per group of
-// output rows instead of resident-sized looping CTAs, the x stage without the division, and
-// more K splitting for one head; rerun tools/gpu/run_smallops_gpu.sh (STEPS="tests memcheck
-// bench") before dispatching to it.
+// Status: CudaBackend::Linear runs fp32 Linears of one row with weights up to 16 MiB on it
+// (heads = 1: the MoE router, 6144 -> 256), launched with programmatic dependent launch
+// (launch.cuh), where cuBLASLt ran before. Measured (H200, smallops_bench, graph replay,
+// 2026-12-02): router 4.25 µs at M = 1 (1.48 TB/s); in the decode profile cuBLASLt took 6.3 µs
+// for it (ncu, alone); glm-bench-cuda-decode --ab router compares the two in a decode step.
+// Larger weights and more rows stay on cuBLASLt: W_UK^T / W_UV shapes 11.4 µs at M = 1 (2.2 /
+// 3.0 TB/s) and ~3 µs more per row (M = 16: 58-73 µs), since every warp re-reads all of x from
+// shared memory per 2 output rows.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -9,7 +9,9 @@
 #   GEMV's access pattern vs longer row runs, and the L2 prefetch ahead of o_proj);
 # - decode: glm-bench-cuda-decode at GLM-5 widths, fp8 weights and KV, 1 vs 6 layers, graphs on,
 #   batch 1 / 8 / 64 at 4K and 128K, --ab moegrid (the MoE decode kernels' balanced grid);
-# - profile: the batch-1 and batch-8 per-kernel profile (profile_decode.sh, ncu, eager).
+# - profile: the batch-1 and batch-8 per-kernel profile (profile_decode.sh, ncu, eager);
+# - router (not in the default): --ab router at batch 1 / 8, 4K (the one-row fp32 router GEMV vs
+#   cuBLASLt; batch 8 does not use it: the run's noise).
 # From the repo root there (carry .gpurun-pack): tar -xJf .gpurun-pack/all.tar.xz &&
 #   tools/gpu/run_s7_gpu.sh .gpurun-all
 # Logs in $OUT (default /tmp/glm-s7-out). STEPS (default "tests kernels decode profile").
@@ -18,7 +20,7 @@ cd "$(dirname "$0")/../.."
 source tools/gpu/common.sh
 gpu_run_begin "${1:-.gpurun-all}" "${OUT:-/tmp/glm-s7-out}"
 steps=${STEPS:-tests kernels decode profile}
-GPU_STEP_GREP="^== (decode step|balanced)|^ +[0-9]+ +[0-9]+ +(fp8|[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+)|^\[  (PASSED|FAILED) |rc=|MoeRoute|shuffle|^\| |W_U"
+GPU_STEP_GREP="^== (decode step|balanced|one-row)|^ +[0-9]+ +[0-9]+ +(fp8|[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+)|^\[  (PASSED|FAILED) |rc=|MoeRoute|shuffle|^\| |W_U"
 GPU_STEP_HEAD=80
 for s in $steps; do
   case $s in
@@ -40,7 +42,11 @@ for s in $steps; do
       gpu_step "profile" 300 env OUT="$out/prof" NCU_FLAGS="--clock-control none --cache-control none" \
         tools/gpu/profile_decode.sh "$stage" "1 8" --kv-dtype fp8 --graphs off
       ;;
-    *) echo "unknown step $s (tests, kernels, decode, profile)" ;;
+    router)
+      gpu_step "decode-ab-router" 330 "$bin/glm-bench-cuda-decode" --dtype fp8 --kv-dtype fp8 \
+        --layers 1,6 --batches 1,8 --steps 16 --graphs on --contexts 4096,131072 --ab router
+      ;;
+    *) echo "unknown step $s (tests, kernels, decode, profile, router)" ;;
   esac
 done
 gpu_run_end

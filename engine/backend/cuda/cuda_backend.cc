@@ -19,6 +19,7 @@
 #include "kernels/cuda_util.h"
 #include "kernels/layernorm.h"
 #include "kernels/moe_route.h"
+#include "kernels/per_head_gemv.h"
 #include "kernels/per_head_narrow.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -127,6 +128,12 @@ class CudaGraph : public BackendGraph {
 // AllowCudaSideBranches: the setting, and how often it changed (part of scratch_epoch()).
 std::atomic<bool> g_side_branches{true};
 std::atomic<int64_t> g_side_generation{0};
+// AllowCudaSmallF32Gemv: the setting (its changes also move g_side_generation).
+std::atomic<bool> g_small_f32_gemv{true};
+// fp32 Linears of one row whose weight is at most this large run kernels::PerHeadGemv (one
+// head) instead of cuBLASLt: the MoE router (256 x 6144, 6.3 MB). Larger weights stay on
+// cuBLASLt, which streams them at up to 3.9 TB/s (benchmarks.md).
+constexpr size_t kSmallF32GemvMaxWeightBytes = size_t{16} << 20;
 
 class CudaBackend : public Backend {
  public:
@@ -203,6 +210,15 @@ class CudaBackend : public Backend {
     }
     if (w.dtype != WeightDType::kF32) {  // bf16 / fp8 weights: cuda_linear.h
       Record(Annotate(narrow_->Run(x, w, y, accumulate, scratch_, stream_), "Linear"));
+      return;
+    }
+    if (x.rows == 1 && g_small_f32_gemv.load(std::memory_order_relaxed) &&
+        static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols) * sizeof(float) <=
+            kSmallF32GemvMaxWeightBytes &&
+        kernels::PerHeadGemvSupported(x.rows, x.cols)) {
+      Record(Annotate(kernels::PerHeadGemv(x.data, x.ld, 0, w.data, 0, w.ld, y.data, y.ld, 0,
+                                           x.rows, 1, x.cols, w.rows, accumulate, stream_),
+                      "Linear"));
       return;
     }
     cuda::GemmShape s;
@@ -584,6 +600,10 @@ absl::Status CudaDeviceAvailable() {
         " devices; check the NVIDIA driver (nvidia-smi) or use the cpu backend"));
   }
   return absl::OkStatus();
+}
+
+void AllowCudaSmallF32Gemv(bool allowed) {
+  if (g_small_f32_gemv.exchange(allowed) != allowed) g_side_generation.fetch_add(1);
 }
 
 void AllowCudaSideBranches(bool allowed) {

@@ -41,4 +41,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal);
 // moves scratch_epoch()).
 void AllowCudaSideBranches(bool allowed);
 
+// For A/B runs in one process (benches), every CUDA backend: false sends fp32 Linears of one row
+// with small weights (the MoE router) to cuBLASLt instead of kernels::PerHeadGemv (the default
+// since the seventh session: a launch that takes part in programmatic dependent launch). Graphs
+// captured under the other setting are recaptured.
+void AllowCudaSmallF32Gemv(bool allowed);
+
 }  // namespace glm::engine

@@ -15,8 +15,9 @@ set(glm_cuda_ops_sources
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_moe.cu
   ${CMAKE_CURRENT_LIST_DIR}/cuda_linear.cu)
 target_sources(glm_backend_cuda PRIVATE ${glm_cuda_ops_sources})
-# bf16 / fp8 Linear (cuda_linear.cu): gemm_bf16, gemm_fp8_block, quant_fp8_group.
-target_link_libraries(glm_backend_cuda PRIVATE glm_kernels_gemm)
+# bf16 / fp8 Linear (cuda_linear.cu): gemm_bf16, gemm_fp8_block, quant_fp8_group; one-row fp32
+# Linear with a small weight: per_head_gemv.
+target_link_libraries(glm_backend_cuda PRIVATE glm_kernels_gemm glm_kernels_per_head_gemv)
 set_source_files_properties(${glm_cuda_ops_sources} PROPERTIES
   COMPILE_OPTIONS "--expt-relaxed-constexpr;-lineinfo;-Xptxas=-warn-spills")
 
