@@ -130,7 +130,8 @@ void SlotArena::Flush() {
 }
 
 int64_t SlotArena::Allocate(int64_t n) {
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  bool reclaimed = false, grown = false;
+  while (true) {
     auto best = free_.end();
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second >= n && (best == free_.end() || it->second < best->second)) best = it;
@@ -142,10 +143,32 @@ int64_t SlotArena::Allocate(int64_t n) {
       stats_.used_slots += n;
       return offset;
     }
-    if (attempt == 0 && !Grow(n)) return -1;
+    if (!reclaimed) {
+      reclaimed = true;
+      if (ReclaimIdle() > 0) continue;
+    }
+    if (grown) break;
+    if (!Grow(n)) return -1;
+    grown = true;
   }
   status_ = absl::InternalError("slot arena: no free range after growing");
   return -1;
+}
+
+int64_t SlotArena::ReclaimIdle() {
+  int64_t freed = 0;
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    if (it->second.last_step < step_ - 1) {
+      FreeRange(it->second.offset, it->second.capacity);
+      it = regions_.erase(it);
+      ++freed;
+    } else {
+      ++it;
+    }
+  }
+  stats_.reclaims += freed;
+  stats_.live_regions = static_cast<int64_t>(regions_.size() + temporaries_.size());
+  return freed;
 }
 
 void SlotArena::FreeRange(int64_t offset, int64_t n) {

@@ -18,11 +18,15 @@
 //   256 slots); a sequence that outgrows its region moves to a larger one (a device-to-device
 //   copy of the valid prefix, then the old range is freed). Ranges come from a best-fit free list
 //   with coalescing.
-// - The buffer starts at Options::initial_capacity and grows (a new buffer at least twice as
-//   large, a device-to-device copy, offsets unchanged) when no free range fits. Regions are freed
-//   only by age (BeginStep) or Release(), not to make room: idle regions younger than
-//   evict_after_steps still count. Growth changes slots(): a consumer that recorded the address
-//   (a captured CUDA graph) must drop it; DecodeGraphs compares the address on every Upload.
+// - The buffer starts at Options::initial_capacity. When no free range fits, the regions mapped
+//   neither in this step nor in the one before (sequences out of the running batch: waiting,
+//   preempted, or finished without a Release) are freed first (a later Map of their seq_id
+//   rewrites them, as after an eviction by age), and only if that does not make room the buffer
+//   grows (a new buffer at least twice as large, a device-to-device copy, offsets unchanged).
+//   Regions of the running batch are never freed to make room (they would be rewritten every
+//   step). Growth changes slots(): a consumer that recorded the address (a captured CUDA graph)
+//   must drop it; DecodeGraphs compares the address on every Upload. A failed growth fails the
+//   step (ResourceExhausted) and, on the CUDA backend, is recorded as its sticky error.
 // - Sequences that stop appearing are freed: BeginStep() releases regions not mapped for
 //   `evict_after_steps` steps (a later Map of that seq_id simply rewrites it), so the arena stays
 //   bounded by the working set; Release() frees one at once (Model::ReleaseSequence, called by
@@ -62,6 +66,7 @@ struct SlotArenaStats {
   int64_t region_extends = 0;        // regions grown in place (the range after them was free)
   int64_t buffer_grows = 0;          // buffer reallocations (slots() changed)
   int64_t evictions = 0;             // regions freed for age
+  int64_t reclaims = 0;              // idle regions freed to make room instead of growing
   int64_t live_regions = 0;
   int64_t capacity_slots = 0;        // size of the buffer, int32 slots
   int64_t used_slots = 0;            // slots held by regions (their capacities)
@@ -119,9 +124,11 @@ class SlotArena {
     int64_t last_step = -1;
   };
 
-  // A free range of at least n slots (best fit), growing the buffer if needed; -1 on failure
-  // (status_ says why).
+  // A free range of at least n slots (best fit), freeing idle regions (ReclaimIdle) and then
+  // growing the buffer if needed; -1 on failure (status_ says why).
   int64_t Allocate(int64_t n);
+  // Frees the regions mapped neither in this step nor the one before; returns how many.
+  int64_t ReclaimIdle();
   void FreeRange(int64_t offset, int64_t n);
   bool Grow(int64_t min_free);
   void Queue(int64_t dst, const std::vector<int32_t>& block_table, int64_t begin, int64_t end);
