@@ -96,6 +96,13 @@ gpu_step() {
   summary+=("$(printf "%-${width}s rc=%-3s %4ss" "$name" "$rc" "$((SECONDS - t0))")")
 }
 
+# gpu_tests_step: the per-session scripts' "tests" step: every GPU test binary and the memcheck
+# cases of run_all_gpu.sh over $stage, logs under $out/all (call after gpu_run_begin).
+gpu_tests_step() {
+  gpu_step "tests-memcheck" 420 env STEPS="tests memcheck" OUT="$out/all" \
+    tools/gpu/run_all_gpu.sh "$stage"
+}
+
 # gpu_run_begin STAGE OUT: the opening the run_*.sh scripts share (call from the repo root, after
 # sourcing this file): sets stage=STAGE, bin=STAGE/bin, out=OUT (created), an empty `summary`
 # array for gpu_step, and the environment (gpu_env STAGE). Typical call:

@@ -21,8 +21,7 @@ dec=(--dtype fp8 --kv-dtype fp8 --layers 1,6 --batches 1,8,64 --steps 16 --graph
 for s in $steps; do
   case $s in
     tests)
-      gpu_step "tests-memcheck" 420 env STEPS="tests memcheck" OUT="$out/all" \
-        tools/gpu/run_all_gpu.sh "$stage"
+      gpu_tests_step
       ;;
     ab)
       gpu_step "decode-ab-side" 300 "$bin/glm-bench-cuda-decode" "${dec[@]}" \

@@ -25,8 +25,7 @@ GPU_STEP_HEAD=80
 for s in $steps; do
   case $s in
     tests)
-      gpu_step "tests-memcheck" 420 env STEPS="tests memcheck" OUT="$out/all" \
-        tools/gpu/run_all_gpu.sh "$stage"
+      gpu_tests_step
       ;;
     kernels)
       gpu_step "smallops" 120 "$bin/smallops_bench" --calls 100 --trials 5
