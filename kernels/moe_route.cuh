@@ -1,4 +1,6 @@
-// moe_route: one warp per token row (kMoeRouteWarps rows per CTA), no block-wide barriers.
+// moe_route: one warp per token row (RouteRowWarp; MoeRouteWarpKernel runs kMoeRouteWarps rows per
+// CTA, and the CUDA MoE decode kernel routes few-token batches itself with it), no block-wide
+// barriers.
 // Lane l holds experts e = l + 32 i (i < kP, kP = 8 for <= 256 experts, else 32) in registers:
 // score s = sigmoid(logit) and choice c = s + bias. Group filtering (n_group > 1, topk_group <
 // n_group) goes through the warp's shared-memory slice: lane g sums the top-2 choices of group g
@@ -55,26 +57,31 @@ __device__ __forceinline__ void WarpRouteBest(float& bv, int& bi, float& bs) {
   }
 }
 
-// grid ceil(rows / kMoeRouteWarps), block kMoeRouteWarps * 32. (Tried: the top-k rounds as a
-// rolled loop over the warp's shared-memory slice instead of unrolled over registers, for less
-// code to fetch: on an H200 11.9 vs 8.7 us per launch in a graph at 256 experts top-8.)
+// One warp's shared memory for RouteRowWarp: the group step's choices, group scores and kept
+// groups (kGroups only; may be null otherwise), and the chosen experts and their scores in
+// choice order ([kMoeRouteMaxTopK] each; they may be the output row itself).
+template <int kP>
+struct RouteWarpScratch {
+  float* buf;           // [kP * 32]
+  float* group;         // [kP * 32]
+  unsigned char* keep;  // [kP * 32]
+  int32_t* id;          // [top_k]
+  float* sc;            // [top_k]
+};
+
+// The routing of one token row (moe_route.h's contract) by one warp: logits row l, out_k =
+// top_k (+ 1 when appended >= 0) entries to ids_row / w_row (global or shared memory; they may
+// alias scratch.id / scratch.sc). Ends with the warp converged and the row written (a
+// __syncwarp after the writes). kGroups: false skips the group step (the caller guarantees
+// n_group == 1 or topk_group >= n_group) and needs no buf / group / keep.
 // kRedux: false runs the top-k rounds the previous way (a shuffle butterfly over (value, index,
 // score) per round; the same ids and weights), kept for smallops_bench's A/B.
-template <int kP, bool kRedux = true>
-__global__ void __launch_bounds__(kMoeRouteWarps * 32)
-    MoeRouteWarpKernel(const float* logits, int64_t ld, const float* bias, int64_t rows,
-                       int num_experts, int n_group, int topk_group, int top_k, bool renormalize,
-                       float scale, int appended, int32_t* ids, float* weights) {
-  PdlEnter();
-  __shared__ float s_buf[kMoeRouteWarps][kP * 32];    // group step: choices
-  __shared__ float s_group[kMoeRouteWarps][kP * 32];  // group step: group scores
-  __shared__ unsigned char s_keep[kMoeRouteWarps][kP * 32];
-  __shared__ int32_t s_id[kMoeRouteWarps][kMoeRouteMaxTopK];
-  __shared__ float s_sc[kMoeRouteWarps][kMoeRouteMaxTopK];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t t = int64_t{blockIdx.x} * kMoeRouteWarps + warp;
-  if (t >= rows) return;  // warp-uniform; no block barriers below
-  const float* l = logits + t * ld;
+template <int kP, bool kRedux = true, bool kGroups = true>
+__device__ __forceinline__ void RouteRowWarp(const float* l, const float* bias, int num_experts,
+                                             int n_group, int topk_group, int top_k,
+                                             bool renormalize, float scale, int appended,
+                                             const RouteWarpScratch<kP>& s, int lane,
+                                             int32_t* ids_row, float* w_row) {
   float sc[kP], ch[kP];
 #pragma unroll
   for (int i = 0; i < kP; ++i) {
@@ -86,10 +93,10 @@ __global__ void __launch_bounds__(kMoeRouteWarps * 32)
       sc[i] = ch[i] = 0.0f;
     }
   }
-  if (n_group > 1 && topk_group < n_group) {
-    float* buf = s_buf[warp];
-    float* gs = s_group[warp];
-    unsigned char* keep = s_keep[warp];
+  if (kGroups && n_group > 1 && topk_group < n_group) {
+    float* buf = s.buf;
+    float* gs = s.group;
+    unsigned char* keep = s.keep;
 #pragma unroll
     for (int i = 0; i < kP; ++i) {
       if (lane + 32 * i < num_experts) buf[lane + 32 * i] = ch[i];
@@ -163,13 +170,13 @@ __global__ void __launch_bounds__(kMoeRouteWarps * 32)
             s_chosen = sc[q];
           }
         }
-        s_id[warp][j] = static_cast<int32_t>(expert);
-        s_sc[warp][j] = s_chosen;
+        s.id[j] = static_cast<int32_t>(expert);
+        s.sc[j] = s_chosen;
       }
     }
     __syncwarp();
     if (lane == 0) {
-      for (int j = 0; j < top_k; ++j) sum += s_sc[warp][j];  // choice order: the CPU's rounding
+      for (int j = 0; j < top_k; ++j) sum += s.sc[j];  // choice order: the CPU's rounding
     }
   } else {
     unsigned taken = 0;  // bit i: expert lane + 32 i chosen
@@ -189,23 +196,51 @@ __global__ void __launch_bounds__(kMoeRouteWarps * 32)
       if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
       if (lane == 0) {
         sum += bs;
-        s_id[warp][j] = bi;
-        s_sc[warp][j] = bs;
+        s.id[j] = bi;
+        s.sc[j] = bs;
       }
     }
   }
   sum = __shfl_sync(0xffffffffu, sum, 0);
   __syncwarp();
   const float denom = renormalize ? sum + 1e-20f : 1.0f;
-  const int out_k = appended >= 0 ? top_k + 1 : top_k;  // entries per row of ids / weights
   for (int j = lane; j < top_k; j += 32) {
-    ids[t * out_k + j] = s_id[warp][j];
-    weights[t * out_k + j] = s_sc[warp][j] / denom * scale;
+    const int32_t id = s.id[j];
+    const float w = s.sc[j] / denom * scale;
+    ids_row[j] = id;
+    w_row[j] = w;
   }
   if (appended >= 0 && lane == 0) {
-    ids[t * out_k + top_k] = appended;
-    weights[t * out_k + top_k] = 1.0f;
+    ids_row[top_k] = appended;
+    w_row[top_k] = 1.0f;
   }
+  __syncwarp();
+}
+
+// grid ceil(rows / kMoeRouteWarps), block kMoeRouteWarps * 32: one warp per row. (Tried: the
+// top-k rounds as a rolled loop over the warp's shared-memory slice instead of unrolled over
+// registers, for less code to fetch: on an H200 11.9 vs 8.7 us per launch in a graph at 256
+// experts top-8.)
+template <int kP, bool kRedux = true>
+__global__ void __launch_bounds__(kMoeRouteWarps * 32)
+    MoeRouteWarpKernel(const float* logits, int64_t ld, const float* bias, int64_t rows,
+                       int num_experts, int n_group, int topk_group, int top_k, bool renormalize,
+                       float scale, int appended, int32_t* ids, float* weights) {
+  PdlEnter();
+  __shared__ float s_buf[kMoeRouteWarps][kP * 32];    // group step: choices
+  __shared__ float s_group[kMoeRouteWarps][kP * 32];  // group step: group scores
+  __shared__ unsigned char s_keep[kMoeRouteWarps][kP * 32];
+  __shared__ int32_t s_id[kMoeRouteWarps][kMoeRouteMaxTopK];
+  __shared__ float s_sc[kMoeRouteWarps][kMoeRouteMaxTopK];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = int64_t{blockIdx.x} * kMoeRouteWarps + warp;
+  if (t >= rows) return;  // warp-uniform; no block barriers below
+  // Entries per row of ids / weights.
+  const int out_k = appended >= 0 ? top_k + 1 : top_k;
+  const RouteWarpScratch<kP> s{s_buf[warp], s_group[warp], s_keep[warp], s_id[warp], s_sc[warp]};
+  RouteRowWarp<kP, kRedux>(logits + t * ld, bias, num_experts, n_group, topk_group, top_k,
+                           renormalize, scale, appended, s, lane, ids + t * out_k,
+                           weights + t * out_k);
 }
 
 }  // namespace glm::kernels::detail

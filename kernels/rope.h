@@ -14,11 +14,20 @@ namespace glm::kernels {
 
 inline constexpr int kRopeMaxFreqs = 1024;
 
+// A second set of heads for the same launch: element (r, h, d) at x[r * row_stride +
+// h * head_stride + d] with the first set's row_stride and dtype.
+struct RopeHeads {
+  void* x;
+  int64_t heads, head_stride;
+};
+
 // x: element (r, h, d) at x[r * row_stride + h * head_stride + d], `dtype` on the device;
 // positions: [rows] int32; inv_freq: [num_freqs] fp32, 1 <= num_freqs <= kRopeMaxFreqs.
-// Heads must not overlap: head_stride >= 2 * num_freqs (or heads == 1).
-absl::Status RopeInterleaved(DType dtype, void* x, int64_t rows, int64_t heads,
-                             int64_t row_stride, int64_t head_stride, const int32_t* positions,
-                             const float* inv_freq, int num_freqs, cudaStream_t stream);
+// Heads must not overlap: head_stride >= 2 * num_freqs (or heads == 1). second (optional): more
+// heads rotated by the same launch (the same rows, positions and frequencies; its rotated dims
+// must not overlap the first set's).
+absl::Status RopeInterleaved(DType dtype, void* x, int64_t rows, int64_t heads, int64_t row_stride,
+                             int64_t head_stride, const int32_t* positions, const float* inv_freq,
+                             int num_freqs, cudaStream_t stream, const RopeHeads* second = nullptr);
 
 }  // namespace glm::kernels

@@ -111,6 +111,77 @@ TEST_P(RopeTest, MatchesReference) {
   }
 }
 
+// A second head set in the same launch (RopeHeads; the query's rope dims and the indexer
+// query's, both in q_b's output rows) gives the bits of two separate launches, and touches
+// nothing else of the rows. Shapes: GLM-5's (64 heads of stride 256, rope at dims 192..255;
+// then 32 heads of 128, rope at 0..63) at 1 / 3 / 16 rows, an odd offset of the second set
+// (element accesses instead of pairs), a second set of 1 head, and more rows than grid.y.
+TEST_P(RopeTest, SecondHeadSetEqualsASeparateLaunch) {
+  const bool bf16 = GetParam() == DType::kBF16;
+  const size_t es = bf16 ? 2 : 4;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  struct Shape {
+    int64_t rows, heads, head_stride, off, heads2, head_stride2, off2, row_stride;
+    int num_freqs;
+  };
+  const Shape shapes[] = {{1, 64, 256, 192, 32, 128, 16384, 20480, 32},
+                          {3, 64, 256, 192, 32, 128, 16384, 20480, 32},
+                          {16, 64, 256, 192, 32, 128, 16384, 20480, 32},
+                          {2, 4, 16, 8, 3, 10, 65, 96, 4},
+                          {5, 2, 8, 0, 1, 8, 16, 40, 3},
+                          {65537, 1, 4, 0, 1, 4, 4, 8, 2}};
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(absl::StrCat("rows=", s.rows, " heads=", s.heads, "+", s.heads2, " off2=", s.off2,
+                              " bf16=", bf16));
+    const size_t bytes = static_cast<size_t>(s.rows * s.row_stride) * es;
+    std::vector<unsigned char> hx(bytes);
+    // Finite values: random bf16 / fp32 bit patterns with a small exponent.
+    for (size_t i = 0; i < bytes / es; ++i) {
+      const float v = std::ldexp(static_cast<float>(byte(rng) - 128), -6);
+      if (bf16) {
+        const uint16_t b = FloatToBf16(v);
+        std::memcpy(&hx[i * 2], &b, 2);
+      } else {
+        std::memcpy(&hx[i * 4], &v, 4);
+      }
+    }
+    std::vector<int32_t> pos(static_cast<size_t>(s.rows));
+    for (size_t r = 0; r < pos.size(); ++r) pos[r] = static_cast<int32_t>(r * 977 % 200000);
+    std::vector<float> inv_freq(static_cast<size_t>(s.num_freqs));
+    for (int i = 0; i < s.num_freqs; ++i) inv_freq[i] = std::pow(10000.0f, -float(i) / s.num_freqs);
+    GuardedBuffer one(bytes), two(bytes), dpos(pos.size() * 4), dfreq(inv_freq.size() * 4);
+    ASSERT_TRUE(one.ok() && two.ok() && dpos.ok() && dfreq.ok());
+    GLM_CUDA_ASSERT(one.Upload(hx.data(), bytes));
+    GLM_CUDA_ASSERT(two.Upload(hx.data(), bytes));
+    GLM_CUDA_ASSERT(dpos.Upload(pos.data(), pos.size() * 4));
+    GLM_CUDA_ASSERT(dfreq.Upload(inv_freq.data(), inv_freq.size() * 4));
+    auto at = [&](GuardedBuffer& b, int64_t off) {
+      return static_cast<void*>(static_cast<unsigned char*>(b.data()) + off * es);
+    };
+    const RopeHeads second{at(one, s.off2), s.heads2, s.head_stride2};
+    ASSERT_TRUE(RopeInterleaved(GetParam(), at(one, s.off), s.rows, s.heads, s.row_stride,
+                                s.head_stride, dpos.as<int32_t>(), dfreq.as<float>(), s.num_freqs,
+                                nullptr, &second)
+                    .ok());
+    ASSERT_TRUE(RopeInterleaved(GetParam(), at(two, s.off), s.rows, s.heads, s.row_stride,
+                                s.head_stride, dpos.as<int32_t>(), dfreq.as<float>(), s.num_freqs,
+                                nullptr)
+                    .ok());
+    ASSERT_TRUE(RopeInterleaved(GetParam(), at(two, s.off2), s.rows, s.heads2, s.row_stride,
+                                s.head_stride2, dpos.as<int32_t>(), dfreq.as<float>(), s.num_freqs,
+                                nullptr)
+                    .ok());
+    GLM_CUDA_ASSERT(cudaDeviceSynchronize());
+    ASSERT_TRUE(one.GuardsIntact() && two.GuardsIntact());
+    std::vector<unsigned char> h1(bytes), h2(bytes);
+    GLM_CUDA_ASSERT(one.Download(h1.data(), bytes));
+    GLM_CUDA_ASSERT(two.Download(h2.data(), bytes));
+    ASSERT_EQ(std::memcmp(h1.data(), h2.data(), bytes), 0);
+    ASSERT_NE(std::memcmp(h1.data(), hx.data(), bytes), 0) << "nothing was rotated";
+  }
+}
+
 TEST_P(RopeTest, RejectsBadInputs) {
   GuardedBuffer d(4096);
   std::vector<float> host(64);
@@ -121,6 +192,13 @@ TEST_P(RopeTest, RejectsBadInputs) {
                                d.as<float>(), 2048, nullptr).ok());
   EXPECT_FALSE(RopeInterleaved(GetParam(), host.data(), 1, 1, 8, 8, d.as<int32_t>(),
                                d.as<float>(), 4, nullptr).ok());
+  // A second set with overlapping heads, none, or in host memory.
+  const RopeHeads overlap{d.data(), 2, 4}, none{d.data(), 0, 8}, on_host{host.data(), 1, 8};
+  for (const RopeHeads* second : {&overlap, &none, &on_host}) {
+    EXPECT_FALSE(RopeInterleaved(GetParam(), d.data(), 1, 1, 64, 8, d.as<int32_t>(), d.as<float>(),
+                                 4, nullptr, second)
+                     .ok());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, RopeTest, ::testing::Values(DType::kF32, DType::kBF16),

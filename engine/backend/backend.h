@@ -178,6 +178,17 @@ struct DeviceMemoryInfo {
   int64_t workspace_bytes = 0;  // fixed workspaces the backend allocated at creation (cuBLASLt)
 };
 
+// MoeRoute's arguments (Backend::MoeRoute documents each) and outputs, for MoeRouteExperts.
+struct MoeRouteArgs {
+  const float* bias = nullptr;  // [num_experts] or null
+  int n_group = 1, topk_group = 1, top_k = 0;
+  bool renormalize = false;
+  float scale = 1.0f;
+  int appended = -1;
+  int32_t* ids = nullptr;    // [rows, top_k (+ 1 when appended >= 0)], written
+  float* weights = nullptr;  // likewise
+};
+
 // A recorded sequence of ops (a CUDA graph); see Backend::BeginCapture.
 class BackendGraph {
  public:
@@ -249,6 +260,14 @@ class Backend {
   // rotates by positions[row] * inv_freq[i]. inv_freq: [num_freqs].
   virtual void RopeInterleaved(const HeadsView& x, const int32_t* positions,
                                const float* inv_freq, int num_freqs) = 0;
+  // RopeInterleaved on a, then on b (the same rows and positions; a and b must not overlap):
+  // one op so that a device backend may rotate both in one launch (cuda: when they share a row
+  // stride, e.g. the query and the indexer query, both in q_b's output).
+  virtual void RopeInterleavedBoth(const HeadsView& a, const HeadsView& b, const int32_t* positions,
+                                   const float* inv_freq, int num_freqs) {
+    RopeInterleaved(a, positions, inv_freq, num_freqs);
+    RopeInterleaved(b, positions, inv_freq, num_freqs);
+  }
   // out = silu(gate) * up, elementwise. out may alias gate.
   virtual void SiluMul(const MatView& gate, const MatView& up, const MatView& out) = 0;
   // y = value.
@@ -290,6 +309,16 @@ class Backend {
   // Narrow expert weights (SupportsWeightDType) are widened to fp32 inside the op; x stays fp32.
   virtual void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                           const ExpertWeights& experts, const MatView& out) = 0;
+  // MoeRoute(logits, r...) into r.ids / r.weights, then MoeExperts(x, r.ids, r.weights, k,
+  // experts, out) with k = r.top_k (+ 1 when r.appended >= 0): one op so that a device backend
+  // may route inside the experts' first kernel (cuda: decode steps of few tokens, one launch
+  // fewer). The same ids, weights and out either way; ids and weights are always written.
+  virtual void MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
+                               const ExpertWeights& experts, const MatView& out) {
+    MoeRoute(logits, r.bias, r.n_group, r.topk_group, r.top_k, r.renormalize, r.scale, r.appended,
+             r.ids, r.weights);
+    MoeExperts(x, r.ids, r.weights, r.top_k + (r.appended >= 0 ? 1 : 0), experts, out);
+  }
 
   // One token per logits row by the rule of kernels/sample_rule.h (engine/sample SampleToken
   // without banned tokens), so every backend returns the same ids from the same logits, seeds and

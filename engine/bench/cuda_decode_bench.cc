@@ -5,7 +5,7 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both] [--ab none|pdl|side|shared|mma|moegrid|router]
+//       [--key-slots incremental|both] [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -40,7 +40,9 @@
 // MoE decode kernels' balanced grid (cuda_ops_moe.h SetMoeDecodeBalancedGrid) vs every resident
 // CTA; it moves steps of at most 64 (token, expert) pairs (batch <= 7 with the fold). router:
 // one-row fp32 Linears with small weights (the MoE router) on kernels::PerHeadGemv vs cuBLASLt
-// (AllowCudaSmallF32Gemv); batch 1 only.
+// (AllowCudaSmallF32Gemv); batch 1 only. fuseroute: MoE routing inside the gate|up decode
+// kernel at <= cuda::kMoeRouteFuseMaxTokens tokens (cuda_ops_moe.h SetMoeRouteFuseMaxTokens) vs
+// MoeRoute's own launch; batches 1 and 2 only.
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -135,6 +137,10 @@ void AllowSharedFold(bool on) { SetSharedExpertFoldMaxTokens(on ? g_fold_on.load
 std::atomic<int> g_mma_on{4096}, g_mma_off{1024};
 void AllowMmaRange(bool on) {
   cuda::SetMoeMmaAutoMaxPairs(on ? g_mma_on.load() : g_mma_off.load());
+}
+// --ab fuseroute: routing inside the gate|up decode kernel (the library's limit) or never.
+void AllowRouteFuse(bool on) {
+  cuda::SetMoeRouteFuseMaxTokens(on ? cuda::kMoeRouteFuseMaxTokens : 0);
 }
 
 double Now() {
@@ -572,12 +578,12 @@ int Main(int argc, char** argv) {
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
-       a.ab != "moegrid" && a.ab != "router") ||
+       a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|pdl|side|shared|mma|moegrid|router, --fused on|off|both\n");
+                 "none|pdl|side|shared|mma|moegrid|router|fuseroute, --fused on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -587,6 +593,7 @@ int Main(int argc, char** argv) {
   if (a.ab == "shared") a.ab_allow = AllowSharedFold;
   if (a.ab == "moegrid") a.ab_allow = cuda::SetMoeDecodeBalancedGrid;
   if (a.ab == "router") a.ab_allow = AllowCudaSmallF32Gemv;
+  if (a.ab == "fuseroute") a.ab_allow = AllowRouteFuse;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -756,12 +763,13 @@ int Main(int argc, char** argv) {
                "unfused", "fused", fused_rows);
   }
   if (a.ab_allow != nullptr) {
-    const char* what = a.ab == "pdl"       ? "programmatic dependent launch"
-                       : a.ab == "side"    ? "side branches"
-                       : a.ab == "mma"     ? "tensor-core MoE range extended"
-                       : a.ab == "moegrid" ? "balanced MoE decode grid"
-                       : a.ab == "router"  ? "one-row fp32 router GEMV (not cuBLASLt)"
-                                           : "shared expert folded into MoeExperts";
+    const char* what = a.ab == "pdl"         ? "programmatic dependent launch"
+                       : a.ab == "side"      ? "side branches"
+                       : a.ab == "mma"       ? "tensor-core MoE range extended"
+                       : a.ab == "moegrid"   ? "balanced MoE decode grid"
+                       : a.ab == "router"    ? "one-row fp32 router GEMV (not cuBLASLt)"
+                       : a.ab == "fuseroute" ? "MoE routing inside the gate|up decode kernel"
+                                             : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),
         "off", "on", ab_rows);

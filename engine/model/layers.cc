@@ -357,16 +357,17 @@ void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const 
   const int k = fold ? top_k + 1 : top_k;        // experts per token given to MoeExperts
   MatView logits = ctx.ws->Mat(T, num_experts);  // [T, n_routed_experts], fp32 router
   ctx.backend->Linear(x, router.view, logits, false);
-  int32_t* ids = ctx.ws->Ints(T * k);      // [T, k]
-  float* weights = ctx.ws->Floats(T * k);  // [T, k]
-  ctx.backend->MoeRoute(logits, bias.data(), n_group, topk_group, top_k, renormalize, scale,
-                        fold ? num_routed : -1, ids, weights);
+  MoeRouteArgs r;
+  r.bias = bias.data(), r.n_group = n_group, r.topk_group = topk_group, r.top_k = top_k;
+  r.renormalize = renormalize, r.scale = scale, r.appended = fold ? num_routed : -1;
+  r.ids = ctx.ws->Ints(T * k);        // [T, k]
+  r.weights = ctx.ws->Floats(T * k);  // [T, k]
   // The shared expert and then the routed experts accumulate onto out (the residual stream;
   // MoeExperts is out +=): no Fill and no Add launch.
   if (!fold) shared.Forward(ctx, x, out);  // out += [T, H]
   ExpertWeights ew{gate_views.data(), up_views.data(), down_views.data(),
                    fold ? num_routed + 1 : num_routed};
-  ctx.backend->MoeExperts(x, ids, weights, k, ew, out);
+  ctx.backend->MoeRouteExperts(logits, r, x, ew, out);  // routes, then out += experts
 }
 
 // ---- Indexer ----------------------------------------------------------------------------------
@@ -394,14 +395,16 @@ void Indexer::WriteKeys(StepContext& ctx, const MatView& k, const LayerKv& kv) c
   }
 }
 
-void Indexer::Select(StepContext& ctx, const MatView& q, const MatView& w,
+HeadsView Indexer::QueryHeads(const StepContext& ctx, const MatView& q) const {
+  const ModelConfig& c = *ctx.config;
+  const int64_t head_dim = c.index_head_dim;
+  return HeadsView{q.data, ctx.num_rows, c.index_n_heads, head_dim, q.ld, head_dim};
+}
+
+void Indexer::Select(StepContext& ctx, const HeadsView& qh, const MatView& w,
                      const LayerKv& kv) const {
   const ModelConfig& c = *ctx.config;
-  const int64_t T = ctx.num_rows, n_heads = c.index_n_heads, head_dim = c.index_head_dim;
-  const int num_freqs = static_cast<int>(c.qk_rope_head_dim / 2);
-  HeadsView qh{q.data, T, n_heads, head_dim, q.ld, head_dim};  // [T, n_heads, head_dim]
-  // Dims [0, qk_rope_head_dim) of each head are roped, the rest pass through.
-  ctx.backend->RopeInterleaved(qh, ctx.positions, ctx.inv_freq, num_freqs);
+  const int64_t n_heads = c.index_n_heads, head_dim = c.index_head_dim;
   const bool fp8 = kv.dtype == KvDType::kFp8;
   IndexerTopKArgs args;
   args.q = qh;
@@ -509,12 +512,17 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   b_proj.Forward(ctx, cq, b_out);
   const MatView q = b_proj.Part(b_out, kQb);  // [T, nh * (nope + rope)]
   HeadsView qh{q.data, T, nh, qk, q.ld, qk};  // [T, nh, nope + rope]
-  b->RopeInterleaved(qh.Dims(nope, rope), ctx.positions, ctx.inv_freq, num_freqs);
+  HeadsView index_qh;
+  if (indexer != nullptr) {
+    // The query's RoPE and the indexer query's, one op (one launch on the GPU).
+    index_qh = indexer->QueryHeads(ctx, b_proj.Part(b_out, kIndexQ));
+    b->RopeInterleavedBoth(qh.Dims(nope, rope), index_qh, ctx.positions, ctx.inv_freq, num_freqs);
+  } else {
+    b->RopeInterleaved(qh.Dims(nope, rope), ctx.positions, ctx.inv_freq, num_freqs);
+  }
   b->JoinSide();  // the cache holds this step's latents and keys from here on
 
-  if (indexer != nullptr) {
-    indexer->Select(ctx, b_proj.Part(b_out, kIndexQ), a_proj.Part(a_out, kIndexW), kv);
-  }
+  if (indexer != nullptr) indexer->Select(ctx, index_qh, a_proj.Part(a_out, kIndexW), kv);
   // else: an IndexShare "shared" layer reuses ctx.topk (Forward guarantees it is set).
 
   MatView o = ctx.ws->Mat(T, nh * c.v_head_dim);  // [T, nh * v_head_dim]

@@ -256,9 +256,12 @@ struct Indexer {
   // The step's keys: k [T, head_dim] (= a . wk^T, normed and roped in place) into the cache.
   // Scratch-free ops only (MlaAttention runs it on a side branch, Backend::BeginSide).
   void WriteKeys(StepContext& ctx, const MatView& k, const LayerKv& kv) const;
-  // Top-k into ctx.topk, after WriteKeys: q [T, n_heads * head_dim] (= cq . wq_b^T, roped in
-  // place), w [T, n_heads] (= a . weights_proj^T).
-  void Select(StepContext& ctx, const MatView& q, const MatView& w, const LayerKv& kv) const;
+  // q [T, n_heads * head_dim] (= cq . wq_b^T) as heads: dims [0, qk_rope_head_dim) of each are
+  // the ones RoPE rotates (the caller does, with the query's: Backend::RopeInterleavedBoth).
+  HeadsView QueryHeads(const StepContext& ctx, const MatView& q) const;
+  // Top-k into ctx.topk, after WriteKeys: qh = QueryHeads(q), already roped; w [T, n_heads]
+  // (= a . weights_proj^T).
+  void Select(StepContext& ctx, const HeadsView& qh, const MatView& w, const LayerKv& kv) const;
 };
 
 // Multi-head latent attention with DSA sparsity (spec §3.2).

@@ -346,6 +346,19 @@ class CudaBackend : public Backend {
                                     x.head_stride, positions, inv_freq, num_freqs, stream_));
   }
 
+  void RopeInterleavedBoth(const HeadsView& a, const HeadsView& b, const int32_t* positions,
+                           const float* inv_freq, int num_freqs) override {
+    if (a.rows != b.rows || a.row_stride != b.row_stride || a.heads == 0 || b.heads == 0) {
+      Backend::RopeInterleavedBoth(a, b, positions, inv_freq, num_freqs);
+      return;
+    }
+    if (a.rows == 0 || num_freqs == 0 || !Bind()) return;
+    const kernels::RopeHeads second{b.data, b.heads, b.head_stride};
+    Record(kernels::RopeInterleaved(kernels::DType::kF32, a.data, a.rows, a.heads, a.row_stride,
+                                    a.head_stride, positions, inv_freq, num_freqs, stream_,
+                                    &second));
+  }
+
   void SiluMul(const MatView& gate, const MatView& up, const MatView& out) override {
     if (gate.rows == 0 || gate.cols == 0 || !Bind()) return;
     Record(kernels::SiluMul(kernels::DType::kF32, gate.data, gate.ld, up.data, up.ld, out.data,
@@ -422,6 +435,13 @@ class CudaBackend : public Backend {
     if (x.rows == 0 || !Bind() || !MainOnly("MoeExperts")) return;
     Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, experts, out, scratch_, stream_),
                     "MoeExperts"));
+  }
+
+  void MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
+                       const ExpertWeights& experts, const MatView& out) override {
+    if (x.rows == 0 || !Bind() || !MainOnly("MoeRouteExperts")) return;
+    Record(Annotate(cuda::MoeRouteExperts(logits, r, x, experts, out, scratch_, stream_),
+                    "MoeRouteExperts"));
   }
 
   void Sample(const SampleArgs& a) override {

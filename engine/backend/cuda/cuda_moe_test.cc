@@ -119,6 +119,7 @@ class CudaMoeTest : public ::testing::Test {
     cuda::SetMoeDecodePath(MoeDecodePath::kAuto);
     cuda::SetMoeGroupTokens(4);
     cuda::SetMoeDecodeBalancedGrid(true);
+    cuda::SetMoeRouteFuseMaxTokens(cuda::kMoeRouteFuseMaxTokens);
     if (gpu_ != nullptr) {
       EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
     }
@@ -322,6 +323,131 @@ TEST_F(CudaMoeTest, LaunchSettingsMoveTheGeneration) {
   EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 3);
   cuda::SetMoeMmaAutoMaxPairs(pairs);
   EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 4);
+  cuda::SetMoeRouteFuseMaxTokens(0);
+  EXPECT_EQ(cuda::MoeRouteFuseMaxTokens(), 0);
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 5);
+  cuda::SetMoeRouteFuseMaxTokens(cuda::kMoeRouteFuseMaxTokens);
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 6);
+}
+
+// MoeRouteExperts: at <= cuda::MoeRouteFuseMaxTokens() tokens (and at most 64 pairs) the gate|up
+// decode kernel routes for itself; it must give the ids, weights and out of the separate
+// MoeRoute launch bit for bit (the same RouteRowWarp arithmetic), and match the CPU backend's
+// default MoeRouteExperts (ids equal, weights within 1e-6, out within 1e-4 relative). Cases: 1 /
+// 2 / 3 tokens (3: past the fuse limit), top-8 and top-1, with and without bias, with and
+// without the shared expert appended (63 routed experts + expert 63 as the shared one), a
+// group-limited routing (n_group 4, topk_group 2: never fused), fp32 / bf16 / fp8 experts, and
+// a graph capture of the fused call replaying to the eager result.
+TEST_F(CudaMoeTest, RouteExpertsFusedEqualsSeparateRoute) {
+  struct RCase {
+    int tokens, top_k;
+    bool bias, appended;
+    int n_group = 1, topk_group = 1;
+  };
+  const RCase cases[] = {{1, 8, true, true},  {1, 8, false, false}, {2, 8, true, true},
+                         {2, 1, true, false}, {3, 8, true, true},   {1, 8, true, false, 4, 2},
+                         {1, 1, false, true}};
+  ASSERT_EQ(cuda::MoeRouteFuseMaxTokens(), cuda::kMoeRouteFuseMaxTokens);
+  for (WeightDType dtype : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
+    Experts ex = MakeExperts(dtype);
+    for (const RCase& c : cases) {
+      const int routed = c.appended ? kExperts - 1 : kExperts;
+      const int k = c.top_k + (c.appended ? 1 : 0);
+      const bool want_fused = c.tokens <= cuda::kMoeRouteFuseMaxTokens && c.n_group == 1;
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " tokens=", c.tokens, " top_k=", c.top_k,
+                                c.bias ? " bias" : "", c.appended ? " shared_appended" : "",
+                                " n_group=", c.n_group));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> logits(size_t(c.tokens) * routed), bias(routed);
+      for (float& v : logits) v = 2.0f * nd(rng_);
+      for (float& v : bias) v = 0.1f * nd(rng_);
+      std::vector<float> x(size_t(c.tokens) * kHidden), out0(x.size());
+      for (float& v : x) v = nd(rng_);
+      for (float& v : out0) v = nd(rng_);
+      auto dl = gpu_->Allocate(logits.size() * 4), db = gpu_->Allocate(bias.size() * 4);
+      auto dx = gpu_->Allocate(x.size() * 4), dout = gpu_->Allocate(x.size() * 4);
+      auto dids = gpu_->Allocate(size_t(c.tokens) * k * 4);
+      auto dw = gpu_->Allocate(size_t(c.tokens) * k * 4);
+      gpu_->CopyToDevice(dl->data(), logits.data(), logits.size() * 4);
+      gpu_->CopyToDevice(db->data(), bias.data(), bias.size() * 4);
+      gpu_->CopyToDevice(dx->data(), x.data(), x.size() * 4);
+      const MatView lv{dl->f32(), c.tokens, routed, routed};
+      const MatView xv{dx->f32(), c.tokens, kHidden, kHidden};
+      const MatView ov{dout->f32(), c.tokens, kHidden, kHidden};
+      MoeRouteArgs r;
+      r.bias = c.bias ? db->f32() : nullptr, r.n_group = c.n_group, r.topk_group = c.topk_group;
+      r.top_k = c.top_k, r.renormalize = true, r.scale = 2.5f;
+      r.appended = c.appended ? routed : -1;
+      r.ids = dids->i32(), r.weights = dw->f32();
+      struct Result {
+        std::vector<int32_t> ids;
+        std::vector<float> w, out;
+      };
+      auto run = [&](int fuse_max) {
+        cuda::SetMoeRouteFuseMaxTokens(fuse_max);
+        gpu_->CopyToDevice(dout->data(), out0.data(), out0.size() * 4);
+        std::vector<int32_t> poison_i(size_t(c.tokens) * k, -7);
+        std::vector<float> poison_w(poison_i.size(), -7.0f);
+        gpu_->CopyToDevice(dids->data(), poison_i.data(), poison_i.size() * 4);
+        gpu_->CopyToDevice(dw->data(), poison_w.data(), poison_w.size() * 4);
+        gpu_->MoeRouteExperts(lv, r, xv, ex.Device(), ov);
+        Result res{std::vector<int32_t>(poison_i.size()), std::vector<float>(poison_w.size()),
+                   std::vector<float>(x.size())};
+        gpu_->CopyToHost(res.ids.data(), dids->data(), res.ids.size() * 4);
+        gpu_->CopyToHost(res.w.data(), dw->data(), res.w.size() * 4);
+        gpu_->CopyToHost(res.out.data(), dout->data(), res.out.size() * 4);
+        EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+        return res;
+      };
+      const Result fused = run(cuda::kMoeRouteFuseMaxTokens);
+      ASSERT_EQ(cuda::LastMoeRouteFused(), want_fused);
+      const Result separate = run(0);
+      ASSERT_FALSE(cuda::LastMoeRouteFused());
+      cuda::SetMoeRouteFuseMaxTokens(cuda::kMoeRouteFuseMaxTokens);
+      ASSERT_EQ(fused.ids, separate.ids);
+      ASSERT_EQ(std::memcmp(fused.w.data(), separate.w.data(), fused.w.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(fused.out.data(), separate.out.data(), fused.out.size() * 4), 0);
+
+      // The CPU backend's default MoeRouteExperts (MoeRoute, then MoeExperts).
+      std::vector<int32_t> cids(fused.ids.size());
+      std::vector<float> cw(fused.w.size()), cout = out0;
+      MoeRouteArgs cr = r;
+      cr.bias = c.bias ? bias.data() : nullptr, cr.ids = cids.data(), cr.weights = cw.data();
+      cpu_->MoeRouteExperts(MatView{logits.data(), c.tokens, routed, routed}, cr,
+                            MatView{x.data(), c.tokens, kHidden, kHidden}, ex.Host(),
+                            MatView{cout.data(), c.tokens, kHidden, kHidden});
+      ASSERT_EQ(fused.ids, cids);
+      double max_ref = 1.0, max_diff = 0.0;
+      for (size_t i = 0; i < cw.size(); ++i) {
+        ASSERT_NEAR(fused.w[i], cw[i], 1e-6f * std::abs(cw[i]) + 1e-7f) << "weight " << i;
+      }
+      for (size_t i = 0; i < cout.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(fused.out[i])) << "non-finite at " << i;
+        max_ref = std::max(max_ref, std::abs(double(cout[i])));
+        max_diff = std::max(max_diff, std::abs(double(fused.out[i]) - cout[i]));
+      }
+      EXPECT_LE(max_diff, 1e-4 * max_ref) << "max_diff=" << max_diff;
+
+      if (want_fused && gpu_->SupportsGraphs()) {
+        gpu_->SetPointerChecks(false);  // as the decode graphs run
+        gpu_->BeginCapture();
+        gpu_->MoeRouteExperts(lv, r, xv, ex.Device(), ov);
+        std::unique_ptr<BackendGraph> graph = gpu_->EndCapture();
+        gpu_->SetPointerChecks(true);
+        ASSERT_NE(graph, nullptr) << gpu_->status();
+        gpu_->CopyToDevice(dout->data(), out0.data(), out0.size() * 4);
+        gpu_->ReplayGraph(*graph);
+        std::vector<float> replay(x.size());
+        std::vector<int32_t> rids(fused.ids.size());
+        gpu_->CopyToHost(replay.data(), dout->data(), replay.size() * 4);
+        gpu_->CopyToHost(rids.data(), dids->data(), rids.size() * 4);
+        ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+        EXPECT_EQ(rids, fused.ids);
+        EXPECT_EQ(std::memcmp(replay.data(), fused.out.data(), replay.size() * 4), 0)
+            << "graph replay differs from eager";
+      }
+    }
+  }
 }
 
 // A captured graph of each default path replays to the eager result bit for bit: the decode

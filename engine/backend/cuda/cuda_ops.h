@@ -46,5 +46,11 @@ absl::Status GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots, co
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
                         cudaStream_t stream);
+// Backend::MoeRouteExperts: at decode shapes of at most MoeRouteFuseMaxTokens() tokens
+// (cuda_ops_moe.h) the gate|up kernel routes for itself (one launch fewer), else
+// kernels::MoeRoute then MoeExperts.
+absl::Status MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
+                             const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                             cudaStream_t stream);
 
 }  // namespace glm::engine::cuda

@@ -50,11 +50,6 @@
 // NOTE: a stage of the fused kernel is (64 + 2 * 128) x 36 floats = 46 KiB: 4 stages (184 KiB)
 // fit an H200's 227 KiB opt-in shared memory, GB10's 99 KiB takes 2 (read from the device).
 // cuda_ops.h uses absl::StatusOr without including its header.
-#include "absl/status/statusor.h"
-#include "engine/backend/cuda/cuda_ops.h"
-#include "engine/backend/cuda/cuda_ops_moe.h"
-#include "kernels/load_util.cuh"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -69,8 +64,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/status_util.h"
+#include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/cuda_ops_moe.h"
 #include "engine/backend/cuda/cuda_ops_util.h"
+#include "kernels/load_util.cuh"
+#include "kernels/moe_route.cuh"
+#include "kernels/moe_route.h"
 
 namespace glm::engine::cuda {
 namespace {
@@ -613,6 +614,21 @@ constexpr int kDecWRows = 4;  // weight rows per task
 template <int kWT>
 constexpr int DecRows() { return kWT == kWFP8 ? 1 : 2; }
 
+// The gate|up decode kernel's own routing (MoeRouteExperts at few tokens): every warp routes
+// the step's tokens from the router's logits with kernels::detail::RouteRowWarp (MoeRoute's
+// arithmetic: the same ids and weights) into its shared memory, and CTA 0's warp 0 writes them
+// to ids / weights for the down and combine kernels. logits == nullptr: route from ids.
+struct DecodeRouteIn {
+  const float* logits;  // [tokens, routed] fp32, row stride ld
+  int64_t ld;
+  const float* bias;  // [routed] or null
+  int routed, routed_top_k, tokens, appended;
+  int renormalize;
+  float scale;
+  int32_t* ids;    // [pairs] out
+  float* weights;  // [pairs] out
+};
+
 struct DecodeParams {
   const int32_t* ids;  // [pairs]
   int pairs, top_k, num_experts;
@@ -621,6 +637,7 @@ struct DecodeParams {
   int64_t a_ld;
   int n, k;
   float* c;  // [pairs, n]
+  DecodeRouteIn route;
 };
 
 // The warp's view of the routing: ids of pairs lane and lane + 32 (-1: none or out of range)
@@ -631,10 +648,11 @@ struct DecodeRouting {
   int n_active;
 };
 
-__device__ __forceinline__ DecodeRouting DecodeRoute(const DecodeParams& p, int lane) {
+__device__ __forceinline__ DecodeRouting DecodeRoute(const DecodeParams& p, const int32_t* ids,
+                                                     int lane) {
   DecodeRouting r;
-  int a = lane < p.pairs ? p.ids[lane] : -1;
-  int b = lane + 32 < p.pairs ? p.ids[lane + 32] : -1;
+  int a = lane < p.pairs ? ids[lane] : -1;
+  int b = lane + 32 < p.pairs ? ids[lane + 32] : -1;
   if (a < 0 || a >= p.num_experts) a = -1;
   if (b < 0 || b >= p.num_experts) b = -1;
   const unsigned ma = __match_any_sync(0xffffffffu, a);
@@ -797,14 +815,38 @@ __device__ __forceinline__ void TaskWeights(const ExpertPtr& ex, int n0, const c
   }
 }
 
-template <bool kFused, int kWT>
+// kRoute (gate|up only): the routing from p.route.logits first (DecodeRouteIn).
+template <bool kFused, int kWT, bool kRoute = false>
 __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParams p) {
   PdlEnter();
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
-  const int lane = threadIdx.x & 31;
-  const int gw = blockIdx.x * kDecWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gw = blockIdx.x * kDecWarps + warp;
   const int num_warps = gridDim.x * kDecWarps;
-  const DecodeRouting rt = DecodeRoute(p, lane);
+  const int32_t* ids = p.ids;
+  if constexpr (kRoute) {
+    static_assert(kFused, "the gate|up kernel routes; down reads the ids it wrote");
+    __shared__ int32_t s_ids[kDecWarps][kGemvMaxPairs];
+    __shared__ float s_w[kDecWarps][kGemvMaxPairs];
+    const DecodeRouteIn& r = p.route;
+    for (int t = 0; t < r.tokens; ++t) {
+      int32_t* id_row = s_ids[warp] + t * p.top_k;
+      float* w_row = s_w[warp] + t * p.top_k;
+      const glm::kernels::detail::RouteWarpScratch<8> scratch{nullptr, nullptr, nullptr, id_row,
+                                                              w_row};
+      glm::kernels::detail::RouteRowWarp<8, true, false>(
+          r.logits + t * r.ld, r.bias, r.routed, 1, 1, r.routed_top_k, r.renormalize != 0, r.scale,
+          r.appended, scratch, lane, id_row, w_row);
+    }
+    ids = s_ids[warp];
+    if (blockIdx.x == 0 && warp == 0) {
+      for (int i = lane; i < p.pairs; i += 32) {
+        r.ids[i] = s_ids[0][i];
+        r.weights[i] = s_w[0][i];
+      }
+    }
+  }
+  const DecodeRouting rt = DecodeRoute(p, ids, lane);
   const int groups = (p.n + kCols - 1) / kCols;
   const int tasks = rt.n_active * groups;
   for (int t = gw; t < tasks; t += num_warps) {
@@ -885,24 +927,30 @@ int64_t DecodeBlocks(int64_t tasks, int64_t resident_ctas) {
   return std::max<int64_t>(1, std::min(detail::CeilDiv(want, kDecWarps), resident_ctas));
 }
 
-template <bool kFused, int kWT>
+template <bool kFused, int kWT, bool kRoute>
 absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail::DeviceInfo& info,
                           cudaStream_t stream) {
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
-  const int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT>, kDecWarps * 32);
+  const int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT, kRoute>, kDecWarps * 32);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
   const int64_t blocks = DecodeBlocks(tasks, resident);
-  LaunchKernel(MoeDecodeKernel<kFused, kWT>, static_cast<unsigned>(blocks), kDecWarps * 32, 0,
-               stream, p);
+  LaunchKernel(MoeDecodeKernel<kFused, kWT, kRoute>, static_cast<unsigned>(blocks), kDecWarps * 32,
+               0, stream, p);
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeKernel launch");
 }
 
+// p.route.logits != nullptr (gate|up only): the kernel that routes for itself.
 template <bool kFused>
 absl::Status LaunchDecodeFor(int wt, const DecodeParams& p, int64_t max_slots,
                              const detail::DeviceInfo& info, cudaStream_t stream) {
   return DispatchWT(wt, [&](auto tag) {
-    return LaunchDecode<kFused, decltype(tag)::value>(p, max_slots, info, stream);
+    if constexpr (kFused) {
+      if (p.route.logits != nullptr) {
+        return LaunchDecode<true, decltype(tag)::value, true>(p, max_slots, info, stream);
+      }
+    }
+    return LaunchDecode<kFused, decltype(tag)::value, false>(p, max_slots, info, stream);
   });
 }
 
@@ -1748,6 +1796,18 @@ bool MmaAutoEnabled() {
 std::atomic<MoeRanPath> g_last_path{MoeRanPath::kNone};
 std::atomic<int> g_group_tokens{kGroupMaxTokens};
 std::atomic<int> g_mma_max_pairs{kMoeMmaAutoMaxPairs};
+std::atomic<int> g_route_fuse_max_tokens{kMoeRouteFuseMaxTokens};
+std::atomic<bool> g_last_route_fused{false};
+
+// MoeRouteExperts' routing, for Experts.
+struct RouteRequest {
+  const MatView* logits;
+  const MoeRouteArgs* args;
+};
+
+absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                     const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                     cudaStream_t stream, const RouteRequest* route);
 
 }  // namespace
 
@@ -1766,10 +1826,40 @@ void SetMoeDecodeBalancedGrid(bool balanced) {
 bool MoeDecodeBalancedGrid() { return g_decode_balanced.load(); }
 int64_t MoeSettingsGeneration() { return g_settings_generation.load(); }
 int MoeMmaAutoMaxPairs() { return g_mma_max_pairs.load(); }
+void SetMoeRouteFuseMaxTokens(int tokens) {
+  const int v = std::clamp(tokens, 0, kMoeRouteFuseMaxTokens);
+  if (g_route_fuse_max_tokens.exchange(v) != v) g_settings_generation.fetch_add(1);
+}
+int MoeRouteFuseMaxTokens() { return g_route_fuse_max_tokens.load(); }
+bool LastMoeRouteFused() { return g_last_route_fused.load(); }
 
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
                         cudaStream_t stream) {
+  return Experts(x, ids, weights, top_k, experts, out, scratch, stream, nullptr);
+}
+
+absl::Status MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
+                             const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                             cudaStream_t stream) {
+  if (x.rows == 0) return absl::OkStatus();
+  const int k = r.top_k + (r.appended >= 0 ? 1 : 0);
+  if (logits.rows != x.rows || r.top_k < 1 || r.ids == nullptr || r.weights == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda MoeRouteExperts: logits has ", logits.rows, " rows for ", x.rows,
+                     " tokens, top_k ", r.top_k, ", ids ", r.ids == nullptr ? "null" : "set",
+                     ", weights ", r.weights == nullptr ? "null" : "set",
+                     " (need one logits row per token, top_k >= 1 and both outputs)"));
+  }
+  const RouteRequest route{&logits, &r};
+  return Experts(x, r.ids, r.weights, k, experts, out, scratch, stream, &route);
+}
+
+namespace {
+
+absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                     const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                     cudaStream_t stream, const RouteRequest* route) {
   const int64_t tokens = x.rows;
   if (tokens == 0) return absl::OkStatus();
   if (top_k <= 0 || experts.num_experts <= 0 || experts.num_experts > kMaxExperts) {
@@ -1818,6 +1908,31 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
         pairs <= kMoeListedForceMaxPairs));
   const bool listed =
       table->gemv_ok && path == MoeDecodePath::kListed && pairs <= kMoeListedForceMaxPairs;
+  // MoeRouteExperts: the gate|up decode kernel routes for itself at few tokens (its warps each
+  // route every token: worth it while that is shorter than a launch; MoeRouteFuseMaxTokens)
+  // when the routing needs no group step and 256 experts at most (RouteRowWarp<8>); else
+  // MoeRoute's kernel first.
+  bool fuse_route = false;
+  if (route != nullptr) {
+    const MoeRouteArgs& r = *route->args;
+    const MatView& lg = *route->logits;
+    fuse_route = small && path == MoeDecodePath::kAuto && !listed && !grouped && !mma &&
+                 tokens <= g_route_fuse_max_tokens.load(std::memory_order_relaxed) &&
+                 lg.cols >= 1 && lg.cols <= 256 && lg.ld >= lg.cols &&
+                 (r.n_group <= 1 || r.topk_group >= r.n_group) && r.top_k <= lg.cols &&
+                 r.top_k <= kernels::kMoeRouteMaxTopK && r.appended >= -1;
+    if (!fuse_route) {
+      GLM_RETURN_IF_ERROR(kernels::MoeRoute(
+          lg.data, lg.ld, r.bias, lg.rows, static_cast<int>(lg.cols), std::max(1, r.n_group),
+          r.topk_group, r.top_k, r.renormalize, r.scale, r.appended, r.ids, r.weights, stream));
+    } else {
+      GLM_RETURN_IF_ERROR(kernels::CheckDevicePointer(lg.data, kOp, "logits"));
+      GLM_RETURN_IF_ERROR(kernels::CheckDevicePointer(r.ids, kOp, "ids"));
+      GLM_RETURN_IF_ERROR(kernels::CheckDevicePointer(r.weights, kOp, "weights"));
+      if (r.bias != nullptr) GLM_RETURN_IF_ERROR(kernels::CheckDevicePointer(r.bias, kOp, "bias"));
+    }
+  }
+  g_last_route_fused.store(fuse_route);
   if (listed || grouped || mma) {
     const int64_t max_slots = std::min<int64_t>(num_experts, pairs);
     const int group_tokens = g_group_tokens.load(std::memory_order_relaxed);
@@ -1910,7 +2025,17 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
     d.a = x.data, d.a_ld = x.ld;
     d.n = static_cast<int>(inter), d.k = static_cast<int>(hidden);
     d.c = static_cast<float*>(act);
+    if (fuse_route) {
+      const MoeRouteArgs& r = *route->args;
+      d.route.logits = route->logits->data, d.route.ld = route->logits->ld;
+      d.route.bias = r.bias;
+      d.route.routed = static_cast<int>(route->logits->cols), d.route.routed_top_k = r.top_k;
+      d.route.tokens = static_cast<int>(tokens), d.route.appended = r.appended;
+      d.route.renormalize = r.renormalize ? 1 : 0, d.route.scale = r.scale;
+      d.route.ids = r.ids, d.route.weights = r.weights;
+    }
     GLM_RETURN_IF_ERROR(LaunchDecodeFor<true>(table->wt, d, max_slots, info, stream));
+    d.route = DecodeRouteIn{};
     d.a = static_cast<const float*>(act), d.a_ld = inter;
     d.n = static_cast<int>(hidden), d.k = static_cast<int>(inter);
     d.c = static_cast<float*>(y);
@@ -1970,5 +2095,7 @@ absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weigh
   g_last_path.store(gemv ? MoeRanPath::kLegacyGemv : MoeRanPath::kTiled);
   return absl::OkStatus();
 }
+
+}  // namespace
 
 }  // namespace glm::engine::cuda

@@ -60,9 +60,20 @@ int MoeMmaAutoMaxPairs();
 void SetMoeDecodeBalancedGrid(bool balanced);
 bool MoeDecodeBalancedGrid();
 
+// MoeRouteExperts: decode steps of at most this many tokens (default kMoeRouteFuseMaxTokens,
+// clamped to 0..kMoeRouteFuseMaxTokens; 0 = never) route inside the gate|up decode kernel, where
+// every warp routes every token itself (RouteRowWarp, MoeRoute's arithmetic) instead of waiting
+// for MoeRoute's launch. Process-wide, a bench knob (glm-bench-cuda-decode --ab fuseroute);
+// results do not depend on it.
+inline constexpr int kMoeRouteFuseMaxTokens = 2;
+void SetMoeRouteFuseMaxTokens(int tokens);
+int MoeRouteFuseMaxTokens();
+// Whether the last MoeExperts / MoeRouteExperts call routed inside the gate|up kernel.
+bool LastMoeRouteFused();
+
 // Moves whenever one of the settings above that changes launches of already captured steps
-// changes (SetMoeMmaAutoMaxPairs, SetMoeDecodeBalancedGrid): the CUDA backend's scratch_epoch
-// includes it, so decode graphs are recaptured.
+// changes (SetMoeMmaAutoMaxPairs, SetMoeDecodeBalancedGrid, SetMoeRouteFuseMaxTokens): the
+// CUDA backend's scratch_epoch includes it, so decode graphs are recaptured.
 int64_t MoeSettingsGeneration();
 
 // Tried on an H200 at GLM-5 widths (256 experts top-8) and removed as slower than the kernels
