@@ -237,6 +237,7 @@ void Engine::PublishStats() {
     stats_.kv_num_cached_blocks = ss.kv.num_cached_blocks;
     stats_.num_steps = ss.num_steps;
     stats_.num_preemptions = ss.num_preemptions;
+    stats_.num_failed_steps = ss.num_failed_steps;
     stats_.num_prompt_tokens = ss.num_prompt_tokens;
     stats_.num_cached_prompt_tokens = ss.num_cached_prompt_tokens;
     stats_.num_computed_tokens = ss.num_computed_tokens;

@@ -77,6 +77,7 @@ struct EngineStats {
   int kv_num_cached_blocks = 0;
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;
+  int64_t num_failed_steps = 0;  // steps failed without stopping the engine (SchedulerStats)
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_prompt_tokens = 0;  // prefix-cache hits
   int64_t num_computed_tokens = 0;

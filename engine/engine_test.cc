@@ -198,6 +198,31 @@ TEST(EngineTest, ModelFailureFailsRequestsAndLaterSubmits) {
   EXPECT_TRUE((*e)->Stats().failed);
 }
 
+// A step failure the model contains (FakeModel: ResourceExhausted, AfterFailedStep OK) fails the
+// requests of that step and nothing else: the engine is not failed and serves the next request.
+TEST(EngineTest, ContainedStepFailureFailsThatStepAndKeepsServing) {
+  FakeModel::Options mo;
+  mo.fail_forward_at = 3;
+  mo.failure_contained = true;
+  auto e = Engine::CreateWithModel(std::make_unique<FakeModel>(mo), {});
+  ASSERT_TRUE(e.ok());
+  auto h = (*e)->Submit(Greedy(Prompt(4, 1), 50));
+  ASSERT_TRUE(h.ok());
+  TokenEvent last;
+  auto toks = h->stream->CollectTokens(&last);
+  EXPECT_EQ(last.finish_reason, FinishReason::kError);
+  EXPECT_EQ(last.error.code(), absl::StatusCode::kResourceExhausted) << last.error;
+  EXPECT_EQ(toks.size(), 2u);
+  auto h2 = (*e)->Submit(Greedy(Prompt(4, 1), 5));
+  ASSERT_TRUE(h2.ok()) << h2.status();
+  toks = h2->stream->CollectTokens(&last);
+  EXPECT_EQ(last.finish_reason, FinishReason::kLength) << last.error;
+  EXPECT_EQ(toks.size(), 5u);
+  EXPECT_TRUE((*e)->Drain().ok());
+  EXPECT_FALSE((*e)->Stats().failed);
+  EXPECT_EQ((*e)->Stats().num_failed_steps, 1);
+}
+
 TEST(EngineTest, DestructionAbortsInFlightRequests) {
   RequestHandle h;
   {

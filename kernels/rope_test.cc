@@ -147,7 +147,7 @@ TEST_P(RopeTest, SecondHeadSetEqualsASeparateLaunch) {
       }
     }
     std::vector<int32_t> pos(static_cast<size_t>(s.rows));
-    for (size_t r = 0; r < pos.size(); ++r) pos[r] = static_cast<int32_t>(r * 977 % 200000);
+    for (size_t r = 0; r < pos.size(); ++r) pos[r] = static_cast<int32_t>((r + 1) * 977 % 200000);
     std::vector<float> inv_freq(static_cast<size_t>(s.num_freqs));
     for (int i = 0; i < s.num_freqs; ++i) inv_freq[i] = std::pow(10000.0f, -float(i) / s.num_freqs);
     GuardedBuffer one(bytes), two(bytes), dpos(pos.size() * 4), dfreq(inv_freq.size() * 4);

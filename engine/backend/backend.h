@@ -217,6 +217,10 @@ class Backend {
 
   // Memory. Allocate zero-fills.
   virtual std::unique_ptr<Buffer> Allocate(size_t bytes) = 0;
+  // Allocate for a table that may grow while serving and whose owner fails the step cleanly
+  // when it cannot (the key-slot arena): out of memory returns nullptr (or an empty buffer)
+  // and, unlike Allocate, leaves status() OK, so later steps still run. Default: Allocate.
+  virtual std::unique_ptr<Buffer> TryAllocate(size_t bytes) { return Allocate(bytes); }
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() = 0;

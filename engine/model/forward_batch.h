@@ -104,6 +104,12 @@ class Model {
   virtual MemoryPlan memory_plan() const { return {}; }
   virtual DecodeGraphStats decode_graph_stats() const { return {}; }
 
+  // After Forward returned `failure`: OK when the failure left the model as it was before the
+  // call (it stopped before running anything on its device: the key-slot table could not grow,
+  // a batch was rejected), so the caller may fail just that step's sequences and go on; else the
+  // error that makes the model unusable. Default: every failure is fatal.
+  virtual absl::Status AfterFailedStep(const absl::Status& failure) const { return failure; }
+
   // The caller will not run seq_id again with its current blocks (finished, aborted or
   // preempted): a model may drop per-sequence state now (the key-slot arena's region) instead
   // of aging it out. Calling it for an unknown seq_id is a no-op; a later Forward of the same

@@ -61,6 +61,9 @@ class GlmMoeDsaModel : public Model {
   void ReleaseSequence(int64_t seq_id) override {
     if (arena_ != nullptr) arena_->Release(seq_id);
   }
+  // Forward fails before its first op (input checks, Plan's key-slot arena: TryAllocate) or
+  // with the backend's sticky error: a healthy backend means nothing ran.
+  absl::Status AfterFailedStep(const absl::Status&) const override { return backend_->status(); }
   SlotArenaStats slot_arena_stats() const {
     return arena_ != nullptr ? arena_->stats() : SlotArenaStats{};
   }

@@ -205,10 +205,15 @@ bool SlotArena::Grow(int64_t min_free) {
         "of the key table (", kMaxSlots, "); lower max_num_seqs or max_model_len"));
     return false;
   }
-  std::unique_ptr<Buffer> grown = backend_->Allocate(cap * sizeof(int32_t));
+  // TryAllocate: out of device memory fails this step (the scheduler fails its sequences) and
+  // leaves the backend usable, instead of a sticky backend error that stops the engine.
+  std::unique_ptr<Buffer> grown = backend_->TryAllocate(cap * sizeof(int32_t));
   if (grown == nullptr || grown->data() == nullptr) {
-    status_ = absl::ResourceExhaustedError(absl::StrCat(
-        "slot arena: allocating ", cap * sizeof(int32_t), " bytes for the key-slot table failed"));
+    status_ = absl::ResourceExhaustedError(
+        absl::StrCat("slot arena: allocating ", cap * sizeof(int32_t),
+                     " bytes for the key-slot table (", cap, " slots, ", capacity_,
+                     " now) failed: device memory is short; lower max_num_seqs, "
+                     "max_model_len or the KV cache budget"));
     return false;
   }
   if (buffer_ != nullptr && capacity_ > 0) {

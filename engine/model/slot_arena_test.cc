@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/model/random_weights.h"
 
@@ -398,6 +399,47 @@ TEST(SlotArenaModelTest, IncrementalDecodeEqualsRebuiltTables) {
     }
     EXPECT_LT(max_diff, 1e-4 * max_abs) << "seq " << i;
   }
+}
+
+// The CPU backend with TryAllocate failing on demand (out of device memory for a growing table).
+class TightBackend : public CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  std::unique_ptr<Buffer> TryAllocate(size_t bytes) override {
+    if (fail) return nullptr;
+    return CpuBackend::TryAllocate(bytes);
+  }
+  bool fail = false;
+};
+
+// The key-slot table cannot grow (TryAllocate fails) for a batch of more sequences than its
+// first allocation holds (10 x 512 slots > 4096): Forward fails with ResourceExhausted naming
+// the table, the backend stays usable (AfterFailedStep OK), and once memory is there the same
+// batch gives the logits of a model that never failed, bit for bit.
+TEST(SlotArenaModelTest, GrowthOutOfMemoryFailsTheStepNotTheModel) {
+  ModelFixture f, ref_f;
+  auto tight = std::make_unique<TightBackend>(2);
+  TightBackend* backend = tight.get();
+  f.backend = std::move(tight);
+  auto m = f.Make(64), ref = ref_f.Make(64);
+  constexpr int kSeqs = 10;
+  std::vector<SequenceSlice> batch;
+  for (int i = 0; i < kSeqs; ++i) batch.push_back(Slice(i, Prompt(3, i), 0, Blocks(4 * i, 1)));
+  ForwardBatch b;
+  b.seqs = batch;
+  ForwardResult r;
+  backend->fail = true;
+  const absl::Status st = m->Forward(b, &r);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("key-slot table"), std::string::npos) << st;
+  EXPECT_TRUE(m->AfterFailedStep(st).ok());
+  EXPECT_TRUE(backend->status().ok()) << backend->status();
+  for (int i = 0; i < kSeqs; ++i) m->ReleaseSequence(i);  // the scheduler fails them
+  backend->fail = false;
+  const auto got = Step(*m, batch);
+  const auto want = Step(*ref, batch);
+  EXPECT_TRUE(BitEqual(got, want));
+  EXPECT_GE(SlotArenaStatsOf(*m)->buffer_grows, 1);
 }
 
 // A block table changed mid-sequence: the changed block's KV is recomputed in a new block

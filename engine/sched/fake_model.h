@@ -30,6 +30,11 @@ class FakeModel : public Model {
     int mtp_miss_percent = 30;
     std::vector<int64_t> eos_token_ids;
     int64_t max_position_embeddings = 4096;
+    // Forward call number fail_forward_at (1-based; 0: never) returns ResourceExhausted before
+    // touching anything. failure_contained: AfterFailedStep calls every failure contained (the
+    // model goes on); else fatal (Model's default).
+    int fail_forward_at = 0;
+    bool failure_contained = false;
   };
   static constexpr int kHiddenSize = 8;
 
@@ -52,6 +57,10 @@ class FakeModel : public Model {
 
   absl::Status Forward(const ForwardBatch& batch, ForwardResult* result) override {
     ++num_forward_calls_;
+    if (num_forward_calls_ == opt_.fail_forward_at) {
+      for (const SequenceSlice& s : batch.seqs) failed_batch_.push_back(s.seq_id);
+      return absl::ResourceExhaustedError("fake: the key-slot table could not grow");
+    }
     result->seqs.clear();
     int64_t batch_tokens = 0;
     for (const SequenceSlice& s : batch.seqs) batch_tokens += static_cast<int64_t>(s.token_ids.size());
@@ -148,6 +157,11 @@ class FakeModel : public Model {
   // Model::ReleaseSequence: the ids in call order (the scheduler releases on finish, abort and
   // preemption).
   void ReleaseSequence(int64_t seq_id) override { released_.push_back(seq_id); }
+  absl::Status AfterFailedStep(const absl::Status& failure) const override {
+    return opt_.failure_contained ? absl::OkStatus() : failure;
+  }
+  // The sequences of the Forward call that failed (Options::fail_forward_at).
+  const std::vector<int64_t>& failed_batch() const { return failed_batch_; }
   const std::vector<int64_t>& released() const { return released_; }
 
   int64_t num_forward_calls() const { return num_forward_calls_; }
@@ -216,6 +230,7 @@ class FakeModel : public Model {
   std::vector<int64_t> main_kv_;  // [num_blocks * block_size] token at each slot, -1 = unwritten
   std::vector<int64_t> mtp_kv_;   // [num_blocks * block_size] MTP entry at each slot
   std::vector<int64_t> released_;
+  std::vector<int64_t> failed_batch_;
   int64_t num_forward_calls_ = 0;
   int64_t num_mtp_calls_ = 0;
   int64_t num_tokens_computed_ = 0;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_util.h"
 #include "engine/sample/sampler.h"
 #include "engine/spec/mtp_drafter.h"
@@ -309,7 +310,23 @@ absl::Status Scheduler::Step() {
   }
   ForwardResult result;
   if (absl::Status st = model_->Forward(batch, &result); !st.ok()) {
-    return glm::Annotate(st, "Model::Forward");
+    st = glm::Annotate(st, "Model::Forward");
+    if (!model_->AfterFailedStep(st).ok()) return st;  // the model cannot go on: fatal
+    // Nothing ran (e.g. the key-slot table could not grow): this step's sequences fail with the
+    // error, the waiting ones and later requests are served.
+    GLM_LOG_ERROR("engine step failed, failing its {} sequences (the engine goes on): {}",
+                  sched.size(), st.ToString());
+    ++stats_.num_failed_steps;
+    for (const Scheduled& sc : sched) {
+      TokenEvent ev;
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kError;
+      ev.error = st;
+      const int64_t id = sc.seq->id;
+      sink_(id, std::move(ev));
+      Finish(sc.seq, FinishReason::kError);
+    }
+    return absl::OkStatus();
   }
   if (result.seqs.size() != batch.seqs.size()) {
     return absl::InternalError(absl::StrCat("Model::Forward returned ", result.seqs.size(),

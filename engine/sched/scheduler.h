@@ -49,6 +49,7 @@ struct SchedulerStats {
   int num_waiting = 0;
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;
+  int64_t num_failed_steps = 0;          // steps whose Forward failed but left the model usable
   int64_t num_prompt_tokens = 0;         // prompt tokens of admitted requests
   int64_t num_cached_prompt_tokens = 0;  // tokens served from the prefix cache (incl. recompute)
   int64_t num_computed_tokens = 0;       // tokens run through Model::Forward (drafts included)

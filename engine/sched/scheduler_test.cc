@@ -178,6 +178,47 @@ TEST(SchedulerTest, PreemptionWithPrefixCachingKeepsOutputs) {
   ExpectSameAsAlone(h, rs);
 }
 
+// A Forward that fails without harming the model (Model::AfterFailedStep OK: the key-slot table
+// could not grow) fails exactly the sequences of that step, once each, with the model's error;
+// every other request runs to the output it has alone, blocks are all freed, and a request added
+// afterwards is served. A failure the model calls fatal is Step's error (the engine stops).
+TEST(SchedulerTest, ContainedForwardFailureFailsOnlyThatStepsSequences) {
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 8;
+  FakeModel::Options mo;
+  mo.fail_forward_at = 4;
+  mo.failure_contained = true;
+  Harness h(mo, so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  h.RunToCompletion();
+  const std::vector<int64_t>& failed = h.model().failed_batch();
+  ASSERT_FALSE(failed.empty());
+  EXPECT_EQ(h.sched().Stats().num_failed_steps, 1);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const Output& o = h.out()[i];
+    EXPECT_EQ(o.num_finished_events, 1) << i;
+    if (std::find(failed.begin(), failed.end(), int64_t(i)) != failed.end()) {
+      EXPECT_EQ(o.reason, FinishReason::kError) << i;
+      EXPECT_EQ(o.error.code(), absl::StatusCode::kResourceExhausted) << o.error;
+      EXPECT_NE(o.error.message().find("key-slot table"), std::string::npos) << o.error;
+    } else {
+      EXPECT_TRUE(o.error.ok()) << i << ": " << o.error;
+      EXPECT_EQ(o.tokens, RunAlone(rs[i]).tokens) << i;
+    }
+  }
+  h.Add(100, rs[1]);
+  h.RunToCompletion();
+  EXPECT_EQ(h.out()[100].tokens, RunAlone(rs[1]).tokens);
+
+  mo.failure_contained = false;
+  Harness fatal(mo, so);
+  for (size_t i = 0; i < rs.size(); ++i) fatal.Add(i, rs[i]);
+  absl::Status st;
+  for (int i = 0; i < 10 && st.ok(); ++i) st = fatal.sched().Step();
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+}
+
 TEST(SchedulerTest, AbortEmitsOneFinalEventAndFreesBlocks) {
   SchedulerOptions so;
   so.max_num_batched_tokens = 8;

@@ -159,26 +159,33 @@ class CudaBackend : public Backend {
     cudaStreamDestroy(stream_);
   }
 
-  std::string name() const override { return "cuda"; }
-  int num_threads() const override { return 1; }
-  absl::Status status() const override { return status_; }
-  bool SupportsWeightDType(WeightDType) const override { return true; }
-
-  std::unique_ptr<Buffer> Allocate(size_t bytes) override {
+  // Allocate (sticky: a failed cudaMalloc is the backend's error) or TryAllocate (not: the
+  // caller handles the empty buffer). A failed memset is always recorded.
+  std::unique_ptr<Buffer> AllocateOr(size_t bytes, bool sticky) {
     void* p = nullptr;
     if (!Bind()) return std::make_unique<DeviceBuffer>(nullptr, 0);
     const size_t alloc = std::max<size_t>(bytes, 1);
     if (const cudaError_t err = cudaMalloc(&p, alloc); err != cudaSuccess) {
-      (void)cudaGetLastError();
-      Record(absl::ResourceExhaustedError(absl::StrCat(
-          "CUDA backend: cudaMalloc(", bytes, ") failed: ", cudaGetErrorString(err),
-          "; the model, KV cache and workspaces do not fit on device ", device_,
-          ": lower the KV cache budget or shard the model")));
+      (void)cudaGetLastError();  // cudaMalloc's errors are not sticky for the context
+      if (sticky) {
+        Record(absl::ResourceExhaustedError(
+            absl::StrCat("CUDA backend: cudaMalloc(", bytes, ") failed: ", cudaGetErrorString(err),
+                         "; the model, KV cache and workspaces do not fit on device ", device_,
+                         ": lower the KV cache budget or shard the model")));
+      }
       return std::make_unique<DeviceBuffer>(nullptr, 0);
     }
     Record(CudaStatus(cudaMemsetAsync(p, 0, alloc, stream_), "Allocate: cudaMemsetAsync"));
     return std::make_unique<DeviceBuffer>(p, bytes);
   }
+
+  std::string name() const override { return "cuda"; }
+  int num_threads() const override { return 1; }
+  absl::Status status() const override { return status_; }
+  bool SupportsWeightDType(WeightDType) const override { return true; }
+
+  std::unique_ptr<Buffer> Allocate(size_t bytes) override { return AllocateOr(bytes, true); }
+  std::unique_ptr<Buffer> TryAllocate(size_t bytes) override { return AllocateOr(bytes, false); }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0 || !Bind()) return;

@@ -390,6 +390,58 @@ TEST_F(CudaBackendTest, RopeMatchesCpu) {
   }
 }
 
+// RopeInterleavedBoth (one launch for the query's rope dims and the indexer query's, both in q_b's
+// output) equals the CPU's two RopeInterleaved calls; views of different row strides take two
+// launches and also match.
+TEST_F(CudaBackendTest, RopeBothMatchesCpu) {
+  std::mt19937 rng(4);
+  for (int64_t rows : {1, 3, 16}) {
+    for (bool same_stride : {true, false}) {
+      const std::string what = absl::StrCat("RopeInterleavedBoth rows=", rows,
+                                            same_stride ? " one row stride" : " two strides");
+      // [rows, 64 x 256 | 32 x 128]: q heads (rope at 192..255), then the indexer query heads.
+      const int64_t ld = 64 * 256 + 32 * 128, ld_b = same_stride ? ld : 32 * 128 + 8;
+      Dual x(*gpu_, Random(rows * ld, seed_++)), y(*gpu_, Random(rows * ld_b, seed_++));
+      std::vector<int32_t> pos(rows);
+      for (auto& p : pos) p = static_cast<int32_t>(rng() % 200000);
+      DualInts positions(*gpu_, pos);
+      std::vector<float> f(32);
+      for (int i = 0; i < 32; ++i) f[i] = 1.0f / std::pow(10000.0f, i / 32.0f);
+      Dual inv_freq(*gpu_, f);
+      auto views = [&](float* xd, float* yd) {
+        const HeadsView a{xd + 192, rows, 64, 64, ld, 256};
+        const HeadsView b = same_stride ? HeadsView{xd + 64 * 256, rows, 32, 64, ld, 128}
+                                        : HeadsView{yd, rows, 32, 64, ld_b, 128};
+        return std::make_pair(a, b);
+      };
+      const auto [ca, cb] = views(x.h(), y.h());
+      const auto [ga, gb] = views(x.d(), y.d());
+      cpu_->RopeInterleavedBoth(ca, cb, positions.h(), inv_freq.h(), 32);
+      gpu_->RopeInterleavedBoth(ga, gb, positions.d(), inv_freq.d(), 32);
+      x.Expect(1e-6, what);
+      y.Expect(1e-6, what);
+    }
+  }
+}
+
+// TryAllocate of more than the device has returns an empty buffer and leaves the backend usable
+// (the key-slot arena fails the step, not the engine); Allocate of it is the sticky error.
+TEST_F(CudaBackendTest, TryAllocateFailureIsNotSticky) {
+  const size_t too_much = size_t{1} << 50;
+  std::unique_ptr<Buffer> none = gpu_->TryAllocate(too_much);
+  EXPECT_TRUE(none == nullptr || none->data() == nullptr);
+  EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+  Dual x(*gpu_, Random(64, 3)), y(*gpu_, std::vector<float>(64, 0.0f));
+  gpu_->Copy(x.DMat(4, 16, 16), y.DMat(4, 16, 16));
+  cpu_->Copy(x.HMat(4, 16, 16), y.HMat(4, 16, 16));
+  y.Expect(0.0, "Copy after a failed TryAllocate");
+  std::unique_ptr<Buffer> some = gpu_->TryAllocate(1 << 20);
+  ASSERT_TRUE(some != nullptr && some->data() != nullptr);
+  gpu_->Allocate(too_much);
+  EXPECT_EQ(gpu_->status().code(), absl::StatusCode::kResourceExhausted) << gpu_->status();
+  gpu_.reset();  // TearDown expects an OK status
+}
+
 TEST_F(CudaBackendTest, ElementwiseAndRowOpsMatchCpu) {
   struct S { int64_t rows, cols, pad; };
   const S shapes[] = {{1, 1, 0}, {1, 255, 1}, {3, 257, 3}, {17, 1000, 24}, {300, 6144, 0}};

@@ -334,10 +334,10 @@ TEST_F(CudaMoeTest, LaunchSettingsMoveTheGeneration) {
 // decode kernel routes for itself; it must give the ids, weights and out of the separate
 // MoeRoute launch bit for bit (the same RouteRowWarp arithmetic), and match the CPU backend's
 // default MoeRouteExperts (ids equal, weights within 1e-6, out within 1e-4 relative). Cases: 1 /
-// 2 / 3 tokens (3: past the fuse limit), top-8 and top-1, with and without bias, with and
-// without the shared expert appended (63 routed experts + expert 63 as the shared one), a
-// group-limited routing (n_group 4, topk_group 2: never fused), fp32 / bf16 / fp8 experts, and
-// a graph capture of the fused call replaying to the eager result.
+// 2 / 3 / 4 tokens, each run with the fuse limit at 3 (4: past it) and at 0, top-8 and top-1, with
+// and without bias, with and without the shared expert appended (63 routed experts + expert 63 as
+// the shared one), a group-limited routing (n_group 4, topk_group 2: never fused), fp32 / bf16 /
+// fp8 experts, and a graph capture of the fused call replaying to the eager result.
 TEST_F(CudaMoeTest, RouteExpertsFusedEqualsSeparateRoute) {
   struct RCase {
     int tokens, top_k;
@@ -346,14 +346,15 @@ TEST_F(CudaMoeTest, RouteExpertsFusedEqualsSeparateRoute) {
   };
   const RCase cases[] = {{1, 8, true, true},  {1, 8, false, false}, {2, 8, true, true},
                          {2, 1, true, false}, {3, 8, true, true},   {1, 8, true, false, 4, 2},
-                         {1, 1, false, true}};
+                         {1, 1, false, true}, {4, 8, true, true}};
+  constexpr int kFuseLimit = 3;
   ASSERT_EQ(cuda::MoeRouteFuseMaxTokens(), cuda::kMoeRouteFuseMaxTokens);
   for (WeightDType dtype : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF8E4M3Block128}) {
     Experts ex = MakeExperts(dtype);
     for (const RCase& c : cases) {
       const int routed = c.appended ? kExperts - 1 : kExperts;
       const int k = c.top_k + (c.appended ? 1 : 0);
-      const bool want_fused = c.tokens <= cuda::kMoeRouteFuseMaxTokens && c.n_group == 1;
+      const bool want_fused = c.tokens <= kFuseLimit && c.n_group == 1;
       SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " tokens=", c.tokens, " top_k=", c.top_k,
                                 c.bias ? " bias" : "", c.appended ? " shared_appended" : "",
                                 " n_group=", c.n_group));
@@ -399,7 +400,7 @@ TEST_F(CudaMoeTest, RouteExpertsFusedEqualsSeparateRoute) {
         EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
         return res;
       };
-      const Result fused = run(cuda::kMoeRouteFuseMaxTokens);
+      const Result fused = run(kFuseLimit);
       ASSERT_EQ(cuda::LastMoeRouteFused(), want_fused);
       const Result separate = run(0);
       ASSERT_FALSE(cuda::LastMoeRouteFused());
@@ -429,13 +430,17 @@ TEST_F(CudaMoeTest, RouteExpertsFusedEqualsSeparateRoute) {
       EXPECT_LE(max_diff, 1e-4 * max_ref) << "max_diff=" << max_diff;
 
       if (want_fused && gpu_->SupportsGraphs()) {
+        cuda::SetMoeRouteFuseMaxTokens(kFuseLimit);
         gpu_->SetPointerChecks(false);  // as the decode graphs run
         gpu_->BeginCapture();
         gpu_->MoeRouteExperts(lv, r, xv, ex.Device(), ov);
         std::unique_ptr<BackendGraph> graph = gpu_->EndCapture();
         gpu_->SetPointerChecks(true);
         ASSERT_NE(graph, nullptr) << gpu_->status();
+        ASSERT_TRUE(cuda::LastMoeRouteFused());
         gpu_->CopyToDevice(dout->data(), out0.data(), out0.size() * 4);
+        const std::vector<int32_t> poison(fused.ids.size(), -7);
+        gpu_->CopyToDevice(dids->data(), poison.data(), poison.size() * 4);
         gpu_->ReplayGraph(*graph);
         std::vector<float> replay(x.size());
         std::vector<int32_t> rids(fused.ids.size());

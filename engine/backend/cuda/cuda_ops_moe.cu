@@ -1827,7 +1827,7 @@ bool MoeDecodeBalancedGrid() { return g_decode_balanced.load(); }
 int64_t MoeSettingsGeneration() { return g_settings_generation.load(); }
 int MoeMmaAutoMaxPairs() { return g_mma_max_pairs.load(); }
 void SetMoeRouteFuseMaxTokens(int tokens) {
-  const int v = std::clamp(tokens, 0, kMoeRouteFuseMaxTokens);
+  const int v = std::clamp(tokens, 0, kMoeRouteMaxFuseTokens);
   if (g_route_fuse_max_tokens.exchange(v) != v) g_settings_generation.fetch_add(1);
 }
 int MoeRouteFuseMaxTokens() { return g_route_fuse_max_tokens.load(); }

@@ -61,11 +61,14 @@ void SetMoeDecodeBalancedGrid(bool balanced);
 bool MoeDecodeBalancedGrid();
 
 // MoeRouteExperts: decode steps of at most this many tokens (default kMoeRouteFuseMaxTokens,
-// clamped to 0..kMoeRouteFuseMaxTokens; 0 = never) route inside the gate|up decode kernel, where
+// clamped to 0..kMoeRouteMaxFuseTokens; 0 = never) route inside the gate|up decode kernel, where
 // every warp routes every token itself (RouteRowWarp, MoeRoute's arithmetic) instead of waiting
 // for MoeRoute's launch. Process-wide, a bench knob (glm-bench-cuda-decode --ab fuseroute);
-// results do not depend on it.
-inline constexpr int kMoeRouteFuseMaxTokens = 2;
+// results do not depend on it. Measured on an H200 (GLM-5 widths, fp8, graphs; --ab fuseroute,
+// ms/layer off -> on): batch 1 0.241 -> 0.239 (4K), 0.295 -> 0.291 (128K); batch 2 0.363 ->
+// 0.367, 0.474 -> 0.475 (each warp routing two tokens costs what the launch saved): hence 1.
+inline constexpr int kMoeRouteFuseMaxTokens = 1;
+inline constexpr int kMoeRouteMaxFuseTokens = 7;  // 64 pairs of the decode kernels, top-8 + 1
 void SetMoeRouteFuseMaxTokens(int tokens);
 int MoeRouteFuseMaxTokens();
 // Whether the last MoeExperts / MoeRouteExperts call routed inside the gate|up kernel.
