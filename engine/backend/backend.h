@@ -178,9 +178,6 @@ struct DeviceMemoryInfo {
   int64_t workspace_bytes = 0;  // fixed workspaces the backend allocated at creation (cuBLASLt)
 };
 
-// AbsorbPerHead of at most this many rows may run on a side branch (Backend::BeginSide).
-inline constexpr int64_t kSideAbsorbMaxRows = 8;
-
 // MoeRoute's arguments (Backend::MoeRoute documents each) and outputs, for MoeRouteExperts.
 struct MoeRouteArgs {
   const float* bias = nullptr;  // [num_experts] or null
@@ -361,11 +358,10 @@ class Backend {
   // it starts after every op enqueued before BeginSide() and may run concurrently with the ops
   // enqueued after EndSide(), until JoinSide(), after which every op also waits for the branch
   // (Synchronize, CopyToHost and EndCapture join first). Only ops that use no backend scratch may
-  // be on a branch: the norms, RoPE, the KV writes and gathers, Fill, Add, SiluMul, MoeRoute and
-  // AbsorbPerHead of at most kSideAbsorbMaxRows rows (a device backend records an error for
-  // Linear, LinearPerHead, larger AbsorbPerHead, IndexerTopK, Attention, MoeExperts, Sample and
-  // the synchronizing calls). The branch and the ops concurrent with it must not touch the same
-  // bytes. Results do not depend on the overlap. Branches do not nest.
+  // be on a branch: the norms, RoPE, the KV writes and gathers, Fill, Add, SiluMul, MoeRoute (a
+  // device backend records an error for Linear, the per-head products, IndexerTopK, Attention,
+  // MoeExperts, Sample and the synchronizing calls). The branch and the ops concurrent with it
+  // must not touch the same bytes. Results do not depend on the overlap. Branches do not nest.
   // Defaults (cpu): everything runs in order.
   virtual void BeginSide() {}
   virtual void EndSide() {}

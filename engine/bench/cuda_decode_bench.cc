@@ -5,8 +5,7 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both] [--ab
-//       none|pdl|side|shared|mma|moegrid|router|fuseroute|ukside]
+//       [--key-slots incremental|both] [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -43,8 +42,7 @@
 // one-row fp32 Linears with small weights (the MoE router) on kernels::PerHeadGemv vs cuBLASLt
 // (AllowCudaSmallF32Gemv); batch 1 only. fuseroute: MoE routing inside the gate|up decode
 // kernel at <= cuda::kMoeRouteFuseMaxTokens tokens (cuda_ops_moe.h SetMoeRouteFuseMaxTokens) vs
-// MoeRoute's own launch; batch 1 only. ukside: W_UK absorbed on a side branch while the indexer
-// runs (layers.h SetUkSideMaxRows) vs in order; decode steps of at most 8 rows.
+// MoeRoute's own launch; batches 1 and 2 only.
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -141,8 +139,6 @@ void AllowMmaRange(bool on) {
   cuda::SetMoeMmaAutoMaxPairs(on ? g_mma_on.load() : g_mma_off.load());
 }
 // --ab fuseroute: routing inside the gate|up decode kernel (the library's limit) or never.
-// --ab ukside: W_UK absorbed on a side branch (the library's limit) or in order.
-void AllowUkSide(bool on) { SetUkSideMaxRows(on ? kSideAbsorbMaxRows : 0); }
 void AllowRouteFuse(bool on) {
   cuda::SetMoeRouteFuseMaxTokens(on ? cuda::kMoeRouteFuseMaxTokens : 0);
 }
@@ -582,12 +578,12 @@ int Main(int argc, char** argv) {
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
-       a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "ukside") ||
+       a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|pdl|side|shared|mma|moegrid|router|fuseroute|ukside, --fused on|off|both\n");
+                 "none|pdl|side|shared|mma|moegrid|router|fuseroute, --fused on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -598,7 +594,6 @@ int Main(int argc, char** argv) {
   if (a.ab == "moegrid") a.ab_allow = cuda::SetMoeDecodeBalancedGrid;
   if (a.ab == "router") a.ab_allow = AllowCudaSmallF32Gemv;
   if (a.ab == "fuseroute") a.ab_allow = AllowRouteFuse;
-  if (a.ab == "ukside") a.ab_allow = AllowUkSide;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -774,7 +769,6 @@ int Main(int argc, char** argv) {
                        : a.ab == "moegrid"   ? "balanced MoE decode grid"
                        : a.ab == "router"    ? "one-row fp32 router GEMV (not cuBLASLt)"
                        : a.ab == "fuseroute" ? "MoE routing inside the gate|up decode kernel"
-                       : a.ab == "ukside"    ? "W_UK on a side branch during the indexer"
                                              : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),

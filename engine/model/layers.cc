@@ -339,7 +339,6 @@ namespace {
 // 1, 0.92 at batch 8, 0.86 at batch 64, but 1.28 at 128 and 1.37 at 256 rows (docs/benchmarks.md,
 // sixth session): 64 is the limit.
 std::atomic<int64_t> g_shared_fold_max_tokens{64};
-std::atomic<int64_t> g_uk_side_max_rows{kSideAbsorbMaxRows};
 std::atomic<int64_t> g_model_graph_generation{0};
 }  // namespace
 
@@ -350,11 +349,6 @@ void SetSharedExpertFoldMaxTokens(int64_t max_tokens) {
   }
 }
 int64_t SharedExpertFoldMaxTokens() { return g_shared_fold_max_tokens.load(); }
-void SetUkSideMaxRows(int64_t max_rows) {
-  max_rows = std::clamp<int64_t>(max_rows, 0, kSideAbsorbMaxRows);
-  if (g_uk_side_max_rows.exchange(max_rows) != max_rows) g_model_graph_generation.fetch_add(1);
-}
-int64_t UkSideMaxRows() { return g_uk_side_max_rows.load(); }
 int64_t ModelGraphGeneration() { return g_model_graph_generation.load(); }
 
 void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const {
@@ -527,25 +521,17 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
     b->RopeInterleaved(qh.Dims(nope, rope), ctx.positions, ctx.inv_freq, num_freqs);
   }
   b->JoinSide();  // the cache holds this step's latents and keys from here on
+  // Tried (commit 5a7c7d2, H200, GLM-5 widths, fp8): W_UK absorbed on a second side branch while
+  // the indexer scores and selects; 1-2 % slower per layer (ms/layer in order -> side: batch 1
+  // 0.237 -> 0.240 at 4K, 0.290 -> 0.297 at 128K; batch 8 0.824 -> 0.841, 1.036 -> 1.035), the
+  // fork and join edges costing more than W_UK's ~6 us on the critical path. So it stays in order.
 
-  // W_UK needs nothing but q: at decode it is absorbed on a side branch while the indexer scores
-  // and selects (joined before the attention). Narrow weights only (the fp32 path's
-  // LinearPerHead must run on the main stream).
-  const bool uk_side =
-      ctx.all_absorbed && indexer != nullptr && w_uk_t.buffer == nullptr && T <= UkSideMaxRows();
-  HeadsView q_lat;
-  if (uk_side) {
-    q_lat = QueryLatent(ctx, T);  // workspace taken before the branch
-    b->BeginSide();
-    AbsorbUk(ctx, qh, 0, T, q_lat);
-    b->EndSide();
-  }
   if (indexer != nullptr) indexer->Select(ctx, index_qh, a_proj.Part(a_out, kIndexW), kv);
   // else: an IndexShare "shared" layer reuses ctx.topk (Forward guarantees it is set).
 
   MatView o = ctx.ws->Mat(T, nh * c.v_head_dim);  // [T, nh * v_head_dim]
   if (ctx.all_absorbed) {
-    Absorbed(ctx, qh, 0, T, kv, o, uk_side ? &q_lat : nullptr);
+    Absorbed(ctx, qh, 0, T, kv, o);
   } else {
     std::vector<const SeqRows*> expanded;
     for (const SeqRows& s : ctx.seqs) {
@@ -560,44 +546,23 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   b->Linear(o, o_proj.view, out, /*accumulate=*/true);  // out += [T, H]
 }
 
-HeadsView MlaAttention::QueryLatent(StepContext& ctx, int64_t num_rows) const {
-  const ModelConfig& c = *ctx.config;
-  const int64_t nh = c.num_attention_heads, kvr = c.kv_lora_rank;
-  MatView q_lat = ctx.ws->Mat(num_rows, nh * kvr);
-  return HeadsView{q_lat.data, num_rows, nh, kvr, nh * kvr, kvr};
-}
-
-void MlaAttention::AbsorbUk(StepContext& ctx, const HeadsView& q, int64_t row_begin,
-                            int64_t num_rows, const HeadsView& q_lat) const {
-  const ModelConfig& c = *ctx.config;
-  const int64_t nope = c.qk_nope_head_dim, vd = c.v_head_dim, kvr = c.kv_lora_rank;
-  const HeadsView qr = q.Rows(row_begin, num_rows);
-  if (w_uk_t.buffer != nullptr) {  // fp32 path
-    ctx.backend->LinearPerHead(qr.Dims(0, nope), w_uk_t.data(), kvr * nope, nope, q_lat);
-  } else {
-    ctx.backend->AbsorbPerHead(qr.Dims(0, nope), kv_b.view, nope + vd, 0,
-                               Backend::PerHeadContract::kRows, q_lat);
-  }
-}
-
 void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin,
-                            int64_t num_rows, const LayerKv& kv, const MatView& o,
-                            const HeadsView* q_lat) const {
+                            int64_t num_rows, const LayerKv& kv, const MatView& o) const {
   const ModelConfig& c = *ctx.config;
   const int64_t nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
                 kvr = c.kv_lora_rank, vd = c.v_head_dim;
   Backend* b = ctx.backend;
   HeadsView qr = q.Rows(row_begin, num_rows);
   // q_lat = q_nope . W_UK: [n, nh, kv_lora_rank]
-  HeadsView q_lat_h;
-  if (q_lat != nullptr) {
-    q_lat_h = *q_lat;
-    b->JoinSide();  // AbsorbUk ran on a side branch
-  } else {
-    q_lat_h = QueryLatent(ctx, num_rows);
-    AbsorbUk(ctx, q, row_begin, num_rows, q_lat_h);
-  }
+  MatView q_lat = ctx.ws->Mat(num_rows, nh * kvr);
+  HeadsView q_lat_h{q_lat.data, num_rows, nh, kvr, nh * kvr, kvr};
   const bool fp32_path = w_uk_t.buffer != nullptr;
+  if (fp32_path) {
+    b->LinearPerHead(qr.Dims(0, nope), w_uk_t.data(), kvr * nope, nope, q_lat_h);
+  } else {
+    b->AbsorbPerHead(qr.Dims(0, nope), kv_b.view, nope + vd, 0, Backend::PerHeadContract::kRows,
+                     q_lat_h);
+  }
   MatView o_lat = ctx.ws->Mat(num_rows, nh * kvr);  // [n, nh, kv_lora_rank]
   HeadsView o_lat_h{o_lat.data, num_rows, nh, kvr, nh * kvr, kvr};
   AttentionArgs args;

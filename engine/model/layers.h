@@ -243,11 +243,6 @@ struct Moe {
 // ModelGraphGeneration(), so decode graphs captured under the other setting are recaptured.
 void SetSharedExpertFoldMaxTokens(int64_t max_tokens);
 int64_t SharedExpertFoldMaxTokens();
-// Steps of at most this many rows (clamped to 0..kSideAbsorbMaxRows; default kSideAbsorbMaxRows)
-// absorb W_UK into the queries on a side branch while the indexer scores and selects (MlaAttention
-// on narrow weights with an indexer); 0 never. Process-wide, like SetSharedExpertFoldMaxTokens.
-void SetUkSideMaxRows(int64_t max_rows);
-int64_t UkSideMaxRows();
 // Moves whenever a process-wide model setting that changes what a step enqueues changes.
 int64_t ModelGraphGeneration();
 
@@ -301,15 +296,8 @@ struct MlaAttention {
   void Forward(StepContext& ctx, const MatView& a, const LayerKv& kv, const MatView& out) const;
 
  private:
-  // [num_rows, nh, kv_lora_rank] in the workspace, for AbsorbUk.
-  HeadsView QueryLatent(StepContext& ctx, int64_t num_rows) const;
-  // q_lat = q_nope . W_UK per head for rows [row_begin, row_begin + num_rows) of q.
-  void AbsorbUk(StepContext& ctx, const HeadsView& q, int64_t row_begin, int64_t num_rows,
-                const HeadsView& q_lat) const;
-  // q_lat: AbsorbUk's result for these rows when already enqueued (on a side branch: joined
-  // here), else null.
   void Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin, int64_t num_rows,
-                const LayerKv& kv, const MatView& o, const HeadsView* q_lat = nullptr) const;
+                const LayerKv& kv, const MatView& o) const;
   // The expanded form of the sequences `seqs` (their caches widened through kv_b_proj together).
   void Expanded(StepContext& ctx, const HeadsView& q, const std::vector<const SeqRows*>& seqs,
                 const LayerKv& kv, const MatView& o) const;

@@ -332,7 +332,7 @@ TEST_F(MoeFoldTest, WiderSharedExpertIsNotFolded) {
   EXPECT_EQ(Forward(*m, kTokens), Forward(*m, 0));
 }
 
-TEST(ModelGraphGeneration, MovesOnlyWhenAStepSettingChanges) {
+TEST(ModelGraphGeneration, MovesOnlyWhenTheFoldSettingChanges) {
   const int64_t saved = SharedExpertFoldMaxTokens();
   const int64_t g0 = ModelGraphGeneration();
   SetSharedExpertFoldMaxTokens(saved);
@@ -341,16 +341,6 @@ TEST(ModelGraphGeneration, MovesOnlyWhenAStepSettingChanges) {
   EXPECT_EQ(ModelGraphGeneration(), g0 + 1);
   SetSharedExpertFoldMaxTokens(saved);
   EXPECT_EQ(ModelGraphGeneration(), g0 + 2);
-  // W_UK on a side branch: clamped to 0..kSideAbsorbMaxRows, moves the generation on change.
-  const int64_t uk = UkSideMaxRows();
-  EXPECT_EQ(uk, kSideAbsorbMaxRows);
-  SetUkSideMaxRows(1000);
-  EXPECT_EQ(UkSideMaxRows(), kSideAbsorbMaxRows);
-  EXPECT_EQ(ModelGraphGeneration(), g0 + 2);
-  SetUkSideMaxRows(0);
-  EXPECT_EQ(ModelGraphGeneration(), g0 + 3);
-  SetUkSideMaxRows(uk);
-  EXPECT_EQ(ModelGraphGeneration(), g0 + 4);
 }
 
 }  // namespace

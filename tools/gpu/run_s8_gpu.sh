@@ -7,19 +7,22 @@
 # - decode: glm-bench-cuda-decode at GLM-5 widths, fp8 weights and KV, 1 vs 6 layers, graphs on,
 #   batch 1 / 2 / 8 at 4K and 128K with --ab fuseroute (routing inside the MoE gate|up decode
 #   kernel; batch 8 does not fuse: the run's noise);
-# - ukside: the same at batch 1 / 8 with --ab ukside (W_UK on a side branch during the indexer);
+# - (removed: ukside, --ab ukside at batch 1 / 8, W_UK on a side branch during the indexer: 1-2 %
+#   slower, so the code went too; this script at commit 5a7c7d2 runs it);
+# - moepaths (not in the default): cuda_ops_bench --only moe (every MoE path per call at batch 1,
+#   8, ...: the decode kernels vs the token-group kernels' cp.async ring), cut off after 90 s;
 # - oldnew: the previous session's bench binary and this one alternately (old, new, old, new) at
 #   batch 1 / 8, 4K: every change of the session together, the RoPE merge included (no knob);
 # - profile: the batch-1 per-kernel profile (profile_decode.sh, ncu, eager).
 # From the repo root there (carry .gpurun-pack): tar -xJf .gpurun-pack/all.tar.xz &&
 #   tools/gpu/run_s8_gpu.sh .gpurun-all
-# Logs in $OUT (default /tmp/glm-s8-out). STEPS (default "tests decode ukside oldnew profile").
+# Logs in $OUT (default /tmp/glm-s8-out). STEPS (default "tests decode oldnew profile").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu/common.sh
 gpu_run_begin "${1:-.gpurun-all}" "${OUT:-/tmp/glm-s8-out}"
-steps=${STEPS:-tests decode ukside oldnew profile}
-GPU_STEP_GREP="^== (decode step|MoE routing|W_UK)|^ +[0-9]+ +[0-9]+ +(fp8|[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+)|^\[  (PASSED|FAILED) |rc=|^\| "
+steps=${STEPS:-tests decode oldnew profile}
+GPU_STEP_GREP="^== (decode step|MoE routing)|^ +[0-9]+ +[0-9]+ +(fp8|[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+)|^\[  (PASSED|FAILED) |rc=|^\| |^moe "
 GPU_STEP_HEAD=80
 decode_args=(--dtype fp8 --kv-dtype fp8 --layers 1,6 --steps 16 --graphs on)
 for s in $steps; do
@@ -31,9 +34,8 @@ for s in $steps; do
       gpu_step "decode-ab-fuseroute" 330 "$bin/glm-bench-cuda-decode" "${decode_args[@]}" \
         --batches 1,2,8 --contexts 4096,131072 --ab fuseroute
       ;;
-    ukside)
-      gpu_step "decode-ab-ukside" 330 "$bin/glm-bench-cuda-decode" "${decode_args[@]}" \
-        --batches 1,8 --contexts 4096,131072 --ab ukside
+    moepaths)
+      gpu_step "moe-paths" 90 "$bin/cuda_ops_bench" --only moe --iters 50
       ;;
     oldnew)
       for round in 1 2; do
@@ -47,7 +49,7 @@ for s in $steps; do
       gpu_step "profile" 300 env OUT="$out/prof" NCU_FLAGS="--clock-control none --cache-control none" \
         tools/gpu/profile_decode.sh "$stage" "1" --kv-dtype fp8 --graphs off
       ;;
-    *) echo "unknown step $s (tests, decode, ukside, oldnew, profile)" ;;
+    *) echo "unknown step $s (tests, decode, moepaths, oldnew, profile)" ;;
   esac
 done
 gpu_run_end

@@ -42,8 +42,6 @@ using kernels::CudaStatus;
 // on, ms/layer): batch 2 / 4 / 8 0.366 / 0.501 / 0.788 with the kernel vs 0.493 / 0.719 / 1.084
 // widening, so both products take the kernel up to 8.
 constexpr int64_t kAbsorbKernelMaxTokens = 8;
-static_assert(kSideAbsorbMaxRows <= kAbsorbKernelMaxTokens,
-              "AbsorbPerHead on a side branch must be the scratch-free kernel");
 
 // cuBLASLt workspace: enough for split-K on every shape the model issues.
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
@@ -271,11 +269,7 @@ class CudaBackend : public Backend {
   // One kernels/per_head_narrow launch per product (all heads), any WeightDType.
   void AbsorbPerHead(const HeadsView& x, const MatView& w, int64_t head_rows, int64_t row_begin,
                      PerHeadContract contract, const HeadsView& y) override {
-    // At most kAbsorbKernelMaxTokens rows: one scratch-free kernel, allowed on a side branch.
-    if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind() ||
-        (x.rows > kSideAbsorbMaxRows && !MainOnly("AbsorbPerHead"))) {
-      return;
-    }
+    if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind() || !MainOnly("AbsorbPerHead")) return;
     if (x.dim == 0) {
       for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
       return;

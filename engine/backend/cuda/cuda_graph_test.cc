@@ -21,7 +21,6 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/glm_moe_dsa.h"
-#include "engine/model/layers.h"
 #include "engine/model/random_weights.h"
 
 #ifndef GLM_GOLDEN_DIR
@@ -316,63 +315,6 @@ TEST_F(CudaGraphTest, TinyFixturesGraphEqualsEagerBitwise) {
       const DecodeGraphStats gg = graph->model->decode_graph_stats();
       EXPECT_EQ(gg.captures, 2);
       EXPECT_EQ(gg.replays, 28);
-    }
-  }
-}
-
-// W_UK absorbed on a side branch while the indexer runs (layers.h SetUkSideMaxRows: narrow
-// weights, decode steps of at most 8 rows) gives the logits of the in-order step bit for bit,
-// eager and in decode graphs: tiny-sparse (indexer layers) with bf16 weights, batch 1 / 3 / 8,
-// greedy decoding across the 64-key bucket.
-TEST_F(CudaGraphTest, UkSideBranchEqualsInOrderBitwise) {
-  struct Restore {
-    int64_t saved = UkSideMaxRows();
-    ~Restore() { SetUkSideMaxRows(saved); }
-  } restore;
-  ASSERT_EQ(UkSideMaxRows(), kSideAbsorbMaxRows);
-  for (bool graphs : {false, true}) {
-    for (int num_seqs : {1, 3, 8}) {
-      SCOPED_TRACE(absl::StrCat("graphs ", graphs, " batch ", num_seqs));
-      ModelLoadOptions o = Options(graphs, num_seqs);
-      o.weight_dtype = "bf16";
-      auto run = [&](int64_t side_rows) {
-        SetUkSideMaxRows(side_rows);
-        std::vector<std::vector<float>> logits;
-        auto m = FixtureModel("tiny-sparse", o);
-        EXPECT_TRUE(m.ok()) << m.status();
-        if (!m.ok()) return logits;
-        const int vocab = static_cast<int>(m->model->config().vocab_size);
-        std::vector<int32_t> pos(num_seqs), next(num_seqs);
-        for (int step = 0; step < 30; ++step) {
-          ForwardBatch batch;
-          for (int i = 0; i < num_seqs; ++i) {
-            SequenceSlice s;
-            s.seq_id = i;
-            s.token_ids = step == 0 ? Prompt(40 + 2 * i, i, vocab) : std::vector<int32_t>{next[i]};
-            s.start_pos = pos[i];
-            for (int b = 0; b < kBlocksPerSeq; ++b) s.block_table.push_back(b * num_seqs + i);
-            batch.seqs.push_back(s);
-          }
-          ForwardResult r;
-          const absl::Status st = m->model->Forward(batch, &r);
-          EXPECT_TRUE(st.ok()) << st;
-          if (!st.ok()) break;
-          for (int i = 0; i < num_seqs; ++i) {
-            pos[i] += static_cast<int32_t>(batch.seqs[i].token_ids.size());
-            next[i] = ArgMax(r.seqs[i].logits);
-            logits.push_back(r.seqs[i].logits);
-          }
-        }
-        return logits;
-      };
-      const auto in_order = run(0), side = run(kSideAbsorbMaxRows);
-      ASSERT_EQ(in_order.size(), side.size());
-      ASSERT_EQ(in_order.size(), static_cast<size_t>(30 * num_seqs));
-      for (size_t i = 0; i < side.size(); ++i) {
-        ASSERT_EQ(in_order[i].size(), side[i].size());
-        ASSERT_EQ(std::memcmp(in_order[i].data(), side[i].data(), side[i].size() * 4), 0)
-            << "row " << i << " differs with W_UK on a side branch";
-      }
     }
   }
 }
