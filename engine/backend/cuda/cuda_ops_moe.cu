@@ -20,7 +20,10 @@
 //    scratch: MoeDecodeKernel<fused> then MoeDecodeKernel<down> (each warp derives the routing
 //    from ids itself; persistent grid sized from the SM count; act / y by pair) and
 //    MoeCombineByPairKernel: three launches (see the kernels' comment). Chosen on the host from
-//    pairs only (no sync, graph-capture safe). cuda_ops_moe.h can force the previous decode
+//    pairs only (no sync, graph-capture safe). Through MoeRouteExperts at one token
+//    (MoeRouteFuseMaxTokens) the gate|up kernel also routes from the router logits itself
+//    (DecodeRouteIn: the kernels::MoeRoute launch before it is dropped; same ids and weights).
+//    cuda_ops_moe.h can force the previous decode
 //    path, 2'./3'. below (1. + MoeGemvKernel in place of 2. and 3. + 4.), or the tiled one.
 // Listed decode (64 < pairs <= kMoeListedMaxPairs = 4096, i.e. decode batches 9..512 with
 //    top-8, 16-byte weight rows), also the default: MoeListRouteKernel (deterministic
