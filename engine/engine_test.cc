@@ -183,16 +183,24 @@ class FailingModel : public FakeModel {
   int calls_ = 0;
 };
 
+// Submits a 50-token greedy request to an engine whose model fails its third Forward; checks that
+// it ends in an error after the two tokens of the first two steps and returns its last event.
+TokenEvent RequestFailingAtTheThirdStep(Engine& e) {
+  TokenEvent last;
+  auto h = e.Submit(Greedy(Prompt(4, 1), 50));
+  EXPECT_TRUE(h.ok()) << h.status();
+  if (!h.ok()) return last;
+  const auto toks = h->stream->CollectTokens(&last);
+  EXPECT_EQ(last.finish_reason, FinishReason::kError);
+  EXPECT_EQ(toks.size(), 2u);
+  return last;
+}
+
 TEST(EngineTest, ModelFailureFailsRequestsAndLaterSubmits) {
   auto e = Engine::CreateWithModel(std::make_unique<FailingModel>(FakeModel::Options{}, 3), {});
   ASSERT_TRUE(e.ok());
-  auto h = (*e)->Submit(Greedy(Prompt(4, 1), 50));
-  ASSERT_TRUE(h.ok());
-  TokenEvent last;
-  auto toks = h->stream->CollectTokens(&last);
-  EXPECT_EQ(last.finish_reason, FinishReason::kError);
+  const TokenEvent last = RequestFailingAtTheThirdStep(**e);
   EXPECT_NE(last.error.message().find("device lost"), std::string::npos) << last.error;
-  EXPECT_EQ(toks.size(), 2u);
   EXPECT_FALSE((*e)->Drain().ok());
   EXPECT_FALSE((*e)->Submit(Greedy(Prompt(4, 1), 5)).ok());
   EXPECT_TRUE((*e)->Stats().failed);
@@ -206,16 +214,11 @@ TEST(EngineTest, ContainedStepFailureFailsThatStepAndKeepsServing) {
   mo.failure_contained = true;
   auto e = Engine::CreateWithModel(std::make_unique<FakeModel>(mo), {});
   ASSERT_TRUE(e.ok());
-  auto h = (*e)->Submit(Greedy(Prompt(4, 1), 50));
-  ASSERT_TRUE(h.ok());
-  TokenEvent last;
-  auto toks = h->stream->CollectTokens(&last);
-  EXPECT_EQ(last.finish_reason, FinishReason::kError);
+  TokenEvent last = RequestFailingAtTheThirdStep(**e);
   EXPECT_EQ(last.error.code(), absl::StatusCode::kResourceExhausted) << last.error;
-  EXPECT_EQ(toks.size(), 2u);
   auto h2 = (*e)->Submit(Greedy(Prompt(4, 1), 5));
   ASSERT_TRUE(h2.ok()) << h2.status();
-  toks = h2->stream->CollectTokens(&last);
+  const auto toks = h2->stream->CollectTokens(&last);
   EXPECT_EQ(last.finish_reason, FinishReason::kLength) << last.error;
   EXPECT_EQ(toks.size(), 5u);
   EXPECT_TRUE((*e)->Drain().ok());
