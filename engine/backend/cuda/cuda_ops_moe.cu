@@ -1919,7 +1919,8 @@ absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights,
   if (route != nullptr) {
     const MoeRouteArgs& r = *route->args;
     const MatView& lg = *route->logits;
-    fuse_route = small && path == MoeDecodePath::kAuto && !listed && !grouped && !mma &&
+    // small && kAuto is exactly the decode branch below (not listed, grouped or mma).
+    fuse_route = small && path == MoeDecodePath::kAuto &&
                  tokens <= g_route_fuse_max_tokens.load(std::memory_order_relaxed) &&
                  lg.cols >= 1 && lg.cols <= 256 && lg.ld >= lg.cols &&
                  (r.n_group <= 1 || r.topk_group >= r.n_group) && r.top_k <= lg.cols &&

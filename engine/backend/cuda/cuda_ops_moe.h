@@ -65,8 +65,9 @@ bool MoeDecodeBalancedGrid();
 // every warp routes every token itself (RouteRowWarp, MoeRoute's arithmetic) instead of waiting
 // for MoeRoute's launch. Process-wide, a bench knob (glm-bench-cuda-decode --ab fuseroute);
 // results do not depend on it. Measured on an H200 (GLM-5 widths, fp8, graphs; --ab fuseroute,
-// ms/layer off -> on): batch 1 0.241 -> 0.239 (4K), 0.295 -> 0.291 (128K); batch 2 0.363 ->
-// 0.367, 0.474 -> 0.475 (each warp routing two tokens costs what the launch saved): hence 1.
+// ms/layer off -> on, two runs): batch 1 0.241 -> 0.239 and 0.236 -> 0.236 (4K), 0.295 -> 0.291
+// and 0.289 -> 0.289 (128K): neutral to 1 %; batch 2 fused 0.363 -> 0.367, 0.474 -> 0.475 (each
+// warp routing two tokens costs what the launch saved): hence 1.
 inline constexpr int kMoeRouteFuseMaxTokens = 1;
 inline constexpr int kMoeRouteMaxFuseTokens = 7;  // 64 pairs of the decode kernels, top-8 + 1
 void SetMoeRouteFuseMaxTokens(int tokens);
