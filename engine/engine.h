@@ -11,7 +11,9 @@
 //    joins the loop. Streams stay valid after the engine is gone (they are shared_ptr-owned).
 //  - A model failure (Forward/ForwardMtp error) fails every in-flight request with that error and
 //    puts the engine in a failed state: later Submits return the error (fail fast, the agent
-//    restarts the shard).
+//    restarts the shard). Except a Forward failure the model reports as contained
+//    (Model::AfterFailedStep OK: nothing ran, e.g. the key-slot table could not grow): then only
+//    that step's requests fail with the error, and the engine goes on (Stats num_failed_steps).
 #pragma once
 
 #include <condition_variable>
