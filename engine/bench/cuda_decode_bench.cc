@@ -5,7 +5,8 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both] [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute]
+//       [--key-slots incremental|both]
+//       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -42,7 +43,9 @@
 // one-row fp32 Linears with small weights (the MoE router) on kernels::PerHeadGemv vs cuBLASLt
 // (AllowCudaSmallF32Gemv); batch 1 only. fuseroute: MoE routing inside the gate|up decode
 // kernel at <= cuda::kMoeRouteFuseMaxTokens tokens (cuda_ops_moe.h SetMoeRouteFuseMaxTokens) vs
-// MoeRoute's own launch; batches 1 and 2 only.
+// MoeRoute's own launch; batches 1 and 2 only. onelaunch: the MoE decode kernels' gate|up, down
+// and combine in one launch at every decode size (cuda_ops_moe.h SetMoeOneLaunchMaxTokens; off
+// by default) vs three launches.
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -142,6 +145,8 @@ void AllowMmaRange(bool on) {
 void AllowRouteFuse(bool on) {
   cuda::SetMoeRouteFuseMaxTokens(on ? cuda::kMoeRouteFuseMaxTokens : 0);
 }
+// --ab onelaunch: the MoE decode kernels in one launch (every decode size) or three.
+void AllowOneLaunch(bool on) { cuda::SetMoeOneLaunchMaxTokens(on ? cuda::kMoeDecodeMaxPairs : 0); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -578,12 +583,13 @@ int Main(int argc, char** argv) {
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
-       a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute") ||
+       a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|pdl|side|shared|mma|moegrid|router|fuseroute, --fused on|off|both\n");
+                 "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch, --fused "
+                 "on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -594,6 +600,7 @@ int Main(int argc, char** argv) {
   if (a.ab == "moegrid") a.ab_allow = cuda::SetMoeDecodeBalancedGrid;
   if (a.ab == "router") a.ab_allow = AllowCudaSmallF32Gemv;
   if (a.ab == "fuseroute") a.ab_allow = AllowRouteFuse;
+  if (a.ab == "onelaunch") a.ab_allow = AllowOneLaunch;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -769,6 +776,7 @@ int Main(int argc, char** argv) {
                        : a.ab == "moegrid"   ? "balanced MoE decode grid"
                        : a.ab == "router"    ? "one-row fp32 router GEMV (not cuBLASLt)"
                        : a.ab == "fuseroute" ? "MoE routing inside the gate|up decode kernel"
+                       : a.ab == "onelaunch" ? "MoE decode kernels in one launch"
                                              : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),

@@ -56,6 +56,10 @@ MoeRanPath ExpectedPath(MoeDecodePath path, int64_t pairs, WeightDType dtype) {
   const bool fp8 = dtype == WeightDType::kF8E4M3Block128;
   switch (path) {
     case MoeDecodePath::kAuto:
+      // bf16 at decode sizes: the token-group kernels (measured faster), else the decode ones.
+      if (dtype == WeightDType::kBF16 && pairs <= cuda::kMoeDecodeMaxPairs) {
+        return MoeRanPath::kGrouped;
+      }
       return pairs <= cuda::kMoeDecodeMaxPairs ? MoeRanPath::kDecode
              : pairs <= cuda::kMoeListedMaxPairs
                  ? (fp8 && pairs >= cuda::kMoeMmaAutoMinPairs && pairs <= cuda::MoeMmaAutoMaxPairs()
@@ -120,6 +124,7 @@ class CudaMoeTest : public ::testing::Test {
     cuda::SetMoeGroupTokens(4);
     cuda::SetMoeDecodeBalancedGrid(true);
     cuda::SetMoeRouteFuseMaxTokens(cuda::kMoeRouteFuseMaxTokens);
+    cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeOneLaunchMaxTokens);
     if (gpu_ != nullptr) {
       EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
     }
@@ -189,12 +194,19 @@ class CudaMoeTest : public ::testing::Test {
     // Calls 0 and 1 alike (4-row token groups) but for the decode kernels' grid (call 1: every
     // resident CTA instead of the balanced grid), call 2 with 1-row and call 3 with 3-row token
     // groups (the grouped kernels compute every row alike whatever its group, and the decode
-    // kernels every task alike whatever warp runs it, so all four must be bit-identical).
-    std::vector<float> got[4];
-    for (int call = 0; call < 4; ++call) {
+    // kernels every task alike whatever warp runs it, so all four must be bit-identical); call
+    // 4 with the decode kernels' one-launch form on (cuda::SetMoeOneLaunchMaxTokens: the same
+    // bits as three launches). Every case runs call 4, so at decode sizes the one-launch
+    // kernel runs again and again on the layer's counters: one left non-zero breaks the next.
+    std::vector<float> got[5];
+    const bool decode =
+        ExpectedPath(path, int64_t{c.tokens} * c.top_k, dtype) == MoeRanPath::kDecode &&
+        path == MoeDecodePath::kAuto;
+    for (int call = 0; call < 5; ++call) {
       std::vector<float>& g = got[call];
       cuda::SetMoeGroupTokens(call == 2 ? 1 : call == 3 ? 3 : 4);
       cuda::SetMoeDecodeBalancedGrid(call != 1);
+      cuda::SetMoeOneLaunchMaxTokens(call == 4 ? cuda::kMoeDecodeMaxPairs : 0);
       gpu_->CopyToDevice(dout->data(), host.data(), host.size() * 4);
       gpu_->MoeExperts(xv, dids->i32(), dw->f32(), c.top_k, ex.Device(), ov);
       g.resize(host.size());
@@ -203,14 +215,18 @@ class CudaMoeTest : public ::testing::Test {
       const MoeRanPath want_path = ExpectedPath(path, int64_t{c.tokens} * c.top_k, dtype);
       ASSERT_EQ(cuda::LastMoeRanPath(), want_path)
           << "ran " << RanName(cuda::LastMoeRanPath()) << ", want " << RanName(want_path);
+      ASSERT_EQ(cuda::LastMoeOneLaunch(), decode && call == 4) << "call " << call;
     }
     cuda::SetMoeGroupTokens(4);
+    cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeOneLaunchMaxTokens);
     ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4), 0)
         << "the unbalanced decode grid (or a repeated call) differs";
     ASSERT_EQ(std::memcmp(got[0].data(), got[2].data(), got[0].size() * 4), 0)
         << "1-row token groups differ from 4-row ones";
     ASSERT_EQ(std::memcmp(got[0].data(), got[3].data(), got[0].size() * 4), 0)
         << "3-row token groups differ from 4-row ones";
+    ASSERT_EQ(std::memcmp(got[0].data(), got[4].data(), got[0].size() * 4), 0)
+        << "the one-launch decode kernel differs from three launches";
     double max_ref = 1.0, max_diff = 0.0;
     for (size_t i = 0; i < host.size(); ++i) {
       if (i < kGuard || i >= kGuard + out0.size()) {
@@ -328,6 +344,11 @@ TEST_F(CudaMoeTest, LaunchSettingsMoveTheGeneration) {
   EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 5);
   cuda::SetMoeRouteFuseMaxTokens(cuda::kMoeRouteFuseMaxTokens);
   EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 6);
+  cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeDecodeMaxPairs);
+  EXPECT_EQ(cuda::MoeOneLaunchMaxTokens(), cuda::kMoeDecodeMaxPairs);
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 7);
+  cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeOneLaunchMaxTokens);
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 8);
 }
 
 // MoeRouteExperts: at <= cuda::MoeRouteFuseMaxTokens() tokens (and at most 64 pairs) the gate|up
@@ -354,7 +375,9 @@ TEST_F(CudaMoeTest, RouteExpertsFusedEqualsSeparateRoute) {
     for (const RCase& c : cases) {
       const int routed = c.appended ? kExperts - 1 : kExperts;
       const int k = c.top_k + (c.appended ? 1 : 0);
-      const bool want_fused = c.tokens <= kFuseLimit && c.n_group == 1;
+      // bf16 experts run the token-group kernels at decode sizes (kAuto), which never fuse.
+      const bool decode = dtype != WeightDType::kBF16;
+      const bool want_fused = decode && c.tokens <= kFuseLimit && c.n_group == 1;
       SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " tokens=", c.tokens, " top_k=", c.top_k,
                                 c.bias ? " bias" : "", c.appended ? " shared_appended" : "",
                                 " n_group=", c.n_group));
@@ -402,12 +425,23 @@ TEST_F(CudaMoeTest, RouteExpertsFusedEqualsSeparateRoute) {
       };
       const Result fused = run(kFuseLimit);
       ASSERT_EQ(cuda::LastMoeRouteFused(), want_fused);
+      ASSERT_FALSE(cuda::LastMoeOneLaunch());
       const Result separate = run(0);
       ASSERT_FALSE(cuda::LastMoeRouteFused());
+      // The same (fused) routing with gate|up, down and the combine in one launch.
+      cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeDecodeMaxPairs);
+      const Result one = run(kFuseLimit);
+      ASSERT_EQ(cuda::LastMoeOneLaunch(), decode);
+      ASSERT_EQ(cuda::LastMoeRouteFused(), want_fused);
+      cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeOneLaunchMaxTokens);
       cuda::SetMoeRouteFuseMaxTokens(cuda::kMoeRouteFuseMaxTokens);
       ASSERT_EQ(fused.ids, separate.ids);
       ASSERT_EQ(std::memcmp(fused.w.data(), separate.w.data(), fused.w.size() * 4), 0);
       ASSERT_EQ(std::memcmp(fused.out.data(), separate.out.data(), fused.out.size() * 4), 0);
+      ASSERT_EQ(fused.ids, one.ids);
+      ASSERT_EQ(std::memcmp(fused.w.data(), one.w.data(), fused.w.size() * 4), 0);
+      ASSERT_EQ(std::memcmp(fused.out.data(), one.out.data(), fused.out.size() * 4), 0)
+          << "the one-launch decode kernel differs from three launches";
 
       // The CPU backend's default MoeRouteExperts (MoeRoute, then MoeExperts).
       std::vector<int32_t> cids(fused.ids.size());
@@ -458,12 +492,17 @@ TEST_F(CudaMoeTest, RouteExpertsFusedEqualsSeparateRoute) {
 // A captured graph of each default path replays to the eager result bit for bit: the decode
 // kernels at 1 / 8 tokens, the token-group listed kernels at 9 / 16 / 64 (device token
 // lists), the fp8 tensor-core kernels at 65 / 100 (520 / 800 pairs), the tiled GEMM at 513
-// (4104 pairs, past kMoeListedMaxPairs).
+// (4104 pairs, past kMoeListedMaxPairs); and the one-launch decode kernel at 1 / 8 tokens.
 TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
   if (!gpu_->SupportsGraphs()) GTEST_SKIP() << "backend without graphs";
   Experts ex = MakeExperts(WeightDType::kF8E4M3Block128);
-  for (int tokens : {1, 8, 9, 16, 64, 65, 100, 513}) {
-    SCOPED_TRACE(absl::StrCat("tokens=", tokens));
+  // One launch (decode sizes): a replay equals eager, and a second replay the first (the
+  // counters are zero again after each launch).
+  for (int tokens : {1, 8, 9, 16, 64, 65, 100, 513, -1, -8}) {
+    const bool one_launch = tokens < 0;
+    tokens = std::abs(tokens);
+    cuda::SetMoeOneLaunchMaxTokens(one_launch ? cuda::kMoeDecodeMaxPairs : 0);
+    SCOPED_TRACE(absl::StrCat("tokens=", tokens, one_launch ? " one launch" : ""));
     const int top_k = 8;
     std::vector<int32_t> ids;
     for (int t = 0; t < tokens; ++t) {
@@ -487,6 +526,7 @@ TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
     gpu_->MoeExperts(xv, dids->i32(), dw->f32(), top_k, ex.Device(), ov);
     ASSERT_EQ(cuda::LastMoeRanPath(), ExpectedPath(MoeDecodePath::kAuto, int64_t{tokens} * top_k,
                                                    WeightDType::kF8E4M3Block128));
+    ASSERT_EQ(cuda::LastMoeOneLaunch(), one_launch);
     std::vector<float> eager(x.size()), replay(x.size());
     gpu_->CopyToHost(eager.data(), dout->data(), eager.size() * 4);
     gpu_->SetPointerChecks(false);  // as the decode graphs run
@@ -494,12 +534,15 @@ TEST_F(CudaMoeTest, GraphReplayEqualsEager) {
     gpu_->MoeExperts(xv, dids->i32(), dw->f32(), top_k, ex.Device(), ov);
     std::unique_ptr<BackendGraph> graph = gpu_->EndCapture();
     ASSERT_NE(graph, nullptr) << gpu_->status();
-    gpu_->CopyToDevice(dout->data(), out0.data(), out0.size() * 4);
-    gpu_->ReplayGraph(*graph);
-    gpu_->CopyToHost(replay.data(), dout->data(), replay.size() * 4);
-    ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
-    EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 4), 0);
+    for (int round = 0; round < 2; ++round) {
+      gpu_->CopyToDevice(dout->data(), out0.data(), out0.size() * 4);
+      gpu_->ReplayGraph(*graph);
+      gpu_->CopyToHost(replay.data(), dout->data(), replay.size() * 4);
+      ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+      EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 4), 0) << "round " << round;
+    }
   }
+  cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeOneLaunchMaxTokens);
 }
 
 }  // namespace

@@ -33,6 +33,11 @@ glm_add_test(NAME cuda_kv_fp8_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_kv_fp8
 # MoeExperts through every path (decode kernels, previous GEMV, tiled) and dtype vs the CPU backend.
 glm_add_test(NAME cuda_moe_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_moe_test.cc
   LIBS glm_backend_cuda glm_backend_cpu glm_kernels_gemm LABELS gpu)
+# The one-launch MoE decode kernel finishes when its grid cannot all be resident (a kernel on
+# another stream holding the SMs until a kernel after the MoE has run).
+glm_add_test(NAME cuda_moe_progress_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_moe_progress_test.cu
+  LIBS glm_backend_cuda glm_kernels LABELS gpu)
+set_target_properties(cuda_moe_progress_test PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
 
 add_executable(cuda_ops_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_bench.cc)
 target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda glm_kernels)

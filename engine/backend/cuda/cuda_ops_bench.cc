@@ -221,12 +221,16 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
         const char* name;
         MoeDecodePath path;
         int group_tokens;  // token rows per unit of the token-group kernels
+        bool one_launch = false;  // the decode kernels in one launch (SetMoeOneLaunchMaxTokens)
       };
-      // auto: the default selection (decode <= 64 pairs, token groups <= 4096, tiled above);
+      // auto: the default selection (decode <= 64 pairs (bf16: token groups), token groups
+      // <= 4096, tiled above);
       // grouped: the token-group kernels (4-row units; g2: 2-row units), listed: the per-row
       // listed kernels they replace.
-      // mma: the fp8 tensor-core kernels (MoeMmaKernel; fp8 only).
+      // mma: the fp8 tensor-core kernels (MoeMmaKernel; fp8 only). auto 1 launch: the decode
+      // kernels' gate|up, down and combine in one launch (decode sizes only; off by default).
       const Path paths[] = {{"auto", MoeDecodePath::kAuto, 4},
+                            {"auto 1 launch", MoeDecodePath::kAuto, 4, true},
                             {"mma", MoeDecodePath::kMma, 4},
                             {"grouped", MoeDecodePath::kGrouped, 4},
                             {"grouped g2", MoeDecodePath::kGrouped, 2},
@@ -235,7 +239,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
                             {"tiled", MoeDecodePath::kTiled, 4}};
       const bool small = tokens * top_k <= kMoeDecodeMaxPairs;
       for (const Path& p : paths) {
-        if (!small && p.path == MoeDecodePath::kLegacyGemv) continue;
+        if (!small && (p.path == MoeDecodePath::kLegacyGemv || p.one_launch)) continue;
         if (!fp8 && p.path == MoeDecodePath::kMma) continue;
         if (quick && p.path != MoeDecodePath::kAuto && p.path != MoeDecodePath::kMma &&
             !(p.path == MoeDecodePath::kGrouped && p.group_tokens == 4)) {
@@ -243,6 +247,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
         }
         SetMoeDecodePath(p.path);
         SetMoeGroupTokens(p.group_tokens);
+        SetMoeOneLaunchMaxTokens(p.one_launch ? kMoeDecodeMaxPairs : kMoeOneLaunchMaxTokens);
         const double ms = TimeMs(
             [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
         const double gbps = bytes / (ms * 1e-3) / 1e9;
@@ -260,6 +265,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       }
       SetMoeDecodePath(MoeDecodePath::kAuto);
       SetMoeGroupTokens(4);
+      SetMoeOneLaunchMaxTokens(kMoeOneLaunchMaxTokens);
       cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
     }
     cudaFree(weights), cudaFree(scales);

@@ -16,13 +16,18 @@
 //    edges). Warp w computes rows 8w..8w+7 (only the rows its expert has: a decode tile with one
 //    row costs one warp-row of FMAs), lane l columns l, l+32, l+64, l+96; shared rows are padded
 //    to kBK + 4 floats so the float4 reads of 8 lanes hit 32 distinct banks.
-// Decode (pairs <= kGemvMaxPairs = 64 and 16-byte weight rows), the default: no 1., no integer
-//    scratch: MoeDecodeKernel<fused> then MoeDecodeKernel<down> (each warp derives the routing
-//    from ids itself; persistent grid sized from the SM count; act / y by pair) and
+// Decode (pairs <= kGemvMaxPairs = 64 and 16-byte weight rows; fp32 / fp8 experts, bf16 ones
+//    take the listed token-group kernels below, measured faster at these sizes), the default:
+//    no 1., no integer scratch: MoeDecodeKernel<fused> then MoeDecodeKernel<down> (each warp
+//    derives the routing from ids itself; persistent grid sized from the SM count; act / y by
+//    pair) and
 //    MoeCombineByPairKernel: three launches (see the kernels' comment). Chosen on the host from
 //    pairs only (no sync, graph-capture safe). Through MoeRouteExperts at one token
 //    (MoeRouteFuseMaxTokens) the gate|up kernel also routes from the router logits itself
 //    (DecodeRouteIn: the kernels::MoeRoute launch before it is dropped; same ids and weights).
+//    The three kernels also exist as one launch (MoeDecodeOneKernel, 2''+3''+4. below: dataflow
+//    counters between the phases, the same bits), off by default (measured slower; cuda_ops_moe.h
+//    SetMoeOneLaunchMaxTokens).
 //    cuda_ops_moe.h can force the previous decode
 //    path, 2'./3'. below (1. + MoeGemvKernel in place of 2. and 3. + 4.), or the tiled one.
 // Listed decode (64 < pairs <= kMoeListedMaxPairs = 4096, i.e. decode batches 9..512 with
@@ -726,15 +731,27 @@ __device__ __forceinline__ void TaskRows(int n, const char* w0, int64_t ld0, con
   }
 }
 
-// One pass of a task over its kDecWRows weight rows for kNG token rows (a_rows; rows >= ng are copies
-// of row 0, computed and dropped). w0 / w1: first weight row of the two row halves (fused:
+// One pass of a task over its kDecWRows weight rows for kNG token rows (a_rows; rows >= ng are
+// copies of row 0, computed and dropped). w0 / w1: first weight row of the two row halves (fused:
 // gate rows n0.., up rows n0..; down: both the down row n0, the second half being rows
 // n0 + kDecWRows / 2..), ld in bytes; s0 / s1: their block-scale rows (fp8).
-template <bool kFused, int kWT, int kNG>
+// kCoherentA: a comes from this grid (the one-launch kernel's act): plain loads (ordered by the
+// wait's acquire; still cached in L1 for the other warps of the SM), not the read-only path
+// (ld.global.nc, for data no kernel writes while it runs). Through L2 only (ld.global.cg) the
+// one-launch kernel measured 193 us against 115 for three launches: every chunk waited for an
+// L2 round trip. after_issue() runs once the pass's first weight loads are issued (the
+// one-launch kernel's arrival for the warp's previous task: its fence then overlaps the loads'
+// latency, which the warp waits for anyway).
+struct Nothing {
+  __device__ void operator()() const {}
+};
+
+template <bool kFused, int kWT, int kNG, bool kCoherentA = false, typename AfterIssue = Nothing>
 __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0, int64_t ld0,
                                            const char* w1, int64_t ld1, const float* s0,
                                            const float* s1, const float* const* a_rows,
-                                           const int* pair_of, int ng, int n0, int lane) {
+                                           const int* pair_of, int ng, int n0, int lane,
+                                           const AfterIssue& after_issue = AfterIssue{}) {
   constexpr int kEB = ElemBytes(kWT);
   constexpr int kV = 16 / kEB;
   constexpr int kHalf = kDecWRows / 2;
@@ -754,6 +771,7 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
 #pragma unroll
     for (int m = 0; m < kDecWRows; ++m) cur[m] = LoadStreaming16(wr[m] + int64_t{lane} * 16);
   }
+  after_issue();
   for (int c = lane; c < nchunks; c += 32) {
     uint4 nxt[kDecWRows];
     const int cn = c + 32;
@@ -771,7 +789,8 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
     for (int r = 0; r < kNG; ++r) {
 #pragma unroll
       for (int j = 0; j < kV / 4; ++j) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(a_rows[r] + c * kV) + j);
+        const float4* src = reinterpret_cast<const float4*>(a_rows[r] + c * kV) + j;
+        const float4 v = kCoherentA ? *src : __ldg(src);
         xv[r][4 * j] = v.x, xv[r][4 * j + 1] = v.y, xv[r][4 * j + 2] = v.z, xv[r][4 * j + 3] = v.w;
       }
     }
@@ -818,6 +837,108 @@ __device__ __forceinline__ void TaskWeights(const ExpertPtr& ex, int n0, const c
   }
 }
 
+// The expert of routing slot `slot` (the slot-th leader in pair order).
+__device__ __forceinline__ int SlotExpert(const DecodeRouting& rt, int slot) {
+  const int na = __popc(rt.lead_a);
+  return slot < na ? __shfl_sync(0xffffffffu, rt.id_a, NthSetBit(rt.lead_a, slot))
+                   : __shfl_sync(0xffffffffu, rt.id_b, NthSetBit(rt.lead_b, slot - na));
+}
+
+// One task of the decode kernels: output columns n0.. of routing slot `slot` for every pair of
+// the slot's expert (a pass over the task's weight rows per DecRows() token rows). after_issue:
+// see DecodePass (the first pass only).
+template <bool kFused, int kWT, bool kCoherentA = false, typename AfterIssue = Nothing>
+__device__ __forceinline__ void DecodeTask(const DecodeParams& p, const DecodeRouting& rt, int slot,
+                                           int n0, int lane,
+                                           const AfterIssue& after_issue = AfterIssue{}) {
+  const int e = SlotExpert(rt, slot);
+  unsigned long long rows =
+      (static_cast<unsigned long long>(__ballot_sync(0xffffffffu, rt.id_b == e)) << 32) |
+      __ballot_sync(0xffffffffu, rt.id_a == e);
+  const char *w0, *w1;
+  int64_t ld0, ld1;
+  const float *s0 = nullptr, *s1 = nullptr;
+  TaskWeights<kFused, kWT>(p.experts[e], n0, w0, ld0, w1, ld1, s0, s1);
+  constexpr int kDecRows = DecRows<kWT>();
+  bool first = true;
+  while (rows != 0) {
+    int pair_of[kDecRows];
+    const float* a_rows[kDecRows];
+    int ng = 0;
+#pragma unroll
+    for (int q = 0; q < kDecRows; ++q) {
+      if (rows != 0) {
+        pair_of[q] = __ffsll(static_cast<long long>(rows)) - 1;
+        rows &= rows - 1;
+        ++ng;
+      } else {
+        pair_of[q] = pair_of[0];
+      }
+      const int64_t a_row = kFused ? pair_of[q] / p.top_k : pair_of[q];
+      a_rows[q] = p.a + a_row * p.a_ld;
+    }
+    if (kDecRows == 1 || ng == 1) {
+      if (first) {
+        DecodePass<kFused, kWT, 1, kCoherentA>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0,
+                                               lane, after_issue);
+      } else {
+        DecodePass<kFused, kWT, 1, kCoherentA>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0,
+                                               lane);
+      }
+    } else if (first) {
+      DecodePass<kFused, kWT, kDecRows, kCoherentA>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of,
+                                                    ng, n0, lane, after_issue);
+    } else {
+      DecodePass<kFused, kWT, kDecRows, kCoherentA>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of,
+                                                    ng, n0, lane);
+    }
+    first = false;
+  }
+}
+
+// The first bytes of a task's weight rows into L2 (lane l: 128-byte line l % 8 of row l / 8;
+// rows past n as TaskRows): started before the one-launch kernel's arrivals and waits, so HBM
+// keeps streaming while the warp fences or waits. Prefetches change no value.
+template <bool kFused, int kWT>
+__device__ __forceinline__ void PrefetchTaskL2(const DecodeParams& p, const DecodeRouting& rt,
+                                               int slot, int n0, int lane) {
+  static_assert(kDecWRows == 4, "lane -> (row, line) below");
+  const char *w0, *w1;
+  int64_t ld0, ld1;
+  const float *s0 = nullptr, *s1 = nullptr;
+  TaskWeights<kFused, kWT>(p.experts[SlotExpert(rt, slot)], n0, w0, ld0, w1, ld1, s0, s1);
+  const char* wr[kDecWRows];
+  TaskRows<kFused>(p.n, w0, ld0, w1, ld1, n0, wr);
+  const int64_t line = int64_t{lane % 8} * 128;
+  if (line < int64_t{p.k} * ElemBytes(kWT)) {
+    const int r = lane / 8;  // selects, not an indexed local array (which would live in memory)
+    const char* row = r == 0 ? wr[0] : r == 1 ? wr[1] : r == 2 ? wr[2] : wr[3];
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + line));
+  }
+}
+
+// The gate|up kernel's own routing (kRoute): every warp routes the step's tokens from
+// r.logits into its shared-memory rows ids / w ([tokens * top_k], RouteRowWarp: MoeRoute's
+// arithmetic), and CTA 0's warp 0 writes them to r.ids / r.weights.
+__device__ __forceinline__ void DecodeRouteWarp(const DecodeRouteIn& r, int pairs, int top_k,
+                                                int warp, int lane, int32_t* ids, float* w) {
+  for (int t = 0; t < r.tokens; ++t) {
+    int32_t* id_row = ids + t * top_k;
+    float* w_row = w + t * top_k;
+    const glm::kernels::detail::RouteWarpScratch<8> scratch{nullptr, nullptr, nullptr, id_row,
+                                                            w_row};
+    glm::kernels::detail::RouteRowWarp<8, true, false>(r.logits + t * r.ld, r.bias, r.routed, 1, 1,
+                                                       r.routed_top_k, r.renormalize != 0, r.scale,
+                                                       r.appended, scratch, lane, id_row, w_row);
+  }
+  if (blockIdx.x == 0 && warp == 0) {
+    for (int i = lane; i < pairs; i += 32) {
+      r.ids[i] = ids[i];
+      r.weights[i] = w[i];
+    }
+  }
+}
+
 // kRoute (gate|up only): the routing from p.route.logits first (DecodeRouteIn).
 template <bool kFused, int kWT, bool kRoute = false>
 __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParams p) {
@@ -831,63 +952,15 @@ __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParam
     static_assert(kFused, "the gate|up kernel routes; down reads the ids it wrote");
     __shared__ int32_t s_ids[kDecWarps][kGemvMaxPairs];
     __shared__ float s_w[kDecWarps][kGemvMaxPairs];
-    const DecodeRouteIn& r = p.route;
-    for (int t = 0; t < r.tokens; ++t) {
-      int32_t* id_row = s_ids[warp] + t * p.top_k;
-      float* w_row = s_w[warp] + t * p.top_k;
-      const glm::kernels::detail::RouteWarpScratch<8> scratch{nullptr, nullptr, nullptr, id_row,
-                                                              w_row};
-      glm::kernels::detail::RouteRowWarp<8, true, false>(
-          r.logits + t * r.ld, r.bias, r.routed, 1, 1, r.routed_top_k, r.renormalize != 0, r.scale,
-          r.appended, scratch, lane, id_row, w_row);
-    }
+    DecodeRouteWarp(p.route, p.pairs, p.top_k, warp, lane, s_ids[warp], s_w[warp]);
     ids = s_ids[warp];
-    if (blockIdx.x == 0 && warp == 0) {
-      for (int i = lane; i < p.pairs; i += 32) {
-        r.ids[i] = s_ids[0][i];
-        r.weights[i] = s_w[0][i];
-      }
-    }
   }
   const DecodeRouting rt = DecodeRoute(p, ids, lane);
   const int groups = (p.n + kCols - 1) / kCols;
   const int tasks = rt.n_active * groups;
   for (int t = gw; t < tasks; t += num_warps) {
     const int slot = t / groups, n0 = (t - slot * groups) * kCols;
-    const int na = __popc(rt.lead_a);
-    const int e = slot < na ? __shfl_sync(0xffffffffu, rt.id_a, NthSetBit(rt.lead_a, slot))
-                            : __shfl_sync(0xffffffffu, rt.id_b, NthSetBit(rt.lead_b, slot - na));
-    unsigned long long rows =
-        (static_cast<unsigned long long>(__ballot_sync(0xffffffffu, rt.id_b == e)) << 32) |
-        __ballot_sync(0xffffffffu, rt.id_a == e);
-    const char *w0, *w1;
-    int64_t ld0, ld1;
-    const float *s0 = nullptr, *s1 = nullptr;
-    TaskWeights<kFused, kWT>(p.experts[e], n0, w0, ld0, w1, ld1, s0, s1);
-    constexpr int kDecRows = DecRows<kWT>();
-    while (rows != 0) {
-      int pair_of[kDecRows];
-      const float* a_rows[kDecRows];
-      int ng = 0;
-#pragma unroll
-      for (int q = 0; q < kDecRows; ++q) {
-        if (rows != 0) {
-          pair_of[q] = __ffsll(static_cast<long long>(rows)) - 1;
-          rows &= rows - 1;
-          ++ng;
-        } else {
-          pair_of[q] = pair_of[0];
-        }
-        const int64_t a_row = kFused ? pair_of[q] / p.top_k : pair_of[q];
-        a_rows[q] = p.a + a_row * p.a_ld;
-      }
-      if (kDecRows == 1 || ng == 1) {
-        DecodePass<kFused, kWT, 1>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane);
-      } else {
-        DecodePass<kFused, kWT, kDecRows>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0,
-                                          lane);
-      }
-    }
+    DecodeTask<kFused, kWT>(p, rt, slot, n0, lane);
   }
 }
 
@@ -954,6 +1027,248 @@ absl::Status LaunchDecodeFor(int wt, const DecodeParams& p, int64_t max_slots,
       }
     }
     return LaunchDecode<kFused, decltype(tag)::value, false>(p, max_slots, info, stream);
+  });
+}
+
+// ---- 2''+3''+4. one-launch decode: gate|up, down and the combine in one grid ------------------
+//
+// MoeDecodeOneKernel<kWT, kRoute> runs MoeDecodeKernel<gate|up>'s tasks, then
+// MoeDecodeKernel<down>'s, then MoeCombineByPairKernel's sums, in one persistent grid, with
+// dataflow counters instead of kernel boundaries: the HBM stream does not drain between the two
+// weight passes (no tail of the first, no ramp of the second), and two launches are gone.
+// - Every warp takes tasks gw, gw + W, ... of one list: the gate|up tasks (slot-major, as
+//   MoeDecodeKernel<gate|up>), then the down tasks (slot-major).
+// - A gate|up task is followed by the warp's fence and an arrival at done[slot].
+// - A down task of slot s prefetches its first weight lines, then waits (lane 0 polls) until
+//   done[0..s] count all of those slots' gate|up tasks, then fences (acquire) and reads act
+//   (plain loads, cached in L1). A warp fences again only for a slot past the complete ones it
+//   saw at its last fence (an acquire fence empties the SM's L1; one per down task measured
+//   ~12 % slower than three launches). It is followed by an arrival at col[g] (its kDecWRows output
+//   columns); the slot that arrives last sums those columns into out as MoeCombineByPairKernel does
+//   (pairs in order, the same expression). So the bits are those of the three launches.
+// - A task's arrival is made once the warp's next task has issued its first weight loads, so the
+//   fence before it overlaps their latency (which the warp waits for anyway); a measured version
+//   with the fence between tasks (and an L2 prefetch of the next task's first lines to cover
+//   it) was ~15 % slower than three launches.
+// - The last warp to leave resets done[] and the exit counter, and each column group's last
+//   arrival resets col[g]: the counters are zero again for the next launch (and graph replay).
+// Progress never depends on co-residency: waits only point backwards in the task list, and a
+// wait that lasts kOneLaunchHelpAfterNs (a grid not all resident, e.g. another kernel holding
+// SMs, or a preempted context) stops waiting: the warp computes all of slot s's gate|up tasks
+// itself (OneHelpGateUp) and goes on. Those are the same values by the same code, so a late
+// original write stores identical bits; only time is lost. Normal waits are a fraction of one
+// task (~15 us at GLM-5 widths), far below the limit (cuda_moe_progress_test runs the kernel on
+// two free SMs).
+// Determinism: every value is computed by the same code in a fixed order; the counters only
+// order.
+constexpr int kOneMaxSlots = kGemvMaxPairs;  // done[] entries (slots <= pairs <= 64)
+constexpr unsigned long long kOneLaunchHelpAfterNs = 1000 * 1000;
+
+// The int32 counters of one launch: done[kOneMaxSlots], exited, col[ceil(hidden / kDecWRows)].
+constexpr int64_t OneLaunchCounters(int64_t hidden) {
+  return kOneMaxSlots + 1 + (hidden + kDecWRows - 1) / kDecWRows;
+}
+
+struct OneParams {
+  DecodeParams gu;       // gate|up: a = x, n = inter, k = hidden, c = act (+ route)
+  DecodeParams dn;       // down: a = act, n = hidden, k = inter, c = y
+  const float* weights;  // [pairs] combine weights (unused with gu.route.logits: routed here)
+  float* out;            // [tokens, hidden], row stride out_ld: out += sum_j w * y
+  int64_t out_ld;
+  int32_t* counters;  // OneLaunchCounters(hidden) int32, zero between launches
+};
+
+__device__ __forceinline__ int LoadRelaxedGpu(const int32_t* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// fence.acq_rel.gpu: the writers' release before their arrivals and the readers' acquire after
+// polling (fence-fence synchronization through the relaxed counter operations); lighter than
+// __threadfence()'s sequentially consistent fence.
+__device__ __forceinline__ void FenceAcqRelGpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Whether *c >= target now (lane 0's relaxed load; warp-uniform).
+__device__ __forceinline__ bool Reached(const int32_t* c, int target, int lane) {
+  const int v = lane == 0 ? LoadRelaxedGpu(c) : 0;
+  return __shfl_sync(0xffffffffu, v, 0) >= target;
+}
+
+// Lane 0 polls *c (relaxed) until it is >= target: true, or false once kOneLaunchHelpAfterNs
+// have passed without. Warp-uniform result; orders nothing by itself (the caller fences).
+__device__ __forceinline__ bool PollAtLeast(const int32_t* c, int target, int lane) {
+  bool ok = true;
+  if (lane == 0 && LoadRelaxedGpu(c) < target) {
+    const unsigned long long t0 = GlobalTimerNs();
+    unsigned ns = 32;
+    while (LoadRelaxedGpu(c) < target) {
+      if (GlobalTimerNs() - t0 > kOneLaunchHelpAfterNs) {
+        ok = false;
+        break;
+      }
+      __nanosleep(ns);
+      ns = ns < 512 ? ns * 2 : ns;
+    }
+  }
+  return __shfl_sync(0xffffffffu, ok, 0);
+}
+
+// A wait that timed out: all gate|up tasks of `slot`, by this warp (a cold path; inlined, since
+// a call would make the kernel save its live registers to local memory around it).
+template <int kWT>
+__device__ __forceinline__ void OneHelpGateUp(const DecodeParams& gu, const DecodeRouting& rt,
+                                              int slot, int lane) {
+  constexpr int kGuCols = kDecWRows / 2;
+  for (int n0 = 0; n0 < gu.n; n0 += kGuCols) DecodeTask<true, kWT>(gu, rt, slot, n0, lane);
+  __syncwarp();
+}
+
+// One arrival of the warp at *c after its stores (__syncwarp, release fence, relaxed atomic);
+// returns the count before (unused by gate|up arrivals: the compiler then issues a reduction
+// without a round trip).
+__device__ __forceinline__ int ArriveAfterStores(int32_t* c, int lane) {
+  __syncwarp();
+  int old = 0;
+  if (lane == 0) {
+    FenceAcqRelGpu();
+    old = atomicAdd(c, 1);
+  }
+  return __shfl_sync(0xffffffffu, old, 0);
+}
+
+template <int kWT, bool kRoute>
+__global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeOneKernel(OneParams p) {
+  PdlEnter();
+  constexpr int kGuCols = kDecWRows / 2, kDnCols = kDecWRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gw = blockIdx.x * kDecWarps + warp;
+  const int num_warps = gridDim.x * kDecWarps;
+  const int32_t* ids = p.gu.ids;
+  const float* wts = p.weights;
+  if constexpr (kRoute) {
+    __shared__ int32_t s_ids[kDecWarps][kGemvMaxPairs];
+    __shared__ float s_w[kDecWarps][kGemvMaxPairs];
+    DecodeRouteWarp(p.gu.route, p.gu.pairs, p.gu.top_k, warp, lane, s_ids[warp], s_w[warp]);
+    ids = s_ids[warp];
+    wts = s_w[warp];
+  }
+  int32_t* done = p.counters;
+  int32_t* exited = p.counters + kOneMaxSlots;
+  int32_t* col = exited + 1;
+  const DecodeRouting rt = DecodeRoute(p.gu, ids, lane);
+  const int gu_groups = (p.gu.n + kGuCols - 1) / kGuCols;
+  const int dn_groups = (p.dn.n + kDnCols - 1) / kDnCols;
+  const int gu_tasks = rt.n_active * gu_groups;
+  const int tasks = gu_tasks + rt.n_active * dn_groups;
+  const int hidden = p.dn.n, top_k = p.gu.top_k, tokens = p.gu.pairs / top_k;
+  // The last slot of column group g: out[tok, n0 + q] += sum_j w * y over the pairs in order
+  // (MoeCombineByPairKernel's loop), lane l -> (tok, q) = (l / kDnCols, l % kDnCols).
+  auto combine = [&](int g) {
+    FenceAcqRelGpu();  // acquire: the other slots' y of group g
+    const int n0 = g * kDnCols;
+    for (int v = lane; v < tokens * kDnCols; v += 32) {
+      const int tok = v / kDnCols, c = n0 + v % kDnCols;
+      if (c >= hidden) continue;
+      float* o = p.out + tok * p.out_ld + c;
+      float acc = *o;
+      for (int j = 0; j < top_k; ++j) {
+        const int64_t i = int64_t{tok} * top_k + j;
+        const int e = ids[i];
+        if (e >= 0 && e < p.gu.num_experts) acc += wts[i] * __ldcg(p.dn.c + i * hidden + c);
+      }
+      *o = acc;
+    }
+    if (lane == 0) col[g] = 0;  // every slot has arrived: free for the next launch
+  };
+  // The arrival the warp owes for its last task (warp-uniform), made once the next task's first
+  // weight loads are issued (DecodeTask's after_issue; after the loop for the last task).
+  // gate|up: done[owed]; down: col[owed - kOweDown], and when this slot arrived last there,
+  // that group's combine, which runs after the next task (combine_g).
+  constexpr int kOweDown = 1 << 24;
+  int owed = -1, combine_g = -1;
+  auto pay = [&] {
+    if (owed < 0) return;
+    if (owed < kOweDown) {
+      ArriveAfterStores(done + owed, lane);
+    } else if (ArriveAfterStores(col + owed - kOweDown, lane) == rt.n_active - 1) {
+      combine_g = owed - kOweDown;
+    }
+    owed = -1;
+  };
+  auto combine_owed = [&] {
+    if (combine_g >= 0) combine(combine_g);
+    combine_g = -1;
+  };
+  // Slots 0..ready-1 are complete as of this warp's last acquire fence: their act may be read.
+  // Every acquire fence empties the SM's L1 (where act is cached for the SM's warps), so a warp
+  // fences once per run of complete slots instead of once per down task.
+  int ready = 0;
+  for (int t = gw; t < tasks; t += num_warps) {
+    if (t < gu_tasks) {
+      const int slot = t / gu_groups, n0 = (t - slot * gu_groups) * kGuCols;
+      DecodeTask<true, kWT>(p.gu, rt, slot, n0, lane, pay);
+      combine_owed();
+      owed = slot;
+      continue;
+    }
+    const int u = t - gu_tasks;
+    const int slot = u / dn_groups, g = u - slot * dn_groups, n0 = g * kDnCols;
+    if (slot >= ready) {
+      // Slots ready..slot (waiting, or computing a slot whose wait timed out), then every
+      // further slot already complete, then one acquire fence for all of them. The owed arrival
+      // first (a wait must not hold one back), after prefetching this task's first lines.
+      PrefetchTaskL2<false, kWT>(p.dn, rt, slot, n0, lane);
+      pay();
+      for (; ready <= slot; ++ready) {
+        if (!PollAtLeast(done + ready, gu_groups, lane)) OneHelpGateUp<kWT>(p.gu, rt, ready, lane);
+      }
+      while (ready < rt.n_active && Reached(done + ready, gu_groups, lane)) ++ready;
+      __syncwarp();
+      FenceAcqRelGpu();
+    }
+    DecodeTask<false, kWT, true>(p.dn, rt, slot, n0, lane, pay);
+    combine_owed();
+    owed = kOweDown + g;
+  }
+  pay();
+  combine_owed();
+  // The last warp out resets done[] and the exit counter (no warp reads them any more).
+  if (ArriveAfterStores(exited, lane) == num_warps - 1) {
+    for (int i = lane; i < kOneMaxSlots; i += 32) done[i] = 0;
+    __syncwarp();
+    if (lane == 0) *exited = 0;
+  }
+}
+
+template <int kWT, bool kRoute>
+absl::Status LaunchOne(const OneParams& p, int64_t max_slots, const detail::DeviceInfo& info,
+                       cudaStream_t stream) {
+  const int64_t tasks =
+      max_slots * (detail::CeilDiv(p.gu.n, kDecWRows / 2) + detail::CeilDiv(p.dn.n, kDecWRows));
+  const int per_sm = ResidentCtas(MoeDecodeOneKernel<kWT, kRoute>, kDecWarps * 32);
+  const int64_t resident = int64_t{info.num_sms} * per_sm;
+  const int64_t blocks = DecodeBlocks(tasks, resident);
+  LaunchKernel(MoeDecodeOneKernel<kWT, kRoute>, static_cast<unsigned>(blocks), kDecWarps * 32, 0,
+               stream, p);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeOneKernel launch");
+}
+
+absl::Status LaunchOneFor(int wt, const OneParams& p, int64_t max_slots,
+                          const detail::DeviceInfo& info, cudaStream_t stream) {
+  return DispatchWT(wt, [&](auto tag) {
+    if (p.gu.route.logits != nullptr) {
+      return LaunchOne<decltype(tag)::value, true>(p, max_slots, info, stream);
+    }
+    return LaunchOne<decltype(tag)::value, false>(p, max_slots, info, stream);
   });
 }
 
@@ -1681,6 +1996,10 @@ struct TableEntry {
   int64_t inter = 0, hidden = 0;
   int wt = kWF32;  // weight dtype of every expert
   bool gemv_ok = false;  // MoeGemvKernel's limits hold (16-byte rows, k % values per chunk)
+  // MoeDecodeOneKernel's counters for this layer (OneLaunchCounters(hidden), zeroed once; each
+  // launch leaves them zero). One per layer: a layer's MoE runs on one stream at a time.
+  int32_t* counters = nullptr;
+  int64_t num_counters = 0;
 };
 
 absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream_t stream) {
@@ -1731,6 +2050,15 @@ absl::StatusOr<const TableEntry*> ExpertTable(const ExpertWeights& w, cudaStream
   if (entry.device == nullptr) {
     GLM_CUDA_OPS_RETURN_IF_ERROR(
         kOp, cudaMalloc(&entry.device, host.size() * sizeof(ExpertPtr)));
+  }
+  if (entry.num_counters < OneLaunchCounters(hidden)) {
+    if (entry.counters != nullptr) cudaFree(entry.counters);
+    entry.counters = nullptr, entry.num_counters = 0;
+    const int64_t n = OneLaunchCounters(hidden);
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMalloc(&entry.counters, n * sizeof(int32_t)));
+    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp,
+                                 cudaMemsetAsync(entry.counters, 0, n * sizeof(int32_t), stream));
+    entry.num_counters = n;
   }
   entry.host = std::move(host);
   entry.inter = inter, entry.hidden = hidden;
@@ -1801,6 +2129,17 @@ std::atomic<int> g_group_tokens{kGroupMaxTokens};
 std::atomic<int> g_mma_max_pairs{kMoeMmaAutoMaxPairs};
 std::atomic<int> g_route_fuse_max_tokens{kMoeRouteFuseMaxTokens};
 std::atomic<bool> g_last_route_fused{false};
+std::atomic<int> g_one_launch_max_tokens{kMoeOneLaunchMaxTokens};
+std::atomic<bool> g_last_one_launch{false};
+
+// GLM_CUDA_MOE_ONE_LAUNCH=0 (read once) keeps the decode path on three launches.
+bool OneLaunchEnabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("GLM_CUDA_MOE_ONE_LAUNCH");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
 
 // MoeRouteExperts' routing, for Experts.
 struct RouteRequest {
@@ -1835,6 +2174,12 @@ void SetMoeRouteFuseMaxTokens(int tokens) {
 }
 int MoeRouteFuseMaxTokens() { return g_route_fuse_max_tokens.load(); }
 bool LastMoeRouteFused() { return g_last_route_fused.load(); }
+void SetMoeOneLaunchMaxTokens(int tokens) {
+  const int v = std::clamp(tokens, 0, kMoeDecodeMaxPairs);
+  if (g_one_launch_max_tokens.exchange(v) != v) g_settings_generation.fetch_add(1);
+}
+int MoeOneLaunchMaxTokens() { return g_one_launch_max_tokens.load(); }
+bool LastMoeOneLaunch() { return g_last_one_launch.load(); }
 
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
@@ -1892,21 +2237,26 @@ absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights,
   const int num_experts = experts.num_experts;
   const MoeDecodePath path = g_decode_path.load(std::memory_order_relaxed);
   const bool small = pairs <= kGemvMaxPairs && table->gemv_ok;
+  // kAuto's decode kernels: bf16 experts take the token-group kernels at these sizes too
+  // (cuda_ops_bench --only moe on an H200, GLM-5 widths, us per call, decode kernels vs token
+  // groups: batch 1 169.4 vs 152.2, batch 8 1014.8 vs 991.6; fp8 is the other way round: 91.3 vs
+  // 99.5 and 667 vs 626 at 64 pairs, where the shared expert pushes a batch-8 step past 64).
+  const bool decode_small = small && table->wt != kWBF16;
   // Listed decode (device token lists): the token-group kernels by default past the decode
   // kernels' 64 pairs, the per-row list kernels when forced.
   // The token-group kernels address x / act rows with 32-bit element offsets.
   const bool offsets32 = tokens * x.ld + hidden < 0x7fffffff && pairs * inter + inter < 0x7fffffff;
   // fp8 on tensor cores (MoeMmaKernel): kAuto for kMoeMmaAutoMinPairs..kMoeMmaAutoMaxPairs
   // pairs, or forced.
-  const bool mma = table->wt == kWFP8 && table->gemv_ok && offsets32 &&
-                   pairs <= kMoeListedForceMaxPairs &&
-                   (path == MoeDecodePath::kMma ||
-                    (path == MoeDecodePath::kAuto && !small && pairs >= kMoeMmaAutoMinPairs &&
-                     pairs <= g_mma_max_pairs.load(std::memory_order_relaxed) && MmaAutoEnabled()));
+  const bool mma =
+      table->wt == kWFP8 && table->gemv_ok && offsets32 && pairs <= kMoeListedForceMaxPairs &&
+      (path == MoeDecodePath::kMma ||
+       (path == MoeDecodePath::kAuto && !decode_small && pairs >= kMoeMmaAutoMinPairs &&
+        pairs <= g_mma_max_pairs.load(std::memory_order_relaxed) && MmaAutoEnabled()));
   // kMma forced on bf16 / fp32 weights runs the token-group kernels.
   const bool grouped =
       !mma && table->gemv_ok && offsets32 &&
-      ((path == MoeDecodePath::kAuto && !small && pairs <= kMoeListedMaxPairs) ||
+      ((path == MoeDecodePath::kAuto && !decode_small && pairs <= kMoeListedMaxPairs) ||
        ((path == MoeDecodePath::kGrouped || path == MoeDecodePath::kMma) &&
         pairs <= kMoeListedForceMaxPairs));
   const bool listed =
@@ -1919,8 +2269,8 @@ absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights,
   if (route != nullptr) {
     const MoeRouteArgs& r = *route->args;
     const MatView& lg = *route->logits;
-    // small && kAuto is exactly the decode branch below (not listed, grouped or mma).
-    fuse_route = small && path == MoeDecodePath::kAuto &&
+    // decode_small && kAuto is exactly the decode branch below (not listed, grouped or mma).
+    fuse_route = decode_small && path == MoeDecodePath::kAuto &&
                  tokens <= g_route_fuse_max_tokens.load(std::memory_order_relaxed) &&
                  lg.cols >= 1 && lg.cols <= 256 && lg.ld >= lg.cols &&
                  (r.n_group <= 1 || r.topk_group >= r.n_group) && r.top_k <= lg.cols &&
@@ -1937,6 +2287,7 @@ absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights,
     }
   }
   g_last_route_fused.store(fuse_route);
+  g_last_one_launch.store(false);
   if (listed || grouped || mma) {
     const int64_t max_slots = std::min<int64_t>(num_experts, pairs);
     const int group_tokens = g_group_tokens.load(std::memory_order_relaxed);
@@ -2018,7 +2369,7 @@ absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights,
                                 : MoeRanPath::kListed);
     return absl::OkStatus();
   }
-  if (small && path == MoeDecodePath::kAuto) {
+  if (decode_small && path == MoeDecodePath::kAuto) {
     // Decode: two weight-streaming kernels that route from ids themselves, then the combine.
     GLM_ASSIGN_OR_RETURN(void* act, scratch.Get(1, static_cast<size_t>(pairs * inter) * 4));
     GLM_ASSIGN_OR_RETURN(void* y, scratch.Get(2, static_cast<size_t>(pairs * hidden) * 4));
@@ -2038,12 +2389,22 @@ absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights,
       d.route.renormalize = r.renormalize ? 1 : 0, d.route.scale = r.scale;
       d.route.ids = r.ids, d.route.weights = r.weights;
     }
+    DecodeParams dn = d;
+    dn.route = DecodeRouteIn{};
+    dn.a = static_cast<const float*>(act), dn.a_ld = inter;
+    dn.n = static_cast<int>(hidden), dn.k = static_cast<int>(inter);
+    dn.c = static_cast<float*>(y);
+    if (tokens <= g_one_launch_max_tokens.load(std::memory_order_relaxed) && OneLaunchEnabled() &&
+        table->num_counters >= OneLaunchCounters(hidden)) {
+      // gate|up, down and the combine in one grid (MoeDecodeOneKernel).
+      const OneParams op{d, dn, weights, out.data, out.ld, table->counters};
+      GLM_RETURN_IF_ERROR(LaunchOneFor(table->wt, op, max_slots, info, stream));
+      g_last_one_launch.store(true);
+      g_last_path.store(MoeRanPath::kDecode);
+      return absl::OkStatus();
+    }
     GLM_RETURN_IF_ERROR(LaunchDecodeFor<true>(table->wt, d, max_slots, info, stream));
-    d.route = DecodeRouteIn{};
-    d.a = static_cast<const float*>(act), d.a_ld = inter;
-    d.n = static_cast<int>(hidden), d.k = static_cast<int>(inter);
-    d.c = static_cast<float*>(y);
-    GLM_RETURN_IF_ERROR(LaunchDecodeFor<false>(table->wt, d, max_slots, info, stream));
+    GLM_RETURN_IF_ERROR(LaunchDecodeFor<false>(table->wt, dn, max_slots, info, stream));
     LaunchKernel(MoeCombineByPairKernel,
                  dim3(static_cast<unsigned>(tokens),
                       static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),

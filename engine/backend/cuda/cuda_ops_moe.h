@@ -23,8 +23,8 @@ inline constexpr int kMoeMmaAutoMinPairs = 513;
 inline constexpr int kMoeMmaAutoMaxPairs = 4096;
 
 enum class MoeDecodePath {
-  kAuto,        // MoeDecodeKernel (<= 64 pairs), token-group listed decode (<= 4096), tiled
-                // (default)
+  kAuto,        // MoeDecodeKernel (<= 64 pairs; bf16 weights: the token-group kernels, measured
+                // faster there), token-group listed decode (<= 4096), tiled (default)
   kLegacyGemv,  // MoeRouteKernel + MoeGemvKernel + MoeCombineKernel (before the decode kernels;
                 // <= 64 pairs, else tiled)
   kTiled,       // the grouped GEMM at every size
@@ -75,9 +75,29 @@ int MoeRouteFuseMaxTokens();
 // Whether the last MoeExperts / MoeRouteExperts call routed inside the gate|up kernel.
 bool LastMoeRouteFused();
 
+// Decode steps of at most this many tokens (default kMoeOneLaunchMaxTokens, clamped to
+// 0..kMoeDecodeMaxPairs; 0 = never) on the decode kernels run gate|up, down and the combine in
+// one launch (cuda_ops_moe.cu MoeDecodeOneKernel: dataflow counters between the phases, the same
+// bits as the three launches); past it, or with GLM_CUDA_MOE_ONE_LAUNCH=0 in the environment
+// (read once), three launches. Process-wide, a bench knob (glm-bench-cuda-decode --ab onelaunch).
+// Off by default: measured slower on an H200 (GLM-5 widths, fp8, 256 experts top-8;
+// cuda_ops_bench --only moe, us per call, one launch vs three): batch 1 101.8 vs 91.3, batch 8
+// (64 pairs, no shared expert) 734 vs 667; bf16 batch 1 182.0 vs 169.4; decode step (graphs,
+// --ab onelaunch, ms/layer) batch 1 0.239 -> 0.248 (4K), 0.291 -> 0.302 (128K), batch 2 0.362 ->
+// 0.392. Earlier forms were slower still (act through L2 only 193 us; an acquire per down task and
+// the fences between tasks ~104 us). What is left: the round-robin tasks give 40 % of the warps
+// one gate|up task more (3x a down task's bytes: ~6 % above the mean), where the two kernels'
+// balanced grids give every warp the same; and each task's fence.
+inline constexpr int kMoeOneLaunchMaxTokens = 0;
+void SetMoeOneLaunchMaxTokens(int tokens);
+int MoeOneLaunchMaxTokens();
+// Whether the last MoeExperts / MoeRouteExperts call ran MoeDecodeOneKernel.
+bool LastMoeOneLaunch();
+
 // Moves whenever one of the settings above that changes launches of already captured steps
-// changes (SetMoeMmaAutoMaxPairs, SetMoeDecodeBalancedGrid, SetMoeRouteFuseMaxTokens): the
-// CUDA backend's scratch_epoch includes it, so decode graphs are recaptured.
+// changes (SetMoeMmaAutoMaxPairs, SetMoeDecodeBalancedGrid, SetMoeRouteFuseMaxTokens,
+// SetMoeOneLaunchMaxTokens): the CUDA backend's scratch_epoch includes it, so decode graphs are
+// recaptured.
 int64_t MoeSettingsGeneration();
 
 // Tried on an H200 at GLM-5 widths (256 experts top-8) and removed as slower than the kernels
