@@ -20,9 +20,9 @@
 //    take the listed token-group kernels below, measured faster at these sizes), the default:
 //    no 1., no integer scratch: MoeDecodeKernel<fused> then MoeDecodeKernel<down> (each warp
 //    derives the routing from ids itself; persistent grid sized from the SM count; act / y by
-//    pair) and
-//    MoeCombineByPairKernel: three launches (see the kernels' comment). Chosen on the host from
-//    pairs only (no sync, graph-capture safe). Through MoeRouteExperts at one token
+//    pair) and MoeCombineByPairKernel: three launches (see the kernels' comment). Chosen on the
+//    host from pairs and the weight dtype only (no sync, graph-capture safe). Through
+//    MoeRouteExperts at one token
 //    (MoeRouteFuseMaxTokens) the gate|up kernel also routes from the router logits itself
 //    (DecodeRouteIn: the kernels::MoeRoute launch before it is dropped; same ids and weights).
 //    The three kernels also exist as one launch (MoeDecodeOneKernel, 2''+3''+4. below: dataflow
@@ -1043,9 +1043,10 @@ absl::Status LaunchDecodeFor(int wt, const DecodeParams& p, int64_t max_slots,
 //   done[0..s] count all of those slots' gate|up tasks, then fences (acquire) and reads act
 //   (plain loads, cached in L1). A warp fences again only for a slot past the complete ones it
 //   saw at its last fence (an acquire fence empties the SM's L1; one per down task measured
-//   ~12 % slower than three launches). It is followed by an arrival at col[g] (its kDecWRows output
-//   columns); the slot that arrives last sums those columns into out as MoeCombineByPairKernel does
-//   (pairs in order, the same expression). So the bits are those of the three launches.
+//   ~12 % slower than three launches). It is followed by an arrival at col[g] (its kDecWRows
+//   output columns); the slot that arrives last sums those columns into out as
+//   MoeCombineByPairKernel does (pairs in order, the same expression). So the bits are those of
+//   the three launches.
 // - A task's arrival is made once the warp's next task has issued its first weight loads, so the
 //   fence before it overlaps their latency (which the warp waits for anyway); a measured version
 //   with the fence between tasks (and an L2 prefetch of the next task's first lines to cover
