@@ -1,7 +1,9 @@
 // MoeExperts on the CUDA backend (cuda_ops_moe.cu) against the CPU backend on the same
 // (dequantized) expert weights, through every GPU path (cuda_ops_moe.h MoeDecodePath): the
-// decode kernels (default for tokens x top_k <= 64), the previous decode GEMV and the tiled
-// grouped GEMM. Sweep: 1 / 2 / 8 / 33 tokens, fp32 / bf16 / fp8 (128x128 block scales) experts,
+// decode kernels (default for tokens x top_k <= 64, fp32 / fp8; bf16 takes the token-group
+// kernels there), their one-launch form (every decode case once more, bitwise against three
+// launches; cuda_moe_progress_test runs it on two free SMs), the previous decode GEMV and the
+// tiled grouped GEMM. Sweep: 1 / 2 / 8 / 33 tokens, fp32 / bf16 / fp8 (128x128 block scales) experts,
 // top_k 1 and 8, 64 experts of which only some are used (empty experts), an expert in every
 // token (8 and 33 rows of one expert: several row passes, rows in both 32-pair halves), ids
 // outside [0, experts) (contribute nothing), hidden / moe_inter that are not multiples of 128
