@@ -2133,15 +2133,6 @@ std::atomic<bool> g_last_route_fused{false};
 std::atomic<int> g_one_launch_max_tokens{kMoeOneLaunchMaxTokens};
 std::atomic<bool> g_last_one_launch{false};
 
-// GLM_CUDA_MOE_ONE_LAUNCH=0 (read once) keeps the decode path on three launches.
-bool OneLaunchEnabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("GLM_CUDA_MOE_ONE_LAUNCH");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
 // MoeRouteExperts' routing, for Experts.
 struct RouteRequest {
   const MatView* logits;
@@ -2395,7 +2386,7 @@ absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights,
     dn.a = static_cast<const float*>(act), dn.a_ld = inter;
     dn.n = static_cast<int>(hidden), dn.k = static_cast<int>(inter);
     dn.c = static_cast<float*>(y);
-    if (tokens <= g_one_launch_max_tokens.load(std::memory_order_relaxed) && OneLaunchEnabled() &&
+    if (tokens <= g_one_launch_max_tokens.load(std::memory_order_relaxed) &&
         table->num_counters >= OneLaunchCounters(hidden)) {
       // gate|up, down and the combine in one grid (MoeDecodeOneKernel).
       const OneParams op{d, dn, weights, out.data, out.ld, table->counters};

@@ -78,8 +78,8 @@ bool LastMoeRouteFused();
 // Decode steps of at most this many tokens (default kMoeOneLaunchMaxTokens, clamped to
 // 0..kMoeDecodeMaxPairs; 0 = never) on the decode kernels run gate|up, down and the combine in
 // one launch (cuda_ops_moe.cu MoeDecodeOneKernel: dataflow counters between the phases, the same
-// bits as the three launches); past it, or with GLM_CUDA_MOE_ONE_LAUNCH=0 in the environment
-// (read once), three launches. Process-wide, a bench knob (glm-bench-cuda-decode --ab onelaunch).
+// bits as the three launches); past it, three launches. Process-wide, a bench knob
+// (glm-bench-cuda-decode --ab onelaunch).
 // Off by default: measured slower on an H200 (GLM-5 widths, fp8, 256 experts top-8;
 // cuda_ops_bench --only moe, us per call, one launch vs three): batch 1 101.8 vs 91.3, batch 8
 // (64 pairs, no shared expert) 734 vs 667; bf16 batch 1 182.0 vs 169.4; decode step (graphs,
