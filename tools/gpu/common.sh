@@ -103,6 +103,18 @@ gpu_tests_step() {
     tools/gpu/run_all_gpu.sh "$stage"
 }
 
+# gpu_moepaths_step: every MoE path per call (cuda_ops_bench --only moe), cut off after 90 s.
+gpu_moepaths_step() {
+  gpu_step "moe-paths" 90 "$bin/cuda_ops_bench" --only moe --iters 50
+}
+
+# gpu_profile_step "BATCHES": the per-kernel decode profile (profile_decode.sh, ncu, eager, real
+# clocks, warm L2, fp8 KV) at those batch sizes, logs under $out/prof.
+gpu_profile_step() {
+  gpu_step "profile" 300 env OUT="$out/prof" NCU_FLAGS="--clock-control none --cache-control none" \
+    tools/gpu/profile_decode.sh "$stage" "$1" --kv-dtype fp8 --graphs off
+}
+
 # gpu_run_begin STAGE OUT: the opening the run_*.sh scripts share (call from the repo root, after
 # sourcing this file): sets stage=STAGE, bin=STAGE/bin, out=OUT (created), an empty `summary`
 # array for gpu_step, and the environment (gpu_env STAGE). Typical call:

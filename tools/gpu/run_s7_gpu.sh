@@ -38,8 +38,7 @@ for s in $steps; do
         --layers 1,6 --batches 1,8,64 --steps 16 --graphs on --contexts 4096,131072 --ab moegrid
       ;;
     profile)
-      gpu_step "profile" 300 env OUT="$out/prof" NCU_FLAGS="--clock-control none --cache-control none" \
-        tools/gpu/profile_decode.sh "$stage" "1 8" --kv-dtype fp8 --graphs off
+      gpu_profile_step "1 8"
       ;;
     router)
       gpu_step "decode-ab-router" 330 "$bin/glm-bench-cuda-decode" --dtype fp8 --kv-dtype fp8 \

@@ -30,11 +30,10 @@ for s in $steps; do
         --batches 1,2,8 --contexts 4096,131072 --ab onelaunch
       ;;
     moepaths)
-      gpu_step "moe-paths" 90 "$bin/cuda_ops_bench" --only moe --iters 50
+      gpu_moepaths_step
       ;;
     profile)
-      gpu_step "profile" 300 env OUT="$out/prof" NCU_FLAGS="--clock-control none --cache-control none" \
-        tools/gpu/profile_decode.sh "$stage" "1" --kv-dtype fp8 --graphs off
+      gpu_profile_step 1
       ;;
     *) echo "unknown step $s (tests, decode, moepaths, profile)" ;;
   esac
