@@ -6,7 +6,7 @@
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
 //       [--key-slots incremental|both]
-//       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch]
+//       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -45,7 +45,9 @@
 // kernel at <= cuda::kMoeRouteFuseMaxTokens tokens (cuda_ops_moe.h SetMoeRouteFuseMaxTokens) vs
 // MoeRoute's own launch; batches 1 and 2 only. onelaunch: the MoE decode kernels' gate|up, down
 // and combine in one launch at every decode size (cuda_ops_moe.h SetMoeOneLaunchMaxTokens; off
-// by default) vs three launches.
+// by default) vs three launches. async: the MoE decode kernels' weight chunks through a
+// shared-memory ring by cp.async (cuda_ops_moe.h SetMoeDecodeAsyncCopies; the default) vs a
+// register double buffer.
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -583,12 +585,13 @@ int Main(int argc, char** argv) {
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
-       a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch") ||
+       a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch" &&
+       a.ab != "async") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch, --fused "
+                 "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async, --fused "
                  "on|off|both\n");
     return 2;
   }
@@ -601,6 +604,7 @@ int Main(int argc, char** argv) {
   if (a.ab == "router") a.ab_allow = AllowCudaSmallF32Gemv;
   if (a.ab == "fuseroute") a.ab_allow = AllowRouteFuse;
   if (a.ab == "onelaunch") a.ab_allow = AllowOneLaunch;
+  if (a.ab == "async") a.ab_allow = cuda::SetMoeDecodeAsyncCopies;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -777,6 +781,7 @@ int Main(int argc, char** argv) {
                        : a.ab == "router"    ? "one-row fp32 router GEMV (not cuBLASLt)"
                        : a.ab == "fuseroute" ? "MoE routing inside the gate|up decode kernel"
                        : a.ab == "onelaunch" ? "MoE decode kernels in one launch"
+                       : a.ab == "async"     ? "MoE decode weight chunks by cp.async"
                                              : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),

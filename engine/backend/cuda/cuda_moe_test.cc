@@ -111,7 +111,10 @@ struct Case {
 
 class CudaMoeTest : public ::testing::Test {
  protected:
-  static constexpr int kHidden = 528, kInter = 272, kExperts = 64, kUsed = 40;
+  static constexpr int kExperts = 64, kUsed = 40;
+  // Widths that are not multiples of 128 (partial scale blocks) and, for fp8, not of 512 bytes
+  // (the decode kernels' per-task path); StreamedDecodeEqualsTasks sets whole chunk iterations.
+  int kHidden = 528, kInter = 272;
 
   void SetUp() override {
     const absl::Status avail = CudaDeviceAvailable();
@@ -200,15 +203,18 @@ class CudaMoeTest : public ::testing::Test {
     // 4 with the decode kernels' one-launch form on (cuda::SetMoeOneLaunchMaxTokens: the same
     // bits as three launches). Every case runs call 4, so at decode sizes the one-launch
     // kernel runs again and again on the layer's counters: one left non-zero breaks the next.
-    std::vector<float> got[5];
+    // Call 5: the decode kernels' register double buffer instead of the cp.async ring
+    // (cuda::SetMoeDecodeAsyncCopies; the same bits).
+    std::vector<float> got[6];
     const bool decode =
         ExpectedPath(path, int64_t{c.tokens} * c.top_k, dtype) == MoeRanPath::kDecode &&
         path == MoeDecodePath::kAuto;
-    for (int call = 0; call < 5; ++call) {
+    for (int call = 0; call < 6; ++call) {
       std::vector<float>& g = got[call];
       cuda::SetMoeGroupTokens(call == 2 ? 1 : call == 3 ? 3 : 4);
       cuda::SetMoeDecodeBalancedGrid(call != 1);
       cuda::SetMoeOneLaunchMaxTokens(call == 4 ? cuda::kMoeDecodeMaxPairs : 0);
+      cuda::SetMoeDecodeAsyncCopies(call != 5);
       gpu_->CopyToDevice(dout->data(), host.data(), host.size() * 4);
       gpu_->MoeExperts(xv, dids->i32(), dw->f32(), c.top_k, ex.Device(), ov);
       g.resize(host.size());
@@ -218,7 +224,14 @@ class CudaMoeTest : public ::testing::Test {
       ASSERT_EQ(cuda::LastMoeRanPath(), want_path)
           << "ran " << RanName(cuda::LastMoeRanPath()) << ", want " << RanName(want_path);
       ASSERT_EQ(cuda::LastMoeOneLaunch(), decode && call == 4) << "call " << call;
+      // The ring on every device this runs on (H100 / H200 / GB10 keep 2 CTAs per SM with it).
+      ASSERT_EQ(cuda::LastMoeDecodeAsync(), decode && call != 4 && call != 5) << "call " << call;
+      if (decode && call != 4) {
+        ASSERT_EQ(cuda::MoeDecodeStreamedOnDevice(), expect_stream_ && call != 5)
+            << "call " << call;
+      }
     }
+    cuda::SetMoeDecodeAsyncCopies(true);
     cuda::SetMoeGroupTokens(4);
     cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeOneLaunchMaxTokens);
     ASSERT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4), 0)
@@ -229,6 +242,8 @@ class CudaMoeTest : public ::testing::Test {
         << "3-row token groups differ from 4-row ones";
     ASSERT_EQ(std::memcmp(got[0].data(), got[4].data(), got[0].size() * 4), 0)
         << "the one-launch decode kernel differs from three launches";
+    ASSERT_EQ(std::memcmp(got[0].data(), got[5].data(), got[0].size() * 4), 0)
+        << "the decode kernels' register double buffer differs from the cp.async ring";
     double max_ref = 1.0, max_diff = 0.0;
     for (size_t i = 0; i < host.size(); ++i) {
       if (i < kGuard || i >= kGuard + out0.size()) {
@@ -244,6 +259,7 @@ class CudaMoeTest : public ::testing::Test {
   }
 
   bool x_scale_spread_ = false;  // Check: token rows scaled by 2^-16 .. 2^16
+  bool expect_stream_ = false;   // Check: the decode kernels must run DecodeStream
   std::mt19937 rng_{11};
   std::unique_ptr<Backend> gpu_;
   std::unique_ptr<CpuBackend> cpu_;
@@ -260,6 +276,29 @@ TEST_F(CudaMoeTest, AllPathsMatchCpu) {
       Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
       Check(ex, dtype, c, MoeDecodePath::kLegacyGemv, "legacy_gemv");
       if (c.tokens <= 8) Check(ex, dtype, c, MoeDecodePath::kTiled, "tiled");
+    }
+  }
+}
+
+// The decode kernels' streamed form (cuda_ops_moe.cu DecodeStream: a warp's tasks back to back
+// through its ring; it applies when every routing slot holds one pair, as in every one-token
+// step, and rows are whole 512-byte chunk iterations: hidden 1024, moe_inter 512) against the
+// per-task register form (Check's call 5) bit for bit, the CPU, guards and NaN row padding; the
+// kernels must report that they streamed (cuda::MoeDecodeStreamedOnDevice). Steps whose slots
+// hold several pairs (same experts, a hot expert) must not stream and still match.
+TEST_F(CudaMoeTest, StreamedDecodeEqualsTasks) {
+  kHidden = 1024;
+  kInter = 512;
+  for (WeightDType dtype : {WeightDType::kF32, WeightDType::kF8E4M3Block128}) {
+    Experts ex = MakeExperts(dtype);
+    expect_stream_ = true;
+    for (const Case& c :
+         {Case{1, 8, false, false}, Case{1, 8, false, true}, Case{1, 1, false, false}}) {
+      Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
+    }
+    expect_stream_ = false;
+    for (const Case& c : {Case{2, 8, false, false, true}, Case{8, 8, true, false}}) {
+      Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
     }
   }
 }
@@ -351,6 +390,12 @@ TEST_F(CudaMoeTest, LaunchSettingsMoveTheGeneration) {
   EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 7);
   cuda::SetMoeOneLaunchMaxTokens(cuda::kMoeOneLaunchMaxTokens);
   EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 8);
+  EXPECT_TRUE(cuda::MoeDecodeAsyncCopies());  // the default
+  cuda::SetMoeDecodeAsyncCopies(false);
+  EXPECT_FALSE(cuda::MoeDecodeAsyncCopies());
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 9);
+  cuda::SetMoeDecodeAsyncCopies(true);
+  EXPECT_EQ(cuda::MoeSettingsGeneration(), g0 + 10);
 }
 
 // MoeRouteExperts: at <= cuda::MoeRouteFuseMaxTokens() tokens (and at most 64 pairs) the gate|up

@@ -222,6 +222,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
         MoeDecodePath path;
         int group_tokens;  // token rows per unit of the token-group kernels
         bool one_launch = false;  // the decode kernels in one launch (SetMoeOneLaunchMaxTokens)
+        bool async = true;        // decode kernels: weight chunks by cp.async (SetMoeDecodeAsync..)
       };
       // auto: the default selection (decode <= 64 pairs (bf16: token groups), token groups
       // <= 4096, tiled above);
@@ -229,7 +230,9 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       // listed kernels they replace.
       // mma: the fp8 tensor-core kernels (MoeMmaKernel; fp8 only). auto 1 launch: the decode
       // kernels' gate|up, down and combine in one launch (decode sizes only; off by default).
+      // auto regs: the decode kernels' register double buffer instead of the cp.async ring.
       const Path paths[] = {{"auto", MoeDecodePath::kAuto, 4},
+                            {"auto regs", MoeDecodePath::kAuto, 4, false, false},
                             {"auto 1 launch", MoeDecodePath::kAuto, 4, true},
                             {"mma", MoeDecodePath::kMma, 4},
                             {"grouped", MoeDecodePath::kGrouped, 4},
@@ -239,7 +242,9 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
                             {"tiled", MoeDecodePath::kTiled, 4}};
       const bool small = tokens * top_k <= kMoeDecodeMaxPairs;
       for (const Path& p : paths) {
-        if (!small && (p.path == MoeDecodePath::kLegacyGemv || p.one_launch)) continue;
+        if (!small && (p.path == MoeDecodePath::kLegacyGemv || p.one_launch || !p.async)) {
+          continue;
+        }
         if (!fp8 && p.path == MoeDecodePath::kMma) continue;
         if (quick && p.path != MoeDecodePath::kAuto && p.path != MoeDecodePath::kMma &&
             !(p.path == MoeDecodePath::kGrouped && p.group_tokens == 4)) {
@@ -248,6 +253,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
         SetMoeDecodePath(p.path);
         SetMoeGroupTokens(p.group_tokens);
         SetMoeOneLaunchMaxTokens(p.one_launch ? kMoeDecodeMaxPairs : kMoeOneLaunchMaxTokens);
+        SetMoeDecodeAsyncCopies(p.async);
         const double ms = TimeMs(
             [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
         const double gbps = bytes / (ms * 1e-3) / 1e9;
@@ -266,6 +272,7 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       SetMoeDecodePath(MoeDecodePath::kAuto);
       SetMoeGroupTokens(4);
       SetMoeOneLaunchMaxTokens(kMoeOneLaunchMaxTokens);
+      SetMoeDecodeAsyncCopies(true);
       cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
     }
     cudaFree(weights), cudaFree(scales);

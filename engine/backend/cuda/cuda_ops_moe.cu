@@ -84,6 +84,9 @@
 namespace glm::engine::cuda {
 namespace {
 
+using kernels::detail::AsyncCommit;
+using kernels::detail::AsyncCopy16;
+using kernels::detail::AsyncWait;
 using kernels::detail::LoadStreaming16;
 
 constexpr const char* kOp = "MoeExperts";
@@ -742,19 +745,68 @@ __device__ __forceinline__ void TaskRows(int n, const char* w0, int64_t ld0, con
 // L2 round trip. after_issue() runs once the pass's first weight loads are issued (the
 // one-launch kernel's arrival for the warp's previous task: its fence then overlaps the loads'
 // latency, which the warp waits for anyway).
+// kAsync: the weight chunks go through the warp's shared-memory ring ([2][kDecWRows][32] uint4,
+// `ring`) by cp.async instead of a register double buffer: the same bytes, values and order, so
+// the same bits; what changes is the memory pipeline (fp8 100 MB stream at 2 CTAs per SM,
+// tools/gpu/fp8_widen_bench.cu: 0.71 of the D2D rate through registers, 0.84 through the ring).
+// Each lane reads back only the 16 bytes it copied itself, so no warp barrier is needed; a stage
+// is refilled only after the lane's own reads of it were consumed (program order).
+// Chunk c (16 bytes of each of the task's kDecWRows weight rows, `cur`) times the kNG token
+// rows' values at the same columns, added into acc (fp8: the partial dot times the row half's
+// block scale). The one arithmetic of DecodePass and DecodeStream.
+template <int kWT, int kNG, bool kCoherentA = false>
+__device__ __forceinline__ void DecodeChunk(const uint4 (&cur)[kDecWRows],
+                                            const float* const* a_rows, const float* s0,
+                                            const float* s1, int c, float (&acc)[kNG][kDecWRows]) {
+  constexpr int kV = 16 / ElemBytes(kWT);
+  constexpr int kHalf = kDecWRows / 2;
+  float sc0 = 1.f, sc1 = 1.f;
+  if constexpr (kWT == kWFP8) {
+    sc0 = __ldg(s0 + ((c * kV) >> 7));
+    sc1 = __ldg(s1 + ((c * kV) >> 7));
+  }
+  float xv[kNG][kV];
+#pragma unroll
+  for (int r = 0; r < kNG; ++r) {
+#pragma unroll
+    for (int j = 0; j < kV / 4; ++j) {
+      const float4* src = reinterpret_cast<const float4*>(a_rows[r] + c * kV) + j;
+      const float4 v = kCoherentA ? *src : __ldg(src);
+      xv[r][4 * j] = v.x, xv[r][4 * j + 1] = v.y, xv[r][4 * j + 2] = v.z, xv[r][4 * j + 3] = v.w;
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kDecWRows; ++m) {
+    float wf[kV];
+    WidenChunk<kWT>(cur[m], wf);
+#pragma unroll
+    for (int r = 0; r < kNG; ++r) {
+      float s = 0.f;
+#pragma unroll
+      for (int v = 0; v < kV; ++v) s += xv[r][v] * wf[v];
+      if constexpr (kWT == kWFP8)
+        acc[r][m] += s * (m < kHalf ? sc0 : sc1);
+      else
+        acc[r][m] += s;
+    }
+  }
+}
+
 struct Nothing {
   __device__ void operator()() const {}
 };
 
-template <bool kFused, int kWT, int kNG, bool kCoherentA = false, typename AfterIssue = Nothing>
+constexpr int kDecRingChunks = 2 * kDecWRows * 32;  // uint4 per warp of the kAsync ring
+
+template <bool kFused, int kWT, int kNG, bool kCoherentA = false, typename AfterIssue = Nothing,
+          bool kAsync = false>
 __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0, int64_t ld0,
                                            const char* w1, int64_t ld1, const float* s0,
                                            const float* s1, const float* const* a_rows,
                                            const int* pair_of, int ng, int n0, int lane,
-                                           const AfterIssue& after_issue = AfterIssue{}) {
-  constexpr int kEB = ElemBytes(kWT);
-  constexpr int kV = 16 / kEB;
-  constexpr int kHalf = kDecWRows / 2;
+                                           const AfterIssue& after_issue = AfterIssue{},
+                                           uint4* ring = nullptr) {
+  constexpr int kV = 16 / ElemBytes(kWT);
   const int nchunks = p.k / kV;
   // Rows past n read row n0 (valid) and are dropped.
   const char* wr[kDecWRows];
@@ -765,51 +817,46 @@ __device__ __forceinline__ void DecodePass(const DecodeParams& p, const char* w0
 #pragma unroll
     for (int m = 0; m < kDecWRows; ++m) acc[r][m] = 0.f;
 
-  // Registers hold chunk iterations i and i + 1.
+  // Registers (or, kAsync, the ring's two stages) hold chunk iterations i and i + 1.
   uint4 cur[kDecWRows];
-  if (lane < nchunks) {
+  const unsigned ring_s = kAsync ? static_cast<unsigned>(__cvta_generic_to_shared(ring)) : 0u;
+  // Chunk c of every row into stage st (lane's slots).
+  auto issue = [&](int c, int st) {
 #pragma unroll
-    for (int m = 0; m < kDecWRows; ++m) cur[m] = LoadStreaming16(wr[m] + int64_t{lane} * 16);
+    for (int m = 0; m < kDecWRows; ++m) {
+      AsyncCopy16(ring_s + ((st * kDecWRows + m) * 32 + lane) * 16, wr[m] + int64_t{c} * 16);
+    }
+  };
+  if (lane < nchunks) {
+    if constexpr (kAsync) {
+      issue(lane, 0);
+    } else {
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) cur[m] = LoadStreaming16(wr[m] + int64_t{lane} * 16);
+    }
   }
+  if constexpr (kAsync) AsyncCommit();
   after_issue();
-  for (int c = lane; c < nchunks; c += 32) {
+  for (int c = lane, st = 0; c < nchunks; c += 32, st ^= 1) {
     uint4 nxt[kDecWRows];
     const int cn = c + 32;
-    if (cn < nchunks) {
+    if constexpr (kAsync) {
+      if (cn < nchunks) issue(cn, st ^ 1);
+      AsyncCommit();
+      AsyncWait<1>();  // chunk c (stage st) has landed
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) cur[m] = ring[(st * kDecWRows + m) * 32 + lane];
+    } else if (cn < nchunks) {
 #pragma unroll
       for (int m = 0; m < kDecWRows; ++m) nxt[m] = LoadStreaming16(wr[m] + int64_t{cn} * 16);
     }
-    float sc0 = 1.f, sc1 = 1.f;
-    if constexpr (kWT == kWFP8) {
-      sc0 = __ldg(s0 + ((c * kV) >> 7));
-      sc1 = __ldg(s1 + ((c * kV) >> 7));
+    DecodeChunk<kWT, kNG, kCoherentA>(cur, a_rows, s0, s1, c, acc);
+    if constexpr (!kAsync) {
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) cur[m] = nxt[m];
     }
-    float xv[kNG][kV];
-#pragma unroll
-    for (int r = 0; r < kNG; ++r) {
-#pragma unroll
-      for (int j = 0; j < kV / 4; ++j) {
-        const float4* src = reinterpret_cast<const float4*>(a_rows[r] + c * kV) + j;
-        const float4 v = kCoherentA ? *src : __ldg(src);
-        xv[r][4 * j] = v.x, xv[r][4 * j + 1] = v.y, xv[r][4 * j + 2] = v.z, xv[r][4 * j + 3] = v.w;
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < kDecWRows; ++m) {
-      float wf[kV];
-      WidenChunk<kWT>(cur[m], wf);
-#pragma unroll
-      for (int r = 0; r < kNG; ++r) {
-        float s = 0.f;
-#pragma unroll
-        for (int v = 0; v < kV; ++v) s += xv[r][v] * wf[v];
-        if constexpr (kWT == kWFP8) acc[r][m] += s * (m < kHalf ? sc0 : sc1);
-        else acc[r][m] += s;
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < kDecWRows; ++m) cur[m] = nxt[m];
   }
+  if constexpr (kAsync) AsyncWait<0>();  // nothing of this pass left in flight into the ring
 
   DecodeEpilogue<kFused, kNG>(p, acc, pair_of, ng, n0, lane);
 }
@@ -846,11 +893,13 @@ __device__ __forceinline__ int SlotExpert(const DecodeRouting& rt, int slot) {
 
 // One task of the decode kernels: output columns n0.. of routing slot `slot` for every pair of
 // the slot's expert (a pass over the task's weight rows per DecRows() token rows). after_issue:
-// see DecodePass (the first pass only).
-template <bool kFused, int kWT, bool kCoherentA = false, typename AfterIssue = Nothing>
+// see DecodePass (the first pass only). kAsync / ring: see DecodePass.
+template <bool kFused, int kWT, bool kCoherentA = false, typename AfterIssue = Nothing,
+          bool kAsync = false>
 __device__ __forceinline__ void DecodeTask(const DecodeParams& p, const DecodeRouting& rt, int slot,
                                            int n0, int lane,
-                                           const AfterIssue& after_issue = AfterIssue{}) {
+                                           const AfterIssue& after_issue = AfterIssue{},
+                                           uint4* ring = nullptr) {
   const int e = SlotExpert(rt, slot);
   unsigned long long rows =
       (static_cast<unsigned long long>(__ballot_sync(0xffffffffu, rt.id_b == e)) << 32) |
@@ -879,21 +928,123 @@ __device__ __forceinline__ void DecodeTask(const DecodeParams& p, const DecodeRo
     }
     if (kDecRows == 1 || ng == 1) {
       if (first) {
-        DecodePass<kFused, kWT, 1, kCoherentA>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0,
-                                               lane, after_issue);
+        DecodePass<kFused, kWT, 1, kCoherentA, AfterIssue, kAsync>(
+            p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane, after_issue, ring);
       } else {
-        DecodePass<kFused, kWT, 1, kCoherentA>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0,
-                                               lane);
+        DecodePass<kFused, kWT, 1, kCoherentA, Nothing, kAsync>(
+            p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane, Nothing{}, ring);
       }
     } else if (first) {
-      DecodePass<kFused, kWT, kDecRows, kCoherentA>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of,
-                                                    ng, n0, lane, after_issue);
+      DecodePass<kFused, kWT, kDecRows, kCoherentA, AfterIssue, kAsync>(
+          p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane, after_issue, ring);
     } else {
-      DecodePass<kFused, kWT, kDecRows, kCoherentA>(p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of,
-                                                    ng, n0, lane);
+      DecodePass<kFused, kWT, kDecRows, kCoherentA, Nothing, kAsync>(
+          p, w0, ld0, w1, ld1, s0, s1, a_rows, pair_of, ng, n0, lane, Nothing{}, ring);
     }
     first = false;
   }
+}
+
+// Set by every MoeDecodeKernel launch (its first warp): 1 when it ran DecodeStream. Read by
+// MoeDecodeStreamedOnDevice (tests).
+__device__ int g_dev_decode_streamed = 0;
+
+// Whether DecodeStream applies: every routing slot holds exactly one pair (distinct experts:
+// every decode step of one token) and a row is whole chunk iterations (k / (16 / element bytes)
+// a multiple of 32).
+__device__ __forceinline__ bool DecodeStreamable(const DecodeParams& p, const DecodeRouting& rt,
+                                                 int chunk_values) {
+  const int valid = __popc(__ballot_sync(0xffffffffu, rt.id_a >= 0)) +
+                    __popc(__ballot_sync(0xffffffffu, rt.id_b >= 0));
+  return rt.n_active == valid && (p.k / chunk_values) % 32 == 0;
+}
+
+// A task of DecodeStream: its weight rows (TaskRows), block-scale rows, pair and token row.
+struct StreamTask {
+  const char* wr[kDecWRows];
+  const float* s0;
+  const float* s1;
+  const float* a_row;
+  int pair, n0;
+};
+
+template <bool kFused, int kWT>
+__device__ __forceinline__ void StreamTaskOf(const DecodeParams& p, const DecodeRouting& rt,
+                                             int groups, int t, StreamTask& v) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int slot = t / groups;
+  v.n0 = (t - slot * groups) * kCols;
+  const int e = SlotExpert(rt, slot);
+  const unsigned long long rows =
+      (static_cast<unsigned long long>(__ballot_sync(0xffffffffu, rt.id_b == e)) << 32) |
+      __ballot_sync(0xffffffffu, rt.id_a == e);
+  v.pair = __ffsll(static_cast<long long>(rows)) - 1;
+  const char *w0, *w1;
+  int64_t ld0, ld1;
+  v.s0 = v.s1 = nullptr;
+  TaskWeights<kFused, kWT>(p.experts[e], v.n0, w0, ld0, w1, ld1, v.s0, v.s1);
+  TaskRows<kFused>(p.n, w0, ld0, w1, ld1, v.n0, v.wr);
+  v.a_row = p.a + int64_t{kFused ? v.pair / p.top_k : v.pair} * p.a_ld;
+}
+
+// The warp's tasks t0, t0 + stride, ... < tasks back to back through its ring (the kAsync
+// layout of DecodePass): the copies run one chunk iteration ahead across task boundaries, so a
+// task's first bytes are in flight while the previous task's last chunk is consumed (DecodePass
+// starts every task's stream from nothing: at batch 1 a down task is 4 iterations). Only where
+// DecodeStreamable: one pass per task, no row tails. Per task the arithmetic of DecodeTask
+// (DecodeChunk over the chunks in the same order, DecodeEpilogue): the same bits.
+template <bool kFused, int kWT>
+__device__ __forceinline__ void DecodeStream(const DecodeParams& p, const DecodeRouting& rt,
+                                             int groups, int tasks, int t0, int stride, int lane,
+                                             uint4* ring) {
+  constexpr int kV = 16 / ElemBytes(kWT);
+  const int iters = p.k / kV / 32;
+  if (t0 >= tasks) return;
+  const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
+  StreamTask pv;  // the producer's task (copies), then the consumer's
+  StreamTask cv;
+  StreamTaskOf<kFused, kWT>(p, rt, groups, t0, pv);
+  cv = pv;
+  int tp = t0, ip = 0;  // producer: task, iteration
+  auto issue = [&](int st) {
+    if (tp < tasks) {
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) {
+        AsyncCopy16(ring_s + ((st * kDecWRows + m) * 32 + lane) * 16,
+                    pv.wr[m] + (int64_t{ip} * 32 + lane) * 16);
+      }
+      if (++ip == iters) {
+        ip = 0;
+        tp += stride;
+        if (tp < tasks) StreamTaskOf<kFused, kWT>(p, rt, groups, tp, pv);
+      }
+    }
+    AsyncCommit();
+  };
+  issue(0);
+  float acc[1][kDecWRows];
+#pragma unroll
+  for (int m = 0; m < kDecWRows; ++m) acc[0][m] = 0.f;
+  int tc = t0, ic = 0, st = 0;
+  while (tc < tasks) {
+    issue(st ^ 1);
+    AsyncWait<1>();  // the consumer's chunk (stage st) has landed
+    uint4 cur[kDecWRows];
+#pragma unroll
+    for (int m = 0; m < kDecWRows; ++m) cur[m] = ring[(st * kDecWRows + m) * 32 + lane];
+    const float* a_rows[1] = {cv.a_row};
+    DecodeChunk<kWT, 1>(cur, a_rows, cv.s0, cv.s1, ic * 32 + lane, acc);
+    st ^= 1;
+    if (++ic == iters) {
+      DecodeEpilogue<kFused, 1>(p, acc, &cv.pair, 1, cv.n0, lane);
+#pragma unroll
+      for (int m = 0; m < kDecWRows; ++m) acc[0][m] = 0.f;
+      ic = 0;
+      tc += stride;
+      if (tc < tasks) StreamTaskOf<kFused, kWT>(p, rt, groups, tc, cv);
+    }
+  }
+  AsyncWait<0>();
 }
 
 // The first bytes of a task's weight rows into L2 (lane l: 128-byte line l % 8 of row l / 8;
@@ -939,10 +1090,12 @@ __device__ __forceinline__ void DecodeRouteWarp(const DecodeRouteIn& r, int pair
   }
 }
 
-// kRoute (gate|up only): the routing from p.route.logits first (DecodeRouteIn).
-template <bool kFused, int kWT, bool kRoute = false>
+// kRoute (gate|up only): the routing from p.route.logits first (DecodeRouteIn). kAsync: the
+// weight chunks through a shared-memory ring per warp (DecodePass; 32 KiB per CTA).
+template <bool kFused, int kWT, bool kRoute = false, bool kAsync = false>
 __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParams p) {
   PdlEnter();
+  __shared__ __align__(16) uint4 s_ring[kAsync ? kDecWarps : 1][kAsync ? kDecRingChunks : 1];
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gw = blockIdx.x * kDecWarps + warp;
@@ -958,9 +1111,20 @@ __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParam
   const DecodeRouting rt = DecodeRoute(p, ids, lane);
   const int groups = (p.n + kCols - 1) / kCols;
   const int tasks = rt.n_active * groups;
+  if constexpr (kAsync) {
+    const bool stream = DecodeStreamable(p, rt, 16 / ElemBytes(kWT));
+    if (gw == 0 && lane == 0) g_dev_decode_streamed = stream ? 1 : 0;
+    if (stream) {
+      DecodeStream<kFused, kWT>(p, rt, groups, tasks, gw, num_warps, lane, s_ring[warp]);
+      return;
+    }
+  } else if (gw == 0 && lane == 0) {
+    g_dev_decode_streamed = 0;
+  }
   for (int t = gw; t < tasks; t += num_warps) {
     const int slot = t / groups, n0 = (t - slot * groups) * kCols;
-    DecodeTask<kFused, kWT>(p, rt, slot, n0, lane);
+    DecodeTask<kFused, kWT, false, Nothing, kAsync>(p, rt, slot, n0, lane, Nothing{},
+                                                    kAsync ? s_ring[warp] : nullptr);
   }
 }
 
@@ -987,6 +1151,8 @@ int ResidentCtas(Kernel kernel, int threads, size_t smem = 0) {
 }
 
 std::atomic<bool> g_decode_balanced{true};
+std::atomic<bool> g_decode_async{true};
+std::atomic<bool> g_last_decode_async{false};  // the last decode-kernel launch used the ring
 std::atomic<int64_t> g_settings_generation{0};
 
 // The decode kernels' grid: at most every resident CTA. Balanced (the default): as few warps as
@@ -1003,17 +1169,33 @@ int64_t DecodeBlocks(int64_t tasks, int64_t resident_ctas) {
   return std::max<int64_t>(1, std::min(detail::CeilDiv(want, kDecWarps), resident_ctas));
 }
 
+template <bool kFused, int kWT, bool kRoute, bool kAsync>
+absl::Status LaunchDecodeKernel(const DecodeParams& p, int64_t max_slots,
+                                const detail::DeviceInfo& info, cudaStream_t stream) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
+  const int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT, kRoute, kAsync>, kDecWarps * 32);
+  const int64_t resident = int64_t{info.num_sms} * per_sm;
+  const int64_t blocks = DecodeBlocks(tasks, resident);
+  LaunchKernel(MoeDecodeKernel<kFused, kWT, kRoute, kAsync>, static_cast<unsigned>(blocks),
+               kDecWarps * 32, 0, stream, p);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeKernel launch");
+}
+
+// The ring's kernel where the device keeps as many of its CTAs resident per SM as the register
+// kernel's (its 32 KiB of shared memory per CTA must not cost occupancy: a device with less
+// shared memory per SM keeps the register kernel).
 template <bool kFused, int kWT, bool kRoute>
 absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail::DeviceInfo& info,
                           cudaStream_t stream) {
-  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
-  const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
-  const int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT, kRoute>, kDecWarps * 32);
-  const int64_t resident = int64_t{info.num_sms} * per_sm;
-  const int64_t blocks = DecodeBlocks(tasks, resident);
-  LaunchKernel(MoeDecodeKernel<kFused, kWT, kRoute>, static_cast<unsigned>(blocks), kDecWarps * 32,
-               0, stream, p);
-  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeKernel launch");
+  if (g_decode_async.load(std::memory_order_relaxed) &&
+      ResidentCtas(MoeDecodeKernel<kFused, kWT, kRoute, true>, kDecWarps * 32) >=
+          ResidentCtas(MoeDecodeKernel<kFused, kWT, kRoute, false>, kDecWarps * 32)) {
+    g_last_decode_async.store(true);
+    return LaunchDecodeKernel<kFused, kWT, kRoute, true>(p, max_slots, info, stream);
+  }
+  g_last_decode_async.store(false);
+  return LaunchDecodeKernel<kFused, kWT, kRoute, false>(p, max_slots, info, stream);
 }
 
 // p.route.logits != nullptr (gate|up only): the kernel that routes for itself.
@@ -2158,6 +2340,20 @@ void SetMoeDecodeBalancedGrid(bool balanced) {
   if (g_decode_balanced.exchange(balanced) != balanced) g_settings_generation.fetch_add(1);
 }
 bool MoeDecodeBalancedGrid() { return g_decode_balanced.load(); }
+void SetMoeDecodeAsyncCopies(bool on) {
+  if (g_decode_async.exchange(on) != on) g_settings_generation.fetch_add(1);
+}
+bool MoeDecodeAsyncCopies() { return g_decode_async.load(); }
+bool LastMoeDecodeAsync() { return g_last_decode_async.load(); }
+bool MoeDecodeStreamedOnDevice() {
+  int v = 0;
+  if (cudaDeviceSynchronize() != cudaSuccess ||
+      cudaMemcpyFromSymbol(&v, g_dev_decode_streamed, sizeof(v)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return v != 0;
+}
 int64_t MoeSettingsGeneration() { return g_settings_generation.load(); }
 int MoeMmaAutoMaxPairs() { return g_mma_max_pairs.load(); }
 void SetMoeRouteFuseMaxTokens(int tokens) {
@@ -2280,6 +2476,7 @@ absl::Status Experts(const MatView& x, const int32_t* ids, const float* weights,
   }
   g_last_route_fused.store(fuse_route);
   g_last_one_launch.store(false);
+  g_last_decode_async.store(false);
   if (listed || grouped || mma) {
     const int64_t max_slots = std::min<int64_t>(num_experts, pairs);
     const int group_tokens = g_group_tokens.load(std::memory_order_relaxed);

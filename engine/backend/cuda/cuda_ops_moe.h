@@ -60,6 +60,24 @@ int MoeMmaAutoMaxPairs();
 void SetMoeDecodeBalancedGrid(bool balanced);
 bool MoeDecodeBalancedGrid();
 
+// The decode kernels' weight chunks: through a shared-memory ring per warp by cp.async (true,
+// the default, where it costs the kernel no resident CTAs) or a register double buffer (false,
+// before). The same bytes, values and order: no result depends on it. With the ring, a step whose
+// routing slots hold one pair each (every one-token step) streams each warp's tasks back to back
+// (no pipeline restart per task). Process-wide, a bench knob (glm-bench-cuda-decode --ab async).
+// Measured on an H200 (GLM-5 widths, fp8, 256 experts top-8; cuda_ops_bench --only moe, us per
+// call, ring vs registers): batch 1 88.4 vs 91.4, 64 pairs 636 vs 664; decode step (graphs, --ab
+// async, ms/layer registers -> ring) batch 1 0.237 -> 0.230 (4K), 0.291 -> 0.283 (128K); batch 2
+// 0.365 -> 0.359.
+void SetMoeDecodeAsyncCopies(bool on);
+bool MoeDecodeAsyncCopies();
+// Whether the last MoeExperts / MoeRouteExperts call ran the decode kernels with the ring.
+bool LastMoeDecodeAsync();
+// Whether the last decode kernel that ran on the current device streamed its warps' tasks back
+// to back through the ring (DecodeStream: every routing slot one pair, rows of whole chunk
+// iterations). Synchronizes the device; for tests.
+bool MoeDecodeStreamedOnDevice();
+
 // MoeRouteExperts: decode steps of at most this many tokens (default kMoeRouteFuseMaxTokens,
 // clamped to 0..kMoeRouteMaxFuseTokens; 0 = never) route inside the gate|up decode kernel, where
 // every warp routes every token itself (RouteRowWarp, MoeRoute's arithmetic) instead of waiting
@@ -95,9 +113,9 @@ int MoeOneLaunchMaxTokens();
 bool LastMoeOneLaunch();
 
 // Moves whenever one of the settings above that changes launches of already captured steps
-// changes (SetMoeMmaAutoMaxPairs, SetMoeDecodeBalancedGrid, SetMoeRouteFuseMaxTokens,
-// SetMoeOneLaunchMaxTokens): the CUDA backend's scratch_epoch includes it, so decode graphs are
-// recaptured.
+// changes (SetMoeMmaAutoMaxPairs, SetMoeDecodeBalancedGrid, SetMoeDecodeAsyncCopies,
+// SetMoeRouteFuseMaxTokens, SetMoeOneLaunchMaxTokens): the CUDA backend's scratch_epoch includes
+// it, so decode graphs are recaptured.
 int64_t MoeSettingsGeneration();
 
 // Tried on an H200 at GLM-5 widths (256 experts top-8) and removed as slower than the kernels
