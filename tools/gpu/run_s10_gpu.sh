@@ -10,12 +10,18 @@
 #   decode kernels and the GEMVs; glm-bench-cuda-decode, 1 layer, eager): pipe utilization,
 #   issue slots, stall reasons;
 # - tests: every GPU test binary and the memcheck cases (run_all_gpu.sh STEPS="tests memcheck");
+# - racecheck: compute-sanitizer racecheck on the streamed MoE decode test (the cp.async ring in
+#   shared memory);
 # - decode: glm-bench-cuda-decode at GLM-5 widths, fp8 weights and KV, 1 vs 6 layers, graphs on,
-#   batch 1 / 2 / 8 at 4K and 128K (with AB="--ab NAME" appended when set);
+#   batch 1 / 2 / 8 at 4K and 128K (with AB="--ab NAME" appended when set; this session's:
+#   AB="--ab async", the MoE decode kernels' cp.async ring and streamed tasks vs registers);
+# - moegrid: the decode step at batch 1 / 2, 4K, --ab moegrid (the balanced MoE decode grid vs
+#   every resident CTA, now that the streamed tasks have no per-task restart);
 # - moepaths: cuda_ops_bench --only moe; gemv: gemv_bench --fp8-only;
 # - profile: the batch-1 per-kernel profile (profile_decode.sh, ncu, eager).
 # From the repo root there (carry the pack): tar -xJf .gpurun-pack/all.tar.xz &&
 #   STEPS="..." tools/gpu/run_s10_gpu.sh .gpurun-all
+# (the session's final run: STEPS="tests racecheck decode moegrid moepaths profile" AB="--ab async")
 # Logs in $OUT (default /tmp/glm-s10-out). STEPS (default "moetest widen ncu").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,10 +52,18 @@ for s in $steps; do
     tests)
       gpu_tests_step
       ;;
+    racecheck)
+      gpu_step "racecheck-moe-streamed" 300 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$bin/cuda_moe_test" --gtest_filter='*Streamed*:*GraphReplay*'
+      ;;
     decode)
       # shellcheck disable=SC2086  # AB: "--ab NAME" or empty
       gpu_step "decode" 330 "$bin/glm-bench-cuda-decode" "${decode_args[@]}" \
         --batches 1,2,8 --contexts 4096,131072 ${AB:-}
+      ;;
+    moegrid)
+      gpu_step "decode-moegrid" 330 "$bin/glm-bench-cuda-decode" "${decode_args[@]}" \
+        --batches 1,2 --contexts 4096 --ab moegrid
       ;;
     moepaths)
       gpu_moepaths_step
@@ -60,7 +74,7 @@ for s in $steps; do
     profile)
       gpu_profile_step 1
       ;;
-    *) echo "unknown step $s (moetest, widen, ncu, tests, decode, moepaths, gemv, profile)" ;;
+    *) echo "unknown step $s (moetest, widen, ncu, tests, racecheck, decode, moegrid, moepaths, gemv, profile)" ;;
   esac
 done
 gpu_run_end

@@ -280,26 +280,24 @@ TEST_F(CudaMoeTest, AllPathsMatchCpu) {
   }
 }
 
-// The decode kernels' streamed form (cuda_ops_moe.cu DecodeStream: a warp's tasks back to back
-// through its ring; it applies when every routing slot holds one pair, as in every one-token
-// step, and rows are whole 512-byte chunk iterations: hidden 1024, moe_inter 512) against the
-// per-task register form (Check's call 5) bit for bit, the CPU, guards and NaN row padding; the
-// kernels must report that they streamed (cuda::MoeDecodeStreamedOnDevice). Steps whose slots
-// hold several pairs (same experts, a hot expert) must not stream and still match.
+// The decode kernels' streamed form (cuda_ops_moe.cu DecodeStream: a warp's tasks, one pass per
+// pair, back to back through its ring) against the per-task register form (Check's call 5) bit
+// for bit, the CPU, guards and NaN row padding. It applies to rows of whole 512-byte chunk
+// iterations (hidden 1024, moe_inter 512 here) and, for fp8, to every decode step (several
+// pairs per slot: passes in DecodeTask's order); fp32 only where every slot holds one pair (one
+// token). The kernels must report whether they streamed (cuda::MoeDecodeStreamedOnDevice).
 TEST_F(CudaMoeTest, StreamedDecodeEqualsTasks) {
   kHidden = 1024;
   kInter = 512;
+  const Case one_pair[] = {{1, 8, false, false}, {1, 8, false, true}, {1, 1, false, false}};
+  const Case shared_slots[] = {
+      {2, 8, false, false, true}, {8, 8, true, false}, {7, 8, true, true}, {33, 1, true, false}};
   for (WeightDType dtype : {WeightDType::kF32, WeightDType::kF8E4M3Block128}) {
     Experts ex = MakeExperts(dtype);
     expect_stream_ = true;
-    for (const Case& c :
-         {Case{1, 8, false, false}, Case{1, 8, false, true}, Case{1, 1, false, false}}) {
-      Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
-    }
-    expect_stream_ = false;
-    for (const Case& c : {Case{2, 8, false, false, true}, Case{8, 8, true, false}}) {
-      Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
-    }
+    for (const Case& c : one_pair) Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
+    expect_stream_ = dtype == WeightDType::kF8E4M3Block128;
+    for (const Case& c : shared_slots) Check(ex, dtype, c, MoeDecodePath::kAuto, "decode");
   }
 }
 

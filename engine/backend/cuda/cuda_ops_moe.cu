@@ -949,36 +949,43 @@ __device__ __forceinline__ void DecodeTask(const DecodeParams& p, const DecodeRo
 // MoeDecodeStreamedOnDevice (tests).
 __device__ int g_dev_decode_streamed = 0;
 
-// Whether DecodeStream applies: every routing slot holds exactly one pair (distinct experts:
-// every decode step of one token) and a row is whole chunk iterations (k / (16 / element bytes)
-// a multiple of 32).
-__device__ __forceinline__ bool DecodeStreamable(const DecodeParams& p, const DecodeRouting& rt,
-                                                 int chunk_values) {
+// Whether DecodeStream applies: rows of whole chunk iterations (k / (16 / element bytes) a
+// multiple of 32), and one token row per pass over a task's weights: fp8 (DecRows() == 1) always;
+// other types only where every routing slot holds one pair (distinct experts: every one-token
+// step without the shared expert), since DecodeTask reads their weights once per two rows.
+template <int kWT>
+__device__ __forceinline__ bool DecodeStreamable(const DecodeParams& p, const DecodeRouting& rt) {
+  if ((p.k / (16 / ElemBytes(kWT))) % 32 != 0) return false;
+  if (DecRows<kWT>() == 1) return true;
   const int valid = __popc(__ballot_sync(0xffffffffu, rt.id_a >= 0)) +
                     __popc(__ballot_sync(0xffffffffu, rt.id_b >= 0));
-  return rt.n_active == valid && (p.k / chunk_values) % 32 == 0;
+  return rt.n_active == valid;
 }
 
-// A task of DecodeStream: its weight rows (TaskRows), block-scale rows, pair and token row.
-struct StreamTask {
+// A work item of DecodeStream: one pass of a task (its weight rows, TaskRows; block-scale rows)
+// over one pair of the task's slot (pair, token row), and the slot's pair count.
+struct StreamItem {
   const char* wr[kDecWRows];
   const float* s0;
   const float* s1;
   const float* a_row;
-  int pair, n0;
+  int pair, n0, passes;
 };
 
+// Item (task t, pass q): pair = the q-th pair of the slot's expert in ascending order (DecodeTask's
+// order of passes).
 template <bool kFused, int kWT>
-__device__ __forceinline__ void StreamTaskOf(const DecodeParams& p, const DecodeRouting& rt,
-                                             int groups, int t, StreamTask& v) {
+__device__ __forceinline__ void StreamItemOf(const DecodeParams& p, const DecodeRouting& rt,
+                                             int groups, int t, int q, StreamItem& v) {
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int slot = t / groups;
   v.n0 = (t - slot * groups) * kCols;
   const int e = SlotExpert(rt, slot);
-  const unsigned long long rows =
-      (static_cast<unsigned long long>(__ballot_sync(0xffffffffu, rt.id_b == e)) << 32) |
-      __ballot_sync(0xffffffffu, rt.id_a == e);
-  v.pair = __ffsll(static_cast<long long>(rows)) - 1;
+  const unsigned a = __ballot_sync(0xffffffffu, rt.id_a == e);
+  const unsigned b = __ballot_sync(0xffffffffu, rt.id_b == e);
+  const int na = __popc(a);
+  v.passes = na + __popc(b);
+  v.pair = q < na ? NthSetBit(a, q) : 32 + NthSetBit(b, q - na);
   const char *w0, *w1;
   int64_t ld0, ld1;
   v.s0 = v.s1 = nullptr;
@@ -987,12 +994,13 @@ __device__ __forceinline__ void StreamTaskOf(const DecodeParams& p, const Decode
   v.a_row = p.a + int64_t{kFused ? v.pair / p.top_k : v.pair} * p.a_ld;
 }
 
-// The warp's tasks t0, t0 + stride, ... < tasks back to back through its ring (the kAsync
-// layout of DecodePass): the copies run one chunk iteration ahead across task boundaries, so a
-// task's first bytes are in flight while the previous task's last chunk is consumed (DecodePass
-// starts every task's stream from nothing: at batch 1 a down task is 4 iterations). Only where
-// DecodeStreamable: one pass per task, no row tails. Per task the arithmetic of DecodeTask
-// (DecodeChunk over the chunks in the same order, DecodeEpilogue): the same bits.
+// The warp's tasks t0, t0 + stride, ... < tasks, each pass of each task (one pair), back to back
+// through its ring (the kAsync layout of DecodePass): the copies run one chunk iteration ahead
+// across pass and task boundaries, so an item's first bytes are in flight while the previous
+// item's last chunk is consumed (DecodePass starts every pass's stream from nothing: at batch 1
+// a down task is 4 iterations). Only where DecodeStreamable. Per pass the arithmetic of
+// DecodePass with one token row (DecodeChunk over the chunks in the same order, DecodeEpilogue),
+// passes in DecodeTask's order: the same bits.
 template <bool kFused, int kWT>
 __device__ __forceinline__ void DecodeStream(const DecodeParams& p, const DecodeRouting& rt,
                                              int groups, int tasks, int t0, int stride, int lane,
@@ -1001,11 +1009,12 @@ __device__ __forceinline__ void DecodeStream(const DecodeParams& p, const Decode
   const int iters = p.k / kV / 32;
   if (t0 >= tasks) return;
   const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
-  StreamTask pv;  // the producer's task (copies), then the consumer's
-  StreamTask cv;
-  StreamTaskOf<kFused, kWT>(p, rt, groups, t0, pv);
+  StreamItem pv;  // the producer's item (copies), then the consumer's
+  StreamItem cv;
+  StreamItemOf<kFused, kWT>(p, rt, groups, t0, 0, pv);
   cv = pv;
-  int tp = t0, ip = 0;  // producer: task, iteration
+  // Position (task, pass, iteration) of the producer; the consumer's follows one iteration later.
+  int tp = t0, qp = 0, ip = 0;
   auto issue = [&](int st) {
     if (tp < tasks) {
 #pragma unroll
@@ -1015,8 +1024,8 @@ __device__ __forceinline__ void DecodeStream(const DecodeParams& p, const Decode
       }
       if (++ip == iters) {
         ip = 0;
-        tp += stride;
-        if (tp < tasks) StreamTaskOf<kFused, kWT>(p, rt, groups, tp, pv);
+        if (++qp == pv.passes) qp = 0, tp += stride;
+        if (tp < tasks) StreamItemOf<kFused, kWT>(p, rt, groups, tp, qp, pv);
       }
     }
     AsyncCommit();
@@ -1025,7 +1034,7 @@ __device__ __forceinline__ void DecodeStream(const DecodeParams& p, const Decode
   float acc[1][kDecWRows];
 #pragma unroll
   for (int m = 0; m < kDecWRows; ++m) acc[0][m] = 0.f;
-  int tc = t0, ic = 0, st = 0;
+  int tc = t0, qc = 0, ic = 0, st = 0;
   while (tc < tasks) {
     issue(st ^ 1);
     AsyncWait<1>();  // the consumer's chunk (stage st) has landed
@@ -1040,8 +1049,8 @@ __device__ __forceinline__ void DecodeStream(const DecodeParams& p, const Decode
 #pragma unroll
       for (int m = 0; m < kDecWRows; ++m) acc[0][m] = 0.f;
       ic = 0;
-      tc += stride;
-      if (tc < tasks) StreamTaskOf<kFused, kWT>(p, rt, groups, tc, cv);
+      if (++qc == cv.passes) qc = 0, tc += stride;
+      if (tc < tasks) StreamItemOf<kFused, kWT>(p, rt, groups, tc, qc, cv);
     }
   }
   AsyncWait<0>();
@@ -1091,9 +1100,12 @@ __device__ __forceinline__ void DecodeRouteWarp(const DecodeRouteIn& r, int pair
 }
 
 // kRoute (gate|up only): the routing from p.route.logits first (DecodeRouteIn). kAsync: the
-// weight chunks through a shared-memory ring per warp (DecodePass; 32 KiB per CTA).
+// weight chunks through a shared-memory ring per warp (DecodePass, DecodeStream; 32 KiB per CTA)
+// and 3 CTAs per SM (<= 80 registers: the chunks in flight hold none; 24 warps per SM keep more
+// bytes in flight than 16: H200, cuda_ops_bench fp8 batch 1 87.1 us at 3 CTAs per SM vs 88.4 at 2,
+// 64 pairs 591 vs 614-636; decode step batch 1 0.227 vs 0.230-0.241 ms/layer).
 template <bool kFused, int kWT, bool kRoute = false, bool kAsync = false>
-__global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParams p) {
+__global__ void __launch_bounds__(kDecWarps * 32, kAsync ? 3 : 2) MoeDecodeKernel(DecodeParams p) {
   PdlEnter();
   __shared__ __align__(16) uint4 s_ring[kAsync ? kDecWarps : 1][kAsync ? kDecRingChunks : 1];
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
@@ -1112,7 +1124,7 @@ __global__ void __launch_bounds__(kDecWarps * 32, 2) MoeDecodeKernel(DecodeParam
   const int groups = (p.n + kCols - 1) / kCols;
   const int tasks = rt.n_active * groups;
   if constexpr (kAsync) {
-    const bool stream = DecodeStreamable(p, rt, 16 / ElemBytes(kWT));
+    const bool stream = DecodeStreamable<kWT>(p, rt);
     if (gw == 0 && lane == 0) g_dev_decode_streamed = stream ? 1 : 0;
     if (stream) {
       DecodeStream<kFused, kWT>(p, rt, groups, tasks, gw, num_warps, lane, s_ring[warp]);

@@ -65,10 +65,11 @@ bool MoeDecodeBalancedGrid();
 // before). The same bytes, values and order: no result depends on it. With the ring, a step whose
 // routing slots hold one pair each (every one-token step) streams each warp's tasks back to back
 // (no pipeline restart per task). Process-wide, a bench knob (glm-bench-cuda-decode --ab async).
-// Measured on an H200 (GLM-5 widths, fp8, 256 experts top-8; cuda_ops_bench --only moe, us per
-// call, ring vs registers): batch 1 88.4 vs 91.4, 64 pairs 636 vs 664; decode step (graphs, --ab
-// async, ms/layer registers -> ring) batch 1 0.237 -> 0.230 (4K), 0.291 -> 0.283 (128K); batch 2
-// 0.365 -> 0.359.
+// The ring's kernel also runs 3 CTAs per SM (its chunks in flight hold no registers), the
+// register kernel 2. Measured on an H200 (GLM-5 widths, fp8, 256 experts top-8; cuda_ops_bench
+// --only moe, us per call, ring vs registers): batch 1 87.1 vs 91.4, 64 pairs 591 vs 664; decode
+// step (graphs, --ab async, ms/layer registers -> ring) batch 1 0.238 -> 0.227 (4K), 0.292 ->
+// 0.282 (128K); batch 2 0.365 -> 0.350 (4K), 0.469 -> 0.451 (128K).
 void SetMoeDecodeAsyncCopies(bool on);
 bool MoeDecodeAsyncCopies();
 // Whether the last MoeExperts / MoeRouteExperts call ran the decode kernels with the ring.
