@@ -25,6 +25,9 @@
 //    MoeRouteExperts at one token
 //    (MoeRouteFuseMaxTokens) the gate|up kernel also routes from the router logits itself
 //    (DecodeRouteIn: the kernels::MoeRoute launch before it is dropped; same ids and weights).
+//    The two decode kernels stream their weight chunks through a per-warp cp.async ring in
+//    shared memory, at 3 CTAs per SM, and fp8 steps run each warp's tasks back to back
+//    (DecodeStream; cuda_ops_moe.h SetMoeDecodeAsyncCopies: the register double buffer before).
 //    The three kernels also exist as one launch (MoeDecodeOneKernel, 2''+3''+4. below: dataflow
 //    counters between the phases, the same bits), off by default (measured slower; cuda_ops_moe.h
 //    SetMoeOneLaunchMaxTokens).
@@ -734,23 +737,6 @@ __device__ __forceinline__ void TaskRows(int n, const char* w0, int64_t ld0, con
   }
 }
 
-// One pass of a task over its kDecWRows weight rows for kNG token rows (a_rows; rows >= ng are
-// copies of row 0, computed and dropped). w0 / w1: first weight row of the two row halves (fused:
-// gate rows n0.., up rows n0..; down: both the down row n0, the second half being rows
-// n0 + kDecWRows / 2..), ld in bytes; s0 / s1: their block-scale rows (fp8).
-// kCoherentA: a comes from this grid (the one-launch kernel's act): plain loads (ordered by the
-// wait's acquire; still cached in L1 for the other warps of the SM), not the read-only path
-// (ld.global.nc, for data no kernel writes while it runs). Through L2 only (ld.global.cg) the
-// one-launch kernel measured 193 us against 115 for three launches: every chunk waited for an
-// L2 round trip. after_issue() runs once the pass's first weight loads are issued (the
-// one-launch kernel's arrival for the warp's previous task: its fence then overlaps the loads'
-// latency, which the warp waits for anyway).
-// kAsync: the weight chunks go through the warp's shared-memory ring ([2][kDecWRows][32] uint4,
-// `ring`) by cp.async instead of a register double buffer: the same bytes, values and order, so
-// the same bits; what changes is the memory pipeline (fp8 100 MB stream at 2 CTAs per SM,
-// tools/gpu/fp8_widen_bench.cu: 0.71 of the D2D rate through registers, 0.84 through the ring).
-// Each lane reads back only the 16 bytes it copied itself, so no warp barrier is needed; a stage
-// is refilled only after the lane's own reads of it were consumed (program order).
 // Chunk c (16 bytes of each of the task's kDecWRows weight rows, `cur`) times the kNG token
 // rows' values at the same columns, added into acc (fp8: the partial dot times the row half's
 // block scale). The one arithmetic of DecodePass and DecodeStream.
@@ -792,6 +778,23 @@ __device__ __forceinline__ void DecodeChunk(const uint4 (&cur)[kDecWRows],
   }
 }
 
+// One pass of a task over its kDecWRows weight rows for kNG token rows (a_rows; rows >= ng are
+// copies of row 0, computed and dropped). w0 / w1: first weight row of the two row halves (fused:
+// gate rows n0.., up rows n0..; down: both the down row n0, the second half being rows
+// n0 + kDecWRows / 2..), ld in bytes; s0 / s1: their block-scale rows (fp8).
+// kCoherentA: a comes from this grid (the one-launch kernel's act): plain loads (ordered by the
+// wait's acquire; still cached in L1 for the other warps of the SM), not the read-only path
+// (ld.global.nc, for data no kernel writes while it runs). Through L2 only (ld.global.cg) the
+// one-launch kernel measured 193 us against 115 for three launches: every chunk waited for an
+// L2 round trip. after_issue() runs once the pass's first weight loads are issued (the
+// one-launch kernel's arrival for the warp's previous task: its fence then overlaps the loads'
+// latency, which the warp waits for anyway).
+// kAsync: the weight chunks go through the warp's shared-memory ring ([2][kDecWRows][32] uint4,
+// `ring`) by cp.async instead of a register double buffer: the same bytes, values and order, so
+// the same bits; what changes is the memory pipeline (fp8 100 MB stream at 2 CTAs per SM,
+// tools/gpu/fp8_widen_bench.cu: 0.71 of the D2D rate through registers, 0.84 through the ring).
+// Each lane reads back only the 16 bytes it copied itself, so no warp barrier is needed; a stage
+// is refilled only after the lane's own reads of it were consumed (program order).
 struct Nothing {
   __device__ void operator()() const {}
 };
@@ -1194,9 +1197,10 @@ absl::Status LaunchDecodeKernel(const DecodeParams& p, int64_t max_slots,
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeDecodeKernel launch");
 }
 
-// The ring's kernel where the device keeps as many of its CTAs resident per SM as the register
-// kernel's (its 32 KiB of shared memory per CTA must not cost occupancy: a device with less
-// shared memory per SM keeps the register kernel).
+// The ring's kernel (3 CTAs per SM on an H200) wherever the device keeps at least as many of its
+// CTAs resident per SM as of the register kernel's (2): its 32 KiB of shared memory per CTA must
+// not cost occupancy; a device with too little shared memory per SM for that keeps the register
+// kernel (both from cudaOccupancyMaxActiveBlocksPerMultiprocessor, cached per kernel).
 template <bool kFused, int kWT, bool kRoute>
 absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail::DeviceInfo& info,
                           cudaStream_t stream) {
