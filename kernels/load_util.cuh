@@ -18,7 +18,9 @@ __device__ __forceinline__ uint4 LoadStreaming16(const void* p) {
 // Asynchronous 16-byte copy global -> shared (cp.async.cg: through L2 only, no registers held
 // while in flight; sm_80+). Both addresses 16-byte aligned; `dst` a shared-memory address
 // (__cvta_generic_to_shared). The copies a thread issued become visible to that thread after
-// AsyncCommit() and an AsyncWait<n>() that leaves at most n of its groups pending.
+// AsyncCommit() and an AsyncWait<n>() that leaves at most n of its groups pending. The memory
+// clobbers keep the compiler from moving shared-memory reads of a ring slot across its refill
+// or its wait (a per-lane ring has no barrier that would).
 __device__ __forceinline__ void AsyncCopy16(unsigned dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }

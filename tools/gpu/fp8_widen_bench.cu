@@ -64,6 +64,33 @@ __device__ __forceinline__ void Widen(uint32_t w, float (&f)[4]) {
   }
 }
 
+// Chunk c of 4 rows (`cur`, 16 fp8 values each) dotted with x[16c..16c+16), widened by kMode
+// (1..4), times the chunk's block scale, added into acc.
+template <int kMode>
+__device__ __forceinline__ void DotChunk(const uint4 (&cur)[4], const float* x, const float* sc,
+                                         int c, float (&acc)[4]) {
+  float xv[16];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(x + c * 16) + j);
+    xv[4 * j] = v.x, xv[4 * j + 1] = v.y, xv[4 * j + 2] = v.z, xv[4 * j + 3] = v.w;
+  }
+  const float s = __ldg(sc + (c * 16) / 128);
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const uint32_t q[4] = {cur[m].x, cur[m].y, cur[m].z, cur[m].w};
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float f[4];
+      Widen<kMode>(q[i], f);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) t += xv[4 * i + e] * f[e];
+    }
+    acc[m] += t * s;
+  }
+}
+
 // mode 0: loads only (xor fold); 1: cvt fp8x4 -> float4 (today's MoE decode); 2: integer trick to
 // f16 then f16 -> f32; 3: integer trick to f32; 4: cvt to f16x2 then f16 -> f32;
 // 5: mma.sync m16n8k16 f16 with cvt (today's GEMV); 6: the same mma with the integer trick.
@@ -105,26 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
         for (int m = 0; m < 4; ++m) fold ^= cur[m].x ^ cur[m].y ^ cur[m].z ^ cur[m].w;
       } else if constexpr (kMode <= 4) {
-        float xv[16];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float4 v = __ldg(reinterpret_cast<const float4*>(x + c * 16) + j);
-          xv[4 * j] = v.x, xv[4 * j + 1] = v.y, xv[4 * j + 2] = v.z, xv[4 * j + 3] = v.w;
-        }
-        const float s = __ldg(sc + (c * 16) / 128);
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const uint32_t q[4] = {cur[m].x, cur[m].y, cur[m].z, cur[m].w};
-          float t = 0.f;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            float f[4];
-            Widen<kMode>(q[i], f);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) t += xv[4 * i + e] * f[e];
-          }
-          acc[m] += t * s;
-        }
+        DotChunk<kMode>(cur, x, sc, c, acc);
       } else {
         // 16 rows per mma: rows = the 4 rows' chunks seen as a 16 x k tile (timing only: the
         // operand layout is not a real matrix product), B = x as f16 from registers.
@@ -201,42 +209,26 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         for (int m = 0; m < 4; ++m) {
           const unsigned dst = my_s + ((st * 4 + m) * 32 + lane) * 16;
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
-                       "l"(wr[m] + (it * 32 + lane) * 16));
+                       "l"(wr[m] + (it * 32 + lane) * 16)
+                       : "memory");
         }
       }
-      asm volatile("cp.async.commit_group;");
+      asm volatile("cp.async.commit_group;" ::: "memory");
     };
 #pragma unroll
     for (int it = 0; it < kStages - 1; ++it) issue(it);
     float acc[4] = {0, 0, 0, 0};
     for (int it = 0; it < kIters; ++it) {
       issue(it + kStages - 1);
-      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1));
+      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
       const int c = it * 32 + lane;
       const int st = it % kStages;
-      float xv[16];
+      uint4 cur[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(x + c * 16) + j);
-        xv[4 * j] = v.x, xv[4 * j + 1] = v.y, xv[4 * j + 2] = v.z, xv[4 * j + 3] = v.w;
-      }
-      const float s = __ldg(sc + (c * 16) / 128);
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const uint4 cur = my[(st * 4 + m) * 32 + lane];
-        const uint32_t q[4] = {cur.x, cur.y, cur.z, cur.w};
-        float t = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float f[4];
-          Widen<1>(q[i], f);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) t += xv[4 * i + e] * f[e];
-        }
-        acc[m] += t * s;
-      }
+      for (int m = 0; m < 4; ++m) cur[m] = my[(st * 4 + m) * 32 + lane];
+      DotChunk<1>(cur, x, sc, c, acc);
     }
-    asm volatile("cp.async.wait_group 0;");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
     float v = acc[0] + acc[1] + acc[2] + acc[3];
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -1697,20 +1697,6 @@ __device__ __forceinline__ void PieceFma(const float* a, const int (&a_off)[kNG]
   }
 }
 
-// cp.async / wait with memory clobbers: the ring has no barrier that would keep the compiler
-// from moving the shared-memory reads of a slot across its refill or its wait.
-__device__ __forceinline__ void RingCopy16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void RingCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void RingWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // The producer side of a warp's ring: the next item to copy (task t, chunk iteration i, ring
 // slot) and task t's weight rows.
 struct GroupRing {
@@ -1742,12 +1728,14 @@ __device__ __forceinline__ void GroupIssue(const DecodeParams& p, const DecodeLi
     if (c < w.nchunks) {
 #pragma unroll
       for (int m = 0; m < kDecWRows; ++m) {
-        RingCopy16(w.ring + (g.slot * kDecWRows + m) * 32, g.wr[m] + int64_t{c} * 16);
+        AsyncCopy16(
+            static_cast<unsigned>(__cvta_generic_to_shared(w.ring + (g.slot * kDecWRows + m) * 32)),
+            g.wr[m] + int64_t{c} * 16);
       }
     }
     if (++g.i == w.iters) g.i = 0, g.t += w.num_warps;
   }
-  RingCommit();
+  AsyncCommit();
   g.slot = g.slot + 1 == kGrpStages ? 0 : g.slot + 1;
 }
 
@@ -1784,7 +1772,7 @@ __device__ __forceinline__ void GroupTask(const DecodeParams& p, const DecodeLis
 
   for (int i = 0; i < w.iters; ++i) {
     GroupIssue<kFused, kWT>(p, l, w, g);
-    RingWait<kGrpStages - 1>();  // this lane's copies of item i have landed
+    AsyncWait<kGrpStages - 1>();  // this lane's copies of item i have landed
     const int c = lane + 32 * i;
     if (c < w.nchunks) {
       uint4 raw[kDecWRows];
@@ -1847,7 +1835,7 @@ __global__ void __launch_bounds__(kGrpWarps * 32, 2) MoeGroupKernel(DecodeParams
       GroupTask<kFused, kWT, 4>(p, l, w, g, slot, t);
     }
   }
-  RingWait<0>();
+  AsyncWait<0>();
 }
 
 template <bool kFused>
