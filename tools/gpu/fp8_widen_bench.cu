@@ -2,7 +2,8 @@
 // multiplied at HBM rate? Streams an fp8 matrix [rows, 6144] once per launch with the MoE decode
 // kernel's pattern (a warp owns 4 rows; lane l reads 16-byte chunks l, l + 32, ... of each row,
 // two chunks in flight) and dots every row with an fp32 x, under different widening methods.
-// Build and run on the GPU machine: nvcc -O3 -arch=sm_90a -o fp8_widen_bench fp8_widen_bench.cu
+// Build and run on the GPU machine, from the repo root:
+//   nvcc -O3 -arch=sm_90a -I. -o fp8_widen_bench tools/gpu/fp8_widen_bench.cu
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -11,16 +12,12 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/load_util.cuh"
+
 constexpr int kK = 6144;
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ uint4 Ld(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using glm::kernels::detail::LoadStreaming16;
 
 // e4m3 pair (low 16 bits of w) -> f16x2 of value * 2^-8, exact, integer ops only.
 __device__ __forceinline__ uint32_t Trick16(uint32_t lo8) {
@@ -109,7 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     uint32_t fold = 0;
     uint4 cur[4];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) cur[m] = Ld(wr[m] + lane * 16);
+    for (int m = 0; m < 4; ++m) cur[m] = LoadStreaming16(wr[m] + lane * 16);
     // L2 prefetch of iterations 1..kPf ahead (each iteration: 4 rows x 512 bytes = 16 lines;
     // lane l < 16 takes row l / 4, line l % 4).
     const uint8_t* pf_base = wr[(lane >> 2) & 3] + (lane & 3) * 128;
@@ -126,7 +123,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       uint4 nxt[4];
       if (c + 32 < kChunks) {
 #pragma unroll
-        for (int m = 0; m < 4; ++m) nxt[m] = Ld(wr[m] + (c + 32) * 16);
+        for (int m = 0; m < 4; ++m) nxt[m] = LoadStreaming16(wr[m] + (c + 32) * 16);
       }
       if constexpr (kMode == 0) {
 #pragma unroll
@@ -259,23 +256,18 @@ __global__ void CheckTricks(int* bad) {
     }                                                              \
   } while (0)
 
-template <int kStages>
-int RunAsync(const char* name, const uint8_t* w, const float* x, const float* sc, int rows,
-             float* out, int nbuf, int64_t buf_bytes, int blocks, double d2d) {
-  const int smem = kWarps * kStages * 4 * 32 * 16;
-  CK(cudaFuncSetAttribute(StreamAsync<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+// Times `launch(buffer offset)` (4 warm-up launches, then 40 over the rotating buffers), prints
+// µs, GB/s and the fraction of the D2D rate.
+template <typename Launch>
+int Time(const char* name, int nbuf, int64_t buf_bytes, double d2d, Launch launch) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
   const int iters = 40;
-  for (int i = 0; i < 4; ++i)
-    StreamAsync<kStages><<<blocks, kWarps * 32, smem>>>(w, x, sc, rows, out);
+  for (int i = 0; i < 4; ++i) launch(int64_t{0});
   CK(cudaDeviceSynchronize());
   CK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) {
-    StreamAsync<kStages>
-        <<<blocks, kWarps * 32, smem>>>(w + (i % nbuf) * buf_bytes, x, sc, rows, out);
-  }
+  for (int i = 0; i < iters; ++i) launch((i % nbuf) * buf_bytes);
   CK(cudaEventRecord(b));
   CK(cudaEventSynchronize(b));
   CK(cudaGetLastError());
@@ -287,29 +279,22 @@ int RunAsync(const char* name, const uint8_t* w, const float* x, const float* sc
   return 0;
 }
 
+template <int kStages>
+int RunAsync(const char* name, const uint8_t* w, const float* x, const float* sc, int rows,
+             float* out, int nbuf, int64_t buf_bytes, int blocks, double d2d) {
+  const int smem = kWarps * kStages * 4 * 32 * 16;
+  CK(cudaFuncSetAttribute(StreamAsync<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  return Time(name, nbuf, buf_bytes, d2d, [&](int64_t off) {
+    StreamAsync<kStages><<<blocks, kWarps * 32, smem>>>(w + off, x, sc, rows, out);
+  });
+}
+
 template <int kMode, int kMinBlocks = 2, int kPf = 0>
 int Run(const char* name, const uint8_t* w, const float* x, const float* sc, int rows, float* out,
         int nbuf, int64_t buf_bytes, int blocks, double d2d) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  const int iters = 40;
-  for (int i = 0; i < 4; ++i)
-    Stream<kMode, kMinBlocks, kPf><<<blocks, kWarps * 32>>>(w, x, sc, rows, out);
-  CK(cudaDeviceSynchronize());
-  CK(cudaEventRecord(a));
-  for (int i = 0; i < iters; ++i) {
-    Stream<kMode, kMinBlocks, kPf>
-        <<<blocks, kWarps * 32>>>(w + (i % nbuf) * buf_bytes, x, sc, rows, out);
-  }
-  CK(cudaEventRecord(b));
-  CK(cudaEventSynchronize(b));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, a, b));
-  const double us = 1e3 * ms / iters;
-  const double gbs = buf_bytes / (us * 1e-6) / 1e9;
-  std::printf("%-34s %8.2f us  %7.0f GB/s  %.3f of D2D\n", name, us, gbs, gbs / d2d);
-  return 0;
+  return Time(name, nbuf, buf_bytes, d2d, [&](int64_t off) {
+    Stream<kMode, kMinBlocks, kPf><<<blocks, kWarps * 32>>>(w + off, x, sc, rows, out);
+  });
 }
 
 int main() {

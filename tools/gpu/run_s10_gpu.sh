@@ -37,7 +37,7 @@ for s in $steps; do
       gpu_step "cuda_moe_test" 300 "$bin/cuda_moe_test"
       ;;
     widen)
-      gpu_step "widen-build" 120 nvcc -O3 -arch=sm_90a -o "$out/fp8_widen_bench" \
+      gpu_step "widen-build" 120 nvcc -O3 -arch=sm_90a -I. -o "$out/fp8_widen_bench" \
         tools/gpu/fp8_widen_bench.cu
       gpu_step "widen" 120 "$out/fp8_widen_bench"
       cuobjdump -sass "$out/fp8_widen_bench" >"$out/widen.sass" 2>&1
