@@ -62,8 +62,8 @@ bool MoeDecodeBalancedGrid();
 
 // The decode kernels' weight chunks: through a shared-memory ring per warp by cp.async (true,
 // the default, where it costs the kernel no resident CTAs) or a register double buffer (false,
-// before). The same bytes, values and order: no result depends on it. With the ring, a step whose
-// routing slots hold one pair each (every one-token step) streams each warp's tasks back to back
+// before). The same bytes, values and order: no result depends on it. With the ring, fp8 steps
+// (other types' only where every routing slot holds one pair) run each warp's tasks back to back
 // (no pipeline restart per task). Process-wide, a bench knob (glm-bench-cuda-decode --ab async).
 // The ring's kernel also runs 3 CTAs per SM (its chunks in flight hold no registers), the
 // register kernel 2. Measured on an H200 (GLM-5 widths, fp8, 256 experts top-8; cuda_ops_bench
@@ -75,8 +75,8 @@ bool MoeDecodeAsyncCopies();
 // Whether the last MoeExperts / MoeRouteExperts call ran the decode kernels with the ring.
 bool LastMoeDecodeAsync();
 // Whether the last decode kernel that ran on the current device streamed its warps' tasks back
-// to back through the ring (DecodeStream: every routing slot one pair, rows of whole chunk
-// iterations). Synchronizes the device; for tests.
+// to back through the ring (DecodeStream: fp8, or every routing slot one pair; rows of whole
+// chunk iterations). Synchronizes the device; for tests.
 bool MoeDecodeStreamedOnDevice();
 
 // MoeRouteExperts: decode steps of at most this many tokens (default kMoeRouteFuseMaxTokens,
