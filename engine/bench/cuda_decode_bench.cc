@@ -5,8 +5,8 @@
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
-//       [--key-slots incremental|both]
-//       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async]
+//       [--key-slots incremental|both] [--kv-fill random|zeros]
+//       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -16,14 +16,17 @@
 // LazyRandomWeights (engine/model/lazy_random_weights.h), generated tensor by tensor on the host
 // with all cores. --small: a tiny config for a smoke test (any backend).
 //
-// KV: the model's paged cache is zero-filled at allocation. A sequence of context S is a slice
-// with one new token at start_pos = S and a block table over S + 1 positions of its own blocks
-// (no sequence shares a block), so each step reads exactly what a real decode at S would read;
-// only the values are zeros (every cached indexer score ties, which the exact top-k resolves to
-// the lowest positions). No prefill runs. Every step is the same batch one position further
-// (start_pos = S + step; each sequence has blocks for S + 64 positions, BlocksPerSeq), so
-// a step writes a new KV row and the model's key-slot arena (engine/model/slot_arena.h) uploads
-// one slot per sequence, as in a real decode; the first (warm-up) step writes all S + 1.
+// KV: the model's paged cache is filled with random values once allocated (--kv-fill random, the
+// default: ModelLoadOptions::random_kv, PagedKvStorage::FillRandom), or left zero (--kv-fill
+// zeros, the sessions before the eleventh: every cached indexer score then ties, which the exact
+// top-k resolves in its cheapest way, and the measured step understates a real one at long
+// contexts). A sequence of context S is a slice with one new token at start_pos = S and a block
+// table over S + 1 positions of its own blocks (no sequence shares a block), so each step reads
+// exactly what a real decode at S would read. No prefill runs. Every step is the same batch one
+// position further (start_pos = S + step; each sequence has blocks for S + 64 positions,
+// BlocksPerSeq), so a step writes a new KV row and the model's key-slot arena
+// (engine/model/slot_arena.h) uploads one slot per sequence, as in a real decode; the first
+// (warm-up) step writes all S + 1.
 // --key-slots both: each case is then run again in the same process with every step uploading
 // the key slots of all S + 1 positions of every sequence (SetKeySlotRebuild: the per-step host
 // work before the arena), and the two step times are printed side by side.
@@ -47,7 +50,9 @@
 // and combine in one launch at every decode size (cuda_ops_moe.h SetMoeOneLaunchMaxTokens; off
 // by default) vs three launches. async: the MoE decode kernels' weight chunks through a
 // shared-memory ring by cp.async (cuda_ops_moe.h SetMoeDecodeAsyncCopies; the default) vs a
-// register double buffer.
+// register double buffer. indexer: the DSA indexer's multi-CTA selection with its ordered output
+// over the whole GPU (cuda_ops_hooks.h SetIndexerOutputForBench(0), the default) vs the
+// single-CTA output pass; it moves rows of more than 16K keys only.
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -90,6 +95,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_ops_hooks.h"
 #include "engine/backend/cuda/cuda_ops_moe.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/model/layers.h"
@@ -120,6 +126,7 @@ struct Args {
   bool small = false;
   bool graphs = false;
   bool key_slots_both = false;  // also time steps that rebuild the whole key-slot table
+  bool random_kv = true;        // --kv-fill random (default) | zeros: ModelLoadOptions::random_kv
   // KV cache storage (ModelLoadOptions::kv.dtype); "both" runs every case with fp32 and with fp8
   // KV in this process and prints ms/layer side by side.
   std::string kv_dtype = "fp32";
@@ -149,6 +156,8 @@ void AllowRouteFuse(bool on) {
 }
 // --ab onelaunch: the MoE decode kernels in one launch (every decode size) or three.
 void AllowOneLaunch(bool on) { cuda::SetMoeOneLaunchMaxTokens(on ? cuda::kMoeDecodeMaxPairs : 0); }
+// --ab indexer: the indexer's ordered output over the whole GPU, or the single-CTA pass.
+void AllowIndexerParallelOutput(bool on) { cuda::SetIndexerOutputForBench(on ? 0 : 1); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -382,6 +391,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   o.device = a.device;
   o.load_mtp = false;
   o.expanded_prefill = false;
+  o.random_kv = a.random_kv;
   // fp8: "auto" keeps the e4m3 tensors the weight source serves (fp8_linear below) as they are.
   o.weight_dtype = a.dtype == "fp8" ? "auto" : a.dtype;
   SetGraphs(o, a.graphs);
@@ -569,7 +579,15 @@ int Main(int argc, char** argv) {
     else if (k == "--small") a.small = true;
     else if (k == "--graphs") a.graphs = next() == "on";
     else if (k == "--key-slots") a.key_slots_both = next() == "both";
-    else if (k == "--kv-dtype") a.kv_dtype = next();
+    else if (k == "--kv-fill") {
+      const std::string v = next();
+      if (v != "random" && v != "zeros") {
+        std::fprintf(stderr, "--kv-fill: `%s` is not one of random, zeros\n", v.c_str());
+        return 2;
+      }
+      a.random_kv = v == "random";
+    } else if (k == "--kv-dtype")
+      a.kv_dtype = next();
     else if (k == "--fused") a.fused = next();
     else if (k == "--shared-fold-max") a.shared_fold_max = std::atoll(next().c_str());
     else if (k == "--mma-max-pairs") a.mma_max_pairs = std::atoi(next().c_str());
@@ -586,13 +604,14 @@ int Main(int argc, char** argv) {
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
        a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch" &&
-       a.ab != "async") ||
+       a.ab != "async" && a.ab != "indexer") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
-    std::fprintf(stderr,
-                 "bad flags: --batches/--contexts are comma lists of integers, --steps and "
-                 "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async, --fused "
-                 "on|off|both\n");
+    std::fprintf(
+        stderr,
+        "bad flags: --batches/--contexts are comma lists of integers, --steps and "
+        "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
+        "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer, --fused "
+        "on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -605,6 +624,7 @@ int Main(int argc, char** argv) {
   if (a.ab == "fuseroute") a.ab_allow = AllowRouteFuse;
   if (a.ab == "onelaunch") a.ab_allow = AllowOneLaunch;
   if (a.ab == "async") a.ab_allow = cuda::SetMoeDecodeAsyncCopies;
+  if (a.ab == "indexer") a.ab_allow = AllowIndexerParallelOutput;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -782,6 +802,7 @@ int Main(int argc, char** argv) {
                        : a.ab == "fuseroute" ? "MoE routing inside the gate|up decode kernel"
                        : a.ab == "onelaunch" ? "MoE decode kernels in one launch"
                        : a.ab == "async"     ? "MoE decode weight chunks by cp.async"
+                       : a.ab == "indexer"   ? "indexer ordered output over the whole GPU"
                                              : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),

@@ -655,6 +655,7 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
                              " MiB) do not fit in the free device memory"));
   }
   GLM_ASSIGN_OR_RETURN(kv_, PagedKvStorage::Create(backend_, c, geo, kv_layers));
+  if (options_.random_kv) kv_->FillRandom(backend_, 1);
   arena_ = MakeSlotArena(geo.block_size, geo.num_blocks);
   if (absl::Status st = arena_->Reserve(); !st.ok()) {
     return fail(absl::StrCat("the key-slot table for ", geo.num_blocks, " KV blocks: ",

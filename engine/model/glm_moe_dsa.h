@@ -86,6 +86,11 @@ struct ModelLoadOptions {
   // Keep the kernels' per-launch pointer checks (a driver query per pointer) on every step
   // instead of only on the first one (debugging; measures their cost).
   bool debug_pointer_checks = false;
+  // Benches: fill the paged KV cache with random values once it is allocated
+  // (PagedKvStorage::FillRandom) instead of leaving it zero, so that a decode step over a context
+  // that was never prefilled sees distinct indexer scores (a zero cache ties them all, which
+  // the exact top-k resolves in its cheapest way) and non-uniform attention.
+  bool random_kv = false;
   // Memory planning on a device backend (issue 4). After the weights are loaded the model runs
   // warm-up steps at the largest step sizes (a prefill of plan_max_batched_tokens tokens, a decode
   // of plan_max_num_seqs sequences) so workspace and op scratch reach their peak, measures what

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -182,6 +183,50 @@ TEST(KvFp8Model, BytesPerTokenAndParse) {
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("fp32, fp8"), std::string::npos) << bad;
   EXPECT_STREQ(KvDTypeName(KvDType::kFp8), "fp8");
+}
+
+// PagedKvStorage::FillRandom (benches): every slot of every layer written, finite, no two slots'
+// rows equal (chunks of 8192 slots differ by a constant), in both dtypes.
+TEST(KvStorage, FillRandomWritesDistinctFiniteRows) {
+  const ModelConfig c = SmallTestConfig(2, 1, false);
+  auto backend = CreateCpuBackend(1);
+  for (const KvDType dtype : {KvDType::kF32, KvDType::kFp8}) {
+    SCOPED_TRACE(KvDTypeName(dtype));
+    const int block = 64, blocks = 300;  // 19200 slots: three 8192-slot chunks
+    auto kv = PagedKvStorage::Create(backend.get(), c, {block, blocks, dtype}, {0, 1});
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    (*kv)->FillRandom(backend.get(), 5);
+    const int64_t slots = (*kv)->num_slots();
+    for (int layer : {0, 1}) {
+      const LayerKv& lk = (*kv)->layer(layer);
+      const int64_t w = c.kv_lora_rank + c.qk_rope_head_dim;
+      std::vector<float> lat(static_cast<size_t>(slots * w));
+      std::vector<float> keys;
+      if (dtype == KvDType::kF32) {
+        std::copy_n(lk.latent.data, lat.size(), lat.begin());
+        keys.assign(lk.index_keys.data, lk.index_keys.data + slots * c.index_head_dim);
+      } else {
+        std::vector<int32_t> all(static_cast<size_t>(slots));
+        std::iota(all.begin(), all.end(), 0);
+        backend->GatherLatentFp8(lk.latent_fp8, all.data(), MatView{lat.data(), slots, w, w});
+        keys.resize(static_cast<size_t>(slots * c.index_head_dim));
+        for (int64_t i = 0; i < slots; ++i) {
+          cpu_kv_fp8::DequantizeIndexKey(lk.index_fp8, i, keys.data() + i * c.index_head_dim);
+        }
+      }
+      for (const std::vector<float>* v : {&lat, &keys}) {
+        const int64_t cols = v == &lat ? w : c.index_head_dim;
+        ASSERT_TRUE(std::all_of(v->begin(), v->end(), [](float f) { return std::isfinite(f); }));
+        // Slot 0 vs slots 8192 and 16384 (the same base row, other chunks) and slot 1.
+        for (int64_t other : {int64_t{1}, int64_t{8192}, int64_t{16384}}) {
+          EXPECT_FALSE(std::equal(v->begin(), v->begin() + cols, v->begin() + other * cols))
+              << "layer " << layer << " slot " << other << " repeats slot 0";
+        }
+        EXPECT_GT(std::count_if(v->begin(), v->begin() + cols, [](float f) { return f != 0.f; }),
+                  cols / 2);
+      }
+    }
+  }
 }
 
 TEST(KvFp8Model, UnsupportedWidthsNameTheFix) {

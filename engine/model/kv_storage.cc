@@ -1,5 +1,9 @@
 #include "engine/model/kv_storage.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 namespace glm::engine {
@@ -94,6 +98,57 @@ absl::StatusOr<std::unique_ptr<PagedKvStorage>> PagedKvStorage::Create(
     kv->layers_.push_back(lk);
   }
   return kv;
+}
+
+void PagedKvStorage::FillRandom(Backend* backend, uint64_t seed) const {
+  constexpr int64_t kChunk = 8192;
+  int64_t width = 1;
+  for (const LayerKv& lk : layers_) {
+    width = std::max<int64_t>({width, lk.latent.cols, lk.index_keys.cols,
+                               int64_t{lk.latent_fp8.kv_lora_rank} + lk.latent_fp8.rope_dim,
+                               int64_t{lk.index_fp8.dim}});
+  }
+  const int64_t slots = num_slots();
+  std::vector<float> base(static_cast<size_t>(kChunk * width));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& v : base) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<float>(x >> 40) * (1.0f / 16777216.0f) - 0.5f;  // [-0.5, 0.5)
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(slots));
+  for (int64_t i = 0; i < slots; ++i) ids[i] = static_cast<int32_t>(i);
+  std::unique_ptr<Buffer> d_base = backend->Allocate(base.size() * sizeof(float));
+  std::unique_ptr<Buffer> d_rows = backend->Allocate(base.size() * sizeof(float));
+  std::unique_ptr<Buffer> d_shift = backend->Allocate(base.size() * sizeof(float));
+  std::unique_ptr<Buffer> d_ids = backend->Allocate(ids.size() * sizeof(int32_t));
+  backend->CopyToDevice(d_base->data(), base.data(), base.size() * sizeof(float));
+  backend->CopyToDevice(d_ids->data(), ids.data(), ids.size() * sizeof(int32_t));
+  const int32_t* all = static_cast<const int32_t*>(d_ids->data());
+  for (int64_t b = 0, chunk = 0; b < slots; b += kChunk, ++chunk) {
+    const int64_t n = std::min(kChunk, slots - b);
+    const MatView rows{d_rows->f32(), n, width, width};
+    const MatView shift{d_shift->f32(), n, width, width};
+    backend->Copy(MatView{d_base->f32(), n, width, width}, rows);
+    // A different constant per chunk (golden-ratio steps in [-0.5, 0.5)): no two chunks repeat.
+    const double c = std::fmod(static_cast<double>(chunk) * 0.6180339887498949, 1.0) - 0.5;
+    backend->Fill(shift, static_cast<float>(c));
+    backend->Add(shift, rows);
+    for (const LayerKv& lk : layers_) {
+      if (lk.dtype == KvDType::kFp8) {
+        const int64_t lw = int64_t{lk.latent_fp8.kv_lora_rank} + lk.latent_fp8.rope_dim;
+        backend->WriteLatentFp8(rows.Cols(0, lw), all + b, lk.latent_fp8);
+        if (lk.index_fp8.num_slots > 0) {
+          backend->WriteIndexKeysFp8(rows.Cols(0, lk.index_fp8.dim), all + b, lk.index_fp8);
+        }
+      } else {
+        backend->ScatterRows(rows.Cols(0, lk.latent.cols), all + b, lk.latent);
+        if (lk.index_keys.rows > 0) {
+          backend->ScatterRows(rows.Cols(0, lk.index_keys.cols), all + b, lk.index_keys);
+        }
+      }
+    }
+  }
+  backend->Synchronize();  // the scratch buffers are freed on return
 }
 
 }  // namespace glm::engine

@@ -36,6 +36,13 @@ class PagedKvStorage {
   // Bytes of KV per token over all layers held (KvBytesPerTokenOfLayer summed).
   int64_t bytes_per_token() const { return bytes_per_token_; }
 
+  // Benches: every slot of every layer gets random values (rows uniform in [-0.5, 0.5) plus a
+  // constant that differs from one 8192-slot chunk to the next), written through the cache's own
+  // write ops (ScatterRows, or WriteLatentFp8 / WriteIndexKeysFp8: valid e4m3 rows with their
+  // scales), so that the indexer's scores and the attention weights differ from key to key as in
+  // a real context instead of all tying over a zero cache. Enqueued on the backend's stream.
+  void FillRandom(Backend* backend, uint64_t seed) const;
+
  private:
   KvCacheGeometry geometry_;
   std::vector<std::unique_ptr<Buffer>> buffers_;

@@ -7,9 +7,11 @@
 //   select : the selection alone on random scores (IndexerSelectForTest; pass-0 histogram
 //            included where the path takes it from the score kernel), per path, and the
 //            short-row select at 256 / 512 / 1024 threads; "select-tie": every score equal
-// Paths (SetIndexerPathForBench): "prev" = the choice by shape before the short-row select (the
-// baseline every ratio is against, measured in this process), "legacy" = single-CTA passes,
-// "multi" = multi-CTA passes, "short" = the row in shared memory, "default" = the choice now.
+// Paths (SetIndexerPathForBench, SetIndexerOutputForBench): "prev" = the choice by shape before
+// the short-row select, with the multi-CTA passes' single-CTA ordered output (the baseline every
+// ratio is against, measured in this process), "legacy" = single-CTA passes, "multi-1cta" =
+// multi-CTA passes with the single-CTA output, "multi" = multi-CTA passes with the parallel output
+// (IndexerOutputKernel), "short" = the row in shared memory, "default" = the choice now.
 // Score kernels (fp8 keys; SetIndexerScorePathForBench), rows "topk-score", select path by
 // shape: "fp32" = the CUDA-core fp32 kernel (the baseline of these rows' ratios, measured in this
 // process), "tc" = the tensor-core kernel (score mode 2), "tc-v3" / "tc-v4" = its variants
@@ -58,11 +60,18 @@ std::vector<float> RandomFloats(uint32_t seed, size_t n) {
 struct Mode {
   int mode, threads;
   const char* name;
+  int output = 0;  // SetIndexerOutputForBench: 0 the parallel ordered output, 1 single-CTA
 };
-constexpr Mode kModes[] = {{4, 0, "prev"},  {1, 0, "legacy"}, {2, 0, "multi"},
-                           {3, 0, "short"}, {0, 0, "default"}};
+constexpr Mode kModes[] = {{4, 0, "prev", 1}, {1, 0, "legacy"}, {2, 0, "multi-1cta", 1},
+                           {2, 0, "multi"},   {3, 0, "short"},  {0, 0, "default"}};
 constexpr Mode kShortThreads[] = {{3, 256, "short256"}, {3, 512, "short512"},
                                   {3, 1024, "short1024"}};
+
+void SetMode(const Mode& m) {
+  SetIndexerPathForBench(m.mode);
+  SetIndexerOutputForBench(m.output);
+  SetIndexerShortThreadsForBench(m.threads);
+}
 
 void Report(const char* op, const char* kv, int rows, int keys, const char* path, double us,
             double prev_us) {
@@ -162,7 +171,7 @@ int Main(int argc, char** argv) {
           if (score_only) continue;
         }
         for (const Mode& m : kModes) {
-          SetIndexerPathForBench(m.mode);
+          SetMode(m);
           CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");  // grow scratch
           BENCH_CHECK(cudaStreamSynchronize(stream));
           const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); },
@@ -171,7 +180,7 @@ int Main(int argc, char** argv) {
           Report("topk", fp8 ? "fp8" : "fp32", rows, keys, m.name, t.us_per_call, prev);
         }
         // Score-kernel chunk sizing (default path): 1 / 4 / 8 CTAs per SM (default 2).
-        SetIndexerPathForBench(0);
+        SetMode({0, 0, ""});
         for (const int ctas : {1, 4, 8}) {
           SetIndexerScoreCtasPerSmForBench(ctas);
           CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");
@@ -182,7 +191,7 @@ int Main(int argc, char** argv) {
           Report("topk", fp8 ? "fp8" : "fp32", rows, keys, name.c_str(), t.us_per_call, prev);
         }
         SetIndexerScoreCtasPerSmForBench(2);
-        SetIndexerPathForBench(-1);
+        SetMode({-1, 0, ""});
       }
       if (score_only) continue;
       // ---- the selection alone, random and all-equal scores
@@ -195,8 +204,7 @@ int Main(int argc, char** argv) {
         std::vector<Mode> modes(std::begin(kModes), std::end(kModes));
         if (!tie) modes.insert(modes.end(), std::begin(kShortThreads), std::end(kShortThreads));
         for (const Mode& m : modes) {
-          SetIndexerPathForBench(m.mode);
-          SetIndexerShortThreadsForBench(m.threads);
+          SetMode(m);
           auto run = [&](int) {
             return IndexerSelectForTest(d_s.as<float>(), ld, rows, d_nkeys.as<int32_t>(), keys,
                                         kTopK, d_out.as<int32_t>(), scratch, stream);
@@ -207,8 +215,7 @@ int Main(int argc, char** argv) {
           if (m.mode == 4) prev = t.us_per_call;
           Report(tie ? "select-tie" : "select", "-", rows, keys, m.name, t.us_per_call, prev);
         }
-        SetIndexerPathForBench(-1);
-        SetIndexerShortThreadsForBench(0);
+        SetMode({-1, 0, ""});
       }
     }
   }

@@ -37,13 +37,23 @@ namespace {
 
 using kernels::testing::GuardedBuffer;
 
-// Path modes of SetIndexerPathForBench: legacy, multi-CTA, short-row, before-short default, default.
-constexpr int kModes[] = {1, 2, 3, 4, 0};
+// Path modes of SetIndexerPathForBench: legacy, multi-CTA, short-row, before-short default,
+// default; then kMultiSingleOutput: the multi-CTA passes with the single-CTA output pass
+// (SetIndexerOutputForBench(1)) instead of the parallel one.
+constexpr int kMultiSingleOutput = 102;
+constexpr int kModes[] = {1, 2, 3, 4, 0, kMultiSingleOutput};
+
+// Sets the path hooks for one of kModes.
+void SetPathMode(int mode) {
+  SetIndexerOutputForBench(mode == kMultiSingleOutput ? 1 : 0);
+  SetIndexerPathForBench(mode == kMultiSingleOutput ? 2 : mode);
+}
 
 // Resets the path hooks at scope exit (a failed ASSERT must not leave a forced path behind).
 struct PathReset {
   ~PathReset() {
     SetIndexerPathForBench(-1);
+    SetIndexerOutputForBench(0);
     SetIndexerShortThreadsForBench(0);
     SetIndexerScorePathForBench(-1);
   }
@@ -165,7 +175,7 @@ class IndexerSelectTest : public ::testing::Test {
       SetIndexerShortThreadsForBench(threads);
       for (const int mode : kModes) {
         if (threads != 0 && mode != 3) continue;
-        SetIndexerPathForBench(mode);
+        SetPathMode(mode);
         ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
         const absl::Status st = IndexerSelectForTest(ds.as<float>(), ld, rows, dnk.as<int32_t>(),
                                                      max_keys, top_k, dout.as<int32_t>(),
@@ -336,7 +346,7 @@ class IndexerTopKPathsTest : public ::testing::Test {
     SetIndexerScorePathForBench(score_mode);
     for (const int mode : kModes) {
       SCOPED_TRACE(testing::Message() << "score mode " << score_mode << " path mode " << mode);
-      SetIndexerPathForBench(mode);
+      SetPathMode(mode);
       ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
       const absl::Status st = IndexerTopK(g, scratch_, stream);
       ASSERT_TRUE(st.ok()) << st;

@@ -24,6 +24,9 @@ int LastAttentionPathForBench();
 // passes, 3 short-row select wherever the row fits, 4 the choice by shape before the short-row
 // select, -1 the environment's (GLM_CUDA_INDEXER_LEGACY).
 void SetIndexerPathForBench(int mode);
+// The multi-CTA passes' ordered output: 0 over the whole GPU (IndexerOutputKernel, default), 1
+// the single-CTA output pass of IndexerSelectKernel (the previous one).
+void SetIndexerOutputForBench(int mode);
 // Threads of the short-row select CTA (a multiple of 32 in [256, 1024]); 0 = the default.
 void SetIndexerShortThreadsForBench(int threads);
 // Score-kernel CTAs per SM the key chunks aim at (1..16; else back to 2).

@@ -25,15 +25,20 @@
 //   reading its row up to 4 times from L2. Scratch: rows x max_num_keys floats + rows x 1 KiB.
 //   -0.0 ranks equal to +0.0; NaN ranks below -inf.
 // Multi-CTA radix passes (default when rows < SM count and a row has more than 16K keys, i.e. more
-//   than one select step per pass, and the short-row select below does not take it; GLM_CUDA_INDEXER_LEGACY=1 in the environment, read once,
-//   forces the single-CTA passes above; SetIndexerPathForBench picks either for tests / benches):
-//   IndexerHistKernel builds the histogram of radix pass 1, 2, 3 (one launch each) over chunks of
-//   the row spread on the whole GPU: each CTA re-derives the prefix of the earlier passes from
-//   their (complete) histograms, counts its chunk's keys matching it (warp-aggregated shared
-//   atomics) and adds the counts into [rows, 4, 256] with integer atomics (exact, so
-//   deterministic); it does nothing once an earlier pass took its bin whole. The select kernel
-//   then takes all 4 passes from those histograms and only runs the ordered output pass over the
-//   row. Same output, bit for bit, as the single-CTA passes.
+//   than one select step per pass, and the short-row select below does not take it;
+//   GLM_CUDA_INDEXER_LEGACY=1 in the environment, read once, forces the single-CTA passes above;
+//   SetIndexerPathForBench picks either for tests / benches): IndexerHistKernel builds the
+//   histogram of radix pass 1, 2, 3 (one launch each) over chunks of the row spread on the whole
+//   GPU: each CTA re-derives the prefix of the earlier passes from their (complete) histograms,
+//   counts its chunk's keys matching it (warp-aggregated shared atomics) and adds the counts into
+//   [rows, 4, 256] with integer atomics (exact, so deterministic); it does nothing once an earlier
+//   pass took its bin whole. The ordered output then runs over the whole GPU too
+//   (IndexerOutputKernel: chunks of 1024 positions, each CTA derives the prefix from the 4
+//   histograms, counts its keys above / equal to it and finds the counts of the chunks before it by
+//   a decoupled look-back; SetIndexerOutputForBench(1) keeps IndexerSelectKernel's single-CTA
+//   output pass instead). Same output, bit for bit, as the single-CTA passes. Measured (H200, ncu,
+//   1 x 128K random scores): the single-CTA output pass 35 us of the whole IndexerTopK's ~66 (score
+//   19, 3 histogram passes 11).
 // Short-row select (default while a row is at most kItems keys per select thread, i.e. 16K keys,
 //   and fits the device's opt-in shared memory; SetIndexerPathForBench mode 3 forces it wherever
 //   the row fits): IndexerSelectShortKernel, one 1024-thread CTA per row, loads the row once into
@@ -103,6 +108,9 @@ constexpr int kItems = 16;  // scores per thread per step of the select kernel
 constexpr int kHistThreads = 256;
 constexpr int kHistPasses = 4;  // radix passes (8 bits each) with a histogram in scratch
 constexpr int kHistChunkAlign = 512;  // keys per IndexerHistKernel CTA: a multiple of this
+constexpr int kOutThreads = 256;      // IndexerOutputKernel: the multi-CTA passes' ordered output
+constexpr int kOutItems = 4;          // consecutive positions per thread (a multiple of 4)
+constexpr int kOutChunk = kOutThreads * kOutItems;  // positions per output CTA
 
 // Path choice: -1 = not read yet; 0 = by shape (default); 1 = legacy (GLM_CUDA_INDEXER_LEGACY=1 in the
 // environment, read once); 2 = the new path wherever it applies (tests / benches only).
@@ -455,6 +463,7 @@ __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(S
   const int begin = ch.begin, end = ch.end;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
+  const int32_t* slots = p.slots + p.row_offset[t];
 
   // Query fragments. Entry (mt, ks, lane): dims d_e = c * 32 + 4 ks + e of heads mt*16 + g (.x:
   // e 0,1; .z: e 2,3) and mt*16 + g + 8 (.y: e 0,1; .w: e 2,3): a0..a7 of m16n8k16 with the
@@ -487,7 +496,6 @@ __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(S
   }
   const bool with_hist = LoadWeightsClearHist<kTcThreads>(p, t, w_s, hist_s);  // uniform
   __syncthreads();
-  const int32_t* slots = p.slots + p.row_offset[t];
 
   for (int key0 = begin + warp * kTcWarpKeys; key0 < end; key0 += kTcTileKeys) {
     // Lane l: key key0 + l's value offset and scale (32-bit division once per key).
@@ -901,6 +909,31 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// The radix select's prefix after the first `passes` 8-bit passes, from their complete
+// histograms rh[pass][256] (the select kernel's derivation, PickDigit pass by pass): *prefix,
+// *mask (the resolved bits) and *remaining (how many keys equal to the prefix are taken; in:
+// top_k). Returns whether a pass took its bin whole (the selection is complete: it stops there).
+// Every thread of a 256-thread CTA calls; h_s [256], warp_sums [32] and sel [3] are its scratch.
+__device__ __forceinline__ bool PrefixFromHistograms(const uint32_t* rh, int passes, uint32_t* h_s,
+                                                     uint32_t* warp_sums, uint32_t* sel,
+                                                     uint32_t* prefix, uint32_t* mask,
+                                                     uint32_t* remaining) {
+  const int tid = threadIdx.x;
+  for (int q = 0; q < passes; ++q) {
+    const int sh = 24 - 8 * q;
+    h_s[tid] = rh[q * 256 + tid];
+    __syncthreads();
+    PickDigit(h_s, *remaining, warp_sums, sel);
+    *prefix |= sel[0] << sh;
+    *mask |= 255u << sh;
+    *remaining = sel[1];
+    const bool complete = sel[2] != 0;
+    __syncthreads();            // sel and h_s read by all before they are rewritten
+    if (complete) return true;  // uniform
+  }
+  return false;
+}
+
 // Radix pass `pass` (1..3, digit bits 24 - 8 pass ..) of the rows' selection, histogram built
 // by many CTAs (pass 0 too, for IndexerSelectForTest). grid: rows * chunks; block kHistThreads.
 // hist: [rows, row_passes, 256], passes before `pass` complete. Adds the counts of chunk c's keys (positions [c * chunk_len, ...))
@@ -925,18 +958,7 @@ __global__ void __launch_bounds__(kHistThreads)
   uint32_t* rh = hist + t * row_passes * 256;
   // The prefix of passes 0 .. pass - 1, as the select kernel derives it.
   uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(top_k);
-  for (int q = 0; q < pass; ++q) {
-    const int sh = 24 - 8 * q;
-    h_s[tid] = rh[q * 256 + tid];  // kHistThreads == 256
-    __syncthreads();
-    PickDigit(h_s, remaining, warp_sums, sel);
-    prefix |= sel[0] << sh;
-    mask |= 255u << sh;
-    remaining = sel[1];
-    const bool complete = sel[2] != 0;
-    __syncthreads();  // sel and h_s read by all before they are rewritten
-    if (complete) return;  // uniform
-  }
+  if (PrefixFromHistograms(rh, pass, h_s, warp_sums, sel, &prefix, &mask, &remaining)) return;
   h_s[tid] = 0;
   __syncthreads();
   const int shift = 24 - 8 * pass;
@@ -956,6 +978,130 @@ __global__ void __launch_bounds__(kHistThreads)
   }
   __syncthreads();
   if (h_s[tid] != 0) atomicAdd(&rh[pass * 256 + tid], h_s[tid]);
+}
+
+// ---- Parallel ordered output of the multi-CTA passes ------------------------------------------
+
+// Look-back word of an output chunk (IndexerOutputKernel), zero before the launch: bits 63..62
+// the status (0 not yet, 1 the chunk's own counts, 2 the inclusive prefix of the row's chunks up
+// to it), bits 61..31 the keys above the prefix, bits 30..0 the keys equal to it.
+constexpr uint64_t kLbOwn = uint64_t{1} << 62, kLbInclusive = uint64_t{2} << 62;
+
+__device__ __forceinline__ uint64_t LbWord(uint64_t status, uint32_t gt, uint32_t eq) {
+  return status | (uint64_t{gt} << 31) | eq;
+}
+
+// grid: rows * chunks (chunk c of row t: positions [c * kOutChunk, (c + 1) * kOutChunk)); block
+// kOutThreads; lookback: [rows * chunks] zero on entry. The ordered output pass of
+// IndexerSelectKernel spread over the GPU: every CTA derives the row's final prefix from the 4
+// complete histograms (PrefixFromHistograms), counts its keys above and equal to it (thread j:
+// kOutItems consecutive positions, one block scan), publishes the counts, learns the counts of
+// the row's chunks before it by a decoupled look-back (warp 0 reads 32 predecessors at a time and
+// stops at the nearest inclusive prefix; a predecessor that has not published yet has a lower
+// block index, so it is already running, and nothing it waits on waits on this CTA), then writes
+// its keys at the positions IndexerSelectKernel would: the same output, bit for bit.
+__global__ void __launch_bounds__(kOutThreads)
+    IndexerOutputKernel(const float* scores, int64_t ld, const uint32_t* row_hist,
+                        const int32_t* row_num_keys, int top_k, int chunks,
+                        unsigned long long* lookback, int32_t* out) {
+  static_assert(kOutThreads == 256, "PrefixFromHistograms: one thread per bin");
+  PdlEnter();
+  __shared__ uint32_t h_s[256];
+  __shared__ uint32_t warp_sums[32];
+  __shared__ uint32_t sel[3];
+  __shared__ uint32_t before_s[2];  // keys above / equal to the prefix in the chunks before
+  const int64_t t = blockIdx.x / chunks;
+  const int c = static_cast<int>(blockIdx.x % chunks);
+  const int n = row_num_keys[t];
+  const int tid = threadIdx.x, lane = tid & 31;
+  int32_t* o = out + t * top_k;
+  if (n <= top_k) {  // uniform; nothing of this row looks back
+    if (c == 0) {
+      for (int i = tid; i < top_k; i += kOutThreads) o[i] = i < n ? i : -1;
+    }
+    return;
+  }
+  uint32_t prefix = 0, mask = 0, need = static_cast<uint32_t>(top_k);
+  PrefixFromHistograms(row_hist + t * kHistPasses * 256, kHistPasses, h_s, warp_sums, sel, &prefix,
+                       &mask, &need);
+
+  // This thread's positions; past n: neither above nor equal. i0 and ld are multiples of 4 and
+  // i0 + 3 < n <= ld keeps the float4 inside the row.
+  const float* s = scores + t * ld;
+  const int64_t i0 = int64_t{c} * kOutChunk + kOutItems * tid;
+  float v[kOutItems];
+#pragma unroll
+  for (int j4 = 0; j4 < kOutItems; j4 += 4) {
+    const int64_t i = i0 + j4;
+    if (i + 3 < n) {
+      const float4 x = *reinterpret_cast<const float4*>(s + i);
+      v[j4] = x.x, v[j4 + 1] = x.y, v[j4 + 2] = x.z, v[j4 + 3] = x.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j4 + j] = i + j < n ? s[i + j] : 0.f;
+    }
+  }
+  uint32_t gt_flags = 0, eq_flags = 0;
+#pragma unroll
+  for (int j = 0; j < kOutItems; ++j) {
+    if (i0 + j < n) {
+      const uint32_t u = OrderedKey(v[j]) & mask;
+      gt_flags |= (u > prefix ? 1u : 0u) << j;
+      eq_flags |= (u == prefix ? 1u : 0u) << j;
+    }
+  }
+  uint32_t total;
+  const uint32_t excl = BlockExclusiveScan(
+      (static_cast<uint32_t>(__popc(gt_flags)) << 16) | __popc(eq_flags), warp_sums, &total);
+  const uint32_t own_gt = total >> 16, own_eq = total & 0xffffu;
+
+  unsigned long long* row_lb = lookback + t * chunks;
+  if (tid < 32) {
+    uint32_t gt_before = 0, eq_before = 0;
+    if (c == 0) {
+      if (lane == 0) atomicExch(&row_lb[0], LbWord(kLbInclusive, own_gt, own_eq));
+    } else {
+      if (lane == 0) atomicExch(&row_lb[c], LbWord(kLbOwn, own_gt, own_eq));
+      for (int top = c - 1;; top -= 32) {  // warp-uniform
+        const int idx = top - lane;        // lane 0: the nearest predecessor
+        uint64_t w = kLbInclusive;         // before chunk 0: an empty inclusive prefix
+        if (idx >= 0) {
+          const volatile unsigned long long* p = row_lb + idx;
+          do {
+            w = *p;
+          } while ((w >> 62) == 0);
+        }
+        const uint32_t inclusive = __ballot_sync(0xffffffffu, (w >> 62) == 2);
+        const int stop = inclusive != 0 ? __ffs(inclusive) - 1 : 31;
+        uint32_t g = lane <= stop ? static_cast<uint32_t>(w >> 31) & 0x7fffffffu : 0u;
+        uint32_t e = lane <= stop ? static_cast<uint32_t>(w) & 0x7fffffffu : 0u;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+          g += __shfl_xor_sync(0xffffffffu, g, off);
+          e += __shfl_xor_sync(0xffffffffu, e, off);
+        }
+        gt_before += g;
+        eq_before += e;
+        if (inclusive != 0) break;
+      }
+      if (lane == 0) {
+        atomicExch(&row_lb[c], LbWord(kLbInclusive, gt_before + own_gt, eq_before + own_eq));
+      }
+    }
+    if (lane == 0) before_s[0] = gt_before, before_s[1] = eq_before;
+  }
+  __syncthreads();
+  uint32_t gt_before = before_s[0] + (excl >> 16), eq_before = before_s[1] + (excl & 0xffffu);
+#pragma unroll
+  for (int j = 0; j < kOutItems; ++j) {
+    if ((gt_flags >> j) & 1u) {
+      o[gt_before + min(eq_before, need)] = static_cast<int32_t>(i0 + j);
+      ++gt_before;
+    } else if ((eq_flags >> j) & 1u) {
+      if (eq_before < need) o[gt_before + eq_before] = static_cast<int32_t>(i0 + j);
+      ++eq_before;
+    }
+  }
 }
 
 int64_t ScoreSmemBytes(int heads_pad, int dim_pad) {
@@ -1063,6 +1209,24 @@ absl::Status LaunchTcScore(int variant, const ScoreParams& p, int64_t ctas, int6
 
 int HistPasses(SelectPath path) { return path == SelectPath::kMulti ? kHistPasses : 1; }
 
+// The multi-CTA passes' ordered output (SetIndexerOutputForBench): 0 = IndexerOutputKernel over
+// the whole GPU (default), 1 = IndexerSelectKernel's single-CTA output pass (the previous one).
+std::atomic<int> g_output_mode{0};
+
+bool ParallelOutput(SelectPath path) {
+  return path == SelectPath::kMulti && g_output_mode.load(std::memory_order_relaxed) == 0;
+}
+
+int64_t OutputChunks(int64_t max_keys) { return detail::CeilDiv(max_keys, kOutChunk); }
+
+// Zeroed scratch of a selection: the histograms [rows, HistPasses(path), 256] u32, then (parallel
+// output) the look-back words [rows, OutputChunks] u64.
+size_t SelectScratchBytes(SelectPath path, int64_t rows, int64_t max_keys) {
+  size_t bytes = static_cast<size_t>(rows) * HistPasses(path) * 256 * 4;
+  if (ParallelOutput(path)) bytes += static_cast<size_t>(rows) * OutputChunks(max_keys) * 8;
+  return bytes;
+}
+
 // IndexerHistKernel chunks: ~2 CTAs per SM over all rows, a multiple of kHistChunkAlign keys each.
 void HistChunks(int64_t rows, int64_t max_keys, const detail::DeviceInfo& info, int64_t* len,
                 int64_t* chunks) {
@@ -1072,8 +1236,8 @@ void HistChunks(int64_t rows, int64_t max_keys, const detail::DeviceInfo& info, 
 }
 
 // The selection over scores [rows, ld] (ld a multiple of 4, rows 16-byte aligned, every row's
-// num_keys <= ld). hist: [rows, HistPasses(path), 256] with pass 0 complete (kSingle / kMulti;
-// unused by kShort).
+// num_keys <= ld). hist: SelectScratchBytes(path, ...) zeroed but for pass 0's histogram, complete
+// (kSingle / kMulti; unused by kShort).
 absl::Status LaunchSelect(SelectPath path, const float* scores, int64_t ld, uint32_t* hist,
                           int64_t rows, const int32_t* row_num_keys, int64_t max_keys, int top_k,
                           int32_t* out, const detail::DeviceInfo& info, cudaStream_t stream) {
@@ -1095,6 +1259,19 @@ absl::Status LaunchSelect(SelectPath path, const float* scores, int64_t ld, uint
                    static_cast<int>(hchunks), static_cast<int>(hchunk_len));
       GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
     }
+    if (ParallelOutput(path)) {
+      const int64_t chunks = OutputChunks(max_keys);
+      if (rows * chunks > 0x7fffffff) {
+        return absl::InvalidArgumentError(absl::StrCat("cuda IndexerTopK: ", rows * chunks,
+                                                       " output CTAs exceed the grid limit"));
+      }
+      auto* lookback = reinterpret_cast<unsigned long long*>(hist + rows * kHistPasses * 256);
+      LaunchKernel(IndexerOutputKernel, static_cast<unsigned>(rows * chunks), kOutThreads, 0,
+                   stream, scores, ld, hist, row_num_keys, top_k, static_cast<int>(chunks),
+                   lookback, out);
+      GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+      return absl::OkStatus();
+    }
   }
   LaunchKernel(IndexerSelectKernel, static_cast<unsigned>(rows), kSelectThreads, 0, stream, scores,
                ld, hist, HistPasses(path), row_num_keys, top_k, out);
@@ -1109,6 +1286,11 @@ absl::Status LaunchSelect(SelectPath path, const float* scores, int64_t ld, uint
 // short-row select wherever the row fits, 4 = the choice by shape before the short-row select;
 // -1 = back to the environment's choice (GLM_CUDA_INDEXER_LEGACY).
 void SetIndexerPathForBench(int mode) { g_mode.store(mode < 0 ? -1 : mode); }
+
+// A/B hook for benches and tests (not in cuda_ops.h): the multi-CTA passes' ordered output. 0 =
+// IndexerOutputKernel over the whole GPU (the default), 1 = IndexerSelectKernel's single-CTA
+// output pass; other values: back to 0.
+void SetIndexerOutputForBench(int mode) { g_output_mode.store(mode == 1 ? 1 : 0); }
 
 // Bench hook: threads of the short-row select CTA (a multiple of 32 in [256, 1024]); 0 = the
 // default (kSelectThreads).
@@ -1152,7 +1334,7 @@ absl::Status IndexerSelectForTest(const float* scores, int64_t ld, int64_t rows,
   const SelectPath path = ChooseSelect(rows, max_num_keys, info);
   uint32_t* hist = nullptr;
   if (path != SelectPath::kShort) {
-    const size_t bytes = static_cast<size_t>(rows) * HistPasses(path) * 256 * 4;
+    const size_t bytes = SelectScratchBytes(path, rows, max_num_keys);
     GLM_ASSIGN_OR_RETURN(void* h, scratch.Get(1, bytes));
     hist = static_cast<uint32_t*>(h);
     GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, bytes, stream));
@@ -1231,7 +1413,7 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     p.hist = nullptr;
     p.hist_stride = 256 * HistPasses(path);
     if (path != SelectPath::kShort) {
-      const size_t hist_bytes = static_cast<size_t>(rows) * p.hist_stride * 4;
+      const size_t hist_bytes = SelectScratchBytes(path, rows, max_keys);
       GLM_ASSIGN_OR_RETURN(void* hist, scratch.Get(1, hist_bytes));
       p.hist = static_cast<uint32_t*>(hist);
       GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, hist_bytes, stream));
