@@ -6,7 +6,8 @@
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
 //       [--key-slots incremental|both] [--kv-fill random|zeros]
-//       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer]
+//       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|
+//             idxctas|idxahead|idxv3]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -52,7 +53,12 @@
 // shared-memory ring by cp.async (cuda_ops_moe.h SetMoeDecodeAsyncCopies; the default) vs a
 // register double buffer. indexer: the DSA indexer's multi-CTA selection with its ordered output
 // over the whole GPU (cuda_ops_hooks.h SetIndexerOutputForBench(0), the default) vs the
-// single-CTA output pass; it moves rows of more than 16K keys only.
+// single-CTA output pass; it moves rows of more than 16K keys only. idxctas: the indexer score
+// kernel's key chunks sized for 4 CTAs per SM vs 2 (the default; cuda_ops_hooks.h
+// SetIndexerScoreCtasPerSmForBench). idxahead: the tensor-core score kernel's look-ahead 2 (the
+// next step's keys in flight; the default) vs 0 (SetIndexerScoreAheadForBench). idxv3: the
+// score kernel's {4,8} variant (score mode 3: 4 CTAs per SM, one accumulation chain) with chunks
+// for 4 CTAs per SM vs the default.
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -158,6 +164,16 @@ void AllowRouteFuse(bool on) {
 void AllowOneLaunch(bool on) { cuda::SetMoeOneLaunchMaxTokens(on ? cuda::kMoeDecodeMaxPairs : 0); }
 // --ab indexer: the indexer's ordered output over the whole GPU, or the single-CTA pass.
 void AllowIndexerParallelOutput(bool on) { cuda::SetIndexerOutputForBench(on ? 0 : 1); }
+// --ab idxctas: the indexer score kernel's chunks for 4 CTAs per SM, or 2 (the default).
+void AllowIndexerScoreCtas4(bool on) { cuda::SetIndexerScoreCtasPerSmForBench(on ? 4 : 2); }
+// --ab idxahead: the indexer score kernel's look-ahead 2 (the default), or none.
+void AllowIndexerScoreAhead(bool on) { cuda::SetIndexerScoreAheadForBench(on ? 2 : 0); }
+// --ab idxv3: the indexer score kernel's {4,8} variant on chunks for 4 CTAs per SM, or the
+// default.
+void AllowIndexerScoreV3(bool on) {
+  cuda::SetIndexerScorePathForBench(on ? 3 : -1);
+  cuda::SetIndexerScoreCtasPerSmForBench(on ? 4 : 2);
+}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -604,14 +620,14 @@ int Main(int argc, char** argv) {
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
        a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch" &&
-       a.ab != "async" && a.ab != "indexer") ||
+       a.ab != "async" && a.ab != "indexer" && a.ab != "idxctas" && a.ab != "idxahead" &&
+       a.ab != "idxv3") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
-    std::fprintf(
-        stderr,
-        "bad flags: --batches/--contexts are comma lists of integers, --steps and "
-        "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-        "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer, --fused "
-        "on|off|both\n");
+    std::fprintf(stderr,
+                 "bad flags: --batches/--contexts are comma lists of integers, --steps and "
+                 "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
+                 "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|"
+                 "idxctas|idxahead|idxv3, --fused on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -625,6 +641,9 @@ int Main(int argc, char** argv) {
   if (a.ab == "onelaunch") a.ab_allow = AllowOneLaunch;
   if (a.ab == "async") a.ab_allow = cuda::SetMoeDecodeAsyncCopies;
   if (a.ab == "indexer") a.ab_allow = AllowIndexerParallelOutput;
+  if (a.ab == "idxctas") a.ab_allow = AllowIndexerScoreCtas4;
+  if (a.ab == "idxahead") a.ab_allow = AllowIndexerScoreAhead;
+  if (a.ab == "idxv3") a.ab_allow = AllowIndexerScoreV3;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -803,6 +822,9 @@ int Main(int argc, char** argv) {
                        : a.ab == "onelaunch" ? "MoE decode kernels in one launch"
                        : a.ab == "async"     ? "MoE decode weight chunks by cp.async"
                        : a.ab == "indexer"   ? "indexer ordered output over the whole GPU"
+                       : a.ab == "idxctas"   ? "indexer score chunks for 4 CTAs per SM"
+                       : a.ab == "idxahead"  ? "indexer score look-ahead"
+                       : a.ab == "idxv3"     ? "indexer score {4,8} variant at 4 CTAs per SM"
                                              : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),

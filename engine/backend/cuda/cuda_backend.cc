@@ -525,11 +525,13 @@ class CudaBackend : public Backend {
   }
 
   // Also moves when a bench switches programmatic dependent launch (kernels::AllowPdlLaunches),
-  // side branches (AllowCudaSideBranches) or a MoE launch setting (cuda::MoeSettingsGeneration):
-  // graphs captured under the other setting are then recaptured.
+  // side branches (AllowCudaSideBranches), a MoE launch setting (cuda::MoeSettingsGeneration) or
+  // an indexer one (cuda::IndexerSettingsGeneration): graphs captured under the other setting are
+  // then recaptured.
   int64_t scratch_epoch() const override {
     return scratch_.epoch() + widen_scratch_.epoch() + kernels::PdlGeneration() +
-           g_side_generation.load(std::memory_order_relaxed) + cuda::MoeSettingsGeneration();
+           g_side_generation.load(std::memory_order_relaxed) + cuda::MoeSettingsGeneration() +
+           cuda::IndexerSettingsGeneration();
   }
 
   // The side branch runs on side_stream_ (created at the first BeginSide), forked from and joined

@@ -56,6 +56,8 @@ struct PathReset {
     SetIndexerOutputForBench(0);
     SetIndexerShortThreadsForBench(0);
     SetIndexerScorePathForBench(-1);
+    SetIndexerScoreAheadForBench(-1);
+    SetIndexerScoreCtasPerSmForBench(0);
   }
 };
 
@@ -252,6 +254,36 @@ TEST_F(IndexerSelectTest, SanitizerSubset) {
   Check(1, 40000, 100, Pattern::kRandom, {0});
 }
 
+// Every indexer bench hook that changes a value moves IndexerSettingsGeneration (so the CUDA
+// backend recaptures decode graphs); setting the same value again does not. No GPU needed.
+TEST(IndexerSettings, HooksMoveTheGeneration) {
+  PathReset reset;
+  struct Hook {
+    const char* name;
+    void (*set)(int);
+    int a, b;  // two different values
+  };
+  const Hook hooks[] = {{"output", SetIndexerOutputForBench, 0, 1},
+                        {"path", SetIndexerPathForBench, 0, 2},
+                        {"short threads", SetIndexerShortThreadsForBench, 0, 512},
+                        {"score ctas", SetIndexerScoreCtasPerSmForBench, 2, 4},
+                        {"score ahead", SetIndexerScoreAheadForBench, 2, 0},
+                        {"score path", SetIndexerScorePathForBench, 0, 3}};
+  for (const Hook& h : hooks) {
+    SCOPED_TRACE(h.name);
+    h.set(h.a);
+    const int64_t g0 = IndexerSettingsGeneration();
+    h.set(h.a);
+    EXPECT_EQ(IndexerSettingsGeneration(), g0);
+    h.set(h.b);
+    EXPECT_EQ(IndexerSettingsGeneration(), g0 + 1);
+    h.set(h.b);
+    EXPECT_EQ(IndexerSettingsGeneration(), g0 + 1);
+    h.set(h.a);
+    EXPECT_EQ(IndexerSettingsGeneration(), g0 + 2);
+  }
+}
+
 // Argument checks: no GPU needed (they come before any CUDA call).
 TEST(IndexerSelectArgs, RejectsBadScoreLayout) {
   TestScratch scratch;
@@ -435,7 +467,8 @@ TEST_F(IndexerTopKPathsTest, LargeFp8TensorCore) {
 //   term would be ~1e-3 (one bf16 term) or ~1e-5 (two) off); the errors are printed;
 //   chosen sets: each differs from the reference's only at near-ties (|ref_s - T| <= 2 kTol M_s,
 //   T = the reference's top_k-th score); the counts are printed.
-// Repeated tensor-core calls and a CUDA-graph replay give bit-identical scores and indices.
+// Repeated tensor-core calls, a CUDA-graph replay, every look-ahead (0 / 1 / 2) and chunks for
+// 1 or 2 CTAs per SM give bit-identical scores and indices.
 class IndexerTcScoreTest : public IndexerTopKPathsTest {
  protected:
   static constexpr double kTol = 1e-5;
@@ -542,7 +575,20 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
     // Variants: 3 and 4 differ in registers only (same arithmetic: bit-identical scores).
     const Out tc3 = Call(g, rows, ld, 3, dout, stream, false);
     const Out tc4 = Call(g, rows, ld, 4, dout, stream, false);
+    // The look-ahead (SetIndexerScoreAheadForBench; tc ran the default, 2) and the chunk sizing
+    // (1 CTA per SM: longer chunks, more steps per warp) change no key's arithmetic.
+    std::vector<Out> ahead;
+    for (const int ctas : {2, 1}) {
+      SetIndexerScoreCtasPerSmForBench(ctas);
+      for (const int a : {0, 1, 2}) {
+        SetIndexerScoreAheadForBench(a);
+        ahead.push_back(Call(g, rows, ld, 2, dout, stream, false));
+      }
+    }
+    SetIndexerScoreAheadForBench(-1);
+    SetIndexerScoreCtasPerSmForBench(0);
     cudaStreamDestroy(stream);
+    for (const Out& o : ahead) EXPECT_TRUE(o.idx == tc.idx) << "look-ahead / chunks moved indices";
     EXPECT_TRUE(tc.idx == tc2.idx && tc.idx == tcg.idx) << "tensor-core indices not repeatable";
     EXPECT_TRUE(tc3.idx == tc4.idx) << "variants 3 and 4 chose different indices";
     constexpr int kKernels = 3;
@@ -560,6 +606,11 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
           << "row " << t << ": graph replay scores != eager";
       ASSERT_EQ(std::memcmp(tc3.scores.data() + b, tc4.scores.data() + b, n * 4), 0)
           << "row " << t << ": score modes 3 and 4 (same arithmetic) differ";
+      for (size_t k = 0; k < ahead.size(); ++k) {
+        ASSERT_EQ(std::memcmp(tc.scores.data() + b, ahead[k].scores.data() + b, n * 4), 0)
+            << "row " << t << ": look-ahead " << k % 3 << " at " << (k < 3 ? 2 : 1)
+            << " CTAs per SM differs from the default";
+      }
       std::vector<double> ref(n), mag(n);
       for (int i = 0; i < n; ++i) {
         const int64_t r = table[offset[t] + i];

@@ -35,6 +35,10 @@ inline constexpr int kScratchSlots = 8;
 
 absl::Status Attention(const AttentionArgs& args, Scratch& scratch, cudaStream_t stream);
 absl::Status IndexerTopK(const IndexerTopKArgs& args, Scratch& scratch, cudaStream_t stream);
+// Moves whenever a bench or test switches an IndexerTopK launch setting (any SetIndexer*ForBench
+// hook of cuda_ops_hooks.h that changes a value): the CUDA backend's scratch_epoch includes it, so
+// decode graphs are recaptured under the new setting.
+int64_t IndexerSettingsGeneration();
 // fp8 KV cache (cuda_ops_kv_fp8.cu; bytes bit-identical to the CPU backend's).
 absl::Status WriteLatentFp8(const MatView& src, const int32_t* slots, const Fp8LatentCache& dst,
                             cudaStream_t stream);

@@ -31,6 +31,9 @@ void SetIndexerOutputForBench(int mode);
 void SetIndexerShortThreadsForBench(int threads);
 // Score-kernel CTAs per SM the key chunks aim at (1..16; else back to 2).
 void SetIndexerScoreCtasPerSmForBench(int ctas);
+// The tensor-core score kernel's look-ahead: 0 none, 1 the next step's key lookup, 2 (default) the
+// next step's key words too; other values: back to the default.
+void SetIndexerScoreAheadForBench(int ahead);
 // Indexer score kernel: 0 by shape, 1 fp32 CUDA-core kernel, 2 tensor-core kernel wherever it
 // applies, 3 / 4 as 2 with the other kernel variants, -1 the environment's.
 void SetIndexerScorePathForBench(int mode);

@@ -121,6 +121,11 @@ int PathMode() { return detail::EnvPathMode("GLM_CUDA_INDEXER_LEGACY", g_mode); 
 // Score-kernel CTAs per SM that the key chunks aim at (SetIndexerScoreCtasPerSmForBench).
 std::atomic<int> g_score_ctas_per_sm{2};
 
+// IndexerScoreTcKernel's look-ahead (kAhead: the loads a warp keeps in flight while a step
+// computes; SetIndexerScoreAheadForBench).
+constexpr int kDefaultAhead = 2;
+std::atomic<int> g_score_ahead{kDefaultAhead};
+
 // Score path (SetIndexerScorePathForBench): 0 = by shape (the tensor-core kernel for fp8 keys at
 // index_head_dim 128 unless GLM_CUDA_INDEXER_LEGACY=1 / path mode 1, or
 // GLM_CUDA_INDEXER_FP32_SCORE=1 in the environment, read once), 1 = the fp32 CUDA-core kernel
@@ -449,7 +454,10 @@ __device__ __forceinline__ void MmaBf16(float* d, const uint4& a, uint32_t b0, u
 // kKGroup: k-steps (x 3 split terms) per tensor-core accumulation chain; the chains' sums are
 // added in fp32 with round-to-nearest (the tensor cores' own fp32 accumulation may truncate, so
 // shorter chains bound the error tighter). kTcKsteps = one chain.
-template <int kMinBlocks, int kKGroup>
+// kAhead: what a warp has in flight while a step computes (the same arithmetic at every value):
+// 0 nothing (each step waits for its slots, then for its key words); 1 the next step's slots and
+// scales; 2 the next step's key words and the slots of the one after (32 more registers).
+template <int kMinBlocks, int kKGroup, int kAhead>
 __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(ScoreParams p) {
   PdlEnter();
   extern __shared__ __align__(16) uint4 qf[];  // [kTcSplits][mtiles][kTcKsteps][32]
@@ -497,17 +505,19 @@ __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(S
   const bool with_hist = LoadWeightsClearHist<kTcThreads>(p, t, w_s, hist_s);  // uniform
   __syncthreads();
 
-  for (int key0 = begin + warp * kTcWarpKeys; key0 < end; key0 += kTcTileKeys) {
-    // Lane l: key key0 + l's value offset and scale (32-bit division once per key).
-    const int my_slot = key0 + lane < end ? slots[key0 + lane] : -1;
-    int64_t my_voff = -1;
-    float my_scale = 0.f;
-    if (my_slot >= 0) Fp8KeyAt(p, my_slot, kTcDim, &my_voff, &my_scale);
-    // B: lane (g, c) of n-tile j holds key 8j + g's bytes [32c, 32c + 32): word ks = k-step ks.
-    uint32_t raw[kTcNtiles][kTcKsteps];
+  // Lane l: the value offset and scale of key k0 + l of a warp step (-1 / 0 past the chunk; 32-bit
+  // division once per key).
+  auto lookup = [&](int k0, int64_t* voff, float* scale) {
+    const int slot = k0 + lane < end ? slots[k0 + lane] : -1;
+    *voff = -1, *scale = 0.f;
+    if (slot >= 0) Fp8KeyAt(p, slot, kTcDim, voff, scale);
+  };
+  // B of a warp step from the lanes' offsets: lane (g, c) of n-tile j holds key 8j + g's bytes
+  // [32c, 32c + 32): word ks = k-step ks.
+  auto load_keys = [&](int64_t lane_voff, uint32_t(&raw)[kTcNtiles][kTcKsteps]) {
 #pragma unroll
     for (int j = 0; j < kTcNtiles; ++j) {
-      const int64_t voff = __shfl_sync(0xffffffffu, my_voff, 8 * j + g);
+      const int64_t voff = __shfl_sync(0xffffffffu, lane_voff, 8 * j + g);
       uint4 lo4 = make_uint4(0u, 0u, 0u, 0u), hi4 = lo4;
       if (voff >= 0) {
         const uint4* src = reinterpret_cast<const uint4*>(p.keys8 + voff + c * (kTcDim / 4));
@@ -516,6 +526,41 @@ __global__ void __launch_bounds__(kTcThreads, kMinBlocks) IndexerScoreTcKernel(S
       }
       raw[j][0] = lo4.x, raw[j][1] = lo4.y, raw[j][2] = lo4.z, raw[j][3] = lo4.w;
       raw[j][4] = hi4.x, raw[j][5] = hi4.y, raw[j][6] = hi4.z, raw[j][7] = hi4.w;
+    }
+  };
+  // kAhead (the loads in flight while a step computes): 0 = none; 1 = the next step's lookup;
+  // 2 = the next step's key words and the lookup of the one after.
+  int key0 = begin + warp * kTcWarpKeys;
+  int64_t next_voff = -1;  // the lookup kAhead steps ahead (kAhead >= 1)
+  float next_scale = 0.f;
+  uint32_t next_raw[kTcNtiles][kTcKsteps];  // the next step's key words (kAhead == 2)
+  float ahead_scale = 0.f;  // kAhead == 2: the scale of the step whose words are in next_raw
+  if constexpr (kAhead >= 1) lookup(key0, &next_voff, &next_scale);
+  if constexpr (kAhead == 2) {
+    load_keys(next_voff, next_raw);
+    ahead_scale = next_scale;
+    lookup(key0 + kTcTileKeys, &next_voff, &next_scale);
+  }
+  for (; key0 < end; key0 += kTcTileKeys) {
+    uint32_t raw[kTcNtiles][kTcKsteps];
+    float my_scale;
+    if constexpr (kAhead == 0) {
+      int64_t my_voff;
+      lookup(key0, &my_voff, &my_scale);
+      load_keys(my_voff, raw);
+    } else if constexpr (kAhead == 1) {
+      my_scale = next_scale;
+      load_keys(next_voff, raw);
+      lookup(key0 + kTcTileKeys, &next_voff, &next_scale);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kTcNtiles; ++j)
+#pragma unroll
+        for (int ks = 0; ks < kTcKsteps; ++ks) raw[j][ks] = next_raw[j][ks];
+      my_scale = ahead_scale;
+      ahead_scale = next_scale;
+      load_keys(next_voff, next_raw);
+      lookup(key0 + 2 * kTcTileKeys, &next_voff, &next_scale);
     }
     // Epilogue scales: this lane's accumulator columns are keys 8j + 2c and 8j + 2c + 1.
     float sc[kTcNtiles][2];
@@ -1181,29 +1226,37 @@ bool UseTcScore(bool fp8, int dim, int block_size, int heads_pad, const detail::
   return major >= 8;
 }
 
-template <int kMinBlocks, int kKGroup>
+template <int kMinBlocks, int kKGroup, int kAhead>
 absl::Status LaunchTcScoreAs(const ScoreParams& p, int64_t ctas, int64_t smem,
                              const detail::DeviceInfo& info, cudaStream_t stream) {
   static_assert(kTcKsteps % kKGroup == 0, "k-step groups must tile the k-steps");
-  GLM_RETURN_IF_ERROR(
-      detail::UseDynamicSmem(IndexerScoreTcKernel<kMinBlocks, kKGroup>, smem, info, kOp));
-  LaunchKernel(IndexerScoreTcKernel<kMinBlocks, kKGroup>, static_cast<unsigned>(ctas), kTcThreads,
-               smem, stream, p);
+  const auto kernel = IndexerScoreTcKernel<kMinBlocks, kKGroup, kAhead>;
+  GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(kernel, smem, info, kOp));
+  LaunchKernel(kernel, static_cast<unsigned>(ctas), kTcThreads, smem, stream, p);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
   return absl::OkStatus();
 }
 
-// kTcVariants[variant].
-absl::Status LaunchTcScore(int variant, const ScoreParams& p, int64_t ctas, int64_t smem,
+// kTcVariants[variant]; the default variant at look-ahead `ahead` (g_score_ahead; 2 runs at 2
+// CTAs per SM: ptxas -v, sm_90a, {3,2} spills 20 / 68 / 408 bytes at look-ahead 0 / 1 / 2, {2,2}
+// none at 2), the others without (as measured in kTcVariants' comment).
+absl::Status LaunchTcScore(int variant, int ahead, const ScoreParams& p, int64_t ctas, int64_t smem,
                            const detail::DeviceInfo& info, cudaStream_t stream) {
   constexpr TcVariant v0 = kTcVariants[0], v1 = kTcVariants[1], v2 = kTcVariants[2];
   switch (variant) {
     case 1:
-      return LaunchTcScoreAs<v1.min_blocks, v1.k_group>(p, ctas, smem, info, stream);
+      return LaunchTcScoreAs<v1.min_blocks, v1.k_group, 0>(p, ctas, smem, info, stream);
     case 2:
-      return LaunchTcScoreAs<v2.min_blocks, v2.k_group>(p, ctas, smem, info, stream);
+      return LaunchTcScoreAs<v2.min_blocks, v2.k_group, 0>(p, ctas, smem, info, stream);
     default:
-      return LaunchTcScoreAs<v0.min_blocks, v0.k_group>(p, ctas, smem, info, stream);
+      switch (ahead) {
+        case 0:
+          return LaunchTcScoreAs<v0.min_blocks, v0.k_group, 0>(p, ctas, smem, info, stream);
+        case 1:
+          return LaunchTcScoreAs<v0.min_blocks, v0.k_group, 1>(p, ctas, smem, info, stream);
+        default:  // its second key buffer needs the registers of 2 CTAs per SM
+          return LaunchTcScoreAs<2, v0.k_group, 2>(p, ctas, smem, info, stream);
+      }
   }
 }
 
@@ -1212,6 +1265,7 @@ int HistPasses(SelectPath path) { return path == SelectPath::kMulti ? kHistPasse
 // The multi-CTA passes' ordered output (SetIndexerOutputForBench): 0 = IndexerOutputKernel over
 // the whole GPU (default), 1 = IndexerSelectKernel's single-CTA output pass (the previous one).
 std::atomic<int> g_output_mode{0};
+std::atomic<int64_t> g_indexer_generation{0};  // IndexerSettingsGeneration
 
 bool ParallelOutput(SelectPath path) {
   return path == SelectPath::kMulti && g_output_mode.load(std::memory_order_relaxed) == 0;
@@ -1285,22 +1339,39 @@ absl::Status LaunchSelect(SelectPath path, const float* scores, int64_t ld, uint
 // (the default), 1 = legacy single-CTA passes, 2 = multi-CTA passes wherever they apply, 3 = the
 // short-row select wherever the row fits, 4 = the choice by shape before the short-row select;
 // -1 = back to the environment's choice (GLM_CUDA_INDEXER_LEGACY).
-void SetIndexerPathForBench(int mode) { g_mode.store(mode < 0 ? -1 : mode); }
+void SetIndexerPathForBench(int mode) {
+  const int v = mode < 0 ? -1 : mode;
+  if (g_mode.exchange(v) != v) g_indexer_generation.fetch_add(1);
+}
 
 // A/B hook for benches and tests (not in cuda_ops.h): the multi-CTA passes' ordered output. 0 =
 // IndexerOutputKernel over the whole GPU (the default), 1 = IndexerSelectKernel's single-CTA
 // output pass; other values: back to 0.
-void SetIndexerOutputForBench(int mode) { g_output_mode.store(mode == 1 ? 1 : 0); }
+void SetIndexerOutputForBench(int mode) {
+  if (g_output_mode.exchange(mode == 1 ? 1 : 0) != (mode == 1 ? 1 : 0)) {
+    g_indexer_generation.fetch_add(1);
+  }
+}
+
+int64_t IndexerSettingsGeneration() { return g_indexer_generation.load(); }
 
 // Bench hook: threads of the short-row select CTA (a multiple of 32 in [256, 1024]); 0 = the
 // default (kSelectThreads).
 void SetIndexerShortThreadsForBench(int threads) {
-  g_short_threads.store(threads >= 256 && threads <= 1024 && threads % 32 == 0 ? threads : 0);
+  const int v = threads >= 256 && threads <= 1024 && threads % 32 == 0 ? threads : 0;
+  if (g_short_threads.exchange(v) != v) g_indexer_generation.fetch_add(1);
+}
+
+// Bench hook: IndexerScoreTcKernel's look-ahead, 0 / 1 / 2 (else back to kDefaultAhead).
+void SetIndexerScoreAheadForBench(int ahead) {
+  const int v = ahead >= 0 && ahead <= 2 ? ahead : kDefaultAhead;
+  if (g_score_ahead.exchange(v) != v) g_indexer_generation.fetch_add(1);
 }
 
 // Bench hook: score-kernel CTAs per SM the key chunks aim at (1..16; else back to 2).
 void SetIndexerScoreCtasPerSmForBench(int ctas) {
-  g_score_ctas_per_sm.store(ctas >= 1 && ctas <= 16 ? ctas : 2);
+  const int v = ctas >= 1 && ctas <= 16 ? ctas : 2;
+  if (g_score_ctas_per_sm.exchange(v) != v) g_indexer_generation.fetch_add(1);
 }
 
 // A/B hook for benches and tests (not in cuda_ops.h): the score kernel. 0 = by shape (the
@@ -1309,7 +1380,8 @@ void SetIndexerScoreCtasPerSmForBench(int ctas) {
 // applies, 3 / 4 = as 2 with the kernel variants kTcVariants[1] / [2]; -1 = back to the
 // environment's choice (GLM_CUDA_INDEXER_FP32_SCORE=1: mode 1, else 0).
 void SetIndexerScorePathForBench(int mode) {
-  g_score_mode.store(mode >= 0 && mode <= 4 ? mode : -1);
+  const int v = mode >= 0 && mode <= 4 ? mode : -1;
+  if (g_score_mode.exchange(v) != v) g_indexer_generation.fetch_add(1);
 }
 
 // Test hook (not in cuda_ops.h): the top-k selection alone, on given device scores [rows, ld]
@@ -1434,7 +1506,8 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
       }
       const int mode = ScoreMode();
       const int variant = mode >= 3 ? mode - 2 : 0;
-      GLM_RETURN_IF_ERROR(LaunchTcScore(variant, tp, tc_ctas, tc_smem, info, stream));
+      GLM_RETURN_IF_ERROR(LaunchTcScore(variant, g_score_ahead.load(std::memory_order_relaxed), tp,
+                                        tc_ctas, tc_smem, info, stream));
       return LaunchSelect(path, p.scores, p.ld, p.hist, rows, a.table.row_num_keys, max_keys,
                           a.top_k, a.out, info, stream);
     }
