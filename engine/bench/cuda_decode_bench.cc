@@ -7,7 +7,7 @@
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
 //       [--key-slots incremental|both] [--kv-fill random|zeros]
 //       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|
-//             idxctas|idxahead|idxv3]
+//             idxctas|idxahead|idxwide]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -56,9 +56,10 @@
 // single-CTA output pass; it moves rows of more than 16K keys only. idxctas: the indexer score
 // kernel's key chunks sized for 4 CTAs per SM vs 2 (the default; cuda_ops_hooks.h
 // SetIndexerScoreCtasPerSmForBench). idxahead: the tensor-core score kernel's look-ahead 2 (the
-// next step's keys in flight; the default) vs 0 (SetIndexerScoreAheadForBench). idxv3: the
-// score kernel's {4,8} variant (score mode 3: 4 CTAs per SM, one accumulation chain) with chunks
-// for 4 CTAs per SM vs the default.
+// next step's keys in flight; the default) vs 0 (SetIndexerScoreAheadForBench). idxwide: the
+// score kernel by shape (the default: its {4,8} variant, one accumulation chain, on chunks for 4
+// CTAs per SM for calls of >= 8 rows or rows of > 16K keys) vs score mode 2 (the {3,2} kernel
+// on chunks for 2 CTAs per SM everywhere; SetIndexerScorePathForBench).
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -168,12 +169,8 @@ void AllowIndexerParallelOutput(bool on) { cuda::SetIndexerOutputForBench(on ? 0
 void AllowIndexerScoreCtas4(bool on) { cuda::SetIndexerScoreCtasPerSmForBench(on ? 4 : 2); }
 // --ab idxahead: the indexer score kernel's look-ahead 2 (the default), or none.
 void AllowIndexerScoreAhead(bool on) { cuda::SetIndexerScoreAheadForBench(on ? 2 : 0); }
-// --ab idxv3: the indexer score kernel's {4,8} variant on chunks for 4 CTAs per SM, or the
-// default.
-void AllowIndexerScoreV3(bool on) {
-  cuda::SetIndexerScorePathForBench(on ? 3 : -1);
-  cuda::SetIndexerScoreCtasPerSmForBench(on ? 4 : 2);
-}
+// --ab idxwide: the indexer score kernel by shape (the default), or score mode 2 everywhere.
+void AllowIndexerScoreWide(bool on) { cuda::SetIndexerScorePathForBench(on ? -1 : 2); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -621,13 +618,13 @@ int Main(int argc, char** argv) {
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
        a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch" &&
        a.ab != "async" && a.ab != "indexer" && a.ab != "idxctas" && a.ab != "idxahead" &&
-       a.ab != "idxv3") ||
+       a.ab != "idxwide") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
                  "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|"
-                 "idxctas|idxahead|idxv3, --fused on|off|both\n");
+                 "idxctas|idxahead|idxwide, --fused on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -643,7 +640,7 @@ int Main(int argc, char** argv) {
   if (a.ab == "indexer") a.ab_allow = AllowIndexerParallelOutput;
   if (a.ab == "idxctas") a.ab_allow = AllowIndexerScoreCtas4;
   if (a.ab == "idxahead") a.ab_allow = AllowIndexerScoreAhead;
-  if (a.ab == "idxv3") a.ab_allow = AllowIndexerScoreV3;
+  if (a.ab == "idxwide") a.ab_allow = AllowIndexerScoreWide;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -824,7 +821,7 @@ int Main(int argc, char** argv) {
                        : a.ab == "indexer"   ? "indexer ordered output over the whole GPU"
                        : a.ab == "idxctas"   ? "indexer score chunks for 4 CTAs per SM"
                        : a.ab == "idxahead"  ? "indexer score look-ahead"
-                       : a.ab == "idxv3"     ? "indexer score {4,8} variant at 4 CTAs per SM"
+                       : a.ab == "idxwide"   ? "indexer score wide variant by shape"
                                              : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),

@@ -16,7 +16,7 @@
 # - tests: every GPU test binary and the memcheck cases (run_all_gpu.sh STEPS="tests memcheck");
 # - decode: glm-bench-cuda-decode at GLM-5 widths, fp8 weights and KV, 1 vs 6 layers, graphs on,
 #   BATCHES (default 1,2,8) at 4K and 128K (AB="--ab NAME" appended when set, or ABS="NAME ..."
-#   one process per A/B; this session's: ABS="indexer idxctas idxahead");
+#   one process per A/B; this session's: ABS="indexer idxctas idxahead idxwide");
 # - profile: the batch-1 per-kernel profile at 4K (profile_decode.sh, ncu, eager).
 # From the repo root there (carry the pack): tar -xJf .gpurun-pack/all.tar.xz &&
 #   STEPS="..." tools/gpu/run_s11_gpu.sh .gpurun-all

@@ -3,9 +3,9 @@
 // fp8 keys (random data: a pool of 256K random key rows, sequence keys contiguous in it).
 //   topk   : the whole IndexerTopK (score kernel + selection) per path
 //   topk dflt-ctaN: the default path with the score kernel's key chunks sized for N CTAs per SM
-//            (default 2)
-//   topk dflt-aheadN: (fp8) the default path with the tensor-core score kernel's look-ahead N
-//            (SetIndexerScoreAheadForBench; default 2)
+//            (by shape: 2, or the wide variant's resident CTAs per SM)
+//   topk tc-aheadN: (fp8) the {3,2} tensor-core score kernel (score mode 2) at look-ahead N
+//            (SetIndexerScoreAheadForBench; its default 2 is the "topk-score tc" row)
 //   select : the selection alone on random scores (IndexerSelectForTest; pass-0 histogram
 //            included where the path takes it from the score kernel), per path, and the
 //            short-row select at 256 / 512 / 1024 threads; "select-tie": every score equal
@@ -17,7 +17,8 @@
 // Score kernels (fp8 keys; SetIndexerScorePathForBench), rows "topk-score", select path by
 // shape: "fp32" = the CUDA-core fp32 kernel (the baseline of these rows' ratios, measured in this
 // process), "tc" = the tensor-core kernel (score mode 2), "tc-v3" / "tc-v4" = its variants
-// (modes 3 / 4: kTcVariants in cuda_ops_indexer.cu), "default" = the choice by shape; a "/c4"
+// (modes 3 / 4: kTcVariants in cuda_ops_indexer.cu), "default" = the choice by shape (tc-v3 on
+// chunks for its resident CTAs per SM, at most 4, for >= 8 rows or rows of > 16K keys); a "/c4"
 // suffix: key chunks sized for 4 CTAs per SM instead of 2.
 // Per case: µs per call (median of trials of `calls` calls captured in one CUDA graph, back to
 // back) and the ratio prev / this (> 1: faster than before).
@@ -160,21 +161,21 @@ int Main(int argc, char** argv) {
                                                {4, "tc-v4"}, {-1, "default"}};
           double base = 0;
           SetIndexerPathForBench(0);
-          for (const int ctas : {2, 4}) {  // chunks for 2 (the default) / 4 CTAs per SM
+          for (const int ctas : {0, 4}) {  // chunks by shape (2 or the wide variant's) / for 4
             SetIndexerScoreCtasPerSmForBench(ctas);
             for (const ScoreMode& m : kScoreModes) {
-              if (ctas != 2 && m.mode == 1) continue;
+              if (ctas != 0 && m.mode == 1) continue;
               SetIndexerScorePathForBench(m.mode);
               CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");
               BENCH_CHECK(cudaStreamSynchronize(stream));
               const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); },
                                           calls, trials, stream);
               if (m.mode == 1) base = t.us_per_call;
-              const std::string name = ctas == 2 ? m.name : std::string(m.name) + "/c4";
+              const std::string name = ctas == 0 ? m.name : std::string(m.name) + "/c4";
               Report("topk-score", "fp8", rows, keys, name.c_str(), t.us_per_call, base);
             }
           }
-          SetIndexerScoreCtasPerSmForBench(2);
+          SetIndexerScoreCtasPerSmForBench(0);
           SetIndexerScorePathForBench(-1);
           SetIndexerPathForBench(-1);
           if (score_only) continue;
@@ -188,7 +189,8 @@ int Main(int argc, char** argv) {
           if (m.mode == 4) prev = t.us_per_call;
           Report("topk", fp8 ? "fp8" : "fp32", rows, keys, m.name, t.us_per_call, prev);
         }
-        // Score-kernel chunk sizing (default path): 1 / 4 / 8 CTAs per SM (default 2).
+        // Score-kernel chunk sizing (default path): 1 / 4 / 8 CTAs per SM (by shape: 2, or the
+        // wide variant's resident CTAs).
         SetMode({0, 0, ""});
         for (const int ctas : {1, 4, 8}) {
           SetIndexerScoreCtasPerSmForBench(ctas);
@@ -199,18 +201,21 @@ int Main(int argc, char** argv) {
           const std::string name = "dflt-cta" + std::to_string(ctas);
           Report("topk", fp8 ? "fp8" : "fp32", rows, keys, name.c_str(), t.us_per_call, prev);
         }
-        SetIndexerScoreCtasPerSmForBench(2);
-        // The tensor-core score kernel's look-ahead (default 2): 0 and 1.
+        SetIndexerScoreCtasPerSmForBench(0);
+        // The {3,2} tensor-core score kernel (score mode 2) at look-ahead 0 and 1 (its default,
+        // 2, is the "topk-score tc" row).
         for (const int ahead : fp8 ? std::vector<int>{0, 1} : std::vector<int>{}) {
+          SetIndexerScorePathForBench(2);
           SetIndexerScoreAheadForBench(ahead);
           CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");
           BENCH_CHECK(cudaStreamSynchronize(stream));
           const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); }, calls,
                                       trials, stream);
-          const std::string name = "dflt-ahead" + std::to_string(ahead);
+          const std::string name = "tc-ahead" + std::to_string(ahead);
           Report("topk", "fp8", rows, keys, name.c_str(), t.us_per_call, prev);
         }
         SetIndexerScoreAheadForBench(-1);
+        SetIndexerScorePathForBench(-1);
         SetMode({-1, 0, ""});
       }
       if (score_only) continue;

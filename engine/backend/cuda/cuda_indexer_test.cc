@@ -468,7 +468,8 @@ TEST_F(IndexerTopKPathsTest, LargeFp8TensorCore) {
 //   chosen sets: each differs from the reference's only at near-ties (|ref_s - T| <= 2 kTol M_s,
 //   T = the reference's top_k-th score); the counts are printed.
 // Repeated tensor-core calls, a CUDA-graph replay, every look-ahead (0 / 1 / 2) and chunks for
-// 1 or 2 CTAs per SM give bit-identical scores and indices.
+// 1 or 2 CTAs per SM give bit-identical scores and indices; the choice by shape runs the kernel
+// it should (LastIndexerScoreKernelForTest) with that kernel's scores.
 class IndexerTcScoreTest : public IndexerTopKPathsTest {
  protected:
   static constexpr double kTol = 1e-5;
@@ -575,6 +576,13 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
     // Variants: 3 and 4 differ in registers only (same arithmetic: bit-identical scores).
     const Out tc3 = Call(g, rows, ld, 3, dout, stream, false);
     const Out tc4 = Call(g, rows, ld, 4, dout, stream, false);
+    // By shape (mode 0): the wide variant ({4,8}, mode 3's kernel on its own chunks) for >= 8
+    // rows or rows of > 16K keys, else mode 2's kernel; bitwise the same as that mode.
+    const Out by_shape = Call(g, rows, ld, 0, dout, stream, false);
+    const bool wide = rows >= 8 || max_keys > 16384;
+    EXPECT_EQ(LastIndexerScoreKernelForTest(), wide ? 480 : 222);
+    const Out& same_kernel = wide ? tc3 : tc;
+    EXPECT_TRUE(by_shape.idx == same_kernel.idx) << "by-shape indices differ from its kernel's";
     // The look-ahead (SetIndexerScoreAheadForBench; tc ran the default, 2) and the chunk sizing
     // (1 CTA per SM: longer chunks, more steps per warp) change no key's arithmetic.
     std::vector<Out> ahead;
@@ -606,6 +614,8 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
           << "row " << t << ": graph replay scores != eager";
       ASSERT_EQ(std::memcmp(tc3.scores.data() + b, tc4.scores.data() + b, n * 4), 0)
           << "row " << t << ": score modes 3 and 4 (same arithmetic) differ";
+      ASSERT_EQ(std::memcmp(by_shape.scores.data() + b, same_kernel.scores.data() + b, n * 4), 0)
+          << "row " << t << ": by-shape scores differ from its kernel's";
       for (size_t k = 0; k < ahead.size(); ++k) {
         ASSERT_EQ(std::memcmp(tc.scores.data() + b, ahead[k].scores.data() + b, n * 4), 0)
             << "row " << t << ": look-ahead " << k % 3 << " at " << (k < 3 ? 2 : 1)

@@ -29,8 +29,11 @@ void SetIndexerPathForBench(int mode);
 void SetIndexerOutputForBench(int mode);
 // Threads of the short-row select CTA (a multiple of 32 in [256, 1024]); 0 = the default.
 void SetIndexerShortThreadsForBench(int threads);
-// Score-kernel CTAs per SM the key chunks aim at (1..16; else back to 2).
+// Score-kernel CTAs per SM the key chunks aim at (1..16; else back to by shape: 2, or the wide
+// variant's resident CTAs per SM where that takes the call).
 void SetIndexerScoreCtasPerSmForBench(int ctas);
+// kMinBlocks * 100 + kKGroup * 10 + kAhead of the last tensor-core score launch (0: none yet).
+int LastIndexerScoreKernelForTest();
 // The tensor-core score kernel's look-ahead: 0 none, 1 the next step's key lookup, 2 (default) the
 // next step's key words too; other values: back to the default.
 void SetIndexerScoreAheadForBench(int ahead);

@@ -38,7 +38,9 @@
 //   a decoupled look-back; SetIndexerOutputForBench(1) keeps IndexerSelectKernel's single-CTA
 //   output pass instead). Same output, bit for bit, as the single-CTA passes. Measured (H200, ncu,
 //   1 x 128K random scores): the single-CTA output pass 35 us of the whole IndexerTopK's ~66 (score
-//   19, 3 histogram passes 11).
+//   19, 3 histogram passes 11); with IndexerOutputKernel (cuda_indexer_bench, same process) the
+//   select alone 48.3 -> 16.4 us, the whole IndexerTopK 63.9 -> 33.1 us, and the decode step
+//   (glm-bench-cuda-decode --ab indexer, random KV) 0.285 -> 0.253 ms/layer at batch 1 x 128K.
 // Short-row select (default while a row is at most kItems keys per select thread, i.e. 16K keys,
 //   and fits the device's opt-in shared memory; SetIndexerPathForBench mode 3 forces it wherever
 //   the row fits): IndexerSelectShortKernel, one 1024-thread CTA per row, loads the row once into
@@ -73,7 +75,13 @@
 //   memory in fragment order (24 KiB for 32 heads; heads padded to a multiple of 32). CTA: 4 warps,
 //   one row x a chunk of 128..2048 keys (same CTA-count target as above); also the top-byte
 //   histogram when the select path takes it. Rows of one CTA share nothing (decode rows are
-//   different sequences with different slots), so a key tile is read once per row.
+//   different sequences with different slots), so a key tile is read once per row. ncu (batch 1
+//   x 128K): a warp issues every ~5 cycles and a scheduler holds ~1 warp, so the kernel is bound
+//   by its instruction stream's latency, not by HBM. Hence: a warp of the {3,2} kernel keeps the
+//   next step's key words in flight while a step computes (kAhead 2; 2 CTAs per SM, 255
+//   registers, no spill; 8 x 128K 174 -> 148 us), and calls of many rows or long rows take the
+//   {4,8} variant on chunks for up to 4 resident CTAs per SM (kTcVariants' comment; 8 x 128K
+//   148 -> 119 us, 1 x 128K 33 -> 32 us warm, 23.3 -> 20.4 us with cold caches).
 //   Measured (H200, IndexerTopK fp8 keys, select by shape, fp32 score kernel -> tensor core, in one
 //   process): 8 x 4K 27.7 -> 17.4 us, 64 x 4K 136 -> 43, 8 x 16K 83 -> 39, 64 x 16K 515 -> 170,
 //   8 x 128K 542 -> 201, 64 x 128K 3826 -> 896 (the {4,8} variant: 773; see kTcVariants).
@@ -118,8 +126,12 @@ std::atomic<int> g_mode{-1};
 
 int PathMode() { return detail::EnvPathMode("GLM_CUDA_INDEXER_LEGACY", g_mode); }
 
-// Score-kernel CTAs per SM that the key chunks aim at (SetIndexerScoreCtasPerSmForBench).
-std::atomic<int> g_score_ctas_per_sm{2};
+// Score-kernel CTAs per SM that the key chunks aim at (SetIndexerScoreCtasPerSmForBench): 0 = by
+// shape (2; the wide variant's resident CTAs per SM, at most 4, where that takes the call).
+std::atomic<int> g_score_ctas_per_sm{0};
+// IndexerScoreTcKernel's launch code of the last tensor-core score launch
+// (LastIndexerScoreKernelForTest): kMinBlocks * 100 + kKGroup * 10 + kAhead.
+std::atomic<int> g_last_tc_kernel{0};
 
 // IndexerScoreTcKernel's look-ahead (kAhead: the loads a warp keeps in flight while a step
 // computes; SetIndexerScoreAheadForBench).
@@ -135,17 +147,28 @@ std::atomic<int> g_score_mode{-1};
 
 int ScoreMode() { return detail::EnvPathMode("GLM_CUDA_INDEXER_FP32_SCORE", g_score_mode); }
 
-// IndexerScoreTcKernel variants (kMinBlocks, kKGroup): the default (mode 0 / 2) and the
-// alternatives of score modes 3 and 4 (benches / tests). Measured (H200, cuda_indexer_bench, fp8
-// IndexerTopK, us, fp32 kernel / {3,2} / {4,8} / {3,8}): 8 x 4K 27.7 / 17.4 / 17.2 / 16.9;
-// 64 x 16K 515 / 170 / 119 / 141; 8 x 128K 542 / 201 / 145 / 172; 64 x 128K 3826 / 896 / 773 /
-// 779. Largest error / M (cuda_indexer_test, random data): fp32 kernel ~1.3e-8, {3,2} ~1.5e-8,
-// one chain (k_group 8) ~3.8e-8 (the tensor cores' fp32 accumulation is not round-to-nearest);
-// no chosen-set flips in any. The default keeps fp32-kernel accuracy; {4,8} is the faster one.
+// IndexerScoreTcKernel variants (kMinBlocks, kKGroup): score mode 2's (and mode 0's small
+// calls'), and those of score modes 3 and 4 (mode 0 takes the first of them for wide calls).
+// Measured (H200, cuda_indexer_bench, fp8 IndexerTopK, us, fp32 kernel / {3,2} / {4,8} / {3,8}): 8
+// x 4K 27.7 / 17.4 / 17.2 / 16.9; 64 x 16K 515 / 170 / 119 / 141; 8 x 128K 542 / 201 / 145 / 172;
+// 64 x 128K 3826 / 896 / 773 / 779. Largest error / M (cuda_indexer_test, random data): fp32 kernel
+// ~1.3e-8, {3,2} ~1.5e-8, one chain (k_group 8) ~3.8e-8 (the tensor cores' fp32 accumulation is not
+// round-to-nearest); no chosen-set flips in any. By shape (score mode 0) {4,8} takes the calls
+// where the score kernel is the bulk of the work (kWideRows / kWideKeys, on chunks for as many CTAs
+// per SM as stay resident, at most 4) and {3,2} at look-ahead 2 (registers for 2 CTAs per SM) the
+// rest. Measured (H200, this session): ncu with cold caches, 1 x 128K 20.4 us ({4,8}, 4 per SM)
+// vs 23.3
+// ({2,2,2}, 2 per SM), 8 x 128K 94 vs 124; warm IndexerTopK 8 x 128K 119.7 vs 149.5, 1 x 4K 15.4
+// vs 15.0 (hence small calls stay); decode step (--ab idxwide) batch 8 x 128K 0.969 -> 0.936
+// ms/layer, 1 x 128K 0.253 -> 0.251.
 struct TcVariant {
   int min_blocks, k_group;
 };
 constexpr TcVariant kTcVariants[3] = {{3, 2}, {4, 8}, {3, 8}};  // modes 2, 3, 4
+constexpr int kWideVariant = 1;       // by shape: kTcVariants[1] where ...
+constexpr int kWideRows = 8;          // ... a call has at least this many rows
+constexpr int kWideKeys = 16 * 1024;  // ... or rows of more than this many keys
+constexpr int kWideMaxCtasPerSm = 4;  // its launch bound
 
 // Larger float -> larger key; -0.0 == +0.0; NaN lowest.
 __device__ __forceinline__ uint32_t OrderedKey(float f) {
@@ -1234,7 +1257,21 @@ absl::Status LaunchTcScoreAs(const ScoreParams& p, int64_t ctas, int64_t smem,
   GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(kernel, smem, info, kOp));
   LaunchKernel(kernel, static_cast<unsigned>(ctas), kTcThreads, smem, stream, p);
   GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
+  g_last_tc_kernel.store(kMinBlocks * 100 + kKGroup * 10 + kAhead, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+// CTAs per SM of the wide variant that stay resident at `smem` bytes of dynamic shared memory
+// (occupancy query: registers, shared memory per SM; a GB10 keeps 3 of its 25.7 KiB CTAs), in
+// [1, kWideMaxCtasPerSm].
+absl::StatusOr<int> WideResidentCtas(int64_t smem, const detail::DeviceInfo& info) {
+  constexpr TcVariant v = kTcVariants[kWideVariant];
+  const auto kernel = IndexerScoreTcKernel<v.min_blocks, v.k_group, 0>;
+  GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(kernel, smem, info, kOp));
+  int resident = 0;
+  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                        &resident, kernel, kTcThreads, static_cast<size_t>(smem)));
+  return std::clamp(resident, 1, kWideMaxCtasPerSm);
 }
 
 // kTcVariants[variant]; the default variant at look-ahead `ahead` (g_score_ahead; 2 runs at 2
@@ -1368,11 +1405,14 @@ void SetIndexerScoreAheadForBench(int ahead) {
   if (g_score_ahead.exchange(v) != v) g_indexer_generation.fetch_add(1);
 }
 
-// Bench hook: score-kernel CTAs per SM the key chunks aim at (1..16; else back to 2).
+// Bench hook: score-kernel CTAs per SM the key chunks aim at (1..16; else back to by shape).
 void SetIndexerScoreCtasPerSmForBench(int ctas) {
-  const int v = ctas >= 1 && ctas <= 16 ? ctas : 2;
+  const int v = ctas >= 1 && ctas <= 16 ? ctas : 0;
   if (g_score_ctas_per_sm.exchange(v) != v) g_indexer_generation.fetch_add(1);
 }
+
+// Test hook: kMinBlocks * 100 + kKGroup * 10 + kAhead of the last tensor-core score launch.
+int LastIndexerScoreKernelForTest() { return g_last_tc_kernel.load(std::memory_order_relaxed); }
 
 // A/B hook for benches and tests (not in cuda_ops.h): the score kernel. 0 = by shape (the
 // tensor-core kernel for fp8 keys at index_head_dim 128, except under GLM_CUDA_INDEXER_LEGACY=1 or
@@ -1462,10 +1502,11 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
     p.top_k = a.top_k;
     // Chunks sized so that rows * chunks covers ~2 CTAs per SM (a batch-1 decode spreads its
     // row over the whole GPU), kTileKeys..kMaxChunk keys each.
-    const int64_t want_chunks = std::max<int64_t>(
-        1, detail::CeilDiv(int64_t{g_score_ctas_per_sm.load(std::memory_order_relaxed)} *
-                               info.num_sms,
-                           rows));
+    const int forced_ctas = g_score_ctas_per_sm.load(std::memory_order_relaxed);  // 0: by shape
+    auto chunks_for = [&](int ctas_per_sm) {
+      return std::max<int64_t>(1, detail::CeilDiv(int64_t{ctas_per_sm} * info.num_sms, rows));
+    };
+    const int64_t want_chunks = chunks_for(forced_ctas > 0 ? forced_ctas : 2);
     const int64_t chunk_len = std::clamp<int64_t>(
         detail::CeilDiv(detail::CeilDiv(max_keys, want_chunks), kTileKeys) * kTileKeys,
         kTileKeys, kMaxChunk);
@@ -1491,21 +1532,28 @@ absl::Status IndexerTopK(const IndexerTopKArgs& a, Scratch& scratch, cudaStream_
       GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaMemsetAsync(hist, 0, hist_bytes, stream));
     }
     if (UseTcScore(fp8, p.dim, p.block_size, p.heads_pad, info)) {
-      // Tensor-core path: chunks of kTcTileKeys..kTcMaxChunk keys, same CTA-count target.
+      // Tensor-core path: chunks of kTcTileKeys..kTcMaxChunk keys for the variant's CTA target
+      // (by shape: the wide variant for calls of many rows or long rows; kTcVariants' comment).
+      const int mode = ScoreMode();
+      const bool wide = mode == 0 && (rows >= kWideRows || max_keys > kWideKeys);
+      const int variant = mode >= 3 ? mode - 2 : wide ? kWideVariant : 0;
+      const int64_t tc_smem = TcSmemBytes(p.heads_pad);
+      int64_t tc_want = want_chunks;
+      if (wide && forced_ctas == 0) {
+        GLM_ASSIGN_OR_RETURN(const int resident, WideResidentCtas(tc_smem, info));
+        tc_want = chunks_for(resident);
+      }
       const int64_t tc_len = std::clamp<int64_t>(
-          detail::CeilDiv(detail::CeilDiv(max_keys, want_chunks), kTcTileKeys) * kTcTileKeys,
+          detail::CeilDiv(detail::CeilDiv(max_keys, tc_want), kTcTileKeys) * kTcTileKeys,
           kTcTileKeys, kTcMaxChunk);
       ScoreParams tp = p;
       tp.chunk_len = static_cast<int32_t>(tc_len);
       tp.chunks = static_cast<int32_t>(detail::CeilDiv(max_keys, tc_len));
-      const int64_t tc_smem = TcSmemBytes(tp.heads_pad);
       const int64_t tc_ctas = rows * tp.chunks;
       if (tc_ctas > 0x7fffffff) {
         return absl::InvalidArgumentError(absl::StrCat("cuda IndexerTopK: ", tc_ctas,
                                                        " score CTAs exceed the grid limit"));
       }
-      const int mode = ScoreMode();
-      const int variant = mode >= 3 ? mode - 2 : 0;
       GLM_RETURN_IF_ERROR(LaunchTcScore(variant, g_score_ahead.load(std::memory_order_relaxed), tp,
                                         tc_ctas, tc_smem, info, stream));
       return LaunchSelect(path, p.scores, p.ld, p.hist, rows, a.table.row_num_keys, max_keys,
