@@ -140,27 +140,27 @@ std::atomic<int> g_score_ahead{kDefaultAhead};
 
 // Score path (SetIndexerScorePathForBench): 0 = by shape (the tensor-core kernel for fp8 keys at
 // index_head_dim 128 unless GLM_CUDA_INDEXER_LEGACY=1 / path mode 1, or
-// GLM_CUDA_INDEXER_FP32_SCORE=1 in the environment, read once), 1 = the fp32 CUDA-core kernel
-// always, 2 = the tensor-core kernel wherever it applies (whatever the path mode), 3 / 4 = as 2
-// with the variants kTcVariants[1] / [2].
+// GLM_CUDA_INDEXER_FP32_SCORE=1 in the environment, read once; its variant by shape:
+// kTcVariants' comment), 1 = the fp32 CUDA-core kernel always, 2 = the tensor-core kernel
+// (kTcVariants[0]) wherever it applies (whatever the path mode), 3 / 4 = as 2 with the variants
+// kTcVariants[1] / [2].
 std::atomic<int> g_score_mode{-1};
 
 int ScoreMode() { return detail::EnvPathMode("GLM_CUDA_INDEXER_FP32_SCORE", g_score_mode); }
 
 // IndexerScoreTcKernel variants (kMinBlocks, kKGroup): score mode 2's (and mode 0's small
 // calls'), and those of score modes 3 and 4 (mode 0 takes the first of them for wide calls).
-// Measured (H200, cuda_indexer_bench, fp8 IndexerTopK, us, fp32 kernel / {3,2} / {4,8} / {3,8}): 8
-// x 4K 27.7 / 17.4 / 17.2 / 16.9; 64 x 16K 515 / 170 / 119 / 141; 8 x 128K 542 / 201 / 145 / 172;
-// 64 x 128K 3826 / 896 / 773 / 779. Largest error / M (cuda_indexer_test, random data): fp32 kernel
-// ~1.3e-8, {3,2} ~1.5e-8, one chain (k_group 8) ~3.8e-8 (the tensor cores' fp32 accumulation is not
-// round-to-nearest); no chosen-set flips in any. By shape (score mode 0) {4,8} takes the calls
-// where the score kernel is the bulk of the work (kWideRows / kWideKeys, on chunks for as many CTAs
-// per SM as stay resident, at most 4) and {3,2} at look-ahead 2 (registers for 2 CTAs per SM) the
-// rest. Measured (H200, this session): ncu with cold caches, 1 x 128K 20.4 us ({4,8}, 4 per SM)
-// vs 23.3
-// ({2,2,2}, 2 per SM), 8 x 128K 94 vs 124; warm IndexerTopK 8 x 128K 119.7 vs 149.5, 1 x 4K 15.4
-// vs 15.0 (hence small calls stay); decode step (--ab idxwide) batch 8 x 128K 0.969 -> 0.936
-// ms/layer, 1 x 128K 0.253 -> 0.251.
+// Measured (H200, cuda_indexer_bench, fp8 IndexerTopK, us, fp32 kernel / {3,2} / {4,8} / {3,8}):
+// 8 x 4K 27.7 / 17.4 / 17.2 / 16.9; 64 x 16K 515 / 170 / 119 / 141; 8 x 128K 542 / 201 / 145 /
+// 172; 64 x 128K 3826 / 896 / 773 / 779. Largest error / M (cuda_indexer_test, random data): fp32
+// kernel ~1.3e-8, {3,2} ~1.5e-8, one chain (k_group 8) ~3.8e-8 (the tensor cores' fp32
+// accumulation is not round-to-nearest); no chosen-set flips in any. By shape (score mode 0)
+// {4,8} takes the calls where the score kernel is the bulk of the work (kWideRows / kWideKeys; on
+// chunks for as many of its CTAs per SM as stay resident, at most 4) and {3,2} at look-ahead 2
+// (registers for 2 CTAs per SM) the rest. Measured (H200, eleventh session): ncu with cold caches,
+// 1 x 128K 20.4 us ({4,8}, 4 per SM) vs 23.3 ({2,2,2}, 2 per SM), 8 x 128K 94 vs 124; warm
+// IndexerTopK 8 x 128K 119.2 vs 148.8, 1 x 4K 15.4 vs 14.9 (hence small calls stay); decode step
+// (glm-bench-cuda-decode --ab idxwide) 8 x 128K 0.950 -> 0.914 ms/layer, 1 x 128K 0.252 -> 0.246.
 struct TcVariant {
   int min_blocks, k_group;
 };
@@ -168,7 +168,7 @@ constexpr TcVariant kTcVariants[3] = {{3, 2}, {4, 8}, {3, 8}};  // modes 2, 3, 4
 constexpr int kWideVariant = 1;       // by shape: kTcVariants[1] where ...
 constexpr int kWideRows = 8;          // ... a call has at least this many rows
 constexpr int kWideKeys = 16 * 1024;  // ... or rows of more than this many keys
-constexpr int kWideMaxCtasPerSm = 4;  // its launch bound
+constexpr int kWideMaxCtasPerSm = 4;  // its registers allow no more
 
 // Larger float -> larger key; -0.0 == +0.0; NaN lowest.
 __device__ __forceinline__ uint32_t OrderedKey(float f) {
