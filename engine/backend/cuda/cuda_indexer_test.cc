@@ -716,11 +716,13 @@ TEST_F(IndexerTcScoreTest, RandomVsFp32AndReference) {
   Compare(64, 4096, 32, false);
   Compare(3, 4096, 48, false);
   Compare(3, 4096, 8, false);
+  Compare(8, 4096, 48, false);  // the wide variant at 64 padded heads (49 KiB of fragments)
 }
 
 TEST_F(IndexerTcScoreTest, SpecialValues) {
   Compare(3, 4096, 32, true);
   Compare(4, 2500, 48, true);
+  Compare(8, 2500, 32, true);  // by shape: the wide variant
 }
 
 TEST_F(IndexerTcScoreTest, SanitizerSubset) {
