@@ -987,9 +987,14 @@ __device__ __forceinline__ bool PrefixFromHistograms(const uint32_t* rh, int pas
                                                      uint32_t* prefix, uint32_t* mask,
                                                      uint32_t* remaining) {
   const int tid = threadIdx.x;
-  for (int q = 0; q < passes; ++q) {
+  uint32_t bins[kHistPasses];  // bin tid of every pass, loaded together (one L2 round trip)
+#pragma unroll
+  for (int q = 0; q < kHistPasses; ++q) bins[q] = q < passes ? rh[q * 256 + tid] : 0u;
+#pragma unroll
+  for (int q = 0; q < kHistPasses; ++q) {
+    if (q >= passes) break;  // uniform
     const int sh = 24 - 8 * q;
-    h_s[tid] = rh[q * 256 + tid];
+    h_s[tid] = bins[q];
     __syncthreads();
     PickDigit(h_s, *remaining, warp_sums, sel);
     *prefix |= sel[0] << sh;
@@ -1024,18 +1029,24 @@ __global__ void __launch_bounds__(kHistThreads)
   const int end = static_cast<int>(min(int64_t{n}, begin64 + chunk_len));
   const int tid = threadIdx.x, lane = tid & 31;
   uint32_t* rh = hist + t * row_passes * 256;
+  const float* s = scores + t * ld;
+  // begin is a multiple of 4 and i0 < end <= ld (a multiple of 4): the float4 stays in the row.
+  // The first step's scores are loaded before the prefix is derived (the two latencies overlap).
+  float4 first = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (begin + 4 * tid < end) first = *reinterpret_cast<const float4*>(s + begin + 4 * tid);
   // The prefix of passes 0 .. pass - 1, as the select kernel derives it.
   uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(top_k);
   if (PrefixFromHistograms(rh, pass, h_s, warp_sums, sel, &prefix, &mask, &remaining)) return;
   h_s[tid] = 0;
   __syncthreads();
   const int shift = 24 - 8 * pass;
-  const float* s = scores + t * ld;
-  // begin is a multiple of 4 and i0 < end <= ld (a multiple of 4): the float4 stays in the row.
   for (int base = begin; base < end; base += 4 * kHistThreads) {
     const int i0 = base + 4 * tid;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (i0 < end) x = *reinterpret_cast<const float4*>(s + i0);
+    float4 x = first;
+    if (base != begin) {
+      x = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (i0 < end) x = *reinterpret_cast<const float4*>(s + i0);
+    }
     const float v[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -1089,12 +1100,9 @@ __global__ void __launch_bounds__(kOutThreads)
     }
     return;
   }
-  uint32_t prefix = 0, mask = 0, need = static_cast<uint32_t>(top_k);
-  PrefixFromHistograms(row_hist + t * kHistPasses * 256, kHistPasses, h_s, warp_sums, sel, &prefix,
-                       &mask, &need);
-
-  // This thread's positions; past n: neither above nor equal. i0 and ld are multiples of 4 and
-  // i0 + 3 < n <= ld keeps the float4 inside the row.
+  // This thread's positions, loaded before the prefix is derived (the two latencies overlap);
+  // past n: neither above nor equal. i0 and ld are multiples of 4 and i0 + 3 < n <= ld keeps the
+  // float4 inside the row.
   const float* s = scores + t * ld;
   const int64_t i0 = int64_t{c} * kOutChunk + kOutItems * tid;
   float v[kOutItems];
@@ -1109,6 +1117,9 @@ __global__ void __launch_bounds__(kOutThreads)
       for (int j = 0; j < 4; ++j) v[j4 + j] = i + j < n ? s[i + j] : 0.f;
     }
   }
+  uint32_t prefix = 0, mask = 0, need = static_cast<uint32_t>(top_k);
+  PrefixFromHistograms(row_hist + t * kHistPasses * 256, kHistPasses, h_s, warp_sums, sel, &prefix,
+                       &mask, &need);
   uint32_t gt_flags = 0, eq_flags = 0;
 #pragma unroll
   for (int j = 0; j < kOutItems; ++j) {
