@@ -1009,9 +1009,9 @@ __device__ __forceinline__ bool PrefixFromHistograms(const uint32_t* rh, int pas
 
 // Radix pass `pass` (1..3, digit bits 24 - 8 pass ..) of the rows' selection, histogram built
 // by many CTAs (pass 0 too, for IndexerSelectForTest). grid: rows * chunks; block kHistThreads.
-// hist: [rows, row_passes, 256], passes before `pass` complete. Adds the counts of chunk c's keys (positions [c * chunk_len, ...))
-// that match the earlier passes' prefix into hist[t, pass]; nothing once a pass before took its
-// bin whole (then the select kernel stops there too).
+// hist: [rows, row_passes, 256], passes before `pass` complete. Adds the counts of chunk c's
+// keys (positions [c * chunk_len, ...)) that match the earlier passes' prefix into hist[t, pass];
+// nothing once a pass before took its bin whole (then the select kernel stops there too).
 __global__ void __launch_bounds__(kHistThreads)
     IndexerHistKernel(const float* scores, int64_t ld, uint32_t* hist,
                       const int32_t* row_num_keys, int top_k, int pass, int row_passes,
