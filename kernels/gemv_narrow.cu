@@ -1,6 +1,4 @@
 // Launcher and planning of gemv_narrow (gemv_narrow.h).
-#include "kernels/gemv_narrow.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,6 +11,8 @@
 #include "common/status_util.h"
 #include "kernels/cuda_util.h"
 #include "kernels/gemv_narrow.cuh"
+#include "kernels/gemv_narrow.h"
+#include "kernels/rmsnorm.h"
 
 namespace glm::kernels {
 namespace {
@@ -306,6 +306,29 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
   return plan;
 }
 
+namespace {
+
+// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) overlap.
+bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+}  // namespace
+
+bool GemvNormFusible(const GemvNarrowArgs& a, int64_t m, int64_t k) {
+  if (a.norm_w == nullptr || a.norm_out == nullptr || a.x == nullptr || m <= 0 || k <= 0) {
+    return false;
+  }
+  if (RmsNormF32VecThreads(k, a.x, a.ldx, a.norm_w, a.norm_out, a.norm_out_ld) == 0) return false;
+  const size_t out_bytes = static_cast<size_t>((m - 1) * a.norm_out_ld + k) * 4;
+  const size_t x_bytes = static_cast<size_t>((m - 1) * a.ldx + k) * 4;
+  const bool y_overlaps =
+      a.y != nullptr && Overlap(a.norm_out, out_bytes, a.y, static_cast<size_t>(m) * a.ldy * 4);
+  return !Overlap(a.norm_out, out_bytes, a.x, x_bytes) && !y_overlaps &&
+         !Overlap(a.norm_out, out_bytes, a.norm_w, static_cast<size_t>(k) * 4);
+}
+
 absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_t workspace_bytes,
                                  int32_t* counters, int64_t num_counters,
                                  cudaStream_t stream) const {
@@ -329,6 +352,14 @@ absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_
   GLM_RETURN_IF_ERROR(CheckAligned(a.x, 4, kOp, "x"));
   GLM_RETURN_IF_ERROR(CheckAligned(a.y, 4, kOp, "y"));
   if (fp8) GLM_RETURN_IF_ERROR(CheckAligned(a.w_scales, 4, kOp, "w_scales"));
+  if (a.norm_w != nullptr && !GemvNormFusible(a, s.m, s.k)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GemvNarrow: ", s.DebugString(),
+        " with a fused RmsNorm needs a norm_out apart from x, "
+        "norm_w and y, with x, norm_w and norm_out 16-byte aligned, ldx, norm_out_ld and k "
+        "multiples of 4 and k <= 8192 (GemvNormFusible); else run RmsNorm, then the GEMV on its "
+        "output"));
+  }
   if (tiling_.splits > 1 && tiling_.cluster <= 1) {
     if (workspace == nullptr || workspace_bytes < tiling_.partial_bytes || counters == nullptr ||
         num_counters < tiling_.counters) {
@@ -362,6 +393,13 @@ absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_
   p.x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.ldx % 4 == 0 ? 1 : 0;
   p.prefetch_steps = tiling_.prefetch_steps;
   p.batched_reduce = tiling_.batched_reduce ? 1 : 0;
+  if (a.norm_w != nullptr) {
+    p.norm_w = a.norm_w;
+    p.norm_eps = a.norm_eps;
+    p.norm_threads = RmsNormF32VecThreads(s.k, a.x, a.ldx, a.norm_w, a.norm_out, a.norm_out_ld);
+    p.norm_out = a.norm_out;
+    p.norm_out_ld = a.norm_out_ld;
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(tiling_.row_blocks),
                      static_cast<unsigned>(tiling_.splits));
@@ -384,8 +422,9 @@ absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_
   }
   cfg.attrs = attr;
   cfg.numAttrs = num_attrs;
-  const cudaError_t err =
-      cudaLaunchKernelEx(&cfg, Kernel(s.m, fp8, tiling_.stage_batch), p);
+  // The fused RmsNorm exists in the one-item staging variant only (gemv_narrow.cuh).
+  const int stage = a.norm_w != nullptr ? 1 : tiling_.stage_batch;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, Kernel(s.m, fp8, stage), p);
   return CudaStatus(err, "GemvNarrowKernel launch");
 }
 

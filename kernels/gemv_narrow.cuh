@@ -64,6 +64,7 @@
 #endif
 
 #include "kernels/load_util.cuh"
+#include "kernels/rmsnorm.cuh"
 
 namespace glm::kernels::detail {
 
@@ -97,7 +98,64 @@ struct GemvParams {
                          // ldx % 4 == 0)
   int prefetch_steps;    // steps per warp kept prefetched into L2 ahead of the register ring
   int batched_reduce;    // 1: the global reduction's last CTA loads 16 partials at a time
+  // Fused RmsNorm (GemvNarrowArgs::norm_w; null: none): every token row of x is first replaced by
+  // norm_w * x * scale, scale = rsqrt(mean(x^2) + norm_eps) summed in the order of rmsnorm.cuh's
+  // RmsNormRegKernel<float, 4, 2> run with norm_threads threads (RmsNormF32VecThreads); the CTAs
+  // of row block 0 also write the normalized rows of their K range to norm_out.
+  const float* norm_w;  // [k]
+  float norm_eps;
+  int norm_threads;  // a multiple of 32, at most 1024
+  float* norm_out;   // [m, k], row stride norm_out_ld
+  int64_t norm_out_ld;
 };
+
+// The fused RmsNorm's scales (GemvParams::norm_w): lane mm of every warp returns token mm's
+// rsqrt(mean(x^2) + eps), bit for bit the scale of RmsNormRegKernel<float, 4, 2> with
+// p.norm_threads threads. Its virtual thread j = 32 vw + lane (virtual warp vw) sums float4 j and
+// j + norm_threads of the row; each virtual warp reduces by BlockSum's first butterfly, and the
+// virtual warps' sums by its second. (token, virtual warp) pairs go round the CTA's warps, four
+// pairs' loads in flight per warp. `part` ([m][32] fp32 of shared memory) is free on return.
+// Every thread of the CTA calls it (two barriers).
+__device__ __forceinline__ float GemvNormScales(const GemvParams& p, float* part, int warp,
+                                                int lane) {
+  const int vwarps = p.norm_threads / 32;
+  const int64_t nvec = p.k / 4;
+  const int pairs = p.m * vwarps;
+  constexpr int kPairs = 4;
+  for (int base = warp; base < pairs; base += kGemvWarps * kPairs) {  // warp-uniform
+    float4 a[kPairs], b[kPairs];
+#pragma unroll
+    for (int u = 0; u < kPairs; ++u) {
+      const int pr = base + u * kGemvWarps;
+      a[u] = b[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (pr < pairs) {
+        const int mm = pr / vwarps, vw = pr - mm * vwarps;
+        const int64_t j = static_cast<int64_t>(vw) * 32 + lane;
+        const float4* row = reinterpret_cast<const float4*>(p.x + mm * p.ldx);
+        if (j < nvec) a[u] = row[j];
+        if (j + p.norm_threads < nvec) b[u] = row[j + p.norm_threads];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kPairs; ++u) {
+      const int pr = base + u * kGemvWarps;
+      if (pr >= pairs) break;
+      const int mm = pr / vwarps, vw = pr - mm * vwarps;
+      const int64_t j = static_cast<int64_t>(vw) * 32 + lane;
+      const float s =
+          RmsNormWarpSum(RmsNormVec4ThreadSum(a[u], j < nvec, b[u], j + p.norm_threads < nvec));
+      if (lane == 0) part[mm * 32 + vw] = s;
+    }
+  }
+  __syncthreads();
+  float scale = 0.0f;
+  for (int mm = 0; mm < p.m; ++mm) {
+    const float v = RmsNormWarpSum(lane < vwarps ? part[mm * 32 + lane] : 0.0f);
+    if (lane == mm) scale = rsqrtf(v / static_cast<float>(p.k) + p.norm_eps);
+  }
+  __syncthreads();
+  return scale;
+}
 
 // Prefetches one weight row's step into L2: the `bytes` (1..128) at `p` (16-byte aligned), one
 // 128-byte line or the two it straddles; never an address outside those bytes.
@@ -221,6 +279,18 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
       GemvPrefetchL2(pf_row + s * 128, pf_bytes - s * 128);
     }
   }
+  // Fused RmsNorm (compiled into the one-item staging variant only, which Run launches for fused
+  // calls: in the 4- and 8-item ones its registers would spill): norm_w of the warp's first
+  // staging item, loaded now (immutable, so before the grid-dependency wait) instead of after the
+  // scales, one L2 round trip fewer on the critical path (a second item's would spill).
+  const bool norm = kStage == 1 && p.norm_w != nullptr;
+  const int ng = ge - gb;
+  const int items = p.m * ng;
+  float4 norm_pre = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (norm && warp < items) {
+    const int64_t c = k0 + (warp % ng) * 128 + lane * 4;
+    if (c < p.k) norm_pre = __ldg(reinterpret_cast<const float4*>(p.norm_w + c));
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Programmatic dependent launch (a no-op unless launched with it): the next kernel may start
   // its own weight prefetch now; this one waits for the previous kernel (its x, y, workspace
@@ -229,11 +299,14 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 
+  // Fused RmsNorm: lane mm holds token mm's scale; the staged-x region is its scratch first.
+  const float norm_scale =
+      norm ? GemvNormScales(p, reinterpret_cast<float*>(smem), warp, lane) : 0.0f;
+  const bool norm_write = norm && blockIdx.x == 0;
+
   // Stage x[0:m, k0:k1) (one warp per (token, 128-column group); lane: 4 columns).
   unsigned char* xs = smem;
   float* sxs = reinterpret_cast<float*>(smem + static_cast<size_t>(p.m) * p.x_stride);
-  const int ng = ge - gb;
-  const int items = p.m * ng;
   for (int base = warp; base < items; base += kGemvWarps * kStage) {
     // Loads of up to kStage items first (warp-uniform bounds), then their conversion.
     float v[kStage][4];
@@ -266,6 +339,22 @@ __global__ void __launch_bounds__(kGemvThreads, 2) GemvNarrowKernel(const GemvPa
       if (item >= items) break;
       const int mm = item / ng, gl = item - mm * ng;
       const int64_t c = k0 + gl * 128 + lane * 4;
+      if (norm) {  // RmsNormRegKernel's w * (x * scale); x 16-byte aligned, k % 4 == 0 (Run)
+        const float sc = __shfl_sync(0xffffffffu, norm_scale, mm);
+        if (c < p.k) {
+          const float4 nw = base == warp  // the first pass (kStage == 1 here)
+                                ? norm_pre
+                                : __ldg(reinterpret_cast<const float4*>(p.norm_w + c));
+          v[u][0] = nw.x * (v[u][0] * sc);
+          v[u][1] = nw.y * (v[u][1] * sc);
+          v[u][2] = nw.z * (v[u][2] * sc);
+          v[u][3] = nw.w * (v[u][3] * sc);
+          if (norm_write) {
+            *reinterpret_cast<float4*>(p.norm_out + mm * p.norm_out_ld + c) =
+                make_float4(v[u][0], v[u][1], v[u][2], v[u][3]);
+          }
+        }
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         v[u][i] = c + i < p.k ? __bfloat162float(__float2bfloat16_rn(v[u][i])) : 0.0f;

@@ -132,7 +132,21 @@ struct GemvNarrowArgs {
   // completed. So w must not be written by the kernel launched just before (weights are
   // immutable here).
   bool overlap_previous = false;
+  // Fused RmsNorm (kernels/rmsnorm.h), null for none: the kernel multiplies RmsNorm(x) =
+  // norm_w * x * rsqrt(mean(x^2) + norm_eps) per token row instead of x, and writes it to
+  // norm_out ([m, k], row stride norm_out_ld; must not overlap x, norm_w, y or w): the same bits as
+  // RmsNorm(x -> norm_out) followed by Run on norm_out, one launch instead of two. Needs what
+  // RmsNorm's vector kernel needs (GemvNormFusible: x, norm_w and norm_out 16-byte aligned, ldx,
+  // norm_out_ld and k multiples of 4, k <= 8192), so that the scale is RmsNorm's bit for bit.
+  // Each CTA sums its tokens' whole rows once more (k x m fp32 from L2 per CTA).
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
+  float* norm_out = nullptr;
+  int64_t norm_out_ld = 0;
 };
+
+// Whether a's fused RmsNorm meets its rules (above) for a call of m x k; false when a has none.
+bool GemvNormFusible(const GemvNarrowArgs& a, int64_t m, int64_t k);
 
 class GemvNarrowPlan {
  public:

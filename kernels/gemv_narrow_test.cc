@@ -29,6 +29,7 @@
 #include "common/status_util.h"
 #include "kernels/gpu_test_util.h"
 #include "kernels/quant_fp8_group.h"
+#include "kernels/rmsnorm.h"
 
 namespace glm::kernels {
 namespace {
@@ -563,6 +564,128 @@ TEST_F(GemvNarrowTest, RejectsBadInputs) {
             absl::StatusCode::kInvalidArgument);
   a.ldw = 128;
   a.ldy = 63;
+  EXPECT_EQ(plan->Run(a, nullptr, 0, counters_->as<int32_t>(), kCounters, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The fused RmsNorm (GemvNarrowArgs::norm_w) against RmsNorm into a buffer and then the GEMV on
+// it: the normalized rows and y bit for bit, for every split-K reduction and both weight types,
+// M 1..16, K of GLM-5's two fused norms (6144: the layer input; 2048: the query latent), the
+// largest row RmsNorm's vector kernel takes (8192) and short ones; accumulate on odd cases. The
+// gap columns of the normalized rows stay untouched. Rows that kernel does not take are refused.
+TEST_F(GemvNarrowTest, FusedRmsNormEqualsRmsNormThenGemv) {
+  struct S {
+    int64_t m, n, k;
+  };
+  const S shapes[] = {{1, 2848, 6144}, {1, 20480, 2048}, {2, 2048, 6144}, {8, 2848, 6144},
+                      {16, 576, 6144}, {3, 300, 8192},   {1, 130, 16},    {5, 257, 2064}};
+  int case_index = 0;
+  for (GemvWeight type : {GemvWeight::kF8E4M3Block128, GemvWeight::kBF16})
+    for (const S& sh : shapes)
+      for (GemvSplitReduce reduce :
+           {GemvSplitReduce::kGlobal, GemvSplitReduce::kCluster, GemvSplitReduce::kAuto}) {
+        const int64_t m = sh.m, n = sh.n, k = sh.k, ldx = k + 4, ldo = k + 8, ldy = n + 3;
+        const bool acc = ++case_index % 2 == 1;
+        const Weight w = MakeWeight(type, n, k, 40 + case_index);
+        auto plan = GemvNarrowPlan::Create({m, n, k, type}, reduce);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        SCOPED_TRACE(plan->DebugString());
+        Rng rng(70 + case_index);
+        std::vector<float> x(m * ldx), nw(k), y0(m * ldy);
+        for (int64_t r = 0; r < m; ++r) {
+          const float mag = std::exp2(rng.Uniform() * 8.0f - 4.0f);
+          for (int64_t c = 0; c < ldx; ++c) x[r * ldx + c] = rng.Uniform() * mag;
+        }
+        for (float& v : nw) v = 1.0f + 0.5f * rng.Uniform();
+        for (float& v : y0) v = rng.Uniform();
+        const float eps = 1e-6f;
+        GuardedBuffer dx(x.size() * 4), dnw(nw.size() * 4), dref(m * ldo * 4), dnormed(m * ldo * 4),
+            dyref(y0.size() * 4), dy(y0.size() * 4);
+        ASSERT_EQ(dx.Upload(x.data(), x.size() * 4), cudaSuccess);
+        ASSERT_EQ(dnw.Upload(nw.data(), nw.size() * 4), cudaSuccess);
+        ASSERT_EQ(dref.Poison(0x7f), cudaSuccess);
+        ASSERT_EQ(dnormed.Poison(0x7f), cudaSuccess);
+        ASSERT_EQ(dyref.Upload(y0.data(), y0.size() * 4), cudaSuccess);
+        ASSERT_EQ(dy.Upload(y0.data(), y0.size() * 4), cudaSuccess);
+        ASSERT_GT(
+            RmsNormF32VecThreads(k, dx.as<float>(), ldx, dnw.as<float>(), dref.as<float>(), ldo),
+            0);
+        ASSERT_TRUE(
+            RmsNorm(DType::kF32, dx.data(), ldx, dnw.data(), eps, dref.data(), ldo, m, k, nullptr)
+                .ok());
+        ASSERT_TRUE(Launch(*plan, w, dref.as<float>(), ldo, dyref.as<float>(), ldy, acc).ok());
+        // The fused launch, through the same helper's arguments plus the norm.
+        if (workspace_bytes_ < plan->workspace_bytes()) {
+          workspace_ = std::make_unique<GuardedBuffer>(plan->workspace_bytes());
+          workspace_bytes_ = plan->workspace_bytes();
+        }
+        GemvNarrowArgs a;
+        a.x = dx.as<float>();
+        a.ldx = ldx;
+        a.w = w.dw->data();
+        a.ldw = w.ldw;
+        a.w_scales = w.ds ? w.ds->as<float>() : nullptr;
+        a.w_scale_ld = w.scale_ld;
+        a.y = dy.as<float>();
+        a.ldy = ldy;
+        a.accumulate = acc;
+        a.norm_w = dnw.as<float>();
+        a.norm_eps = eps;
+        a.norm_out = dnormed.as<float>();
+        a.norm_out_ld = ldo;
+        ASSERT_TRUE(GemvNormFusible(a, m, k));
+        ASSERT_TRUE(plan->Run(a, workspace_ ? workspace_->data() : nullptr, workspace_bytes_,
+                              counters_->as<int32_t>(), kCounters, nullptr)
+                        .ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<float> normed_ref(m * ldo), normed(m * ldo), y_ref(y0.size()), y(y0.size());
+        ASSERT_EQ(dref.Download(normed_ref.data(), normed_ref.size() * 4), cudaSuccess);
+        ASSERT_EQ(dnormed.Download(normed.data(), normed.size() * 4), cudaSuccess);
+        ASSERT_EQ(dyref.Download(y_ref.data(), y_ref.size() * 4), cudaSuccess);
+        ASSERT_EQ(dy.Download(y.data(), y.size() * 4), cudaSuccess);
+        ASSERT_EQ(std::memcmp(normed.data(), normed_ref.data(), normed.size() * 4), 0)
+            << "normalized rows (or their gap columns) differ from RmsNorm's";
+        ASSERT_EQ(std::memcmp(y.data(), y_ref.data(), y.size() * 4), 0)
+            << "y differs from RmsNorm, then the GEMV";
+        EXPECT_TRUE(dnormed.GuardsIntact());
+        EXPECT_TRUE(dy.GuardsIntact());
+      }
+}
+
+TEST_F(GemvNarrowTest, FusedRmsNormRefusesRowsRmsNormsVectorKernelDoesNotTake) {
+  GuardedBuffer dx(2 * 8200 * 4), dnw(8200 * 4), dout(2 * 8200 * 4), dy(64 * 4);
+  GemvNarrowArgs a;
+  a.x = dx.as<float>();
+  a.w = dx.data();  // not read: every call below is refused first
+  a.y = dy.as<float>();
+  a.norm_w = dnw.as<float>();
+  a.norm_out = dout.as<float>();
+  const auto check = [&](int64_t k, int64_t ldx, int64_t ldo, bool want) {
+    a.ldx = ldx;
+    a.norm_out_ld = ldo;
+    EXPECT_EQ(GemvNormFusible(a, 2, k), want) << "k=" << k << " ldx=" << ldx << " ldo=" << ldo;
+  };
+  a.ldy = 64;
+  check(8192, 8192, 8192, true);
+  check(8196, 8196, 8196, false);   // 1025 threads: RmsNorm's two-pass kernel
+  check(6142, 6144, 6144, false);   // k % 4 != 0
+  check(6144, 6146, 6144, false);   // ldx % 4 != 0
+  check(6144, 6144, 6146, false);   // norm_out_ld % 4 != 0
+  a.norm_out = dx.as<float>() + 4;  // overlaps x
+  check(6144, 6144, 6144, false);
+  a.norm_out = dout.as<float>() + 1;  // not 16-byte aligned
+  check(6144, 6144, 6144, false);
+  a.norm_out = nullptr;
+  check(6144, 6144, 6144, false);
+  // Run refuses what GemvNormFusible refuses (and never launches).
+  auto plan = GemvNarrowPlan::Create({2, 64, 8196, GemvWeight::kBF16});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  GuardedBuffer dw(64 * 8200 * 2);
+  a.w = dw.data();
+  a.ldw = 8200;
+  a.ldx = 8196;
+  a.norm_out = dout.as<float>();
+  a.norm_out_ld = 8196;
   EXPECT_EQ(plan->Run(a, nullptr, 0, counters_->as<int32_t>(), kCounters, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -1,5 +1,3 @@
-#include "kernels/per_head_gemv.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -11,6 +9,8 @@
 #include "common/status_util.h"
 #include "kernels/cuda_util.h"
 #include "kernels/per_head_gemv.cuh"
+#include "kernels/per_head_gemv.h"
+#include "kernels/rmsnorm.h"
 
 namespace glm::kernels {
 namespace {
@@ -54,21 +54,47 @@ absl::StatusOr<int> ResidentCtas(KernelFn fn, size_t smem) {
   return ctas;
 }
 
+// Dynamic shared memory of a call: the staged x, the K-slice partials and (fused norm) the
+// norm's [rows][32] warp sums.
+size_t SmemBytes(int64_t rows, int64_t in_dim, bool norm) {
+  return static_cast<size_t>(rows * in_dim * 4) +
+         size_t{detail::kPhgWarps} * MaxMFor(static_cast<int>(rows)) * detail::kPhgRowsPerWarp * 4 +
+         (norm ? static_cast<size_t>(rows) * 32 * 4 : 0);
+}
+
+bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
 }  // namespace
+
+bool PerHeadGemvNormFusible(const float* x, int64_t x_row_stride, int64_t rows, int64_t in_dim,
+                            const PerHeadGemvNorm& norm) {
+  if (norm.w == nullptr || norm.out == nullptr || x == nullptr || rows < 1 ||
+      rows > kPerHeadGemvMaxRows || in_dim < 1) {
+    return false;
+  }
+  if (RmsNormF32VecThreads(in_dim, x, x_row_stride, norm.w, norm.out, norm.out_ld) == 0) {
+    return false;
+  }
+  if (SmemBytes(rows, in_dim, true) > static_cast<size_t>(kPerHeadGemvMaxSmemBytes)) return false;
+  const size_t out_bytes = static_cast<size_t>((rows - 1) * norm.out_ld + in_dim) * 4;
+  return !Overlap(norm.out, out_bytes, x,
+                  static_cast<size_t>((rows - 1) * x_row_stride + in_dim) * 4) &&
+         !Overlap(norm.out, out_bytes, norm.w, static_cast<size_t>(in_dim) * 4);
+}
 
 bool PerHeadGemvSupported(int64_t rows, int64_t in_dim) {
   if (rows < 1 || rows > kPerHeadGemvMaxRows || in_dim < 0) return false;
-  const int64_t smem = rows * in_dim * 4 +
-                       int64_t{detail::kPhgWarps} * MaxMFor(static_cast<int>(rows)) *
-                           detail::kPhgRowsPerWarp * 4;
-  return smem <= kPerHeadGemvMaxSmemBytes;
+  return SmemBytes(rows, in_dim, false) <= static_cast<size_t>(kPerHeadGemvMaxSmemBytes);
 }
 
 absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_stride,
                          const float* w, int64_t w_head_stride, int64_t w_ld, float* y,
-                         int64_t y_row_stride, int64_t y_head_stride, int64_t rows,
-                         int64_t heads, int64_t in_dim, int64_t out_dim, bool accumulate,
-                         cudaStream_t stream) {
+                         int64_t y_row_stride, int64_t y_head_stride, int64_t rows, int64_t heads,
+                         int64_t in_dim, int64_t out_dim, bool accumulate, cudaStream_t stream,
+                         const PerHeadGemvNorm* norm) {
   constexpr std::string_view kOp = "PerHeadGemv";
   if (rows < 0 || heads < 0 || heads > 65535 || in_dim < 0 || out_dim < 0 ||
       (rows > 0 && heads > 0 && out_dim > 0 && !PerHeadGemvSupported(rows, in_dim)) ||
@@ -80,6 +106,20 @@ absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_st
         ", rows * in_dim * 4 + partials <= ", kPerHeadGemvMaxSmemBytes,
         " bytes, heads <= 65535, w_ld >= in_dim, non-negative strides; larger shapes go to a "
         "GEMM)"));
+  }
+  const bool fused = norm != nullptr && norm->w != nullptr;
+  if (fused && (heads != 1 || !PerHeadGemvNormFusible(x, x_row_stride, rows, in_dim, *norm) ||
+                (out_dim > 0 &&
+                 Overlap(norm->out, static_cast<size_t>((rows - 1) * norm->out_ld + in_dim) * 4, y,
+                         static_cast<size_t>((rows - 1) * y_row_stride + out_dim) * 4)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PerHeadGemv: a fused RmsNorm needs one head, rows RmsNorm's vector kernel takes (x, w "
+        "and out 16-byte aligned, strides and in_dim multiples of 4, in_dim <= 8192), out apart "
+        "from x, w and y, and the stage within ",
+        kPerHeadGemvMaxSmemBytes,
+        " bytes "
+        "(PerHeadGemvNormFusible); got rows=",
+        rows, " heads=", heads, " in_dim=", in_dim, "; else run RmsNorm, then PerHeadGemv"));
   }
   if (rows == 0 || heads == 0 || out_dim == 0) return absl::OkStatus();
   // Outputs must not overlap (each is written by one thread; overlap would race).
@@ -100,8 +140,7 @@ absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_st
   const int m = static_cast<int>(rows);
   const KernelFn fn = vec4 ? PickKernel<4>(m) : PickKernel<1>(m);
   const int vec = vec4 ? 4 : 1;
-  const size_t smem = static_cast<size_t>(rows * in_dim * 4) +
-                      size_t{detail::kPhgWarps} * MaxMFor(m) * detail::kPhgRowsPerWarp * 4;
+  const size_t smem = SmemBytes(rows, in_dim, fused);
   GLM_ASSIGN_OR_RETURN(const int resident, ResidentCtas(fn, smem));
 
   // K slices: as few as keep every resident CTA slot busy (each slice at least one block of
@@ -133,6 +172,15 @@ absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_st
   a.ksplit = ksplit;
   a.groups = groups_for(ksplit);
   a.accumulate = accumulate;
+  a.norm_w = nullptr;
+  if (fused) {
+    a.norm_w = norm->w;
+    a.norm_eps = norm->eps;
+    a.norm_threads =
+        RmsNormF32VecThreads(in_dim, x, x_row_stride, norm->w, norm->out, norm->out_ld);
+    a.norm_out = norm->out;
+    a.norm_out_ld = norm->out_ld;
+  }
   // One CTA per group: a CTA that loops over groups serializes one memory round trip per group
   // (the first measured version sized the grid to the resident slots: 3 CTAs per SM resident,
   // 5 groups each, 15.5 us at M = 1 under ncu); separate CTAs let the scheduler start the next

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/launch.cuh"
+#include "kernels/rmsnorm.cuh"
 
 namespace glm::kernels::detail {
 
@@ -31,6 +32,13 @@ struct PerHeadGemvArgs {
   int ksplit;          // K slices per row team: 1, 2, 4 or 8
   int64_t groups;      // output-row groups per head: ceil(out_dim / rows per CTA)
   bool accumulate;
+  // Fused RmsNorm (PerHeadGemvNorm; norm_w null: none; heads == 1): the staged rows are
+  // normalized in shared memory; CTA 0 writes them to norm_out.
+  const float* norm_w;
+  float norm_eps;
+  int norm_threads;  // rmsnorm.h RmsNormF32VecThreads of the row
+  float* norm_out;
+  int64_t norm_out_ld;
 };
 
 template <int kVec>
@@ -40,8 +48,19 @@ struct alignas(4 * kVec) PhgVec {
 
 template <int kVec, int kMaxM>
 __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs a) {
+  // Fused norm: this thread's norm_w columns k = threadIdx.x + i * kPhgThreads (in_dim <= 8192),
+  // loaded before the grid-dependency wait (immutable), in flight while x is staged.
+  constexpr int kNormItems = 8192 / kPhgThreads;
+  float norm_w[kNormItems];
+  const bool norm = a.norm_w != nullptr;
+#pragma unroll
+  for (int i = 0; i < kNormItems; ++i) {
+    const int64_t k = threadIdx.x + int64_t{i} * kPhgThreads;
+    norm_w[i] = norm && k < a.in_dim ? __ldg(a.norm_w + k) : 0.0f;
+  }
   PdlEnter();  // launched with LaunchKernel: x and y only after the previous kernel completed
-  extern __shared__ float smem[];  // [rows][in_dim] x, then kPhgWarps * kMaxM * kRows partials
+  // [rows][in_dim] x, then kPhgWarps * kMaxM * kRows partials (then, fused norm: [rows][32])
+  extern __shared__ __align__(16) float smem[];
   constexpr int kRows = kPhgRowsPerWarp;
   using V = PhgVec<kVec>;
   const int64_t K = a.in_dim;
@@ -84,6 +103,40 @@ __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs
     for (int64_t k = threadIdx.x; k < K; k += kPhgThreads) sx[m * K + k] = __ldg(xm + k);
   }
   __syncthreads();
+  if (norm) {
+    // RmsNorm of the staged rows (rmsnorm.cuh's fused-norm helpers: RmsNormRegKernel<float, 4,
+    // 2>'s order with norm_threads virtual threads), in place. (token, virtual warp) pairs go
+    // round the warps; K % 4 == 0 (the launcher), so row m starts at float4 m * K / 4.
+    float* part = red + kPhgWarps * kMaxM * kRows;
+    const int vwarps = a.norm_threads / 32;
+    const int64_t nvec = K / 4;
+    const float4* sx4 = reinterpret_cast<const float4*>(sx);
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int pr = warp; pr < a.rows * vwarps; pr += kPhgWarps) {  // warp-uniform
+      const int m = pr / vwarps, vw = pr - m * vwarps;
+      const int64_t j = static_cast<int64_t>(vw) * 32 + lane;
+      const bool va = j < nvec, vb = j + a.norm_threads < nvec;
+      const float4 x0 = va ? sx4[m * nvec + j] : zero;
+      const float4 x1 = vb ? sx4[m * nvec + j + a.norm_threads] : zero;
+      const float sum = RmsNormWarpSum(RmsNormVec4ThreadSum(x0, va, x1, vb));
+      if (lane == 0) part[m * 32 + vw] = sum;
+    }
+    __syncthreads();
+    const bool write = blockIdx.x == 0 && blockIdx.y == 0;
+    for (int m = 0; m < a.rows; ++m) {
+      const float sum = RmsNormWarpSum(lane < vwarps ? part[m * 32 + lane] : 0.0f);
+      const float scale = rsqrtf(sum / static_cast<float>(K) + a.norm_eps);
+#pragma unroll
+      for (int i = 0; i < kNormItems; ++i) {
+        const int64_t k = threadIdx.x + int64_t{i} * kPhgThreads;
+        if (k >= K) break;
+        const float v = norm_w[i] * (sx[m * K + k] * scale);
+        sx[m * K + k] = v;
+        if (write) a.norm_out[m * a.norm_out_ld + k] = v;
+      }
+    }
+    __syncthreads();
+  }
   bool preloaded = true;
   for (; g < a.groups; g += gridDim.x) {
     float acc[kMaxM][kRows];

@@ -35,10 +35,27 @@ bool PerHeadGemvSupported(int64_t rows, int64_t in_dim);
 // w + h * w_head_stride + n * w_ld; y (m, h, n) at y[m * y_row_stride + h * y_head_stride + n].
 // All device pointers. y must not overlap x or w. accumulate: y += result instead of y = result.
 // rows == 0 or heads == 0 or out_dim == 0 is a no-op; in_dim == 0 writes zeros (or leaves y).
+// norm (optional, heads == 1): an fp32 RmsNorm fused ahead of the product. Each CTA normalizes
+// its staged x rows to w * x * rsqrt(mean(x^2) + eps) in the summation order of RmsNorm's vector
+// kernel (kernels/rmsnorm.cuh), so y is what RmsNorm into `out` followed by PerHeadGemv on `out`
+// gives, bit for bit, in one launch; CTA 0 writes the normalized rows to out ([rows, in_dim],
+// row stride out_ld; apart from x, w and y). PerHeadGemvNormFusible says when it applies.
+struct PerHeadGemvNorm {
+  const float* w = nullptr;  // [in_dim]
+  float eps = 0.0f;
+  float* out = nullptr;
+  int64_t out_ld = 0;
+};
+// Whether `norm` applies to a call of rows x in_dim with one head: RmsNorm's vector kernel takes
+// the rows (rmsnorm.h RmsNormF32VecThreads > 0: x, w and out 16-byte aligned, strides and in_dim
+// multiples of 4, in_dim <= 8192), out overlaps neither x nor w, and the stage still fits.
+bool PerHeadGemvNormFusible(const float* x, int64_t x_row_stride, int64_t rows, int64_t in_dim,
+                            const PerHeadGemvNorm& norm);
+
 absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_stride,
                          const float* w, int64_t w_head_stride, int64_t w_ld, float* y,
-                         int64_t y_row_stride, int64_t y_head_stride, int64_t rows,
-                         int64_t heads, int64_t in_dim, int64_t out_dim, bool accumulate,
-                         cudaStream_t stream);
+                         int64_t y_row_stride, int64_t y_head_stride, int64_t rows, int64_t heads,
+                         int64_t in_dim, int64_t out_dim, bool accumulate, cudaStream_t stream,
+                         const PerHeadGemvNorm* norm = nullptr);
 
 }  // namespace glm::kernels

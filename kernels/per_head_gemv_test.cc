@@ -2,7 +2,8 @@
 // shapes (64 heads, 192 -> 512 and 512 -> 256), the router shape (1 head, 6144 -> 256), odd
 // shapes (in_dim not a multiple of 4 or of the 512-column block, odd out_dim, padded and odd
 // strides: the scalar-load path), in_dim 0, accumulate; guard bytes, padding untouched, finite
-// outputs, bitwise-equal repeat runs (deterministic). Shape checks run without a GPU too.
+// outputs, bitwise-equal repeat runs (deterministic). The fused RmsNorm (PerHeadGemvNorm) against
+// RmsNorm then PerHeadGemv, bit for bit. Shape checks run without a GPU too.
 #include "kernels/per_head_gemv.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/gpu_test_util.h"
+#include "kernels/rmsnorm.h"
 
 namespace glm::kernels {
 namespace {
@@ -121,6 +123,80 @@ TEST_F(PerHeadGemvTest, MatchesReference) {
       }
     }
   }
+}
+
+// PerHeadGemvNorm: the same y and normalized rows, bit for bit, as RmsNorm into a buffer followed
+// by PerHeadGemv on it (the router shape 6144 -> 256, 2 and 16 rows, K-split shapes, the largest
+// row RmsNorm's vector kernel takes); refused where that kernel does not take the rows, with two
+// heads, with out overlapping x, and where the stage would not fit.
+TEST_F(PerHeadGemvTest, FusedRmsNormEqualsRmsNormThenGemv) {
+  struct S {
+    int64_t rows, in_dim, out_dim;
+    bool acc;
+  };
+  const S shapes[] = {{1, 6144, 256, false}, {1, 6144, 256, true},  {2, 4096, 256, false},
+                      {16, 512, 40, true},   {4, 2048, 100, false}, {1, 8192, 64, false},
+                      {3, 16, 7, true}};
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const S& s : shapes) {
+    SCOPED_TRACE(
+        absl::StrCat("rows=", s.rows, " in=", s.in_dim, " out=", s.out_dim, " acc=", s.acc));
+    const int64_t ldx = s.in_dim + 4, ldo = s.in_dim + 8, ldy = s.out_dim + 1;
+    std::vector<float> x(s.rows * ldx), nw(s.in_dim), w(s.out_dim * s.in_dim), y(s.rows * ldy);
+    for (float& v : x) v = 4.0f * nd(rng);
+    for (float& v : nw) v = 1.0f + 0.3f * nd(rng);
+    for (float& v : w) v = nd(rng);
+    for (float& v : y) v = nd(rng);
+    GuardedBuffer dx(x.size() * 4), dnw(nw.size() * 4), dw(w.size() * 4), dref(s.rows * ldo * 4),
+        dout(s.rows * ldo * 4), dyref(y.size() * 4), dy(y.size() * 4);
+    GLM_CUDA_ASSERT(dx.Upload(x.data(), x.size() * 4));
+    GLM_CUDA_ASSERT(dnw.Upload(nw.data(), nw.size() * 4));
+    GLM_CUDA_ASSERT(dw.Upload(w.data(), w.size() * 4));
+    GLM_CUDA_ASSERT(dyref.Upload(y.data(), y.size() * 4));
+    GLM_CUDA_ASSERT(dy.Upload(y.data(), y.size() * 4));
+    GLM_CUDA_ASSERT(dref.Poison(0x3f));
+    GLM_CUDA_ASSERT(dout.Poison(0x3f));
+    const float eps = 1e-6f;
+    ASSERT_TRUE(RmsNorm(DType::kF32, dx.data(), ldx, dnw.data(), eps, dref.data(), ldo, s.rows,
+                        s.in_dim, nullptr)
+                    .ok());
+    ASSERT_TRUE(PerHeadGemv(dref.as<float>(), ldo, 0, dw.as<float>(), 0, s.in_dim,
+                            dyref.as<float>(), ldy, 0, s.rows, 1, s.in_dim, s.out_dim, s.acc,
+                            nullptr)
+                    .ok());
+    const PerHeadGemvNorm norm{dnw.as<float>(), eps, dout.as<float>(), ldo};
+    ASSERT_TRUE(PerHeadGemvNormFusible(dx.as<float>(), ldx, s.rows, s.in_dim, norm));
+    const absl::Status st =
+        PerHeadGemv(dx.as<float>(), ldx, 0, dw.as<float>(), 0, s.in_dim, dy.as<float>(), ldy, 0,
+                    s.rows, 1, s.in_dim, s.out_dim, s.acc, nullptr, &norm);
+    ASSERT_TRUE(st.ok()) << st;
+    GLM_CUDA_ASSERT(cudaDeviceSynchronize());
+    std::vector<float> a(s.rows * ldo), b(s.rows * ldo), ya(y.size()), yb(y.size());
+    GLM_CUDA_ASSERT(dref.Download(a.data(), a.size() * 4));
+    GLM_CUDA_ASSERT(dout.Download(b.data(), b.size() * 4));
+    GLM_CUDA_ASSERT(dyref.Download(ya.data(), ya.size() * 4));
+    GLM_CUDA_ASSERT(dy.Download(yb.data(), yb.size() * 4));
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "normalized rows differ";
+    EXPECT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * 4)) << "y differs";
+    EXPECT_TRUE(dout.GuardsIntact() && dy.GuardsIntact());
+  }
+  // Refused: rows past 8192 columns, unaligned strides, a stage past 48 KiB, two heads, out
+  // overlapping x.
+  GuardedBuffer dx(2 * 8200 * 4), dnw(8200 * 4), dout(2 * 8200 * 4), dw(8200 * 4), dy(64);
+  PerHeadGemvNorm norm{dnw.as<float>(), 1e-6f, dout.as<float>(), 8196};
+  EXPECT_FALSE(PerHeadGemvNormFusible(dx.as<float>(), 8196, 1, 8196, norm));
+  norm.out_ld = 6146;
+  EXPECT_FALSE(PerHeadGemvNormFusible(dx.as<float>(), 6144, 1, 6144, norm));
+  norm.out_ld = 6144;
+  EXPECT_TRUE(PerHeadGemvNormFusible(dx.as<float>(), 6144, 1, 6144, norm));
+  EXPECT_FALSE(PerHeadGemvNormFusible(dx.as<float>(), 6144, 2, 6144, norm));  // 48 KiB of x
+  EXPECT_EQ(PerHeadGemv(dx.as<float>(), 8, 8, dw.as<float>(), 0, 8, dy.as<float>(), 8, 4, 1, 2, 8,
+                        4, false, nullptr, &norm)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  norm.out = dx.as<float>() + 8;
+  EXPECT_FALSE(PerHeadGemvNormFusible(dx.as<float>(), 6144, 1, 6144, norm));
 }
 
 }  // namespace

@@ -38,15 +38,20 @@ bool LaunchReg(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_t y_
   return false;
 }
 
+// Whether every row start and w are 16-byte aligned and cols divides into vectors of kVec.
+bool VecAligned(int64_t cols, int vec, const void* x, int64_t x_ld, const void* w, const void* y,
+                int64_t y_ld) {
+  return cols % vec == 0 && x_ld % vec == 0 && y_ld % vec == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
 template <typename T>
 void LaunchRmsNorm(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_t y_ld,
                    int64_t cols, dim3 grid, cudaStream_t stream) {
   // 16-byte vectors when every row start and w are 16-byte aligned and cols divides evenly.
   constexpr int kVec = 16 / sizeof(T);
-  const bool aligned = cols % kVec == 0 && x_ld % kVec == 0 && y_ld % kVec == 0 &&
-                       reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  const bool aligned = VecAligned(cols, kVec, x, x_ld, w, y, y_ld);
   if (aligned && LaunchReg<T, kVec>(x, x_ld, w, eps, y, y_ld, cols, grid, stream)) return;
   if (LaunchReg<T, 1>(x, x_ld, w, eps, y, y_ld, cols, grid, stream)) return;
   LaunchKernel(detail::RmsNormKernel<T>, grid, detail::kRmsNormThreads, 0, stream, x, x_ld, w, eps,
@@ -54,6 +59,12 @@ void LaunchRmsNorm(const T* x, int64_t x_ld, const T* w, float eps, T* y, int64_
 }
 
 }  // namespace
+
+int RmsNormF32VecThreads(int64_t cols, const float* x, int64_t x_ld, const float* w, const float* y,
+                         int64_t y_ld) {
+  if (cols <= 0 || !VecAligned(cols, 4, x, x_ld, w, y, y_ld)) return 0;
+  return RegThreads(cols, 4, 2);  // LaunchReg<float, 4>'s first choice
+}
 
 absl::Status RmsNorm(DType dtype, const void* x, int64_t x_ld, const void* w, float eps, void* y,
                      int64_t y_ld, int64_t rows, int64_t cols, cudaStream_t stream) {

@@ -74,6 +74,38 @@ __global__ void __launch_bounds__(kRmsNormRegMaxThreads)
   }
 }
 
+// Kernels that fuse an fp32 RmsNorm into their own work (gemv_narrow, per_head_gemv) repeat the
+// summation order of RmsNormRegKernel<float, 4, 2> with rmsnorm.h's RmsNormF32VecThreads threads,
+// so that their scale, and every normalized value, is RmsNorm's bit for bit:
+// - RmsNormVec4ThreadSum: virtual thread j's sum of squares of float4 j (a) and float4 j +
+//   threads (b) of the row, each only where it exists: fma over a's elements, then b's.
+// - RmsNormWarpSum: BlockSum's butterfly over a warp (every lane gets the same sum): first over
+//   each virtual warp's 32 thread sums, then over the virtual warps' sums (lane w: warp w's, 0
+//   past the last); scale = rsqrtf(sum / cols + eps).
+__device__ __forceinline__ float RmsNormVec4ThreadSum(const float4& a, bool va, const float4& b,
+                                                      bool vb) {
+  float s = 0.0f;
+  if (va) {
+    s = fmaf(a.x, a.x, s);
+    s = fmaf(a.y, a.y, s);
+    s = fmaf(a.z, a.z, s);
+    s = fmaf(a.w, a.w, s);
+  }
+  if (vb) {
+    s = fmaf(b.x, b.x, s);
+    s = fmaf(b.y, b.y, s);
+    s = fmaf(b.z, b.z, s);
+    s = fmaf(b.w, b.w, s);
+  }
+  return s;
+}
+
+__device__ __forceinline__ float RmsNormWarpSum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kRmsNormThreads) RmsNormKernel(const T* x, int64_t x_ld,
                                                                  const T* w, float eps, T* y,

@@ -15,4 +15,12 @@ namespace glm::kernels {
 absl::Status RmsNorm(DType dtype, const void* x, int64_t x_ld, const void* w, float eps, void* y,
                      int64_t y_ld, int64_t rows, int64_t cols, cudaStream_t stream);
 
+// The threads RmsNorm gives each row of an fp32 call with these pointers and strides when it runs
+// its one-round-trip kernel on 16-byte vectors (rmsnorm.cuh RmsNormRegKernel<float, 4, 2>: x, w
+// and y 16-byte aligned, cols and both strides multiples of 4, cols <= 8192); 0 when it takes
+// another kernel. A kernel that repeats that kernel's summation order with this many virtual
+// threads (gemv_narrow's fused RmsNorm) gets the same scale, so the same values, bit for bit.
+int RmsNormF32VecThreads(int64_t cols, const float* x, int64_t x_ld, const float* w, const float* y,
+                         int64_t y_ld);
+
 }  // namespace glm::kernels

@@ -257,6 +257,16 @@ class Backend {
                              const HeadsView& y) = 0;
   // y = w * x * rsqrt(mean(x^2) + eps), per row. y may alias x.
   virtual void RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) = 0;
+  // RmsNorm(x, norm_w, eps, normed), then Linear(normed, w, y, accumulate): one op so that a
+  // device backend may normalize inside the Linear's kernel (cuda: the decode GEMV of few tokens,
+  // one launch fewer on a batch-1 step's critical path). normed ([x.rows, x.cols]) must not
+  // overlap x or y; it holds RmsNorm(x) afterwards, and y is the same, either way.
+  virtual void RmsNormLinear(const MatView& x, const float* norm_w, float eps,
+                             const MatView& normed, const MatView& w, const MatView& y,
+                             bool accumulate) {
+    RmsNorm(x, norm_w, eps, normed);
+    Linear(normed, w, y, accumulate);
+  }
   // y = (x - mean) * rsqrt(var + eps) * w + b, per row (biased variance). y may alias x.
   virtual void LayerNorm(const MatView& x, const float* w, const float* b, float eps,
                          const MatView& y) = 0;

@@ -7,7 +7,7 @@
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
 //       [--key-slots incremental|both] [--kv-fill random|zeros]
 //       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|
-//             idxctas|idxahead|idxwide]
+//             idxctas|idxahead|idxwide|normfuse|gemvpf]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -59,7 +59,12 @@
 // next step's keys in flight; the default) vs 0 (SetIndexerScoreAheadForBench). idxwide: the
 // score kernel by shape (the default: its {4,8} variant, one accumulation chain, on chunks for 4
 // CTAs per SM for calls of >= 8 rows or rows of > 16K keys) vs score mode 2 (the {3,2} kernel
-// on chunks for 2 CTAs per SM everywhere; SetIndexerScorePathForBench).
+// on chunks for 2 CTAs per SM everywhere; SetIndexerScorePathForBench). normfuse: the input
+// norm and the query latent's norm inside a_proj's / b_proj's decode GEMV
+// (Backend::RmsNormLinear; SetCudaNormLinearFusionMaxRows(16)) vs RmsNorm's own launches (0).
+// gemvpf: the decode GEMVs of <= 2 tokens with an L2 prefetch window of 8 weight steps per warp
+// opened before their grid-dependency wait (cuda_linear.h SetCudaGemvPrefetchStepsForBench) vs
+// the GEMV's own rule (none at these sizes).
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -102,6 +107,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_linear.h"
 #include "engine/backend/cuda/cuda_ops_hooks.h"
 #include "engine/backend/cuda/cuda_ops_moe.h"
 #include "engine/model/glm_moe_dsa.h"
@@ -171,6 +177,10 @@ void AllowIndexerScoreCtas4(bool on) { cuda::SetIndexerScoreCtasPerSmForBench(on
 void AllowIndexerScoreAhead(bool on) { cuda::SetIndexerScoreAheadForBench(on ? 2 : 0); }
 // --ab idxwide: the indexer score kernel by shape (the default), or score mode 2 everywhere.
 void AllowIndexerScoreWide(bool on) { cuda::SetIndexerScorePathForBench(on ? -1 : 2); }
+// --ab normfuse: RmsNorm inside the decode GEMV at every GEMV size, or never.
+void AllowNormLinearFusion(bool on) { SetCudaNormLinearFusionMaxRows(on ? 16 : 0); }
+// --ab gemvpf: an 8-step L2 prefetch window in the decode GEMVs, or the GEMV's own rule.
+void AllowGemvPrefetch(bool on) { cuda::SetCudaGemvPrefetchStepsForBench(on ? 8 : -1); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -618,13 +628,13 @@ int Main(int argc, char** argv) {
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
        a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch" &&
        a.ab != "async" && a.ab != "indexer" && a.ab != "idxctas" && a.ab != "idxahead" &&
-       a.ab != "idxwide") ||
+       a.ab != "idxwide" && a.ab != "normfuse" && a.ab != "gemvpf") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
                  "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|"
-                 "idxctas|idxahead|idxwide, --fused on|off|both\n");
+                 "idxctas|idxahead|idxwide|normfuse|gemvpf, --fused on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -641,6 +651,8 @@ int Main(int argc, char** argv) {
   if (a.ab == "idxctas") a.ab_allow = AllowIndexerScoreCtas4;
   if (a.ab == "idxahead") a.ab_allow = AllowIndexerScoreAhead;
   if (a.ab == "idxwide") a.ab_allow = AllowIndexerScoreWide;
+  if (a.ab == "normfuse") a.ab_allow = AllowNormLinearFusion;
+  if (a.ab == "gemvpf") a.ab_allow = AllowGemvPrefetch;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -822,6 +834,8 @@ int Main(int argc, char** argv) {
                        : a.ab == "idxctas"   ? "indexer score chunks for 4 CTAs per SM"
                        : a.ab == "idxahead"  ? "indexer score look-ahead"
                        : a.ab == "idxwide"   ? "indexer score wide variant by shape"
+                       : a.ab == "normfuse"  ? "RmsNorm inside the decode GEMV"
+                       : a.ab == "gemvpf"    ? "decode GEMV L2 prefetch of 8 steps"
                                              : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),

@@ -256,6 +256,19 @@ void FusedLinear::Forward(StepContext& ctx, const MatView& x, const MatView& out
   }
 }
 
+void FusedLinear::ForwardNormed(StepContext& ctx, const MatView& x, const float* norm_w, float eps,
+                                const MatView& normed, const MatView& out) const {
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const Group& g = groups_[i];
+    const MatView y = out.Cols(g.out_offset, g.weight.view.rows);
+    if (i == 0) {
+      ctx.backend->RmsNormLinear(x, norm_w, eps, normed, g.weight.view, y, false);
+    } else {
+      ctx.backend->Linear(normed, g.weight.view, y, false);
+    }
+  }
+}
+
 // ---- DenseMlp ---------------------------------------------------------------------------------
 
 absl::StatusOr<DenseMlp> DenseMlp::Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
@@ -352,11 +365,23 @@ int64_t SharedExpertFoldMaxTokens() { return g_shared_fold_max_tokens.load(); }
 int64_t ModelGraphGeneration() { return g_model_graph_generation.load(); }
 
 void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const {
-  const int64_t T = x.rows, num_experts = router.view.rows;
-  const bool fold = shared_folds && T <= SharedExpertFoldMaxTokens();
-  const int k = fold ? top_k + 1 : top_k;        // experts per token given to MoeExperts
-  MatView logits = ctx.ws->Mat(T, num_experts);  // [T, n_routed_experts], fp32 router
+  MatView logits = ctx.ws->Mat(x.rows, router.view.rows);  // [T, n_routed_experts], fp32 router
   ctx.backend->Linear(x, router.view, logits, false);
+  Experts(ctx, x, logits, out);
+}
+
+void Moe::ForwardNormed(StepContext& ctx, const MatView& h, const RmsNormLayer& norm,
+                        const MatView& x, const MatView& out) const {
+  MatView logits = ctx.ws->Mat(h.rows, router.view.rows);  // [T, n_routed_experts], fp32 router
+  ctx.backend->RmsNormLinear(h, norm.weight.data(), norm.eps, x, router.view, logits, false);
+  Experts(ctx, x, logits, out);
+}
+
+void Moe::Experts(StepContext& ctx, const MatView& x, const MatView& logits,
+                  const MatView& out) const {
+  const int64_t T = x.rows;
+  const bool fold = shared_folds && T <= SharedExpertFoldMaxTokens();
+  const int k = fold ? top_k + 1 : top_k;  // experts per token given to MoeExperts
   MoeRouteArgs r;
   r.bias = bias.data(), r.n_group = n_group, r.topk_group = topk_group, r.top_k = top_k;
   r.renormalize = renormalize, r.scale = scale, r.appended = fold ? num_routed : -1;
@@ -477,8 +502,8 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
   return m;
 }
 
-void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv,
-                           const MatView& out) const {
+void MlaAttention::Forward(StepContext& ctx, const MatView& h, const RmsNormLayer& norm,
+                           const LayerKv& kv, const MatView& out) const {
   const ModelConfig& c = *ctx.config;
   const int64_t T = ctx.num_rows, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
                 rope = c.qk_rope_head_dim, kvr = c.kv_lora_rank, qk = nope + rope;
@@ -486,9 +511,12 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   Backend* b = ctx.backend;
   const float latent_eps = static_cast<float>(c.latent_norm_eps);
 
-  // One Linear for everything computed from `a`, one for everything from the query latent.
+  // One Linear for everything computed from the normed input a = norm(h), one for everything from
+  // the query latent; each norm runs inside its Linear where the backend can (at batch 1 two
+  // launches fewer on the step's critical path).
+  MatView a = ctx.ws->Mat(T, h.cols);                 // [T, H] norm(h)
   MatView a_out = ctx.ws->Mat(T, a_proj.out_cols());  // [T, q_a | kv_a (| wk | weights_proj)]
-  a_proj.Forward(ctx, a, a_out);
+  a_proj.ForwardNormed(ctx, h, norm.weight.data(), norm.eps, a, a_out);
 
   // The KV path (the latent's norm, RoPE and cache write; the indexer key's) needs nothing but
   // a_out: a side branch, concurrent with the query path below up to JoinSide (at batch 1 these
@@ -506,10 +534,10 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& a, const LayerKv& kv
   if (indexer != nullptr) indexer->WriteKeys(ctx, a_proj.Part(a_out, kIndexK), kv);
   b->EndSide();
 
-  const MatView cq = a_proj.Part(a_out, kQa);  // [T, q_lora_rank]
-  b->RmsNorm(cq, q_a_norm.data(), latent_eps, cq);
-  MatView b_out = ctx.ws->Mat(T, b_proj.out_cols());  // [T, q_b (| wq_b)]
-  b_proj.Forward(ctx, cq, b_out);
+  const MatView cq = a_proj.Part(a_out, kQa);               // [T, q_lora_rank]
+  const MatView cq_normed = ctx.ws->Mat(T, c.q_lora_rank);  // q_a_layernorm(cq)
+  MatView b_out = ctx.ws->Mat(T, b_proj.out_cols());        // [T, q_b (| wq_b)]
+  b_proj.ForwardNormed(ctx, cq, q_a_norm.data(), latent_eps, cq_normed, b_out);
   const MatView q = b_proj.Part(b_out, kQb);  // [T, nh * (nope + rope)]
   HeadsView qh{q.data, T, nh, qk, q.ld, qk};  // [T, nh, nope + rope]
   HeadsView index_qh;
@@ -683,14 +711,14 @@ absl::StatusOr<DecoderLayer> DecoderLayer::Load(WeightLoader& w, const ModelConf
 
 void DecoderLayer::Forward(StepContext& ctx, const MatView& h, const LayerKv& kv) const {
   const int64_t T = h.rows, H = h.cols;
-  MatView x = ctx.ws->Mat(T, H);  // [T, H] normed input
+  MatView x = ctx.ws->Mat(T, H);  // [T, H] the MoE's / MLP's normed input
   // Each sublayer's last Linear (and MoeExperts) accumulates onto h: no separate Add launch.
-  input_norm.Forward(ctx, h, x);
-  attn.Forward(ctx, x, kv, h);
-  post_norm.Forward(ctx, h, x);
+  // The norms run inside the next Linear where the backend can (a_proj's, the router's).
+  attn.Forward(ctx, h, input_norm, kv, h);
   if (moe != nullptr) {
-    moe->Forward(ctx, x, h);
+    moe->ForwardNormed(ctx, h, post_norm, x, h);
   } else {
+    post_norm.Forward(ctx, h, x);
     mlp->Forward(ctx, x, h);
   }
 }

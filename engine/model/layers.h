@@ -183,6 +183,11 @@ class FusedLinear {
                                           int64_t cols);
   // x: [T, cols]; out: [T, out_cols()].
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
+  // Forward(RmsNorm(x, norm_w, eps)), with the norm inside the first group's Linear where the
+  // backend can (Backend::RmsNormLinear); normed ([T, cols], apart from x and out) holds the
+  // normed x afterwards.
+  void ForwardNormed(StepContext& ctx, const MatView& x, const float* norm_w, float eps,
+                     const MatView& normed, const MatView& out) const;
   int64_t out_cols() const { return out_cols_; }
   size_t num_groups() const { return groups_.size(); }
   // Part i's columns of `out`: [T, rows of part i].
@@ -236,6 +241,15 @@ struct Moe {
   static absl::StatusOr<Moe> Load(WeightLoader& w, const ModelConfig& c, const std::string& prefix);
   // out += shared(x) + the routed experts' sum; x, out: [T, H].
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
+  // Forward(norm(h)) into out (may be h), x ([T, H], apart from h) receiving norm(h): the norm
+  // runs inside the router's Linear where the backend can (Backend::RmsNormLinear; at batch 1 one
+  // launch fewer on the step's critical path).
+  void ForwardNormed(StepContext& ctx, const MatView& h, const RmsNormLayer& norm, const MatView& x,
+                     const MatView& out) const;
+
+ private:
+  // out += the shared and routed experts of x, routed by the router's logits [T, n_routed_experts].
+  void Experts(StepContext& ctx, const MatView& x, const MatView& logits, const MatView& out) const;
 };
 
 // Steps of at most this many rows fold the shared expert into MoeExperts (Moe above); 0 never.
@@ -292,8 +306,10 @@ struct MlaAttention {
   std::unique_ptr<Indexer> indexer;  // null on IndexShare "shared" layers
   static absl::StatusOr<MlaAttention> Load(WeightLoader& w, const ModelConfig& c,
                                            const std::string& prefix, bool has_indexer);
-  // out += attention(a); a: [T, H] normed input, out: [T, H] (the residual stream).
-  void Forward(StepContext& ctx, const MatView& a, const LayerKv& kv, const MatView& out) const;
+  // out += attention(norm(h)); h: [T, H] the layer's input, norm its input_norm, out: [T, H] (the
+  // residual stream; may be h). The norm runs inside a_proj's Linear where the backend can.
+  void Forward(StepContext& ctx, const MatView& h, const RmsNormLayer& norm, const LayerKv& kv,
+               const MatView& out) const;
 
  private:
   void Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin, int64_t num_rows,

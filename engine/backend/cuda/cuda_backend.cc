@@ -135,6 +135,11 @@ std::atomic<bool> g_small_f32_gemv{true};
 // cuBLASLt, which streams them at up to 3.9 TB/s (benchmarks.md).
 constexpr size_t kSmallF32GemvMaxWeightBytes = size_t{16} << 20;
 
+// SetCudaNormLinearFusionMaxRows: the setting (its changes also move g_side_generation), and
+// whether the last RmsNormLinear call ran as one fused GEMV.
+std::atomic<int> g_norm_linear_max_rows{kCudaNormLinearFusionMaxRows};
+std::atomic<bool> g_norm_linear_fused{false};
+
 class CudaBackend : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream, std::unique_ptr<cuda::LtMatmul> matmul,
@@ -219,10 +224,7 @@ class CudaBackend : public Backend {
       Record(Annotate(narrow_->Run(x, w, y, accumulate, scratch_, stream_), "Linear"));
       return;
     }
-    if (x.rows == 1 && g_small_f32_gemv.load(std::memory_order_relaxed) &&
-        static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols) * sizeof(float) <=
-            kSmallF32GemvMaxWeightBytes &&
-        kernels::PerHeadGemvSupported(x.rows, x.cols)) {
+    if (SmallF32Gemv(x, w)) {
       Record(Annotate(kernels::PerHeadGemv(x.data, x.ld, 0, w.data, 0, w.ld, y.data, y.ld, 0,
                                            x.rows, 1, x.cols, w.rows, accumulate, stream_),
                       "Linear"));
@@ -338,6 +340,42 @@ class CudaBackend : public Backend {
     if (x.rows == 0 || x.cols == 0 || !Bind()) return;
     Record(kernels::RmsNorm(kernels::DType::kF32, x.data, x.ld, w, eps, y.data, y.ld, x.rows,
                             x.cols, stream_));
+  }
+
+  // The decode GEMV with the norm inside it where it takes the call (narrow weights:
+  // cuda_linear.h RunNormed; fp32 weights of one row on kernels::PerHeadGemv, the MoE router:
+  // PerHeadGemvNorm), else RmsNorm, then Linear. The same bits either way.
+  void RmsNormLinear(const MatView& x, const float* norm_w, float eps, const MatView& normed,
+                     const MatView& w, const MatView& y, bool accumulate) override {
+    g_norm_linear_fused.store(false, std::memory_order_relaxed);
+    const bool fuse = x.rows > 0 && x.cols > 0 && w.rows > 0 &&
+                      x.rows <= g_norm_linear_max_rows.load(std::memory_order_relaxed) &&
+                      normed.rows == x.rows && normed.cols == x.cols;
+    if (fuse && w.dtype == WeightDType::kF32 && w.cols == x.cols && y.rows == x.rows &&
+        y.cols == w.rows && SmallF32Gemv(x, w)) {
+      const kernels::PerHeadGemvNorm n{norm_w, eps, normed.data, normed.ld};
+      if (kernels::PerHeadGemvNormFusible(x.data, x.ld, x.rows, x.cols, n)) {
+        if (!Bind() || !MainOnly("RmsNormLinear")) return;
+        Record(Annotate(kernels::PerHeadGemv(x.data, x.ld, 0, w.data, 0, w.ld, y.data, y.ld, 0,
+                                             x.rows, 1, x.cols, w.rows, accumulate, stream_, &n),
+                        "RmsNormLinear"));
+        g_norm_linear_fused.store(true, std::memory_order_relaxed);
+        return;
+      }
+    }
+    if (fuse && w.dtype != WeightDType::kF32) {
+      if (!Bind() || !MainOnly("RmsNormLinear")) return;
+      bool taken = false;
+      Record(Annotate(
+          narrow_->RunNormed(x, norm_w, eps, normed, w, y, accumulate, scratch_, stream_, &taken),
+          "RmsNormLinear"));
+      if (taken) {
+        g_norm_linear_fused.store(true, std::memory_order_relaxed);
+        return;
+      }
+    }
+    RmsNorm(x, norm_w, eps, normed);
+    Linear(normed, w, y, accumulate);
   }
 
   void LayerNorm(const MatView& x, const float* w, const float* b, float eps,
@@ -531,7 +569,7 @@ class CudaBackend : public Backend {
   int64_t scratch_epoch() const override {
     return scratch_.epoch() + widen_scratch_.epoch() + kernels::PdlGeneration() +
            g_side_generation.load(std::memory_order_relaxed) + cuda::MoeSettingsGeneration() +
-           cuda::IndexerSettingsGeneration();
+           cuda::IndexerSettingsGeneration() + cuda::LinearSettingsGeneration();
   }
 
   // The side branch runs on side_stream_ (created at the first BeginSide), forked from and joined
@@ -589,6 +627,15 @@ class CudaBackend : public Backend {
   }
   // False (and an error recorded) when called on a side branch: `op` uses backend scratch or
   // must see every branch (Backend::BeginSide).
+  // Whether the fp32 Linear x . w^T runs on kernels::PerHeadGemv (one row, a small weight: the
+  // MoE router) rather than cuBLASLt.
+  static bool SmallF32Gemv(const MatView& x, const MatView& w) {
+    return x.rows == 1 && g_small_f32_gemv.load(std::memory_order_relaxed) &&
+           static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols) * sizeof(float) <=
+               kSmallF32GemvMaxWeightBytes &&
+           kernels::PerHeadGemvSupported(x.rows, x.cols);
+  }
+
   bool MainOnly(const char* op) {
     if (!in_side_) return true;
     Record(absl::FailedPreconditionError(
@@ -634,6 +681,13 @@ absl::Status CudaDeviceAvailable() {
 void AllowCudaSmallF32Gemv(bool allowed) {
   if (g_small_f32_gemv.exchange(allowed) != allowed) g_side_generation.fetch_add(1);
 }
+
+void SetCudaNormLinearFusionMaxRows(int rows) {
+  const int v = std::clamp(rows, 0, static_cast<int>(kernels::kGemvNarrowMaxM));
+  if (g_norm_linear_max_rows.exchange(v) != v) g_side_generation.fetch_add(1);
+}
+
+bool LastCudaNormLinearFused() { return g_norm_linear_fused.load(); }
 
 void AllowCudaSideBranches(bool allowed) {
   if (g_side_branches.exchange(allowed) != allowed) g_side_generation.fetch_add(1);

@@ -47,4 +47,22 @@ void AllowCudaSideBranches(bool allowed);
 // captured under the other setting are recaptured.
 void AllowCudaSmallF32Gemv(bool allowed);
 
+// Backend::RmsNormLinear runs as one launch with the norm fused (narrow weights: the decode GEMV,
+// kernels/gemv_narrow.h GemvNarrowArgs::norm_w; fp32 weights of one row such as the MoE router:
+// kernels/per_head_gemv.h PerHeadGemvNorm; the same bits as RmsNorm then Linear) for calls of at
+// most this many rows (clamped to 0..16; 0 = never) whose shape takes that kernel; else as the two
+// ops. A bench knob (glm-bench-cuda-decode --ab normfuse); graphs captured under another setting
+// are recaptured. Measured on an H200 (GLM-5 widths, fp8 weights and KV, graphs; --ab normfuse,
+// three runs, the last with norm_w loaded before the grid-dependency wait; ms/layer off -> on):
+// batch 1 0.224 -> 0.226, 0.227 -> 0.225, 0.223 -> 0.221 (4K) and 0.239 -> 0.240, 0.243 -> 0.247,
+// 0.247 -> 0.247 (128K); batch 2 0.339 -> 0.340, 0.354 -> 0.350 (4K). Within the runs' noise: the
+// GEMVs' weight streams, launched early by programmatic dependent launch, already hid most of each
+// RmsNorm. (At batch 8 the a_proj / b_proj shapes take the GEMM path and the router cuBLASLt, so
+// nothing fuses; the same runs' batch 8 ratios, 0.99-1.07, are that noise.) On by default: the same
+// bits, three launches fewer.
+inline constexpr int kCudaNormLinearFusionMaxRows = 16;
+void SetCudaNormLinearFusionMaxRows(int rows);
+// Whether the last RmsNormLinear call on a CUDA backend ran as one fused launch (tests).
+bool LastCudaNormLinearFused();
+
 }  // namespace glm::engine

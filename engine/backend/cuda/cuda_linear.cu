@@ -1,15 +1,15 @@
 // Narrow-weight Linear of the CUDA backend (cuda_linear.h).
-#include "engine/backend/cuda/cuda_linear.h"
-
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "engine/backend/cuda/cuda_linear.h"
 #include "engine/backend/cuda/cuda_ops_util.h"
 #include "kernels/rows.h"
 
@@ -20,6 +20,9 @@ constexpr const char* kOp = "Linear";
 // Scratch slots (cuda_ops.h): the other ops use theirs only within their own call, so these may
 // overlap with them; inside one Linear they are distinct.
 constexpr int kSlotX = 5, kSlotWorkspace = 6, kSlotY = 7;
+
+std::atomic<int> g_gemv_prefetch{-1};  // SetCudaGemvPrefetchStepsForBench
+std::atomic<int64_t> g_linear_generation{0};
 
 __global__ void ConvertRowsToBf16Kernel(const float* __restrict__ src, int64_t src_ld,
                                         int64_t rows, int64_t cols,
@@ -70,6 +73,13 @@ bool GemvPreferred(int64_t m, int64_t n, int64_t k, bool fp8) {
 
 }  // namespace
 
+void SetCudaGemvPrefetchStepsForBench(int steps) {
+  const int v = std::max(steps, -1);
+  if (g_gemv_prefetch.exchange(v) != v) g_linear_generation.fetch_add(1);
+}
+
+int64_t LinearSettingsGeneration() { return g_linear_generation.load(); }
+
 absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, int64_t cols,
                                void* dst, int64_t dst_ld, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return absl::OkStatus();
@@ -117,21 +127,24 @@ NarrowLinear::~NarrowLinear() {
 
 absl::Status NarrowLinear::RunGemv(const MatView& x, const MatView& w, const MatView& y,
                                    bool accumulate, Scratch& scratch, cudaStream_t stream,
-                                   bool* taken) {
+                                   bool* taken, const kernels::GemvNarrowArgs* norm) {
   *taken = false;
   const int64_t m = x.rows, n = w.rows, k = x.cols;
   const bool fp8 = w.dtype == WeightDType::kF8E4M3Block128;
   if (m > gemv_max_tokens_ || !GemvPreferred(m, n, k, fp8) || (fp8 && w.ld % 16 != 0)) {
     return absl::OkStatus();
   }
-  const auto key = std::make_tuple(fp8 ? 1 : 0, m, n, k);
+  const int prefetch = m <= 2 ? g_gemv_prefetch.load(std::memory_order_relaxed) : -1;
+  const auto key = std::make_tuple(fp8 ? 1 : 0, m, n, k, prefetch);
   auto it = gemv_.find(key);
   if (it == gemv_.end()) {
+    kernels::GemvNarrowTuning tuning;
+    tuning.prefetch_steps = prefetch;
     GLM_ASSIGN_OR_RETURN(
         kernels::GemvNarrowPlan plan,
         kernels::GemvNarrowPlan::Create(
             {m, n, k, fp8 ? kernels::GemvWeight::kF8E4M3Block128 : kernels::GemvWeight::kBF16},
-            kernels::GemvSplitReduce::kAuto, gemv_ctas_per_sm_));
+            kernels::GemvSplitReduce::kAuto, gemv_ctas_per_sm_, tuning));
     it = gemv_.emplace(key, plan).first;
   }
   const kernels::GemvNarrowPlan& plan = it->second;
@@ -152,12 +165,18 @@ absl::Status NarrowLinear::RunGemv(const MatView& x, const MatView& w, const Mat
   a.accumulate = accumulate;
   // Weights are immutable during steps, so the weight prefetch may overlap the previous kernel.
   a.overlap_previous = true;
+  if (norm != nullptr) {
+    a.norm_w = norm->norm_w;
+    a.norm_eps = norm->norm_eps;
+    a.norm_out = norm->norm_out;
+    a.norm_out_ld = norm->norm_out_ld;
+    if (!kernels::GemvNormFusible(a, m, k)) return absl::OkStatus();
+  }
   *taken = true;
   return plan.Run(a, ws, plan.workspace_bytes(), gemv_counters_, kGemvCounters, stream);
 }
 
-absl::Status NarrowLinear::Run(const MatView& x, const MatView& w, const MatView& y,
-                               bool accumulate, Scratch& scratch, cudaStream_t stream) {
+absl::Status NarrowLinear::CheckShapes(const MatView& x, const MatView& w, const MatView& y) {
   const int64_t m = x.rows, n = w.rows, k = x.cols;
   const bool fp8 = w.dtype == WeightDType::kF8E4M3Block128;
   if (!fp8 && w.dtype != WeightDType::kBF16) {
@@ -176,6 +195,33 @@ absl::Status NarrowLinear::Run(const MatView& x, const MatView& w, const MatView
         " breaks the layout rule (bf16: 16-byte aligned, ld % 8 == 0; fp8: ld == cols, cols % 16 "
         "== 0, 16-byte aligned data and scales); load it with WeightLoader::Linear"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status NarrowLinear::RunNormed(const MatView& x, const float* norm_w, float eps,
+                                     const MatView& normed, const MatView& w, const MatView& y,
+                                     bool accumulate, Scratch& scratch, cudaStream_t stream,
+                                     bool* taken) {
+  *taken = false;
+  GLM_RETURN_IF_ERROR(CheckShapes(x, w, y));
+  if (normed.rows != x.rows || normed.cols != x.cols) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda RmsNormLinear: normed [", normed.rows,
+                                                   ", ", normed.cols, "] must be x's shape [",
+                                                   x.rows, ", ", x.cols, "]"));
+  }
+  kernels::GemvNarrowArgs norm;
+  norm.norm_w = norm_w;
+  norm.norm_eps = eps;
+  norm.norm_out = normed.data;
+  norm.norm_out_ld = normed.ld;
+  return RunGemv(x, w, y, accumulate, scratch, stream, taken, &norm);
+}
+
+absl::Status NarrowLinear::Run(const MatView& x, const MatView& w, const MatView& y,
+                               bool accumulate, Scratch& scratch, cudaStream_t stream) {
+  GLM_RETURN_IF_ERROR(CheckShapes(x, w, y));
+  const int64_t m = x.rows, n = w.rows, k = x.cols;
+  const bool fp8 = w.dtype == WeightDType::kF8E4M3Block128;
   bool taken = false;
   GLM_RETURN_IF_ERROR(RunGemv(x, w, y, accumulate, scratch, stream, &taken));
   if (taken) return absl::OkStatus();

@@ -163,6 +163,74 @@ TEST_F(CudaNarrowTest, LinearFp8MatchesCpuOnDequantizedWeights) {
                                         s.acc, 1e-4);
 }
 
+// Backend::RmsNormLinear on the CUDA backend against its own RmsNorm then Linear: y and the
+// normalized rows bit for bit, whether the call ran as one fused launch (decode sizes whose rows
+// RmsNorm's vector kernel takes: narrow weights on the decode GEMV, fp32 weights of one row on
+// kernels::PerHeadGemv; LastCudaNormLinearFused) or as the two ops (too many rows, unaligned or
+// long rows, fp32 weights of two rows, the fusion turned off); accumulate on odd cases.
+TEST_F(CudaNarrowTest, RmsNormLinearEqualsRmsNormThenLinear) {
+  struct S {
+    WeightDType dtype;
+    int64_t m, n, k, ldx;
+    bool fused;
+  };
+  const S cases[] = {
+      {WeightDType::kF8E4M3Block128, 1, 2848, 6144, 6144, true},
+      {WeightDType::kF8E4M3Block128, 1, 20480, 2048, 2048 + 8, true},
+      {WeightDType::kF8E4M3Block128, 8, 576, 6144, 6144, true},
+      {WeightDType::kF8E4M3Block128, 16, 300, 2048, 2048, true},
+      {WeightDType::kBF16, 2, 1000, 6144, 6144, true},
+      {WeightDType::kF8E4M3Block128, 64, 256, 2048, 2048, false},  // past the GEMV's 16 rows
+      {WeightDType::kF8E4M3Block128, 1, 64, 8320, 8320, false},    // longer than 8192
+      {WeightDType::kF8E4M3Block128, 1, 64, 6144, 6145, false},    // rows not 16-byte aligned
+      {WeightDType::kBF16, 1, 64, 6146, 6146, false},              // k % 4 != 0
+      {WeightDType::kF32, 1, 256, 6144, 6144, true},  // the router: kernels::PerHeadGemv
+      {WeightDType::kF32, 1, 256, 6144, 6148, true},
+      {WeightDType::kF32, 2, 256, 6144, 6144, false},  // cuBLASLt: not fused
+      {WeightDType::kF32, 1, 64, 6146, 6146, false},   // k % 4 != 0
+  };
+  int index = 0;
+  for (const S& c : cases) {
+    for (bool allowed : {true, false}) {
+      const bool acc = ++index % 2 == 1;
+      const std::string what =
+          absl::StrCat(narrow_test::DTypeName(c.dtype), " m=", c.m, " n=", c.n, " k=", c.k,
+                       " ldx=", c.ldx, allowed ? "" : " fusion off");
+      SCOPED_TRACE(what);
+      SetCudaNormLinearFusionMaxRows(allowed ? kCudaNormLinearFusionMaxRows : 0);
+      NarrowWeight w = MakeNarrowWeight(*gpu_, c.dtype, c.n, c.k, rng_);
+      const std::vector<float> x = Random(c.m * c.ldx, rng_, 3.0f);
+      std::vector<float> nw = Random(c.k, rng_, 0.3f);
+      for (float& v : nw) v += 1.0f;
+      const std::vector<float> y0 = Random(c.m * c.n, rng_);
+      auto dx = gpu_->Allocate(x.size() * 4), dnw = gpu_->Allocate(nw.size() * 4);
+      auto d1 = gpu_->Allocate(c.m * c.k * 4), d2 = gpu_->Allocate(c.m * c.k * 4);
+      auto y1 = gpu_->Allocate(y0.size() * 4), y2 = gpu_->Allocate(y0.size() * 4);
+      gpu_->CopyToDevice(dx->data(), x.data(), x.size() * 4);
+      gpu_->CopyToDevice(dnw->data(), nw.data(), nw.size() * 4);
+      gpu_->CopyToDevice(y1->data(), y0.data(), y0.size() * 4);
+      gpu_->CopyToDevice(y2->data(), y0.data(), y0.size() * 4);
+      const MatView xv{dx->f32(), c.m, c.k, c.ldx};
+      const MatView n1{d1->f32(), c.m, c.k, c.k}, n2{d2->f32(), c.m, c.k, c.k};
+      const float eps = 1e-5f;
+      gpu_->RmsNormLinear(xv, dnw->f32(), eps, n1, w.view, {y1->f32(), c.m, c.n, c.n}, acc);
+      EXPECT_EQ(LastCudaNormLinearFused(), c.fused && allowed);
+      gpu_->RmsNorm(xv, dnw->f32(), eps, n2);
+      gpu_->Linear(n2, w.view, {y2->f32(), c.m, c.n, c.n}, acc);
+      std::vector<float> h1(c.m * c.k), h2(c.m * c.k), g1(y0.size()), g2(y0.size());
+      gpu_->CopyToHost(h1.data(), d1->data(), h1.size() * 4);
+      gpu_->CopyToHost(h2.data(), d2->data(), h2.size() * 4);
+      gpu_->CopyToHost(g1.data(), y1->data(), g1.size() * 4);
+      gpu_->CopyToHost(g2.data(), y2->data(), g2.size() * 4);
+      ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+      EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.size() * 4), 0) << "normalized rows differ";
+      EXPECT_EQ(std::memcmp(g1.data(), g2.data(), g1.size() * 4), 0) << "y differs";
+      for (float v : g1) ASSERT_TRUE(std::isfinite(v));
+    }
+  }
+  SetCudaNormLinearFusionMaxRows(kCudaNormLinearFusionMaxRows);
+}
+
 TEST_F(CudaNarrowTest, MoeExpertsNarrowMatchCpuOnDequantizedWeights) {
   struct S { int tokens, hidden, inter, experts, top_k; };
   // pairs <= 64 with 16-byte rows take the decode GEMV (cuda_ops_moe.cu MoeGemvKernel): batch

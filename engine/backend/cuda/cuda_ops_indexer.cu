@@ -1279,10 +1279,8 @@ absl::StatusOr<int> WideResidentCtas(int64_t smem, const detail::DeviceInfo& inf
   constexpr TcVariant v = kTcVariants[kWideVariant];
   const auto kernel = IndexerScoreTcKernel<v.min_blocks, v.k_group, 0>;
   GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(kernel, smem, info, kOp));
-  int resident = 0;
-  GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                                        &resident, kernel, kTcThreads, static_cast<size_t>(smem)));
-  return std::clamp(resident, 1, kWideMaxCtasPerSm);
+  // Cached per (kernel, device, smem): eager steps make no occupancy query per call.
+  return std::clamp(detail::CachedCtasPerSm(kernel, kTcThreads, smem), 1, kWideMaxCtasPerSm);
 }
 
 // kTcVariants[variant]; the default variant at look-ahead `ahead` (g_score_ahead; 2 runs at 2

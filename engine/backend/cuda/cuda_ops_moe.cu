@@ -1143,28 +1143,6 @@ __global__ void __launch_bounds__(kDecWarps * 32, kAsync ? 3 : 2) MoeDecodeKerne
   }
 }
 
-// CTAs resident per SM for `kernel` (cached per kernel; one device type per process assumed
-// only for the cache key's kernel, the SM count is read per call).
-template <typename Kernel>
-int ResidentCtas(Kernel kernel, int threads, size_t smem = 0) {
-  static std::mutex* mu = new std::mutex;
-  static auto* cache = new std::map<std::pair<const void*, int>, int>;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 1;
-  std::lock_guard<std::mutex> lock(*mu);
-  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), device);
-  auto it = cache->find(key);
-  if (it != cache->end()) return it->second;
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess ||
-      n < 1) {
-    (void)cudaGetLastError();
-    n = 1;
-  }
-  (*cache)[key] = n;
-  return n;
-}
-
 std::atomic<bool> g_decode_balanced{true};
 std::atomic<bool> g_decode_async{true};
 std::atomic<bool> g_last_decode_async{false};  // the last decode-kernel launch used the ring
@@ -1189,7 +1167,8 @@ absl::Status LaunchDecodeKernel(const DecodeParams& p, int64_t max_slots,
                                 const detail::DeviceInfo& info, cudaStream_t stream) {
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
-  const int per_sm = ResidentCtas(MoeDecodeKernel<kFused, kWT, kRoute, kAsync>, kDecWarps * 32);
+  const int per_sm =
+      detail::CachedCtasPerSm(MoeDecodeKernel<kFused, kWT, kRoute, kAsync>, kDecWarps * 32, 0);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
   const int64_t blocks = DecodeBlocks(tasks, resident);
   LaunchKernel(MoeDecodeKernel<kFused, kWT, kRoute, kAsync>, static_cast<unsigned>(blocks),
@@ -1205,8 +1184,8 @@ template <bool kFused, int kWT, bool kRoute>
 absl::Status LaunchDecode(const DecodeParams& p, int64_t max_slots, const detail::DeviceInfo& info,
                           cudaStream_t stream) {
   if (g_decode_async.load(std::memory_order_relaxed) &&
-      ResidentCtas(MoeDecodeKernel<kFused, kWT, kRoute, true>, kDecWarps * 32) >=
-          ResidentCtas(MoeDecodeKernel<kFused, kWT, kRoute, false>, kDecWarps * 32)) {
+      detail::CachedCtasPerSm(MoeDecodeKernel<kFused, kWT, kRoute, true>, kDecWarps * 32, 0) >=
+          detail::CachedCtasPerSm(MoeDecodeKernel<kFused, kWT, kRoute, false>, kDecWarps * 32, 0)) {
     g_last_decode_async.store(true);
     return LaunchDecodeKernel<kFused, kWT, kRoute, true>(p, max_slots, info, stream);
   }
@@ -1453,7 +1432,7 @@ absl::Status LaunchOne(const OneParams& p, int64_t max_slots, const detail::Devi
                        cudaStream_t stream) {
   const int64_t tasks =
       max_slots * (detail::CeilDiv(p.gu.n, kDecWRows / 2) + detail::CeilDiv(p.dn.n, kDecWRows));
-  const int per_sm = ResidentCtas(MoeDecodeOneKernel<kWT, kRoute>, kDecWarps * 32);
+  const int per_sm = detail::CachedCtasPerSm(MoeDecodeOneKernel<kWT, kRoute>, kDecWarps * 32, 0);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
   const int64_t blocks = DecodeBlocks(tasks, resident);
   LaunchKernel(MoeDecodeOneKernel<kWT, kRoute>, static_cast<unsigned>(blocks), kDecWarps * 32, 0,
@@ -1601,7 +1580,8 @@ absl::Status LaunchList(const DecodeParams& p, const DecodeLists& l, int64_t max
                         const detail::DeviceInfo& info, cudaStream_t stream) {
   constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
   const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
-  const int per_sm = ResidentCtas(MoeDecodeListKernel<kFused, kWT, kNG>, kDecWarps * 32);
+  const int per_sm =
+      detail::CachedCtasPerSm(MoeDecodeListKernel<kFused, kWT, kNG>, kDecWarps * 32, 0);
   const int64_t resident = int64_t{info.num_sms} * per_sm;
   const int64_t blocks = std::max<int64_t>(1, std::min(detail::CeilDiv(tasks, kDecWarps), resident));
   LaunchKernel(MoeDecodeListKernel<kFused, kWT, kNG>, static_cast<unsigned>(blocks), kDecWarps * 32,
@@ -1853,7 +1833,7 @@ absl::Status LaunchGroupFor(int wt, const DecodeParams& p, const DecodeLists& l,
   return DispatchWT(wt, [&](auto tag) {
     constexpr int kWT = decltype(tag)::value;
     GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGroupKernel<kFused, kWT>, smem, info, kOp));
-    const int per_sm = ResidentCtas(MoeGroupKernel<kFused, kWT>, warps * 32, smem);
+    const int per_sm = detail::CachedCtasPerSm(MoeGroupKernel<kFused, kWT>, warps * 32, smem);
     const int64_t tasks = max_units * detail::CeilDiv(p.n, kCols);
     const int64_t blocks = std::max<int64_t>(
         1, std::min(detail::CeilDiv(tasks, warps), int64_t{info.num_sms} * per_sm));
@@ -2129,7 +2109,7 @@ absl::Status LaunchMma(const MmaParams& p, const float* src, int64_t src_ld, int
   GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaGetLastError(), kOp, "MoeSplitKernel launch"));
   constexpr int kCols = kFused ? 16 : 32;
   const int64_t tasks = max_slots * detail::CeilDiv(p.n, kCols);
-  const int per_sm = ResidentCtas(MoeMmaKernel<kFused>, kMmaWarps * 32);
+  const int per_sm = detail::CachedCtasPerSm(MoeMmaKernel<kFused>, kMmaWarps * 32, 0);
   const int64_t blocks = std::max<int64_t>(
       1, std::min(detail::CeilDiv(tasks, kMmaWarps), int64_t{info.num_sms} * per_sm));
   LaunchKernel(MoeMmaKernel<kFused>, static_cast<unsigned>(blocks), kMmaWarps * 32, 0, stream, p,
