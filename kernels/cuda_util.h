@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -37,6 +38,12 @@ absl::Status CheckDevicePointer(const void* ptr, std::string_view op, std::strin
 // thread that launches. Returns the previous setting.
 bool SetDevicePointerChecks(bool enabled);
 bool DevicePointerChecks();
+
+// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+inline bool BytesOverlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
 
 // InvalidArgument unless `ptr` is aligned to `alignment` bytes.
 absl::Status CheckAligned(const void* ptr, size_t alignment, std::string_view op,

@@ -306,16 +306,6 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
   return plan;
 }
 
-namespace {
-
-// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) overlap.
-bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
-}  // namespace
-
 bool GemvNormFusible(const GemvNarrowArgs& a, int64_t m, int64_t k) {
   if (a.norm_w == nullptr || a.norm_out == nullptr || a.x == nullptr || m <= 0 || k <= 0) {
     return false;
@@ -323,10 +313,10 @@ bool GemvNormFusible(const GemvNarrowArgs& a, int64_t m, int64_t k) {
   if (RmsNormF32VecThreads(k, a.x, a.ldx, a.norm_w, a.norm_out, a.norm_out_ld) == 0) return false;
   const size_t out_bytes = static_cast<size_t>((m - 1) * a.norm_out_ld + k) * 4;
   const size_t x_bytes = static_cast<size_t>((m - 1) * a.ldx + k) * 4;
-  const bool y_overlaps =
-      a.y != nullptr && Overlap(a.norm_out, out_bytes, a.y, static_cast<size_t>(m) * a.ldy * 4);
-  return !Overlap(a.norm_out, out_bytes, a.x, x_bytes) && !y_overlaps &&
-         !Overlap(a.norm_out, out_bytes, a.norm_w, static_cast<size_t>(k) * 4);
+  const bool y_overlaps = a.y != nullptr && BytesOverlap(a.norm_out, out_bytes, a.y,
+                                                         static_cast<size_t>(m) * a.ldy * 4);
+  return !BytesOverlap(a.norm_out, out_bytes, a.x, x_bytes) && !y_overlaps &&
+         !BytesOverlap(a.norm_out, out_bytes, a.norm_w, static_cast<size_t>(k) * 4);
 }
 
 absl::Status GemvNarrowPlan::Run(const GemvNarrowArgs& a, void* workspace, size_t workspace_bytes,

@@ -62,11 +62,6 @@ size_t SmemBytes(int64_t rows, int64_t in_dim, bool norm) {
          (norm ? static_cast<size_t>(rows) * 32 * 4 : 0);
 }
 
-bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
-
 }  // namespace
 
 bool PerHeadGemvNormFusible(const float* x, int64_t x_row_stride, int64_t rows, int64_t in_dim,
@@ -80,9 +75,9 @@ bool PerHeadGemvNormFusible(const float* x, int64_t x_row_stride, int64_t rows, 
   }
   if (SmemBytes(rows, in_dim, true) > static_cast<size_t>(kPerHeadGemvMaxSmemBytes)) return false;
   const size_t out_bytes = static_cast<size_t>((rows - 1) * norm.out_ld + in_dim) * 4;
-  return !Overlap(norm.out, out_bytes, x,
-                  static_cast<size_t>((rows - 1) * x_row_stride + in_dim) * 4) &&
-         !Overlap(norm.out, out_bytes, norm.w, static_cast<size_t>(in_dim) * 4);
+  return !BytesOverlap(norm.out, out_bytes, x,
+                       static_cast<size_t>((rows - 1) * x_row_stride + in_dim) * 4) &&
+         !BytesOverlap(norm.out, out_bytes, norm.w, static_cast<size_t>(in_dim) * 4);
 }
 
 bool PerHeadGemvSupported(int64_t rows, int64_t in_dim) {
@@ -108,10 +103,11 @@ absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_st
         "GEMM)"));
   }
   const bool fused = norm != nullptr && norm->w != nullptr;
-  if (fused && (heads != 1 || !PerHeadGemvNormFusible(x, x_row_stride, rows, in_dim, *norm) ||
-                (out_dim > 0 &&
-                 Overlap(norm->out, static_cast<size_t>((rows - 1) * norm->out_ld + in_dim) * 4, y,
-                         static_cast<size_t>((rows - 1) * y_row_stride + out_dim) * 4)))) {
+  if (fused &&
+      (heads != 1 || !PerHeadGemvNormFusible(x, x_row_stride, rows, in_dim, *norm) ||
+       (out_dim > 0 &&
+        BytesOverlap(norm->out, static_cast<size_t>((rows - 1) * norm->out_ld + in_dim) * 4, y,
+                     static_cast<size_t>((rows - 1) * y_row_stride + out_dim) * 4)))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PerHeadGemv: a fused RmsNorm needs one head, rows RmsNorm's vector kernel takes (x, w "
         "and out 16-byte aligned, strides and in_dim multiples of 4, in_dim <= 8192), out apart "
