@@ -168,6 +168,8 @@ absl::Status PerHeadGemv(const float* x, int64_t x_row_stride, int64_t x_head_st
   a.ksplit = ksplit;
   a.groups = groups_for(ksplit);
   a.accumulate = accumulate;
+  a.x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_row_stride % 4 == 0 &&
+            x_head_stride % 4 == 0 && in_dim % 4 == 0;
   a.norm_w = nullptr;
   if (fused) {
     a.norm_w = norm->w;

@@ -3,7 +3,9 @@
 // of its head. Inside a CTA the warps form (kPhgWarps / ksplit) row teams x ksplit K slices:
 // a warp owns kPhgRowsPerWarp output rows and every ksplit-th block of kPhgUnroll chunks of
 // 32 * kVec columns of K; it issues all the block's weight loads (kVec = 4: 16-byte loads) before
-// its FMAs. Summation order (fixed, so results are deterministic): per lane in K order over its
+// its FMAs, with the next block's loads in flight (two register buffers; the first two blocks
+// are loaded before the grid-dependency wait), and stages x with up to 8 float4 loads per thread
+// in flight. Summation order (fixed, so results are deterministic): per lane in K order over its
 // blocks, then a butterfly over the warp, then (ksplit > 1) the K slices in slice order through
 // shared memory. No atomics.
 #pragma once
@@ -32,6 +34,7 @@ struct PerHeadGemvArgs {
   int ksplit;          // K slices per row team: 1, 2, 4 or 8
   int64_t groups;      // output-row groups per head: ceil(out_dim / rows per CTA)
   bool accumulate;
+  bool x_vec;  // x, its strides and in_dim allow 16-byte loads of the staged rows
   // Fused RmsNorm (PerHeadGemvNorm; norm_w null: none; heads == 1): the staged rows are
   // normalized in shared memory; CTA 0 writes them to norm_out.
   const float* norm_w;
@@ -58,8 +61,6 @@ __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs
     const int64_t k = threadIdx.x + int64_t{i} * kPhgThreads;
     norm_w[i] = norm && k < a.in_dim ? __ldg(a.norm_w + k) : 0.0f;
   }
-  PdlEnter();  // launched with LaunchKernel: x and y only after the previous kernel completed
-  // [rows][in_dim] x, then kPhgWarps * kMaxM * kRows partials (then, fused norm: [rows][32])
   extern __shared__ __align__(16) float smem[];
   constexpr int kRows = kPhgRowsPerWarp;
   using V = PhgVec<kVec>;
@@ -72,12 +73,13 @@ __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs
   constexpr int64_t kChunk = 32 * kVec;
   const int64_t block_cols = kChunk * kPhgUnroll;
   const float* wh = a.w + h * a.w_head_stride;
-  float* sx = smem;
-  float* red = smem + static_cast<int64_t>(a.rows) * K;
 
-  V wv[kRows][kPhgUnroll];
-  // Loads the weight block starting at column kb of the warp's rows of group g.
-  auto load = [&](int64_t g, int64_t kb) {
+  // Two weight blocks of the warp's rows in registers: block i + 1's loads are in flight while
+  // block i's FMAs run, and the first two are issued before the grid-dependency wait (a router
+  // warp's whole K slice), so they overlap the previous kernel's tail and the staging of x.
+  V wa[kRows][kPhgUnroll], wb[kRows][kPhgUnroll];
+  // Loads the weight block starting at column kb of the warp's rows of group g into dst.
+  auto load = [&](V(&dst)[kRows][kPhgUnroll], int64_t g, int64_t kb) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int64_t n = g * rows_per_cta + team * kRows + r;
@@ -85,10 +87,10 @@ __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs
       for (int u = 0; u < kPhgUnroll; ++u) {
         const int64_t k = kb + u * kChunk + lane * kVec;
         if (n < a.out_dim && k < K) {
-          wv[r][u] = *reinterpret_cast<const V*>(wh + n * a.w_ld + k);
+          dst[r][u] = *reinterpret_cast<const V*>(wh + n * a.w_ld + k);
         } else {
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) wv[r][u].v[e] = 0.0f;
+          for (int e = 0; e < kVec; ++e) dst[r][u].v[e] = 0.0f;
         }
       }
     }
@@ -96,11 +98,43 @@ __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs
 
   int64_t g = blockIdx.x;
   const int64_t kb0 = slice * block_cols;
-  if (g < a.groups && kb0 < K) load(g, kb0);  // in flight while x is staged
-  for (int m = 0; m < a.rows; ++m) {
-    const float* xm = a.x + m * a.x_row_stride + h * a.x_head_stride;
+  const int64_t kstep = block_cols * a.ksplit;  // a warp's consecutive blocks
+  if (g < a.groups && kb0 < K) {
+    load(wa, g, kb0);
+    if (kb0 + kstep < K) load(wb, g, kb0 + kstep);
+  }
+  PdlEnter();  // launched with LaunchKernel: x and y only after the previous kernel completed
+  // [rows][in_dim] x, then kPhgWarps * kMaxM * kRows partials (then, fused norm: [rows][32])
+  float* sx = smem;
+  float* red = smem + static_cast<int64_t>(a.rows) * K;
+  if (a.x_vec) {
+    // kStageVec float4 loads per thread in flight at once (the router's row: one round trip).
+    constexpr int kStageVec = 8;
+    const int64_t n4 = K / 4;
+    float4* sx4 = reinterpret_cast<float4*>(sx);
+    for (int m = 0; m < a.rows; ++m) {
+      const float4* xm4 =
+          reinterpret_cast<const float4*>(a.x + m * a.x_row_stride + h * a.x_head_stride);
+      for (int64_t base = threadIdx.x; base < n4; base += int64_t{kPhgThreads} * kStageVec) {
+        float4 v[kStageVec];
+#pragma unroll
+        for (int u = 0; u < kStageVec; ++u) {
+          const int64_t i = base + int64_t{u} * kPhgThreads;
+          if (i < n4) v[u] = __ldg(xm4 + i);
+        }
+#pragma unroll
+        for (int u = 0; u < kStageVec; ++u) {
+          const int64_t i = base + int64_t{u} * kPhgThreads;
+          if (i < n4) sx4[m * n4 + i] = v[u];
+        }
+      }
+    }
+  } else {
+    for (int m = 0; m < a.rows; ++m) {
+      const float* xm = a.x + m * a.x_row_stride + h * a.x_head_stride;
 #pragma unroll 4
-    for (int64_t k = threadIdx.x; k < K; k += kPhgThreads) sx[m * K + k] = __ldg(xm + k);
+      for (int64_t k = threadIdx.x; k < K; k += kPhgThreads) sx[m * K + k] = __ldg(xm + k);
+    }
   }
   __syncthreads();
   if (norm) {
@@ -137,31 +171,45 @@ __global__ void __launch_bounds__(kPhgThreads) PerHeadGemvKernel(PerHeadGemvArgs
     }
     __syncthreads();
   }
+  // Block kb's FMAs: per lane in K order (the summation order of the kernel's contract).
+  float acc[kMaxM][kRows];
+  auto fma_block = [&](const V(&w)[kRows][kPhgUnroll], int64_t kb) {
+#pragma unroll
+    for (int u = 0; u < kPhgUnroll; ++u) {
+      const int64_t k = kb + u * kChunk + lane * kVec;
+      if (k >= K) continue;
+#pragma unroll
+      for (int m = 0; m < kMaxM; ++m) {
+        if (m >= a.rows) break;
+        const V xv = *reinterpret_cast<const V*>(sx + m * K + k);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc[m][r] = fmaf(w[r][u].v[e], xv.v[e], acc[m][r]);
+        }
+      }
+    }
+  };
   bool preloaded = true;
   for (; g < a.groups; g += gridDim.x) {
-    float acc[kMaxM][kRows];
 #pragma unroll
     for (int m = 0; m < kMaxM; ++m) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) acc[m][r] = 0.0f;
     }
-    for (int64_t kb = kb0; kb < K; kb += block_cols * a.ksplit) {
-      if (!preloaded) load(g, kb);
-      preloaded = false;
-#pragma unroll
-      for (int u = 0; u < kPhgUnroll; ++u) {
-        const int64_t k = kb + u * kChunk + lane * kVec;
-        if (k >= K) continue;
-#pragma unroll
-        for (int m = 0; m < kMaxM; ++m) {
-          if (m >= a.rows) break;
-          const V xv = *reinterpret_cast<const V*>(sx + m * K + k);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) acc[m][r] = fmaf(wv[r][u].v[e], xv.v[e], acc[m][r]);
-          }
-        }
+    if (!preloaded && kb0 < K) {
+      load(wa, g, kb0);
+      if (kb0 + kstep < K) load(wb, g, kb0 + kstep);
+    }
+    preloaded = false;
+    // Blocks kb (in wa) and kb + kstep (in wb) are in flight; each is refilled with the block
+    // two steps on once its FMAs are issued.
+    for (int64_t kb = kb0; kb < K; kb += 2 * kstep) {
+      fma_block(wa, kb);
+      if (kb + 2 * kstep < K) load(wa, g, kb + 2 * kstep);
+      if (kb + kstep < K) {
+        fma_block(wb, kb + kstep);
+        if (kb + 3 * kstep < K) load(wb, g, kb + 3 * kstep);
       }
     }
 #pragma unroll

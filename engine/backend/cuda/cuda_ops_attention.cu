@@ -519,22 +519,28 @@ __global__ void __launch_bounds__(kCombineThreads) AttentionCombineWideKernel(Pa
   const int S = p.num_splits;
   const float* ml = p.part_ml + rh * S * 2;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (warp == 0) SplitWeights(ml, S, lane, w_s);
-  __syncthreads();
   constexpr int kWarpsC = kCombineThreads / 32;
   constexpr int kUnroll = 8;
   const int dv4 = p.dv / 4;
   const int c4 = blockIdx.y * 32 + lane;
+  const float4* acc = reinterpret_cast<const float4*>(p.part_acc + rh * S * p.dv) + c4;
+  float4 x[kUnroll];
+  auto load = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int s = s0 + u * kWarpsC;
+      x[u] = s < S ? acc[int64_t{s} * dv4] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  // The first batch of partials does not depend on the weights: its loads are in flight while
+  // warp 0 derives them (one L2 round trip fewer on the decode step's chain).
+  if (c4 < dv4) load(warp);
+  if (warp == 0) SplitWeights(ml, S, lane, w_s);
+  __syncthreads();
   float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
   if (c4 < dv4) {
-    const float4* acc = reinterpret_cast<const float4*>(p.part_acc + rh * S * p.dv) + c4;
     for (int s0 = warp; s0 < S; s0 += kWarpsC * kUnroll) {
-      float4 x[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int s = s0 + u * kWarpsC;
-        x[u] = s < S ? acc[int64_t{s} * dv4] : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
+      if (s0 != warp) load(s0);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int s = s0 + u * kWarpsC;
@@ -553,11 +559,11 @@ __global__ void __launch_bounds__(kCombineThreads) AttentionCombineWideKernel(Pa
   if (warp == 0 && c4 < dv4) {
 #pragma unroll
     for (int w = 0; w < kWarpsC - 1; ++w) {
-      const float4 x = sum_s[w][lane];
-      sum.x += x.x;
-      sum.y += x.y;
-      sum.z += x.z;
-      sum.w += x.w;
+      const float4 o = sum_s[w][lane];
+      sum.x += o.x;
+      sum.y += o.y;
+      sum.z += o.z;
+      sum.w += o.w;
     }
     reinterpret_cast<float4*>(p.out + t * p.out_rs + h * p.out_hs)[c4] = sum;
   }
