@@ -179,6 +179,7 @@ absl::Status PerHeadNarrow(const PerHeadNarrowArgs& a, cudaStream_t stream) {
   p.out_dim = a.out_dim;
   p.in_pad = (a.in_dim + 15) / 16 * 16;
   p.ksplit = 1;
+  p.beside = a.beside_previous ? 1 : 0;
   const int mt = TokenTile(a.contract, a.weight, a.num_tokens, p.in_pad);
   size_t smem = static_cast<size_t>(mt) * p.in_pad * 4;
   int64_t tiles = 0;

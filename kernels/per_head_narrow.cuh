@@ -67,7 +67,30 @@ struct PerHeadNarrowParams {
   int64_t in_dim, out_dim;
   int64_t in_pad;  // x tile row stride in shared memory: in_dim rounded up to 16
   int ksplit;      // kRows: row slices per CTA (1, 2, 4, 8)
+  int beside;      // PerHeadNarrowArgs::beside_previous (PhnEnter / PhnExit)
 };
+
+// The kernels' grid-dependency entry and exit (launch.cuh). Normally PdlEnter: wait for the
+// previous kernel, then let the next one launch. Beside the previous kernel
+// (PerHeadNarrowArgs::beside_previous): let the next kernel launch at once and do not wait, since
+// x was complete before the previous kernel could start (it waited for its own predecessor before
+// letting this one launch) and that kernel touches neither x nor y; x is read from L2 (PhnStageX),
+// never from an SM's L1. PhnExit then waits for the previous kernel before this grid may
+// complete, so the next kernel's wait still covers both.
+__device__ __forceinline__ void PhnEnter(const PerHeadNarrowParams& p) {
+  if (p.beside) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+  } else {
+    PdlEnter();
+  }
+}
+__device__ __forceinline__ void PhnExit(const PerHeadNarrowParams& p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.beside) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 
 template <PerHeadWeight W>
 struct PhnTraits;
@@ -145,7 +168,8 @@ __device__ __forceinline__ void PhnStageX(const PerHeadNarrowParams& p, int64_t 
   for (int t = 0; t < nt; ++t) {
     const float* xr = p.x + static_cast<int64_t>(t0 + t) * p.x_row_stride + h * p.x_head_stride;
     for (int64_t k = threadIdx.x; k < p.in_pad; k += kPhnThreads) {
-      sx[t * p.in_pad + PhnXPos<kVec>(k, p.in_pad)] = k < p.in_dim ? __ldg(xr + k) : 0.0f;
+      const float v = k >= p.in_dim ? 0.0f : p.beside ? __ldcg(xr + k) : __ldg(xr + k);
+      sx[t * p.in_pad + PhnXPos<kVec>(k, p.in_pad)] = v;
     }
   }
 }
@@ -227,8 +251,8 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowPa
   };
   if (num_segs == 1) load_seg(0);  // in flight while x is staged
   // The weights are immutable: their loads above may overlap the previous kernel; x and y only
-  // after it completed (launch.cuh).
-  PdlEnter();
+  // after it completed (launch.cuh), or beside it (PhnEnter).
+  PhnEnter(p);
 
   for (int t0 = 0; t0 < p.num_tokens; t0 += kMT) {
     const int nt = PhnBeginTile<kMT, kVec>(p, h, t0, sx);
@@ -294,6 +318,7 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadColsKernel(PerHeadNarrowPa
       }
     }
   }
+  PhnExit(p);
 }
 
 template <PerHeadWeight W, int kMT>
@@ -323,7 +348,7 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadRowsKernel(PerHeadNarrowPa
       asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wcol + (base + d) * p.ldw_bytes));
     }
   }
-  PdlEnter();
+  PhnEnter(p);
 
   for (int t0 = 0; t0 < p.num_tokens; t0 += kMT) {
     const int nt = PhnBeginTile<kMT>(p, h, t0, sx);
@@ -396,6 +421,7 @@ __global__ void __launch_bounds__(kPhnThreads) PerHeadRowsKernel(PerHeadNarrowPa
       p.y[static_cast<int64_t>(t0 + t) * p.y_row_stride + h * p.y_head_stride + col] = s;
     }
   }
+  PhnExit(p);
 }
 
 // PerHeadWidenF32: one element per thread (grid-stride), index i over [heads][out][in] with the

@@ -67,6 +67,14 @@ struct PerHeadNarrowArgs {
   int64_t num_heads = 0;
   int64_t in_dim = 0;   // kRows: weight rows contracted; kCols: weight columns contracted
   int64_t out_dim = 0;  // kRows: weight columns produced; kCols: weight rows produced
+  // Run beside the kernel launched just before this one on the stream (programmatic dependent
+  // launch, kernels/launch.cuh) instead of after it. Only when x was complete before that
+  // kernel could start, i.e. it waits for its own predecessor before it lets dependents launch
+  // (PdlEnter; not gemv_narrow, which lets them launch first), and it neither reads nor writes x
+  // or y. The kernel then lets the next kernel launch at once, reads x from L2, writes y, and
+  // waits for the previous kernel only before it exits: the next kernel's wait covers both, and
+  // y is the same as without (the MLA W_UK product beside the indexer's last kernel: issue 4).
+  bool beside_previous = false;
 };
 
 // Largest in_dim the kernels take (x of one token tile is staged in shared memory).

@@ -255,6 +255,15 @@ class Backend {
   virtual void AbsorbPerHead(const HeadsView& x, const MatView& w, int64_t head_rows,
                              int64_t row_begin, PerHeadContract contract,
                              const HeadsView& y) = 0;
+  // AbsorbPerHead, where the caller knows that the op just before this one on the backend
+  // neither reads nor writes x or y and that x was complete before it began: a device backend
+  // may then run the two concurrently (cuda: beside the indexer's last kernel, when that was the
+  // previous op; otherwise in order). The same y either way.
+  virtual void AbsorbPerHeadBesidePrevious(const HeadsView& x, const MatView& w, int64_t head_rows,
+                                           int64_t row_begin, PerHeadContract contract,
+                                           const HeadsView& y) {
+    AbsorbPerHead(x, w, head_rows, row_begin, contract, y);
+  }
   // y = w * x * rsqrt(mean(x^2) + eps), per row. y may alias x.
   virtual void RmsNorm(const MatView& x, const float* w, float eps, const MatView& y) = 0;
   // RmsNorm(x, norm_w, eps, normed), then Linear(normed, w, y, accumulate): one op so that a

@@ -7,7 +7,7 @@
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
 //       [--key-slots incremental|both] [--kv-fill random|zeros]
 //       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|
-//             idxctas|idxahead|idxwide|normfuse|gemvpf]
+//             idxctas|idxahead|idxwide|normfuse|gemvpf|absorbside]
 //       [--shared-fold-max N] [--mma-max-pairs N]
 //       [--fused on|off|both]
 //
@@ -64,7 +64,8 @@
 // (Backend::RmsNormLinear; SetCudaNormLinearFusionMaxRows(16)) vs RmsNorm's own launches (0).
 // gemvpf: the decode GEMVs of <= 2 tokens with an L2 prefetch window of 8 weight steps per warp
 // opened before their grid-dependency wait (cuda_linear.h SetCudaGemvPrefetchStepsForBench) vs
-// the GEMV's own rule (none at these sizes).
+// the GEMV's own rule (none at these sizes). absorbside: the absorbed attention's W_UK product
+// launched beside the indexer's last kernel (AllowCudaAbsorbBesideIndexer) vs after it.
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -181,6 +182,8 @@ void AllowIndexerScoreWide(bool on) { cuda::SetIndexerScorePathForBench(on ? -1 
 void AllowNormLinearFusion(bool on) { SetCudaNormLinearFusionMaxRows(on ? 16 : 0); }
 // --ab gemvpf: an 8-step L2 prefetch window in the decode GEMVs, or the GEMV's own rule.
 void AllowGemvPrefetch(bool on) { cuda::SetCudaGemvPrefetchStepsForBench(on ? 8 : -1); }
+// --ab absorbside: W_UK beside the indexer's last kernel, or in order.
+void AllowAbsorbBeside(bool on) { AllowCudaAbsorbBesideIndexer(on); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -628,13 +631,13 @@ int Main(int argc, char** argv) {
       (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
        a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch" &&
        a.ab != "async" && a.ab != "indexer" && a.ab != "idxctas" && a.ab != "idxahead" &&
-       a.ab != "idxwide" && a.ab != "normfuse" && a.ab != "gemvpf") ||
+       a.ab != "idxwide" && a.ab != "normfuse" && a.ab != "gemvpf" && a.ab != "absorbside") ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
                  "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|"
-                 "idxctas|idxahead|idxwide|normfuse|gemvpf, --fused on|off|both\n");
+                 "idxctas|idxahead|idxwide|normfuse|gemvpf|absorbside, --fused on|off|both\n");
     return 2;
   }
   if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
@@ -653,6 +656,7 @@ int Main(int argc, char** argv) {
   if (a.ab == "idxwide") a.ab_allow = AllowIndexerScoreWide;
   if (a.ab == "normfuse") a.ab_allow = AllowNormLinearFusion;
   if (a.ab == "gemvpf") a.ab_allow = AllowGemvPrefetch;
+  if (a.ab == "absorbside") a.ab_allow = AllowAbsorbBeside;
   g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
   if (a.ab == "mma") {
     a.ab_allow = AllowMmaRange;
@@ -822,21 +826,22 @@ int Main(int argc, char** argv) {
                "unfused", "fused", fused_rows);
   }
   if (a.ab_allow != nullptr) {
-    const char* what = a.ab == "pdl"         ? "programmatic dependent launch"
-                       : a.ab == "side"      ? "side branches"
-                       : a.ab == "mma"       ? "tensor-core MoE range extended"
-                       : a.ab == "moegrid"   ? "balanced MoE decode grid"
-                       : a.ab == "router"    ? "one-row fp32 router GEMV (not cuBLASLt)"
-                       : a.ab == "fuseroute" ? "MoE routing inside the gate|up decode kernel"
-                       : a.ab == "onelaunch" ? "MoE decode kernels in one launch"
-                       : a.ab == "async"     ? "MoE decode weight chunks by cp.async"
-                       : a.ab == "indexer"   ? "indexer ordered output over the whole GPU"
-                       : a.ab == "idxctas"   ? "indexer score chunks for 4 CTAs per SM"
-                       : a.ab == "idxahead"  ? "indexer score look-ahead"
-                       : a.ab == "idxwide"   ? "indexer score wide variant by shape"
-                       : a.ab == "normfuse"  ? "RmsNorm inside the decode GEMV"
-                       : a.ab == "gemvpf"    ? "decode GEMV L2 prefetch of 8 steps"
-                                             : "shared expert folded into MoeExperts";
+    const char* what = a.ab == "pdl"          ? "programmatic dependent launch"
+                       : a.ab == "side"       ? "side branches"
+                       : a.ab == "mma"        ? "tensor-core MoE range extended"
+                       : a.ab == "moegrid"    ? "balanced MoE decode grid"
+                       : a.ab == "router"     ? "one-row fp32 router GEMV (not cuBLASLt)"
+                       : a.ab == "fuseroute"  ? "MoE routing inside the gate|up decode kernel"
+                       : a.ab == "onelaunch"  ? "MoE decode kernels in one launch"
+                       : a.ab == "async"      ? "MoE decode weight chunks by cp.async"
+                       : a.ab == "indexer"    ? "indexer ordered output over the whole GPU"
+                       : a.ab == "idxctas"    ? "indexer score chunks for 4 CTAs per SM"
+                       : a.ab == "idxahead"   ? "indexer score look-ahead"
+                       : a.ab == "idxwide"    ? "indexer score wide variant by shape"
+                       : a.ab == "normfuse"   ? "RmsNorm inside the decode GEMV"
+                       : a.ab == "gemvpf"     ? "decode GEMV L2 prefetch of 8 steps"
+                       : a.ab == "absorbside" ? "W_UK beside the indexer's last kernel"
+                                              : "shared expert folded into MoeExperts";
     PrintOnOff(
         absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),
         "off", "on", ab_rows);

@@ -70,9 +70,10 @@ struct ModelLoadOptions {
   bool expanded_prefill = true;
   // Storage of Linear weights (attention, indexer and MLP/expert projections, eh_proj, lm_head):
   // "fp32" (the reference), "bf16", or "auto" (e4m3 + 128x128 block scales where the checkpoint
-  // is fp8, bf16 otherwise). Norm weights, biases, the embedding, the MoE router and kv_b_proj
-  // (read per head by the absorbed attention) stay fp32. Narrow dtypes need a backend that
-  // supports them (Backend::SupportsWeightDType: cpu and cuda both do, with the same numerics).
+  // is fp8, bf16 otherwise), kv_b_proj included (the absorbed attention reads it per head,
+  // Backend::AbsorbPerHead). Norm weights, biases, the embedding and the MoE router stay fp32.
+  // Narrow dtypes need a backend that supports them (Backend::SupportsWeightDType: cpu and cuda
+  // both do, with the same numerics).
   std::string weight_dtype = "fp32";
   // Decode steps (every slice one token, whole model on this shard, batch <= 64) on a backend
   // with graphs (cuda) run as CUDA graphs: captured on the first step of each (batch size, key

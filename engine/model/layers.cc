@@ -559,7 +559,7 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& h, const RmsNormLaye
 
   MatView o = ctx.ws->Mat(T, nh * c.v_head_dim);  // [T, nh * v_head_dim]
   if (ctx.all_absorbed) {
-    Absorbed(ctx, qh, 0, T, kv, o);
+    Absorbed(ctx, qh, 0, T, kv, o, /*after_select=*/indexer != nullptr);
   } else {
     std::vector<const SeqRows*> expanded;
     for (const SeqRows& s : ctx.seqs) {
@@ -575,7 +575,8 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& h, const RmsNormLaye
 }
 
 void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin,
-                            int64_t num_rows, const LayerKv& kv, const MatView& o) const {
+                            int64_t num_rows, const LayerKv& kv, const MatView& o,
+                            bool after_select) const {
   const ModelConfig& c = *ctx.config;
   const int64_t nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
                 kvr = c.kv_lora_rank, vd = c.v_head_dim;
@@ -587,6 +588,11 @@ void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_be
   const bool fp32_path = w_uk_t.buffer != nullptr;
   if (fp32_path) {
     b->LinearPerHead(qr.Dims(0, nope), w_uk_t.data(), kvr * nope, nope, q_lat_h);
+  } else if (after_select) {
+    // q_nope is b_proj's output (complete before the indexer began) and q_lat is new: neither is
+    // touched by Select, so the product may run beside the indexer's last kernel.
+    b->AbsorbPerHeadBesidePrevious(qr.Dims(0, nope), kv_b.view, nope + vd, 0,
+                                   Backend::PerHeadContract::kRows, q_lat_h);
   } else {
     b->AbsorbPerHead(qr.Dims(0, nope), kv_b.view, nope + vd, 0, Backend::PerHeadContract::kRows,
                      q_lat_h);

@@ -312,8 +312,10 @@ struct MlaAttention {
                const MatView& out) const;
 
  private:
+  // after_select: the indexer's Select was the op just before (its selection is all this reads
+  // of what Select wrote), so W_UK may run beside it (Backend::AbsorbPerHeadBesidePrevious).
   void Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin, int64_t num_rows,
-                const LayerKv& kv, const MatView& o) const;
+                const LayerKv& kv, const MatView& o, bool after_select = false) const;
   // The expanded form of the sequences `seqs` (their caches widened through kv_b_proj together).
   void Expanded(StepContext& ctx, const HeadsView& q, const std::vector<const SeqRows*>& seqs,
                 const LayerKv& kv, const MatView& o) const;

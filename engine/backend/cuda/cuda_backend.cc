@@ -139,6 +139,10 @@ constexpr size_t kSmallF32GemvMaxWeightBytes = size_t{16} << 20;
 // whether the last RmsNormLinear call ran as one fused GEMV.
 std::atomic<int> g_norm_linear_max_rows{kCudaNormLinearFusionMaxRows};
 std::atomic<bool> g_norm_linear_fused{false};
+// AllowCudaAbsorbBesideIndexer: the setting (its changes also move g_side_generation), and how
+// many AbsorbPerHead launches ran beside the previous kernel (CudaAbsorbBesideLaunches).
+std::atomic<bool> g_absorb_beside{true};
+std::atomic<int64_t> g_absorb_beside_launches{0};
 
 class CudaBackend : public Backend {
  public:
@@ -193,12 +197,14 @@ class CudaBackend : public Backend {
   std::unique_ptr<Buffer> TryAllocate(size_t bytes) override { return AllocateOr(bytes, false); }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (bytes == 0 || !Bind()) return;
     Record(CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
                       "CopyToDevice: cudaMemcpyAsync"));
   }
 
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (bytes == 0 || !Bind() || !MainOnly("CopyToHost")) return;
     JoinSide();
     Record(CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
@@ -207,6 +213,7 @@ class CudaBackend : public Backend {
   }
 
   void Synchronize() override {
+    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!Bind() || !MainOnly("Synchronize")) return;
     JoinSide();
     Record(Annotate(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"),
@@ -271,6 +278,22 @@ class CudaBackend : public Backend {
   // One kernels/per_head_narrow launch per product (all heads), any WeightDType.
   void AbsorbPerHead(const HeadsView& x, const MatView& w, int64_t head_rows, int64_t row_begin,
                      PerHeadContract contract, const HeadsView& y) override {
+    AbsorbPerHeadOn(x, w, head_rows, row_begin, contract, y, /*beside=*/false);
+  }
+
+  // Beside the previous kernel (PerHeadNarrowArgs::beside_previous) only when the previous op on
+  // this backend was IndexerTopK, whose kernels all wait for their predecessor before they let
+  // dependents launch (the rule the narrow kernel's early start relies on); otherwise in order.
+  void AbsorbPerHeadBesidePrevious(const HeadsView& x, const MatView& w, int64_t head_rows,
+                                   int64_t row_begin, PerHeadContract contract,
+                                   const HeadsView& y) override {
+    const bool beside = g_absorb_beside.load(std::memory_order_relaxed) && kernels::PdlLaunches() &&
+                        op_serial_ == indexer_serial_ && indexer_serial_ > 0;
+    AbsorbPerHeadOn(x, w, head_rows, row_begin, contract, y, beside);
+  }
+
+  void AbsorbPerHeadOn(const HeadsView& x, const MatView& w, int64_t head_rows, int64_t row_begin,
+                       PerHeadContract contract, const HeadsView& y, bool beside) {
     if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind() || !MainOnly("AbsorbPerHead")) return;
     if (x.dim == 0) {
       for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
@@ -315,6 +338,8 @@ class CudaBackend : public Backend {
       return;
     }
     if (x.rows <= kAbsorbKernelMaxTokens) {
+      a.beside_previous = beside;
+      if (beside) g_absorb_beside_launches.fetch_add(1, std::memory_order_relaxed);
       Record(Annotate(kernels::PerHeadNarrow(a, stream_), "AbsorbPerHead"));
       return;
     }
@@ -441,6 +466,8 @@ class CudaBackend : public Backend {
   void IndexerTopK(const IndexerTopKArgs& args) override {
     if (args.q.rows == 0 || !Bind() || !MainOnly("IndexerTopK")) return;
     Record(Annotate(cuda::IndexerTopK(args, scratch_, stream_), "IndexerTopK"));
+    // With rows and k > 0 its last launch is a select kernel whose wait comes first (PdlEnter).
+    if (args.top_k > 0 && status_.ok()) indexer_serial_ = op_serial_;
   }
 
   void Attention(const AttentionArgs& args) override {
@@ -523,6 +550,7 @@ class CudaBackend : public Backend {
   // Thread-local capture mode: another thread's cudaMalloc (a second backend) does not
   // invalidate this capture, while an allocation on this thread inside it fails loudly.
   void BeginCapture() override {
+    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!Bind() || !MainOnly("BeginCapture")) return;
     Record(CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                       "cudaStreamBeginCapture"));
@@ -557,6 +585,7 @@ class CudaBackend : public Backend {
   }
 
   void ReplayGraph(BackendGraph& graph) override {
+    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!Bind() || !MainOnly("ReplayGraph")) return;
     Record(CudaStatus(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec(), stream_),
                       "cudaGraphLaunch"));
@@ -575,6 +604,7 @@ class CudaBackend : public Backend {
   // The side branch runs on side_stream_ (created at the first BeginSide), forked from and joined
   // back into the main stream with events, which stream capture turns into graph edges.
   void BeginSide() override {
+    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!g_side_branches.load(std::memory_order_relaxed) || !Bind() || !MainOnly("BeginSide")) {
       return;
     }
@@ -596,10 +626,12 @@ class CudaBackend : public Backend {
     side_pending_ = true;
   }
   void EndSide() override {
+    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     stream_ = main_stream_;
     in_side_ = false;
   }
   void JoinSide() override {
+    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!side_pending_ || in_side_) return;
     side_pending_ = false;
     if (!status_.ok()) return;
@@ -612,6 +644,7 @@ class CudaBackend : public Backend {
   // False once an error is recorded (the op is skipped). Makes the backend's device current on
   // the calling thread (the engine's step thread is not the one that created the backend).
   bool Bind() {
+    ++op_serial_;
     if (!status_.ok()) return false;
     // Pointer checks of the kernels/ launchers follow this backend's setting on the calling
     // thread (one thread-local store, no driver call).
@@ -660,6 +693,11 @@ class CudaBackend : public Backend {
   DeviceScratch widen_scratch_;
   absl::Status status_;
   bool pointer_checks_ = true;
+  // AbsorbPerHeadBesidePrevious: every op's Bind() (and the stream-level calls) counts in
+  // op_serial_; IndexerTopK notes its count, so "the previous op was IndexerTopK" is one compare.
+  int64_t op_serial_ = 0;
+  int64_t indexer_serial_ = 0;
+
   bool capturing_ = false;
 };
 
@@ -688,6 +726,12 @@ void SetCudaNormLinearFusionMaxRows(int rows) {
 }
 
 bool LastCudaNormLinearFused() { return g_norm_linear_fused.load(); }
+
+void AllowCudaAbsorbBesideIndexer(bool allowed) {
+  if (g_absorb_beside.exchange(allowed) != allowed) g_side_generation.fetch_add(1);
+}
+
+int64_t CudaAbsorbBesideLaunches() { return g_absorb_beside_launches.load(); }
 
 void AllowCudaSideBranches(bool allowed) {
   if (g_side_branches.exchange(allowed) != allowed) g_side_generation.fetch_add(1);

@@ -65,4 +65,14 @@ void SetCudaNormLinearFusionMaxRows(int rows);
 // Whether the last RmsNormLinear call on a CUDA backend ran as one fused launch (tests).
 bool LastCudaNormLinearFused();
 
+// Backend::AbsorbPerHeadBesidePrevious right after IndexerTopK runs the narrow W_UK kernel beside
+// the indexer's last kernel (kernels/per_head_narrow.h PerHeadNarrowArgs::beside_previous: it
+// starts without waiting and waits only before it exits; the same y). On by default; false runs
+// it in order (A/B runs: glm-bench-cuda-decode --ab absorbside; graphs captured under the other
+// setting are recaptured).
+void AllowCudaAbsorbBesideIndexer(bool allowed);
+// How many AbsorbPerHead launches so far (all CUDA backends, graph captures included) ran beside
+// the previous kernel (tests: the model's decode step takes that path).
+int64_t CudaAbsorbBesideLaunches();
+
 }  // namespace glm::engine

@@ -5,7 +5,8 @@
 // the context crossed a key bucket (a new graph), after a large prefill grew the backend's
 // scratch (graphs recaptured), and the graph model must actually replay (decode_graph_stats).
 // Also: the memory plan (gpu_memory_fraction) and its error, and the decode step time eager
-// (pointer checks on / off) vs graph, printed. Skips (printing why) without a usable GPU.
+// (pointer checks on / off) vs graph, printed. And a bf16 model's W_UK beside the indexer
+// (AllowCudaAbsorbBesideIndexer) against it in order. Skips (printing why) without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -300,6 +301,85 @@ TEST_F(CudaGraphTest, SlotArenaGrowthDropsGraphsAndReplayStillEqualsEager) {
   EXPECT_GE(after.invalidations, before.invalidations + 1);
   EXPECT_EQ(after.captures, before.captures + 1);
   EXPECT_EQ(after.replays, before.replays + 3);
+}
+
+// Greedy decode of `num_seqs` sequences on one model: every step's logits, in order.
+std::vector<std::vector<float>> GreedyLogits(Model* model, int num_seqs, int vocab, int steps) {
+  std::vector<std::vector<float>> out;
+  ForwardBatch batch;
+  for (int i = 0; i < num_seqs; ++i) {
+    SequenceSlice s;
+    s.seq_id = i;
+    s.token_ids = Prompt(40 + 2 * i, i, vocab);
+    for (int b = 0; b < kBlocksPerSeq; ++b) s.block_table.push_back(i * kBlocksPerSeq + b);
+    batch.seqs.push_back(s);
+  }
+  for (int step = 0; step <= steps; ++step) {
+    ForwardResult r;
+    const absl::Status st = model->Forward(batch, &r);
+    EXPECT_TRUE(st.ok()) << "step " << step << ": " << st;
+    if (!st.ok()) return out;
+    for (int i = 0; i < num_seqs; ++i) {
+      SequenceSlice& s = batch.seqs[i];
+      s.start_pos += static_cast<int32_t>(s.token_ids.size());
+      s.token_ids = {ArgMax(r.seqs[i].logits)};
+      out.push_back(std::move(r.seqs[i].logits));
+    }
+  }
+  return out;
+}
+
+// Restores the default (beside) when a test ends, whatever it set.
+struct AbsorbBesideDefault {
+  ~AbsorbBesideDefault() { AllowCudaAbsorbBesideIndexer(true); }
+};
+
+// A bf16 model absorbs W_UK with AbsorbPerHeadBesidePrevious right after the indexer (the kernel
+// runs beside the indexer's last kernel): eager and graph decode with it must equal, bitwise, the
+// same decode with it off (W_UK after the indexer), and the path must actually have run.
+TEST_F(CudaGraphTest, AbsorbBesideIndexerEqualsInOrderBitwise) {
+  AbsorbBesideDefault restore;
+  ModelConfig config = SmallTestConfig(4, 1, /*index_share=*/true);
+  InMemoryWeights weights;
+  MakeRandomWeights(config, 5, &weights);
+  const int vocab = static_cast<int>(config.vocab_size), steps = 30;
+  for (int num_seqs : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat("batch ", num_seqs));
+    std::vector<std::vector<float>> logits[3];  // in order (eager), beside eager, beside graph
+    int64_t beside_launches[3] = {0, 0, 0};
+    for (int run = 0; run < 3; ++run) {
+      AllowCudaAbsorbBesideIndexer(run != 0);
+      ModelLoadOptions o = Options(run == 2, num_seqs);
+      o.weight_dtype = "bf16";
+      auto m = RandomModel(config, weights, o);
+      ASSERT_TRUE(m.ok()) << m.status();
+      const int64_t before = CudaAbsorbBesideLaunches();
+      logits[run] = GreedyLogits(m->model.get(), num_seqs, vocab, steps);
+      beside_launches[run] = CudaAbsorbBesideLaunches() - before;
+      if (run == 2) EXPECT_GE(m->model->decode_graph_stats().replays, steps - 2);
+    }
+    ASSERT_EQ(logits[0].size(), static_cast<size_t>((steps + 1) * num_seqs));
+    for (int run = 1; run < 3; ++run) {
+      ASSERT_EQ(logits[run].size(), logits[0].size()) << "run " << run;
+      int differ = 0;
+      for (size_t i = 0; i < logits[0].size(); ++i) {
+        const std::vector<float>& a = logits[0][i];
+        const std::vector<float>& b = logits[run][i];
+        differ +=
+            a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differ, 0) << (run == 1 ? "eager" : "graph")
+                           << " beside the indexer: rows of logits that differ from in order";
+    }
+    // Decode steps only (prefill has more rows than the absorbed decode kernel takes): eager
+    // launches it once per step per indexer layer; a graph once per capture.
+    EXPECT_EQ(beside_launches[0], 0);
+    EXPECT_GE(beside_launches[1], steps);
+    EXPECT_GE(beside_launches[2], 1);
+    std::printf("absorb beside batch %d: beside launches eager %lld, graph %lld\n", num_seqs,
+                static_cast<long long>(beside_launches[1]),
+                static_cast<long long>(beside_launches[2]));
+  }
 }
 
 TEST_F(CudaGraphTest, TinyFixturesGraphEqualsEagerBitwise) {

@@ -128,6 +128,15 @@ int64_t MoeSettingsGeneration();
 // 4716, 2 rows 857 / 1570 / 2837 / 5105, 4 rows 854 / 1555 / 2755 / 4705; a cap on the decode
 // kernels' CTAs per SM was a bench knob with no recorded gain. (And in
 // kernels/moe_route: a rolled top-k loop over shared memory, 11.9 vs 8.7 us per launch.)
+// The combine inside MoeDecodeKernel<down> (each warp, after its last task: a release fence, one
+// arrival per task at its column group's counter, the last arrival summing that group into out;
+// the same bits), decode step (graphs, fp8, ms/layer, combine launch -> inside): one column
+// group per pass with the pairs' loads in a chain 0.220 -> 0.227 (4K), 0.241 -> 0.248 (128K);
+// every completed group on its own lanes with the loads batched 0.220 -> 0.223, 0.242 -> 0.244
+// (batch 2 and 8 within 1 %). Kernel timeline: the down kernel's share of the step 35.2 -> 41.9
+// us against the combine launch's 3.4-5.7 (programmatic launch already hides most of that
+// boundary; the fences and arrivals at every warp's end do not overlap anything). Also a
+// combine kernel with every pair's loads issued first (no gain: 5.7-5.8 -> 5.9 us).
 // Token-group kernels (MoeGroupKernel), same bench, us per call at fp8 batch 16 / 32 / 64 / 128
 // (kept: 1140 / 2019 / 3535 / 6445): 8-row token groups with the pieces of a chunk one at a time
 // (to fit 128 registers, with spills) and fp8 weights multiplied by the block scale as widened
