@@ -197,14 +197,12 @@ class CudaBackend : public Backend {
   std::unique_ptr<Buffer> TryAllocate(size_t bytes) override { return AllocateOr(bytes, false); }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
-    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (bytes == 0 || !Bind()) return;
     Record(CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_),
                       "CopyToDevice: cudaMemcpyAsync"));
   }
 
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
-    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (bytes == 0 || !Bind() || !MainOnly("CopyToHost")) return;
     JoinSide();
     Record(CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
@@ -213,7 +211,6 @@ class CudaBackend : public Backend {
   }
 
   void Synchronize() override {
-    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!Bind() || !MainOnly("Synchronize")) return;
     JoinSide();
     Record(Annotate(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"),
@@ -550,7 +547,6 @@ class CudaBackend : public Backend {
   // Thread-local capture mode: another thread's cudaMalloc (a second backend) does not
   // invalidate this capture, while an allocation on this thread inside it fails loudly.
   void BeginCapture() override {
-    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!Bind() || !MainOnly("BeginCapture")) return;
     Record(CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                       "cudaStreamBeginCapture"));
@@ -585,7 +581,6 @@ class CudaBackend : public Backend {
   }
 
   void ReplayGraph(BackendGraph& graph) override {
-    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!Bind() || !MainOnly("ReplayGraph")) return;
     Record(CudaStatus(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec(), stream_),
                       "cudaGraphLaunch"));
@@ -604,7 +599,6 @@ class CudaBackend : public Backend {
   // The side branch runs on side_stream_ (created at the first BeginSide), forked from and joined
   // back into the main stream with events, which stream capture turns into graph edges.
   void BeginSide() override {
-    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
     if (!g_side_branches.load(std::memory_order_relaxed) || !Bind() || !MainOnly("BeginSide")) {
       return;
     }
@@ -626,12 +620,12 @@ class CudaBackend : public Backend {
     side_pending_ = true;
   }
   void EndSide() override {
-    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
+    ++op_serial_;  // the main stream again (no Bind): not right after IndexerTopK any more
     stream_ = main_stream_;
     in_side_ = false;
   }
   void JoinSide() override {
-    ++op_serial_;  // AbsorbPerHeadBesidePrevious: not right after IndexerTopK any more
+    ++op_serial_;  // an event join (no Bind): not right after IndexerTopK any more
     if (!side_pending_ || in_side_) return;
     side_pending_ = false;
     if (!status_.ok()) return;
@@ -693,8 +687,9 @@ class CudaBackend : public Backend {
   DeviceScratch widen_scratch_;
   absl::Status status_;
   bool pointer_checks_ = true;
-  // AbsorbPerHeadBesidePrevious: every op's Bind() (and the stream-level calls) counts in
-  // op_serial_; IndexerTopK notes its count, so "the previous op was IndexerTopK" is one compare.
+  // AbsorbPerHeadBesidePrevious: every op that can launch or copy calls Bind(), which counts it
+  // in op_serial_ (EndSide / JoinSide count themselves); IndexerTopK notes its count, so "the
+  // previous op was IndexerTopK" is one compare.
   int64_t op_serial_ = 0;
   int64_t indexer_serial_ = 0;
 
