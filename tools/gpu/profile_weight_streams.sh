@@ -18,10 +18,8 @@ regex=${2:-"GemvNarrowKernel|MoeDecodeKernel"}
 shift 2 || shift $#
 out=${OUT:-/tmp/glm-profile-out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source tools/gpu/common.sh
-find_cublaslt || echo "libcublasLt.so.13 not found"
-export LD_LIBRARY_PATH
+gpu_env "$stage"
 stalls="long_scoreboard lg_throttle barrier membar wait drain short_scoreboard math_pipe_throttle
   not_selected selected no_instruction imc_miss dispatch_stall sleeping branch_resolving
   mio_throttle tex_throttle"
