@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "engine/backend/kv_fp8_layout.h"
+#include "kernels/kernel_policy.h"
 #include "kernels/sample_rule.h"
 
 namespace glm::engine {
@@ -359,6 +360,10 @@ class Backend {
   // caller whose pointers all come from Allocate() turns it off once a first step succeeded
   // (the hot path then does no per-launch driver query; graph capture needs that too).
   virtual void SetPointerChecks(bool on) { (void)on; }
+  // The kernel paths a device backend takes (kernels/kernel_policy.h); CreateBackend sets the
+  // first one. A change moves scratch_epoch(), so graphs captured under the old policy are
+  // recaptured. Call between steps. Backends with one path per op ignore it.
+  virtual void SetKernelPolicy(const kernels::KernelPolicy& policy) { (void)policy; }
   // Graph capture: ops enqueued between BeginCapture and EndCapture are recorded, not run;
   // ReplayGraph runs the recording again on the same memory with whatever those buffers hold
   // then. Nothing may allocate or grow while capturing (run the same step eagerly first).

@@ -24,15 +24,17 @@ std::string ResolveBackendKind(const std::string& kind) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads,
-                                                       int device_ordinal) {
+                                                       int device_ordinal,
+                                                       const kernels::KernelPolicy& policy) {
   const std::string resolved = ResolveBackendKind(kind);
   if (resolved == "cpu") return CreateCpuBackend(num_threads);
   if (resolved == "cuda") {
     GLM_RETURN_IF_ERROR(Annotate(CudaBackendAvailable(), "backend cuda"));
 #ifdef GLM_HAVE_CUDA_BACKEND
-    return CreateCudaBackend(device_ordinal);
+    return CreateCudaBackend(device_ordinal, policy);
 #else
     (void)device_ordinal;
+    (void)policy;
 #endif
   }
   return absl::InvalidArgumentError(

@@ -24,7 +24,10 @@ std::string ResolveBackendKind(const std::string& kind);
 // num_threads: cpu backend threads (0 = hardware concurrency); device_ordinal: cuda device.
 // Errors: unknown kind (InvalidArgument), "cuda" without CUDA support compiled in or without a
 // usable device (FailedPrecondition, naming the fix), CUDA setup failures.
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& kind, int num_threads,
-                                                       int device_ordinal = 0);
+// policy: the kernel paths of a device backend (kernels/kernel_policy.h; the cpu backend has one
+// path per op and ignores it).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
+    const std::string& kind, int num_threads, int device_ordinal = 0,
+    const kernels::KernelPolicy& policy = kernels::KernelPolicy());
 
 }  // namespace glm::engine

@@ -813,7 +813,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& opt
   auto store = WeightStore::Open(options.model_dir, std::move(store_options));
   if (!store.ok()) return Annotate(store.status(), options.model_dir);
   StoreWeights weights(std::move(store).value());
-  auto created = CreateBackend(options.backend, options.num_threads, options.device);
+  auto created =
+      CreateBackend(options.backend, options.num_threads, options.device, options.kernel_policy);
   if (!created.ok()) return Annotate(created.status(), options.model_dir);
   std::unique_ptr<Backend> backend = std::move(created).value();
   auto model = std::make_unique<GlmMoeDsaModel>(config, options, backend.get());

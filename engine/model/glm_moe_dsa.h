@@ -45,6 +45,7 @@
 #include "engine/config/model_config.h"
 #include "engine/model/forward_batch.h"
 #include "engine/model/slot_arena.h"
+#include "kernels/kernel_policy.h"
 
 namespace glm::engine {
 
@@ -104,6 +105,9 @@ struct ModelLoadOptions {
   int plan_max_num_seqs = 0;
   int plan_max_batched_tokens = 0;
   int plan_max_model_len = 0;  // 0 = config max_position_embeddings
+  // The kernel paths of a device backend (kernels/kernel_policy.h). Production keeps the
+  // defaults; tests and benches set forced paths or a smaller shared-memory budget here.
+  kernels::KernelPolicy kernel_policy;
 };
 
 // Bytes of backend memory the parameters of a model created here take (weights only), and how

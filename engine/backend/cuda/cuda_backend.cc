@@ -147,8 +147,9 @@ std::atomic<int64_t> g_absorb_beside_launches{0};
 class CudaBackend : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream, std::unique_ptr<cuda::LtMatmul> matmul,
-              std::unique_ptr<cuda::NarrowLinear> narrow)
-      : device_(device),
+              std::unique_ptr<cuda::NarrowLinear> narrow, const kernels::KernelPolicy& policy)
+      : policy_(policy),
+        device_(device),
         stream_(stream),
         main_stream_(stream),
         matmul_(std::move(matmul)),
@@ -590,8 +591,14 @@ class CudaBackend : public Backend {
   // side branches (AllowCudaSideBranches), a MoE launch setting (cuda::MoeSettingsGeneration) or
   // an indexer one (cuda::IndexerSettingsGeneration): graphs captured under the other setting are
   // then recaptured.
+  void SetKernelPolicy(const kernels::KernelPolicy& policy) override {
+    policy_ = policy;
+    ++policy_generation_;
+  }
+
   int64_t scratch_epoch() const override {
-    return scratch_.epoch() + widen_scratch_.epoch() + kernels::PdlGeneration() +
+    return scratch_.epoch() + widen_scratch_.epoch() + policy_generation_ +
+           kernels::PdlGeneration() +
            g_side_generation.load(std::memory_order_relaxed) + cuda::MoeSettingsGeneration() +
            cuda::IndexerSettingsGeneration() + cuda::LinearSettingsGeneration();
   }
@@ -672,6 +679,10 @@ class CudaBackend : public Backend {
     return false;
   }
 
+  // The kernel paths (kernels/kernel_policy.h); every op passes its section to its launcher.
+  // policy_generation_ counts SetKernelPolicy calls (part of scratch_epoch()).
+  kernels::KernelPolicy policy_;
+  int64_t policy_generation_ = 0;
   const int device_;
   cudaStream_t stream_;  // where ops are enqueued: main_stream_, or side_stream_ on a branch
   const cudaStream_t main_stream_;
@@ -732,7 +743,8 @@ void AllowCudaSideBranches(bool allowed) {
   if (g_side_branches.exchange(allowed) != allowed) g_side_generation.fetch_add(1);
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal) {
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal,
+                                                           const kernels::KernelPolicy& policy) {
   GLM_RETURN_IF_ERROR(CudaDeviceAvailable());
   int count = 0;
   GLM_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
@@ -755,7 +767,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal) {
     return Annotate(narrow.status(), "CUDA backend: cuBLASLt setup (bf16/fp8 Linear)");
   }
   return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
-      device_ordinal, stream, std::move(*matmul), std::move(*narrow)));
+      device_ordinal, stream, std::move(*matmul), std::move(*narrow), policy));
 }
 
 }  // namespace glm::engine

@@ -33,7 +33,8 @@ absl::Status CudaDeviceAvailable();
 
 // A backend on device `device_ordinal`. Errors: no usable device/driver (FailedPrecondition),
 // ordinal out of range (InvalidArgument), stream/cuBLASLt setup failures (Internal).
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal);
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
+    int device_ordinal, const kernels::KernelPolicy& policy = kernels::KernelPolicy());
 
 // For A/B runs in one process (benches), every CUDA backend: false makes BeginSide, EndSide and
 // JoinSide no-ops from the next op on (a branch's ops then run in order on the main stream);
