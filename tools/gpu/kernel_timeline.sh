@@ -40,7 +40,7 @@ if [[ ! -e $lib ]]; then
   rec=$(grep -ho 'CUpti_ActivityKernel[0-9]\+' "$inc"/cupti_activity*.h | sort -u -V | tail -n1)
   [[ -z $rec ]] && { echo "kernel_timeline: no CUpti_ActivityKernelN in $inc"; exit 2; }
   mkdir -p "$(dirname "$lib")"
-  cupti_so=$(ls "$libdir"/libcupti.so* | head -n1)
+  cupti_so=$(find "$libdir" -maxdepth 1 -name "libcupti.so*" | sort | head -n1)
   echo "kernel_timeline: CUPTI $inc ($rec), $cupti_so"
   g++ -O2 -std=c++17 -shared -fPIC -DGLM_KERNEL_RECORD="$rec" -I"$inc" -I/usr/local/cuda/include \
     "$here/kernel_trace.cc" "$cupti_so" -Wl,-rpath,"$libdir" -o "$lib" || exit 2
@@ -48,4 +48,5 @@ fi
 GLM_KERNEL_TRACE=$trace CUDA_INJECTION64_PATH=$lib "$@"
 rc=$?
 echo "kernel_timeline: program rc=$rc"
+# shellcheck disable=SC2086  # KT_ARGS: extra kernel_timeline.py flags, word-split on purpose
 python3 "$here/kernel_timeline.py" "$trace" ${KT_ARGS:-}

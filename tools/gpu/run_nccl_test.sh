@@ -1,26 +1,21 @@
 #!/usr/bin/env bash
 # Runs engine/dist's real-NCCL test (nccl_gpu_test: a 1-rank all-reduce on device memory through
 # the FunctionTable, and an n-rank one plus bandwidth figures when 2+ GPUs are visible) on a GPU
-# machine, over a build made elsewhere. Builds nothing. The binary links neither NCCL nor CUDA: it
-# dlopens libnccl.so.2 (GLM_NCCL_LIBRARY) and the CUDA runtime (GLM_CUDART_LIBRARY).
-# On the CPU machine first (CUDA is not needed for this target):
-#   cmake -S . -B build-h5 -G Ninja && cmake --build build-h5 -j2 --target nccl_gpu_test
-#   BUILD_DIR=build-h5 STAGE_DIR=.gpurun-nccl BINS=build-h5/engine/dist/nccl_gpu_test \
-#     tools/gpu/stage_build.sh
-# then carry .gpurun-nccl (git-ignored) and run this from the repo root on the GPU machine.
-# Unless GLM_NCCL_LIBRARY / GLM_CUDART_LIBRARY are set, uses the copies bundled with torch (the
-# nvidia-nccl / nvidia-cuda-runtime wheels under site-packages), else the CUDA toolkit's cudart.
-# Env: STAGE_DIR (default .gpurun-nccl), BIN (default $STAGE_DIR/bin/nccl_gpu_test, else
-# build-h5/engine/dist/nccl_gpu_test). Log: $OUT/nccl_gpu_test.log (or /tmp/glm-gpu-out).
+# machine, over a staged build (tools/gpu/stage_build.sh; run_all_gpu.sh's "nccl" step calls
+# this). Builds nothing. The binary links neither NCCL nor CUDA: it dlopens libnccl.so.2
+# (GLM_NCCL_LIBRARY) and the CUDA runtime (GLM_CUDART_LIBRARY); unless those are set it uses the
+# copies bundled with torch (the nvidia-nccl / nvidia-cuda-runtime wheels under site-packages),
+# else the CUDA toolkit's cudart. nccl_gpu_test builds without CUDA too:
+#   cmake --build build-gpu -j2 --target nccl_gpu_test
+#   BINS=build-gpu/engine/dist/nccl_gpu_test STAGE_DIR=.gpurun-nccl tools/gpu/stage_build.sh
+# Env: STAGE_DIR (default .gpurun-all), BIN (default $STAGE_DIR/bin/nccl_gpu_test).
+# Log: $OUT/nccl_gpu_test.log (OUT default /tmp/glm-gpu-out).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-/tmp/glm-gpu-out}
-stage=${STAGE_DIR:-.gpurun-nccl}
+stage=${STAGE_DIR:-.gpurun-all}
 mkdir -p "$out"
-if [[ -n ${BIN:-} ]]; then bin=$BIN
-elif [[ -x $stage/bin/nccl_gpu_test ]]; then bin=$stage/bin/nccl_gpu_test
-else bin=build-h5/engine/dist/nccl_gpu_test
-fi
+bin=${BIN:-$stage/bin/nccl_gpu_test}
 [[ -x $bin ]] || { echo "no test binary at $bin (see the header of $0)"; exit 2; }
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
@@ -42,7 +37,7 @@ if [[ -z ${GLM_NCCL_LIBRARY:-} ]]; then
 fi
 if [[ -z ${GLM_CUDART_LIBRARY:-} ]]; then
   GLM_CUDART_LIBRARY=$(find_in_site_packages 'libcudart.so*')
-  [[ -n $GLM_CUDART_LIBRARY ]] || GLM_CUDART_LIBRARY=$(ls /usr/local/cuda/lib64/libcudart.so* 2>/dev/null | head -n 1)
+  [[ -n $GLM_CUDART_LIBRARY ]] || GLM_CUDART_LIBRARY=$(find /usr/local/cuda/lib64 -maxdepth 1 -name "libcudart.so*" 2>/dev/null | sort | head -n 1)
 fi
 export GLM_NCCL_LIBRARY GLM_CUDART_LIBRARY
 echo "GLM_NCCL_LIBRARY=${GLM_NCCL_LIBRARY:-<not found>}"

@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# Stages a CPU-machine build of the kernel tests for the GPU machine: copies the test binaries and
-# the bench (debug info stripped, to stay under the device tool's 64 MiB transfer limit) into
-# .gpurun/bin and the non-system shared libraries they link (Debian's Abseil, spdlog, fmt; the
-# GPU image has none of them) into .gpurun/lib. .gpurun/ is git-ignored via .git/info/exclude.
-# Carry .gpurun to the GPU machine; run_kernel_tests.sh uses it when present.
-# Env: BUILD_DIR (default build-gpu), STAGE_DIR (default .gpurun; any .gpurun* name is
-# git-ignored), BINS (space-separated binaries; default the kernel tests and bench).
+# Stages a CPU-machine build for the GPU machine: copies the binaries (debug info stripped, to stay
+# under the device tool's 64 MiB transfer limit once packed) into STAGE/bin, the non-system shared
+# libraries they link (Debian's Abseil, spdlog, fmt, yaml-cpp, xxHash, PCRE2, GoogleTest; the GPU
+# image has none of them) into STAGE/lib, and the commit they were built from (plus the count of
+# changed files) into STAGE/build-info.txt. Carry STAGE (or a pack of it, see run_all_gpu.sh) to
+# the GPU machine; tools/gpu/run_all_gpu.sh STAGE runs it there. Any .gpurun* name is git-ignored
+# (through .git/info/exclude).
+# Env: BUILD_DIR (default build-gpu), STAGE_DIR (default .gpurun-all), BINS (space-separated
+# binaries; default every binary of `run_all_gpu.sh --bins BUILD_DIR`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build-gpu}
-stage=${STAGE_DIR:-.gpurun}
+stage=${STAGE_DIR:-.gpurun-all}
 mkdir -p .git/info
 grep -qx "/.gpurun\*/" .git/info/exclude 2>/dev/null || echo "/.gpurun*/" >>.git/info/exclude
-rm -rf "$stage"
-mkdir -p "$stage/bin" "$stage/lib"
 if [[ -n ${BINS:-} ]]; then
   read -r -a bins <<<"$BINS"
 else
-  bins=("$build"/kernels/*_test "$build"/kernels/topk_radix_bench)
+  read -r -a bins <<<"$(tools/gpu/run_all_gpu.sh --bins "$build")"
 fi
+((${#bins[@]} > 0)) || { echo "no binaries to stage (BINS empty, nothing built in $build)"; exit 2; }
+rm -rf "$stage"
+mkdir -p "$stage/bin" "$stage/lib"
 for b in "${bins[@]}"; do
   strip --strip-debug -o "$stage/bin/$(basename "$b")" "$b"
 done
@@ -26,4 +29,8 @@ for b in "${bins[@]}"; do
   ldd "$b"
 done | awk '/=> \//{print $3}' | sort -u | grep -E "absl|spdlog|fmt|gtest|gmock|yaml|xxhash|pcre2" |
   xargs -r -I{} cp -L {} "$stage/lib/"
+{
+  git log -1 --format='commit %h %s' 2>/dev/null || echo "commit unknown"
+  echo "changed files: $(GIT_OPTIONAL_LOCKS=0 git status --porcelain 2>/dev/null | wc -l), build $build"
+} >"$stage/build-info.txt"
 du -sh "$stage"
