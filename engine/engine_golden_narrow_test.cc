@@ -30,7 +30,7 @@
 //    kCudaTol = 1e-2 of max |logit| (the flip level with 2x room; printed, so a flip-free case
 //    shows its ~1e-7), and greedy ids identical, a divergence accepted only at a near tie on the
 //    cpu logits (margin below kCudaTol), comparing the tokens up to it. Measured on an H200
-//    (tools/gpu/run_narrow_gpu.sh, 2026-11-29): cuda vs cpu prompt logits 1.2e-7..2.7e-7 on
+//    (tools/gpu/run_all_gpu.sh STEPS=tests): cuda vs cpu prompt logits 1.2e-7..2.7e-7 on
 //    tiny-chat, tiny-fp8 bf16 and auto, tiny-sparse (no flip); 2.0e-3 tiny-dense, 2.7e-3 tiny-mtp,
 //    3.7e-3 tiny-sharded, 4.9e-3 tiny-moe (flips); greedy ids identical in 23 of 24 cases,
 //    tiny-moe case 2 diverging at its last token (31) at a cpu margin of 1.1e-4. Op-level agreement of the
@@ -67,7 +67,7 @@ using golden::LoadFixtures;
 using golden::ReadF32;
 using golden::RelDiff;
 
-constexpr double kTol = 2e-2;  // cpu narrow vs transformers fp32, of max |logit| (issue 4)
+constexpr double kTol = 2e-2;  // cpu narrow vs transformers fp32, of max |logit|
 // cuda narrow vs cpu narrow, of max |logit| (see the file comment).
 constexpr double kCudaTol = 1e-2;
 

@@ -3,7 +3,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 #include "common/status_util.h"
 
 namespace glm::kernels {
@@ -57,7 +56,7 @@ absl::Status CheckAligned(const void* ptr, size_t alignment, std::string_view op
   return absl::OkStatus();
 }
 
-absl::StatusOr<DeviceLimits> QueryDeviceLimits() {
+absl::StatusOr<DeviceLimits> QueryDeviceLimits(int64_t smem_cap_bytes, int64_t max_sms) {
   int device = 0;
   GLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   DeviceLimits l;
@@ -71,10 +70,7 @@ absl::StatusOr<DeviceLimits> QueryDeviceLimits() {
       &l.reserved_smem_per_block, cudaDevAttrReservedSharedMemoryPerBlock, device));
   GLM_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(
       &l.max_threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-  std::string warning;
-  l = ApplyEnvCaps(l, &warning);
-  if (!warning.empty()) GLM_LOG_WARN("kernels: {}", warning);
-  return l;
+  return CapDeviceLimits(l, smem_cap_bytes, max_sms);
 }
 
 }  // namespace glm::kernels

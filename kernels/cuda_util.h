@@ -50,21 +50,13 @@ absl::Status CheckAligned(const void* ptr, size_t alignment, std::string_view op
                           std::string_view name);
 
 // Whether kernels launched with LaunchKernel (launch.cuh) use programmatic dependent launch on
-// the current device: compute capability 9.0+, this build's device code for it compiled for 9.0+
-// (code JIT-compiled from an older virtual architecture has no grid-dependency wait), and
-// GLM_CUDA_PDL not "0" in the environment (read once per process; "0" is for A/B runs). Cached
-// per device; thread-safe. Defined in launch.cu.
+// the current device: compute capability 9.0+ and this build's device code for it compiled for
+// 9.0+ (code JIT-compiled from an older virtual architecture has no grid-dependency wait).
+// Cached per device; thread-safe. Defined in launch.cu.
 bool PdlLaunches();
 
-// For A/B runs in one process (benches): false makes PdlLaunches() answer false from the next
-// launch on, true restores the rule above. CUDA graphs keep the edges they were captured with:
-// PdlGeneration() counts the changes, so a graph owner can tell one captured under the other
-// setting.
-void AllowPdlLaunches(bool allowed);
-int64_t PdlGeneration();
-
-// The current device's limits (cudaDeviceGetAttribute), with the GLM_KERNELS_SMEM_CAP_BYTES /
-// GLM_KERNELS_MAX_SMS caps from the environment applied.
-absl::StatusOr<DeviceLimits> QueryDeviceLimits();
+// The current device's limits (cudaDeviceGetAttribute) under the caller's caps
+// (CapDeviceLimits; KernelPolicy::smem_cap_bytes / max_sms, 0 = none).
+absl::StatusOr<DeviceLimits> QueryDeviceLimits(int64_t smem_cap_bytes, int64_t max_sms);
 
 }  // namespace glm::kernels

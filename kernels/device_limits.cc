@@ -1,9 +1,7 @@
 #include "kernels/device_limits.h"
 
 #include <algorithm>
-#include <cstdlib>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace glm::kernels {
@@ -42,28 +40,6 @@ DeviceLimits CapDeviceLimits(DeviceLimits limits, int64_t smem_cap_bytes, int64_
   }
   if (max_sms > 0) limits.num_sms = static_cast<int>(std::min<int64_t>(limits.num_sms, max_sms));
   return limits;
-}
-
-namespace {
-
-int64_t EnvCap(const char* name, std::string* warning) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return 0;
-  int64_t x = 0;
-  if (!absl::SimpleAtoi(v, &x) || x <= 0) {
-    if (warning != nullptr) {
-      absl::StrAppend(warning, name, "='", v, "' is not a positive integer; ignored. ");
-    }
-    return 0;
-  }
-  return x;
-}
-
-}  // namespace
-
-DeviceLimits ApplyEnvCaps(DeviceLimits limits, std::string* warning) {
-  return CapDeviceLimits(limits, EnvCap("GLM_KERNELS_SMEM_CAP_BYTES", warning),
-                         EnvCap("GLM_KERNELS_MAX_SMS", warning));
 }
 
 }  // namespace glm::kernels

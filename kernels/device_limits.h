@@ -22,7 +22,8 @@ struct DeviceLimits {
 };
 
 // GB10 (sm_121, DGX Spark): 99 KiB opt-in shared memory per block, 48 SMs. H200 (sm_90): 227 KiB
-// opt-in, 132 SMs. Used by tests and by the smem-capped runs; real launches query the device.
+// opt-in, 132 SMs. Used by tests and by the capped runs (KernelPolicy::smem_cap_bytes /
+// max_sms); real launches query the device.
 DeviceLimits Gb10Limits();
 DeviceLimits H200Limits();
 
@@ -30,10 +31,5 @@ DeviceLimits H200Limits();
 // smem_cap_bytes > 0 caps the opt-in per-block shared memory (and the per-SM shared memory to
 // that plus the per-block reservation); max_sms > 0 caps the SM count. Caps only ever lower.
 DeviceLimits CapDeviceLimits(DeviceLimits limits, int64_t smem_cap_bytes, int64_t max_sms);
-
-// Reads GLM_KERNELS_SMEM_CAP_BYTES and GLM_KERNELS_MAX_SMS from the environment (unset or empty:
-// no cap) and applies them with CapDeviceLimits. A value that is not a positive integer is
-// ignored and reported in `warning` (when non-null).
-DeviceLimits ApplyEnvCaps(DeviceLimits limits, std::string* warning = nullptr);
 
 }  // namespace glm::kernels

@@ -195,7 +195,7 @@ absl::Status GemmFp8BlockPlan::SetUpCublasLt(int variant, size_t max_workspace_b
 
 absl::StatusOr<std::unique_ptr<GemmFp8BlockPlan>> GemmFp8BlockPlan::Create(
     const BlasLtHandle& handle, const GemmFp8BlockShape& shape_in, GemmFp8Path path,
-    size_t max_cublas_workspace_bytes) {
+    size_t max_cublas_workspace_bytes, const KernelPolicy& policy) {
   GemmFp8BlockShape s = shape_in;
   const int64_t num_kblocks = s.k > 0 ? CeilDiv(s.k, 128) : 0;
   if (s.ldx == 0) s.ldx = s.k;
@@ -272,7 +272,8 @@ absl::StatusOr<std::unique_ptr<GemmFp8BlockPlan>> GemmFp8BlockPlan::Create(
     plan->c_.reset();
   }
 
-  GLM_ASSIGN_OR_RETURN(DeviceLimits limits, QueryDeviceLimits());
+  GLM_ASSIGN_OR_RETURN(DeviceLimits limits,
+                       QueryDeviceLimits(policy.smem_cap_bytes, policy.max_sms));
   {
     const int mt = s.m > 64 ? 2 : 1;  // the instantiation Run will launch (PlanGemmFp8Own's rule)
     int per_sm = 0;

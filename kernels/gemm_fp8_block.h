@@ -29,6 +29,7 @@
 #include "kernels/cublaslt_util.h"
 #include "kernels/cuda_util.h"
 #include "kernels/device_limits.h"
+#include "kernels/kernel_policy.h"
 
 namespace glm::kernels {
 
@@ -51,10 +52,12 @@ class GemmFp8BlockPlan {
  public:
   // Plans for the current device. InvalidArgument for a bad shape; FailedPrecondition when
   // `path` is kCublasLt and the device or shape does not allow it (the message says which rule).
-  // `handle` must outlive the plan.
+  // `handle` must outlive the plan. policy.smem_cap_bytes / max_sms cap the device limits our
+  // kernel's plan is made for (QueryDeviceLimits).
   static absl::StatusOr<std::unique_ptr<GemmFp8BlockPlan>> Create(
       const BlasLtHandle& handle, const GemmFp8BlockShape& shape,
-      GemmFp8Path path = GemmFp8Path::kAuto, size_t max_cublas_workspace_bytes = size_t{32} << 20);
+      GemmFp8Path path = GemmFp8Path::kAuto, size_t max_cublas_workspace_bytes = size_t{32} << 20,
+      const KernelPolicy& policy = {});
 
   // x: bf16 [m, k] (ldx); w: e4m3 [n, k]; w_scale: fp32 [ceil(n/128), w_scale_ld]; y: [m, n]
   // (ldy) of shape.out. Device pointers, 16-byte aligned (x: 8-byte). accumulate: y += result.

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -66,7 +65,7 @@ void ResolveTuning(const GemvNarrowShape& s, const DeviceLimits& limits,
   // M = 16 85.4 -> 82.3 and lm_head M = 8 / 16 594 -> 465 / 761 -> 687 µs with 8 items and the
   // L2 prefetch, which costs 2-10 % below 32 items: q_b M = 1 12.7 -> 14.1) or is paid by every
   // wave of a multi-wave grid (lm_head M = 1, 6 items, 1210 row blocks: 297 -> 260 µs with 8
-  // items). Elsewhere the previous behaviour measured equal or faster (q_a M = 16, global
+  // items). Elsewhere the plain settings measured equal or faster (q_a M = 16, global
   // reduction: 14.9 µs vs 16.2-16.5 with 4 or 8 items and the batched reduction loads).
   const int64_t per_warp = CeilDiv(m * t.groups_per_split, detail::kGemvWarps);
   const int64_t per_sm = limits.max_blocks_per_sm_cap > 0 ? limits.max_blocks_per_sm_cap : 2;
@@ -206,7 +205,8 @@ absl::StatusOr<GemvNarrowTiling> PlanGemvNarrow(const GemvNarrowShape& s,
 
 absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& shape,
                                                      GemvSplitReduce reduce, int ctas_per_sm,
-                                                     const GemvNarrowTuning& tuning) {
+                                                     const GemvNarrowTuning& tuning,
+                                                     const KernelPolicy& policy) {
   const bool fp8 = shape.weight == GemvWeight::kF8E4M3Block128;
   int device = 0, major = 0, minor = 0;
   GLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -219,7 +219,8 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
         "GemvNarrow: ", fp8 ? "e4m3 needs compute capability 8.9" : "bf16 mma needs 8.0",
         " or newer; this device is ", major, ".", minor));
   }
-  GLM_ASSIGN_OR_RETURN(DeviceLimits limits, QueryDeviceLimits());
+  GLM_ASSIGN_OR_RETURN(DeviceLimits limits,
+                       QueryDeviceLimits(policy.smem_cap_bytes, policy.max_sms));
   const int64_t m1 = std::max<int64_t>(shape.m, 1);
   // The occupancy of the staging variants differs only by registers; plan with the smallest
   // (every variant of a kNT/dtype must then be resident at that count: checked below).
@@ -263,10 +264,6 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
   opt.reduce = reduce;
   opt.ctas_per_sm = std::max(ctas_per_sm, 0);
   opt.tuning = tuning;
-  if (const char* env = std::getenv("GLM_GEMV_TUNING");
-      env != nullptr && std::string_view(env) == "previous") {
-    opt.tuning = GemvNarrowTuning::Previous();
-  }
   int l2 = 0;
   if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
     (void)cudaGetLastError();

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/device_limits.h"
+#include "kernels/kernel_policy.h"
 
 namespace glm::kernels {
 
@@ -50,17 +51,18 @@ enum class GemvSplitReduce { kAuto, kGlobal, kCluster };
 // figures: the knobs pay only where staging x is long or repeated by many waves).
 struct GemvNarrowTuning {
   // (token, 128-column group) items of x each warp stages with all their loads issued before any
-  // is converted: 0 = auto, else 1 (the previous kernel: one at a time), 4 or 8.
+  // is converted: 0 = auto, else 1 (one at a time), 4 or 8.
   int stage_batch = 0;
   // Steps (16 rows x 128 bytes) per warp kept prefetched into L2 ahead of the register ring
   // (prefetch.global.L2; issued before the grid-dependency wait): -1 = auto (from the L2 size and
   // the resident CTAs), 0 = off.
   int prefetch_steps = -1;
   // The global reduction's last CTA loads the partials 16 splits at a time: -1 = auto, 0 = one
-  // at a time (the previous kernel), 1 = batched.
+  // at a time, 1 = batched.
   int batched_reduce = -1;
 
-  // The previous kernel's latency behaviour (for A/B runs in one process).
+  // Every knob at its plainest setting (one item at a time, no prefetch, one partial at a time):
+  // what auto resolves to on light shapes; tests and gemv_bench compare the others against it.
   static GemvNarrowTuning Previous() { return {1, 0, 0}; }
 };
 
@@ -150,17 +152,16 @@ bool GemvNormFusible(const GemvNarrowArgs& a, int64_t m, int64_t k);
 
 class GemvNarrowPlan {
  public:
-  // Plans for the current device (QueryDeviceLimits: env caps apply). InvalidArgument for a bad
-  // shape; FailedPrecondition on a device older than compute capability 8.9 (fp8) / 8.0.
-  // `reduce` picks the split-K reduction (kGlobal: the previous kernel's, for A/B runs).
-  // ctas_per_sm: GemvNarrowOptions::ctas_per_sm (0: the kernel's occupancy).
-  // tuning: GemvNarrowTuning (latency knobs, same values); GLM_GEMV_TUNING=previous in the
-  // environment makes every plan of the process use GemvNarrowTuning::Previous() (A/B of whole
-  // programs such as glm-bench-cuda-decode).
+  // Plans for the current device (QueryDeviceLimits under policy.smem_cap_bytes / max_sms).
+  // InvalidArgument for a bad shape; FailedPrecondition on a device older than compute
+  // capability 8.9 (fp8) / 8.0. `reduce` picks the split-K reduction (kAuto in production).
+  // ctas_per_sm: GemvNarrowOptions::ctas_per_sm (0: the kernel's occupancy). tuning:
+  // GemvNarrowTuning (latency knobs, same values; auto in production).
   static absl::StatusOr<GemvNarrowPlan> Create(const GemvNarrowShape& shape,
                                                GemvSplitReduce reduce = GemvSplitReduce::kAuto,
                                                int ctas_per_sm = 0,
-                                               const GemvNarrowTuning& tuning = {});
+                                               const GemvNarrowTuning& tuning = {},
+                                               const KernelPolicy& policy = {});
 
   // Enqueues one kernel on `stream`. workspace: >= workspace_bytes() of device memory, 16-byte
   // aligned (may be null when workspace_bytes() == 0). counters: >= num_counters() int32 of

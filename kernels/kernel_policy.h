@@ -10,17 +10,71 @@
 
 namespace glm::kernels {
 
-// Dense Linear / GEMV choices (kernels/gemv_narrow, per_head_gemv; engine/backend/cuda).
+// Dense Linear / GEMV choices (kernels/gemv_narrow, per_head_gemv; engine/backend/cuda). None
+// today: the GEMV / GEMM cut-over, the norm fusion and the GEMV's split and prefetch all follow
+// the shape (engine/backend/cuda/cuda_linear.cc GemvPreferred, kernels/gemv_narrow.cu).
 struct LinearPolicy {};
 
-// Routed-expert (MoE) choices (kernels/moe_*).
-struct MoePolicy {};
+// Routed-expert (MoE) choices (kernels/moe.h).
+struct MoePolicy {
+  // kAuto: the default path of each shape range (kernels/moe.h). The others force one path, so a
+  // test can compare every kernel with the tiled reference on shapes outside its default range
+  // and a bench can time them side by side; a forced path outside its limits is an error.
+  enum class Path {
+    kAuto,
+    kDecode,   // weight-streaming decode kernels (tokens * top_k <= 64)
+    kGrouped,  // token-group kernels over device token lists (<= 4096 pairs)
+    kMma,      // fp8 experts on tensor cores (<= 4096 pairs)
+    kTiled,    // tiled grouped GEMM (any size; the reference)
+  };
+  Path path = Path::kAuto;
+};
 
-// DSA lightning-indexer choices (kernels/dsa_indexer_*).
-struct IndexerPolicy {};
+// DSA lightning-indexer choices (kernels/dsa_indexer.h; dsa_indexer.cu has the rules by shape).
+// Tests force a path to compare the paths bit for bit on one input; benches to re-measure a
+// cut-over. Production keeps kByShape.
+struct IndexerPolicy {
+  // The top-k select path.
+  enum class Select : uint8_t {
+    kByShape,    // production: kShortRow up to 16K keys, else kMultiCta for rows < SMs, else
+                 // kSingleCta
+    kSingleCta,  // one CTA per row, radix passes over the row in global memory (the plain path)
+    kMultiCta,   // radix passes and the ordered output spread over the whole GPU
+    kShortRow,   // the row once in shared memory, where it fits (else as kByShape)
+  };
+  // The score kernel.
+  enum class Score : uint8_t {
+    kByShape,         // production: tensor core where it applies ({4,8} for >= 8 rows or rows
+                      // of > 16K keys, else {2,2,2}), else fp32
+    kFp32,            // the fp32 CUDA-core kernel always (fp32 or fp8 keys)
+    kTensorCore,      // the {2,2,2} tensor-core kernel where it applies, else fp32
+    kTensorCoreWide,  // the {4,8} tensor-core kernel where it applies, else fp32
+  };
+  Select select = Select::kByShape;
+  Score score = Score::kByShape;
+};
+
+// Which kernel MLA attention runs (kernels/mla_attention.h has the rule by shape).
+enum class MlaAttentionPath : uint8_t {
+  kByShape,     // production: tensor core where it applies, else staged / split by shape
+  kSplit,       // CUDA-core flash-decoding, key tiles read from global memory (the plain path)
+  kStaged,      // CUDA-core, key tiles staged in shared memory by cp.async, where it applies
+  kTensorCore,  // split-bf16 mma.sync over the fp8 latent (GLM-5 widths), where it applies
+};
 
 // MLA attention and fp8 KV choices (kernels/mla_*, kernels/kv_fp8).
-struct AttentionPolicy {};
+struct AttentionPolicy {
+  // Tests and benches force one kernel to compare it with another at the same shape; a path
+  // that does not apply to a call falls back to the choice by shape (kSplit always applies).
+  MlaAttentionPath path = MlaAttentionPath::kByShape;
+  // Tensor-core path: heads per CTA (16, 32 or 64; must divide the head count); 0 = by shape.
+  int tc_heads_per_cta = 0;
+  // Absorbed decode on bf16 / fp8 models: kv_b_proj widened to fp32 at load with a transposed
+  // W_UK^T copy and both products on the fp32 per-head GEMM, as fp32 models run it, instead of
+  // the narrow per-head kernels on kv_b as stored (engine/model/layers.h MlaAttention::w_uk_t).
+  // Read when the model loads its weights; a test / bench choice.
+  bool absorb_fp32 = false;
+};
 
 struct KernelPolicy {
   // Plan launches as a device with at most this much opt-in shared memory per block (bytes;

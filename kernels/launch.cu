@@ -2,8 +2,6 @@
 // dependent launch on the current device.
 #include <array>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda_util.h"
 #include "kernels/launch.cuh"
@@ -31,25 +29,9 @@ int ProbeDevice(int device) {
   return fa.ptxVersion >= 90 ? 2 : 1;
 }
 
-std::atomic<bool> g_allowed{true};
-std::atomic<int64_t> g_generation{0};
-
 }  // namespace
 
-void AllowPdlLaunches(bool allowed) {
-  if (g_allowed.exchange(allowed, std::memory_order_relaxed) != allowed) {
-    g_generation.fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-int64_t PdlGeneration() { return g_generation.load(std::memory_order_relaxed); }
-
 bool PdlLaunches() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("GLM_CUDA_PDL");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  if (!enabled || !g_allowed.load(std::memory_order_relaxed)) return false;
   static std::array<std::atomic<int>, 64> state{};  // per device: 0 not probed yet, else 1 / 2
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 ||

@@ -17,9 +17,9 @@
 //   started, so a grid is never starved of SMs by the kernels after it.
 // - Kernels whose CTAs wait for each other (cooperative launches, software grid barriers) are
 //   not launched this way.
-// Without PDL (an older device, code JIT-compiled from an older virtual architecture, or
-// GLM_CUDA_PDL=0 in the environment for A/B runs: PdlLaunches in cuda_util.h) LaunchKernel is a
-// plain launch and PdlEnter's instructions are no-ops.
+// Without PDL (an older device, or code JIT-compiled from an older virtual architecture:
+// PdlLaunches in cuda_util.h) LaunchKernel is a plain launch and PdlEnter's instructions are
+// no-ops.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -8,8 +8,8 @@
 // over (group score desc, group asc) and the choices of the other groups become -inf. The top_k
 // experts are then taken one per round: each lane offers its best untaken (choice desc, expert
 // asc) as an order-preserving 32-bit key, two redux.sync give the warp's best key and the lowest
-// expert holding it, the owner marks it taken (this replaced a 5-step shuffle butterfly of
-// (value, index, score) per round; docs/benchmarks.md, seventh session). This reproduces the CPU's
+// expert holding it, the owner marks it taken (two redux.sync per round instead of a 5-step
+// shuffle butterfly of (value, index, score)). This reproduces the CPU's
 // partial_sort order exactly, including -inf choices of filtered groups when top_k exceeds the
 // experts left. Lane 0 sums the chosen scores in choice order (the CPU's fp32 rounding).
 // Limits: num_experts <= kMoeRouteMaxExperts, top_k <= kMoeRouteMaxTopK.
@@ -74,9 +74,7 @@ struct RouteWarpScratch {
 // alias scratch.id / scratch.sc). Ends with the warp converged and the row written (a
 // __syncwarp after the writes). kGroups: false skips the group step (the caller guarantees
 // n_group == 1 or topk_group >= n_group) and needs no buf / group / keep.
-// kRedux: false runs the top-k rounds the previous way (a shuffle butterfly over (value, index,
-// score) per round; the same ids and weights), kept for smallops_bench's A/B.
-template <int kP, bool kRedux = true, bool kGroups = true>
+template <int kP, bool kGroups = true>
 __device__ __forceinline__ void RouteRowWarp(const float* l, const float* bias, int num_experts,
                                              int n_group, int topk_group, int top_k,
                                              bool renormalize, float scale, int appended,
@@ -139,67 +137,43 @@ __device__ __forceinline__ void RouteRowWarp(const float* l, const float* bias, 
     }
   }
   float sum = 0.0f;
-  if constexpr (kRedux) {
-    // The top_k rounds on 32-bit keys that order choices like RouteBefore: RouteKey(choice) is
-    // larger for a larger choice (-inf included; NaN is the smallest valid key), 0 is "nothing
-    // left". Each lane offers its best untaken key (the lowest i among equal keys: the lowest
-    // expert), the warp's best key is one redux.sync, the lowest expert offering it a second.
-    unsigned key[kP];
+  // The top_k rounds on 32-bit keys that order choices like RouteBefore: RouteKey(choice) is
+  // larger for a larger choice (-inf included; NaN is the smallest valid key), 0 is "nothing
+  // left". Each lane offers its best untaken key (the lowest i among equal keys: the lowest
+  // expert), the warp's best key is one redux.sync, the lowest expert offering it a second.
+  unsigned key[kP];
 #pragma unroll
-    for (int i = 0; i < kP; ++i) key[i] = lane + 32 * i < num_experts ? RouteKey(ch[i]) : 0u;
-    for (int j = 0; j < top_k; ++j) {
-      unsigned best = 0u;
-      int bi = kP;
+  for (int i = 0; i < kP; ++i) key[i] = lane + 32 * i < num_experts ? RouteKey(ch[i]) : 0u;
+  for (int j = 0; j < top_k; ++j) {
+    unsigned best = 0u;
+    int bi = kP;
 #pragma unroll
-      for (int i = 0; i < kP; ++i) {
-        if (key[i] > best) {
-          best = key[i];
-          bi = i;
-        }
-      }
-      const unsigned top = __reduce_max_sync(0xffffffffu, best);
-      const unsigned expert = __reduce_min_sync(
-          0xffffffffu, best == top && bi < kP ? static_cast<unsigned>(lane + 32 * bi) : ~0u);
-      if ((expert & 31u) == static_cast<unsigned>(lane)) {
-        const int i = static_cast<int>(expert >> 5);
-        float s_chosen = 0.0f;
-#pragma unroll
-        for (int q = 0; q < kP; ++q) {
-          if (q == i) {
-            key[q] = 0u;
-            s_chosen = sc[q];
-          }
-        }
-        s.id[j] = static_cast<int32_t>(expert);
-        s.sc[j] = s_chosen;
+    for (int i = 0; i < kP; ++i) {
+      if (key[i] > best) {
+        best = key[i];
+        bi = i;
       }
     }
-    __syncwarp();
-    if (lane == 0) {
-      for (int j = 0; j < top_k; ++j) sum += s.sc[j];  // choice order: the CPU's rounding
-    }
-  } else {
-    unsigned taken = 0;  // bit i: expert lane + 32 i chosen
-    for (int j = 0; j < top_k; ++j) {
-      float bv = 0.0f, bs = 0.0f;
-      int bi = kNoExpert;
+    const unsigned top = __reduce_max_sync(0xffffffffu, best);
+    const unsigned expert = __reduce_min_sync(
+        0xffffffffu, best == top && bi < kP ? static_cast<unsigned>(lane + 32 * bi) : ~0u);
+    if ((expert & 31u) == static_cast<unsigned>(lane)) {
+      const int i = static_cast<int>(expert >> 5);
+      float s_chosen = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kP; ++i) {
-        const int e = lane + 32 * i;
-        if (e < num_experts && !(taken >> i & 1u) && RouteBefore(ch[i], e, bv, bi)) {
-          bv = ch[i];
-          bi = e;
-          bs = sc[i];
+      for (int q = 0; q < kP; ++q) {
+        if (q == i) {
+          key[q] = 0u;
+          s_chosen = sc[q];
         }
       }
-      WarpRouteBest(bv, bi, bs);
-      if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-      if (lane == 0) {
-        sum += bs;
-        s.id[j] = bi;
-        s.sc[j] = bs;
-      }
+      s.id[j] = static_cast<int32_t>(expert);
+      s.sc[j] = s_chosen;
     }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    for (int j = 0; j < top_k; ++j) sum += s.sc[j];  // choice order: the CPU's rounding
   }
   sum = __shfl_sync(0xffffffffu, sum, 0);
   __syncwarp();
@@ -221,7 +195,7 @@ __device__ __forceinline__ void RouteRowWarp(const float* l, const float* bias, 
 // top-k rounds as a rolled loop over the warp's shared-memory slice instead of unrolled over
 // registers, for less code to fetch: on an H200 11.9 vs 8.7 us per launch in a graph at 256
 // experts top-8.)
-template <int kP, bool kRedux = true>
+template <int kP>
 __global__ void __launch_bounds__(kMoeRouteWarps * 32)
     MoeRouteWarpKernel(const float* logits, int64_t ld, const float* bias, int64_t rows,
                        int num_experts, int n_group, int topk_group, int top_k, bool renormalize,
@@ -238,9 +212,8 @@ __global__ void __launch_bounds__(kMoeRouteWarps * 32)
   // Entries per row of ids / weights.
   const int out_k = appended >= 0 ? top_k + 1 : top_k;
   const RouteWarpScratch<kP> s{s_buf[warp], s_group[warp], s_keep[warp], s_id[warp], s_sc[warp]};
-  RouteRowWarp<kP, kRedux>(logits + t * ld, bias, num_experts, n_group, topk_group, top_k,
-                           renormalize, scale, appended, s, lane, ids + t * out_k,
-                           weights + t * out_k);
+  RouteRowWarp<kP>(logits + t * ld, bias, num_experts, n_group, topk_group, top_k, renormalize,
+                   scale, appended, s, lane, ids + t * out_k, weights + t * out_k);
 }
 
 }  // namespace glm::kernels::detail

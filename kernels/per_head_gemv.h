@@ -6,9 +6,8 @@
 // weights with 16-byte loads over every SM instead of a batched cuBLAS GEMV.
 // Status: CudaBackend::Linear runs fp32 Linears of one row with weights up to 16 MiB on it
 // (heads = 1: the MoE router, 6144 -> 256), launched with programmatic dependent launch
-// (launch.cuh), where cuBLASLt ran before. Measured (H200, smallops_bench, graph replay,
-// 2026-12-02): router 4.25 µs at M = 1 (1.48 TB/s); in the decode profile cuBLASLt took 6.3 µs
-// for it (ncu, alone); glm-bench-cuda-decode --ab router compares the two in a decode step.
+// (launch.cuh) rather than on cuBLASLt. Measured (H200, smallops_bench, graph replay): router
+// 4.25 µs at M = 1 (1.48 TB/s), where cuBLASLt takes 6.3 µs for it (ncu, alone).
 // Larger weights and more rows stay on cuBLASLt: W_UK^T / W_UV shapes 11.4 µs at M = 1 (2.2 /
 // 3.0 TB/s) and ~3 µs more per row (M = 16: 58-73 µs), since every warp re-reads all of x from
 // shared memory per 2 output rows.

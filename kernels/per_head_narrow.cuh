@@ -13,9 +13,8 @@
 // lane's chunks are loaded into registers once, before x is staged, and reused by every token
 // tile; otherwise they are reloaded per segment. x is staged plane by plane (PhnXPos: float4
 // group g of every chunk in plane g), so that per (chunk, group, token) a warp reads 32
-// consecutive float4s, conflict-free, applied to all of the warp's rows (it was one float4 read
-// per row, 4-way bank-conflicted: W_UV at 8 tokens was bound by shared memory; benchmarks.md,
-// seventh session). Per token and row: a lane sums its chunks in column order, then a butterfly
+// consecutive float4s, conflict-free, applied to all of the warp's rows (one float4 read per row
+// would be 4-way bank-conflicted and bind W_UV at 8 tokens by shared memory). Per token and row: a lane sums its chunks in column order, then a butterfly
 // over the warp; the lane (t * kColsRows + r) % 32 writes y.
 //
 // kRows (W_UK, PerHeadRowsKernel): a warp is 4 row lanes x 8 column threads; the 8 threads of a

@@ -15,17 +15,13 @@
 // token tiles inside the CTA). Sized from the device's SM count (per_head_narrow.cu).
 // per_head_narrow.cuh has the tiling.
 // Measured (H200, per_head_narrow_bench, GLM-5 widths, CUDA-graph replay with weights from HBM;
-// 2026-11-29): W_UK 5.9 µs bf16 / 5.4 µs fp8 at 1 token vs 9.8 µs for the fp32 cuBLASLt GEMM
-// on the fp32 copy it replaces (1.66x / 1.81x), W_UV 9.2 / 9.5 vs 11.0 µs (1.20x / 1.16x); at 8
-// tokens W_UK 18.6 / 14.9 vs 18.9, W_UV 32.7 / 48.0 vs 26.3 (0.80x / 0.55x): W_UV was bound by
-// 4-way bank-conflicted x reads from shared memory, one per weight row. Since the seventh session
-// (2026-12-02) kCols stages x plane by plane and reads each float4 once for all of a warp's rows:
-// W_UV fp8 at 1 / 8 / 64 tokens 8.35 -> 5.98 / 46.84 -> 19.72 / 354.9 -> 141.4 µs (bf16 7.77 ->
-// 5.75 / 31.14 -> 20.53), so at 8 tokens both products beat the fp32 GEMM (W_UV 19.7 / 20.5 vs
-// 26.3, W_UK 13.8 / 17.3 vs 18.9). At 64 tokens still 4-6x slower than the GEMM (kRows re-reads
-// x per weight row and holds kMT x 16 accumulators; not profiled). Only 0.24-0.68 of the D2D
-// copy rate at 1 token: latency bound (the products are 6-17 MB). CudaBackend::AbsorbPerHead
-// uses it up to 8 tokens.
+// docs/benchmarks.md has the table): W_UK 5.4 µs fp8 at 1 token vs 9.8 µs for the fp32 cuBLASLt
+// GEMM on the fp32 copy it replaces; W_UV fp8 at 1 / 8 tokens 5.98 / 19.72 µs vs 11.0 / 26.3.
+// kCols stages x plane by plane and reads each float4 once for all of a warp's rows (one read
+// per weight row was 4-way bank-conflicted and bound W_UV by shared memory). At 64 tokens still
+// 4-6x slower than the GEMM (kRows re-reads x per weight row and holds kMT x 16 accumulators).
+// Only 0.24-0.68 of the D2D copy rate at 1 token: latency bound (the products are 6-17 MB).
+// CudaBackend::AbsorbPerHead uses it up to 8 tokens.
 #pragma once
 
 #include <cuda_runtime_api.h>

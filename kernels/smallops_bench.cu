@@ -2,9 +2,8 @@
 // register kernel against the two-pass kernel it replaced at decode sizes), RopeInterleaved
 // (MLA q_pe: 64 heads x 32 pairs in 256-float head slots; k_pe: 1 head; indexer q: 32 heads
 // x 32 pairs of 128), PerHeadGemv (absorbed MLA W_UK^T 64 x [512 x 192], W_UV 64 x [256 x 512],
-// router 1 x [256 x 6144]), MoeRoute (256 experts top-8, 1..64 rows; against the shuffle-round
-// kernel it replaced, kRedux = false, same ids and weights). Each: µs per call over `--calls`
-// back-to-back launches, eager and replayed from one CUDA graph (median of trials); PerHeadGemv
+// router 1 x [256 x 6144]), MoeRoute (256 experts top-8, 1, 8 and 64 rows). Each: µs per call
+// over `--calls` back-to-back launches, eager and replayed from one CUDA graph (median of trials); PerHeadGemv
 // also GB/s of its weight bytes against an eager device-to-device cudaMemcpyAsync of 1 GiB measured
 // in the same run. Usage: smallops_bench [--calls N] [--trials N]
 #include <cuda_runtime_api.h>
@@ -133,18 +132,6 @@ int Main(int argc, char** argv) {
           [&](int) {
             return MoeRoute(logits, 256, bias, rows, 256, 1, 1, 8, true, 2.5f, 256, ids, weights,
                             stream);
-          },
-          o, stream);
-      std::snprintf(what, sizeof(what), "  shuffle rounds (before) %lld rows", (long long)rows);
-      Report(
-          what,
-          [&](int) {
-            const unsigned blocks =
-                static_cast<unsigned>((rows + detail::kMoeRouteWarps - 1) / detail::kMoeRouteWarps);
-            detail::MoeRouteWarpKernel<8, false>
-                <<<blocks, detail::kMoeRouteWarps * 32, 0, stream>>>(
-                    logits, 256, bias, rows, 256, 1, 1, 8, true, 2.5f, 256, ids, weights);
-            return CudaStatus(cudaGetLastError(), "launch");
           },
           o, stream);
     }

@@ -225,6 +225,10 @@ class Backend {
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() = 0;
+  // Whether Allocate() returns host memory the caller may read and write directly once the ops
+  // before have run (cpu: they run synchronously); false means device memory, reached through
+  // CopyToHost / CopyToDevice only.
+  virtual bool HostMemory() const { return false; }
 
   // Whether Linear's `w` and MoeExperts' weights may be stored as `dtype` (the model's loader
   // asks before keeping weights narrower than fp32). Default: fp32 only; the cpu and cuda
@@ -350,7 +354,7 @@ class Backend {
   // backend uses it as is); device backends override it with a kernel (cuda: kernels/sample.h).
   virtual void Sample(const SampleArgs& args);
 
-  // ---- Setup-time facilities of device backends (issue 4); the defaults fit the cpu backend.
+  // ---- Setup-time facilities of device backends; the defaults fit the cpu backend.
   // Device memory (free / total / fixed workspaces). Unimplemented on host backends.
   virtual absl::Status MemoryInfo(DeviceMemoryInfo* info) {
     (void)info;

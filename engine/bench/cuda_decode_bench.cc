@@ -1,14 +1,12 @@
 // glm-bench-cuda-decode: decode step of a model with GLM-5's full layer widths on one GPU, per
-// layer, against the bytes a step must read at HBM bandwidth (issue 4, "Benchmarks").
+// layer, against the bytes a step must read at HBM bandwidth.
 //
 //   glm-bench-cuda-decode [--config DIR] [--dtype fp32|bf16|fp8] [--layers auto|N1,N2]
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
 //       [--key-slots incremental|both] [--kv-fill random|zeros]
-//       [--ab none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|
-//             idxctas|idxahead|idxwide|normfuse|gemvpf|absorbside]
-//       [--shared-fold-max N] [--mma-max-pairs N]
+//       [--ab none|attncore|idxselect|idxwide] [--smem-cap BYTES]
 //       [--fused on|off|both]
 //
 // Model: configs/models/glm-5/config.json's widths (hidden 6144, 64 heads, MLA q/kv ranks
@@ -19,7 +17,7 @@
 //
 // KV: the model's paged cache is filled with random values once allocated (--kv-fill random, the
 // default: ModelLoadOptions::random_kv, PagedKvStorage::FillRandom), or left zero (--kv-fill
-// zeros, the sessions before the eleventh: every cached indexer score then ties, which the exact
+// zeros: every cached indexer score then ties, which the exact
 // top-k resolves in its cheapest way, and the measured step understates a real one at long
 // contexts). A sequence of context S is a slice with one new token at start_pos = S and a block
 // table over S + 1 positions of its own blocks (no sequence shares a block), so each step reads
@@ -32,40 +30,20 @@
 // the key slots of all S + 1 positions of every sequence (SetKeySlotRebuild: the per-step host
 // work before the arena), and the two step times are printed side by side.
 //
-// --ab KNOB: each case is also timed with one launch setting off, in alternating rounds off, on,
-// off, on in the same model (graphs recaptured at each switch), and ms/layer is printed both ways
-// side by side (the "on" figures are the main table's). pdl: programmatic dependent launch
-// (kernels/launch.cuh, kernels::AllowPdlLaunches; on a device without it both are plain
-// launches). side: the side branches (Backend::BeginSide, AllowCudaSideBranches). shared: the
-// shared expert folded into MoeExperts (layers.h SetSharedExpertFoldMaxTokens: off = 0, on = the
-// --shared-fold-max value, default the library's). mma: kAuto's tensor-core MoE range up to
-// --mma-max-pairs (default: the library's, cuda_ops_moe.h SetMoeMmaAutoMaxPairs; without --ab
-// mma the flag sets the range for the run) vs up to 1024 pairs (its top before the sixth
-// session); decode graphs stop at batch 64, so the batches this moves run eagerly. moegrid: the
-// MoE decode kernels' balanced grid (cuda_ops_moe.h SetMoeDecodeBalancedGrid) vs every resident
-// CTA; it moves steps of at most 64 (token, expert) pairs (batch <= 7 with the fold). router:
-// one-row fp32 Linears with small weights (the MoE router) on kernels::PerHeadGemv vs cuBLASLt
-// (AllowCudaSmallF32Gemv); batch 1 only. fuseroute: MoE routing inside the gate|up decode
-// kernel at <= cuda::kMoeRouteFuseMaxTokens tokens (cuda_ops_moe.h SetMoeRouteFuseMaxTokens) vs
-// MoeRoute's own launch; batches 1 and 2 only. onelaunch: the MoE decode kernels' gate|up, down
-// and combine in one launch at every decode size (cuda_ops_moe.h SetMoeOneLaunchMaxTokens; off
-// by default) vs three launches. async: the MoE decode kernels' weight chunks through a
-// shared-memory ring by cp.async (cuda_ops_moe.h SetMoeDecodeAsyncCopies; the default) vs a
-// register double buffer. indexer: the DSA indexer's multi-CTA selection with its ordered output
-// over the whole GPU (cuda_ops_hooks.h SetIndexerOutputForBench(0), the default) vs the
-// single-CTA output pass; it moves rows of more than 16K keys only. idxctas: the indexer score
-// kernel's key chunks sized for 4 CTAs per SM vs 2 (the default; cuda_ops_hooks.h
-// SetIndexerScoreCtasPerSmForBench). idxahead: the tensor-core score kernel's look-ahead 2 (the
-// next step's keys in flight; the default) vs 0 (SetIndexerScoreAheadForBench). idxwide: the
-// score kernel by shape (the default: its {4,8} variant, one accumulation chain, on chunks for 4
-// CTAs per SM for calls of >= 8 rows or rows of > 16K keys) vs score mode 2 (the {3,2} kernel
-// on chunks for 2 CTAs per SM everywhere; SetIndexerScorePathForBench). normfuse: the input
-// norm and the query latent's norm inside a_proj's / b_proj's decode GEMV
-// (Backend::RmsNormLinear; SetCudaNormLinearFusionMaxRows(16)) vs RmsNorm's own launches (0).
-// gemvpf: the decode GEMVs of <= 2 tokens with an L2 prefetch window of 8 weight steps per warp
-// opened before their grid-dependency wait (cuda_linear.h SetCudaGemvPrefetchStepsForBench) vs
-// the GEMV's own rule (none at these sizes). absorbside: the absorbed attention's W_UK product
-// launched beside the indexer's last kernel (AllowCudaAbsorbBesideIndexer) vs after it.
+// --ab KNOB: each case is also timed with one kernel-policy choice off, in alternating rounds
+// off, on, off, on in the same model (Backend::SetKernelPolicy between rounds moves the
+// backend's scratch_epoch, so decode graphs are recaptured), and ms/layer is printed both ways
+// side by side (the "on" figures are the main table's). The choices are the rows of kAbKnobs
+// below, each a mutator of kernels::KernelPolicy (kernels/kernel_policy.h):
+// attncore: MLA attention by shape (the tensor-core kernel over the fp8 latent at GLM-5 widths)
+// vs the staged CUDA-core kernel (AttentionPolicy::path = kStaged); it moves fp8-KV cases only.
+// idxselect: the indexer's top-k select by shape (short-row / multi-CTA passes) vs the single-CTA
+// radix passes (IndexerPolicy::select = kSingleCta). idxwide: the indexer's tensor-core scores by
+// shape ({4,8,0} for >= 8 rows or > 16K keys) vs {2,2,2} everywhere (IndexerPolicy::score =
+// kTensorCore); fp8-KV cases only.
+//
+// --smem-cap BYTES: plan every launch as a device with at most BYTES of opt-in shared memory per
+// block (KernelPolicy::smem_cap_bytes; 101376 runs GB10's plans on a larger GPU).
 //
 // --fused: Linear weights that share an input stored and computed as one (ModelLoadOptions::
 // fuse_linears, the default) or each on its own; "both" loads every model both ways, unfused
@@ -107,20 +85,24 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
-#include "engine/backend/cuda/cuda_backend.h"
-#include "engine/backend/cuda/cuda_linear.h"
-#include "engine/backend/cuda/cuda_ops_hooks.h"
-#include "engine/backend/cuda/cuda_ops_moe.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/model/layers.h"
 #include "engine/model/lazy_random_weights.h"
 #include "engine/model/random_weights.h"
 #include "kernels/cuda_util.h"
+#include "kernels/kernel_policy.h"
 
 namespace glm::engine {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// An --ab choice: a name, what "on" is, and the mutator that turns it on or off in a policy.
+struct AbKnob {
+  const char* name;
+  const char* what;
+  void (*apply)(kernels::KernelPolicy& policy, bool on);
+};
 
 struct Args {
   std::string config_dir = "configs/models/glm-5";
@@ -145,45 +127,38 @@ struct Args {
   // KV in this process and prints ms/layer side by side.
   std::string kv_dtype = "fp32";
   KvDType kv = KvDType::kF32;  // the one RunModel uses
-  std::string ab = "none";     // none | pdl | side | shared: the setting also timed off
-  int64_t shared_fold_max = -1;  // --shared-fold-max (-1: the library's default)
-  // --mma-max-pairs: with --ab mma the "on" top of the tensor-core MoE range (default: the
-  // library's); otherwise, when given, the range's top for the whole run.
-  int mma_max_pairs = -1;
-  // Switches the --ab setting (nullptr for none).
-  void (*ab_allow)(bool) = nullptr;
+  std::string ab = "none";     // none | a kAbKnobs name: the choice also timed off
+  // The --ab choice (nullptr for none) and the policy every backend starts with (--smem-cap).
+  const AbKnob* ab_knob = nullptr;
+  kernels::KernelPolicy policy;
   std::string fused = "on";  // on | off | both (ModelLoadOptions::fuse_linears)
   bool fuse = true;          // the one RunModel uses
 };
 
-// --ab shared: the shared-expert fold at the --shared-fold-max setting, or off.
-std::atomic<int64_t> g_fold_on{0};
-void AllowSharedFold(bool on) { SetSharedExpertFoldMaxTokens(on ? g_fold_on.load() : 0); }
-// --ab mma: the tensor-core MoE range up to --mma-max-pairs, or up to 1024 pairs.
-std::atomic<int> g_mma_on{4096}, g_mma_off{1024};
-void AllowMmaRange(bool on) {
-  cuda::SetMoeMmaAutoMaxPairs(on ? g_mma_on.load() : g_mma_off.load());
+constexpr AbKnob kAbKnobs[] = {
+    {"attncore", "MLA attention by shape (tensor core) vs the staged CUDA-core kernel",
+     [](kernels::KernelPolicy& p, bool on) {
+       p.attention.path = on ? kernels::MlaAttentionPath::kByShape
+                             : kernels::MlaAttentionPath::kStaged;
+     }},
+    {"idxselect", "indexer top-k select by shape vs the single-CTA radix passes",
+     [](kernels::KernelPolicy& p, bool on) {
+       p.indexer.select = on ? kernels::IndexerPolicy::Select::kByShape
+                             : kernels::IndexerPolicy::Select::kSingleCta;
+     }},
+    {"idxwide", "indexer tensor-core scores by shape vs the {2,2,2} kernel everywhere",
+     [](kernels::KernelPolicy& p, bool on) {
+       p.indexer.score = on ? kernels::IndexerPolicy::Score::kByShape
+                            : kernels::IndexerPolicy::Score::kTensorCore;
+     }},
+};
+
+const AbKnob* FindAbKnob(const std::string& name) {
+  for (const AbKnob& k : kAbKnobs) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
 }
-// --ab fuseroute: routing inside the gate|up decode kernel (the library's limit) or never.
-void AllowRouteFuse(bool on) {
-  cuda::SetMoeRouteFuseMaxTokens(on ? cuda::kMoeRouteFuseMaxTokens : 0);
-}
-// --ab onelaunch: the MoE decode kernels in one launch (every decode size) or three.
-void AllowOneLaunch(bool on) { cuda::SetMoeOneLaunchMaxTokens(on ? cuda::kMoeDecodeMaxPairs : 0); }
-// --ab indexer: the indexer's ordered output over the whole GPU, or the single-CTA pass.
-void AllowIndexerParallelOutput(bool on) { cuda::SetIndexerOutputForBench(on ? 0 : 1); }
-// --ab idxctas: the indexer score kernel's chunks for 4 CTAs per SM, or 2 (the default).
-void AllowIndexerScoreCtas4(bool on) { cuda::SetIndexerScoreCtasPerSmForBench(on ? 4 : 2); }
-// --ab idxahead: the indexer score kernel's look-ahead 2 (the default), or none.
-void AllowIndexerScoreAhead(bool on) { cuda::SetIndexerScoreAheadForBench(on ? 2 : 0); }
-// --ab idxwide: the indexer score kernel by shape (the default), or score mode 2 everywhere.
-void AllowIndexerScoreWide(bool on) { cuda::SetIndexerScorePathForBench(on ? -1 : 2); }
-// --ab normfuse: RmsNorm inside the decode GEMV at every GEMV size, or never.
-void AllowNormLinearFusion(bool on) { SetCudaNormLinearFusionMaxRows(on ? 16 : 0); }
-// --ab gemvpf: an 8-step L2 prefetch window in the decode GEMVs, or the GEMV's own rule.
-void AllowGemvPrefetch(bool on) { cuda::SetCudaGemvPrefetchStepsForBench(on ? 8 : -1); }
-// --ab absorbside: W_UK beside the indexer's last kernel, or in order.
-void AllowAbsorbBeside(bool on) { AllowCudaAbsorbBesideIndexer(on); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -406,7 +381,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   const ModelConfig c = BenchConfig(base, num_layers);
   std::printf("\n== %d layer(s), %s weights, %s KV\n", num_layers, a.dtype.c_str(),
               KvDTypeName(a.kv));
-  auto created = CreateBackend(a.backend, a.threads, a.device);
+  auto created = CreateBackend(a.backend, a.threads, a.device, a.policy);
   if (!created.ok()) {
     std::fprintf(stderr, "backend: %s\n", created.status().ToString().c_str());
     return false;
@@ -423,6 +398,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   SetGraphs(o, a.graphs);
   o.fuse_linears = a.fuse;
   o.kv.dtype = a.kv;
+  o.kernel_policy = a.policy;
   // KV: enough blocks for the largest case that fits next to the weights and the reserve.
   const int64_t weights_est = DeviceWeightBytes(c, a.dtype);
   const int64_t block_bytes = KvCacheBytesPerToken(c, o) * a.block_size;
@@ -503,14 +479,18 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
         }
       };
       std::vector<double> off_ms;
-      if (a.ab_allow != nullptr) {
+      if (a.ab_knob != nullptr) {
         // Alternating rounds (off, on, off, on) so that drifts hit both settings alike.
+        kernels::KernelPolicy off = a.policy, on = a.policy;
+        a.ab_knob->apply(off, false);
+        a.ab_knob->apply(on, true);
         for (int round = 0; round < 2 && st.ok(); ++round) {
-          a.ab_allow(false);
+          backend->SetKernelPolicy(off);
           run_steps(&off_ms);
-          a.ab_allow(true);
+          backend->SetKernelPolicy(on);
           if (st.ok()) run_steps(&ms);
         }
+        backend->SetKernelPolicy(a.policy);
       } else {
         run_steps(&ms);
       }
@@ -615,9 +595,8 @@ int Main(int argc, char** argv) {
     } else if (k == "--kv-dtype")
       a.kv_dtype = next();
     else if (k == "--fused") a.fused = next();
-    else if (k == "--shared-fold-max") a.shared_fold_max = std::atoll(next().c_str());
-    else if (k == "--mma-max-pairs") a.mma_max_pairs = std::atoi(next().c_str());
     else if (k == "--ab") a.ab = next();
+    else if (k == "--smem-cap") a.policy.smem_cap_bytes = std::atoll(next().c_str());
     else {
       std::fprintf(stderr,
                    "unknown flag %s; see the usage at the top of engine/bench/cuda_decode_bench.cc\n",
@@ -628,41 +607,15 @@ int Main(int argc, char** argv) {
   if (a.batches.empty() || a.contexts.empty() || a.steps < 1 || a.block_size < 1 ||
       (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
-      (a.ab != "none" && a.ab != "pdl" && a.ab != "side" && a.ab != "shared" && a.ab != "mma" &&
-       a.ab != "moegrid" && a.ab != "router" && a.ab != "fuseroute" && a.ab != "onelaunch" &&
-       a.ab != "async" && a.ab != "indexer" && a.ab != "idxctas" && a.ab != "idxahead" &&
-       a.ab != "idxwide" && a.ab != "normfuse" && a.ab != "gemvpf" && a.ab != "absorbside") ||
+      (a.ab != "none" && FindAbKnob(a.ab) == nullptr) || a.policy.smem_cap_bytes < 0 ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
                  "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|pdl|side|shared|mma|moegrid|router|fuseroute|onelaunch|async|indexer|"
-                 "idxctas|idxahead|idxwide|normfuse|gemvpf|absorbside, --fused on|off|both\n");
+                 "none|attncore|idxselect|idxwide, --smem-cap >= 0, --fused on|off|both\n");
     return 2;
   }
-  if (a.ab == "pdl") a.ab_allow = kernels::AllowPdlLaunches;
-  if (a.ab == "side") a.ab_allow = AllowCudaSideBranches;
-  if (a.shared_fold_max >= 0) SetSharedExpertFoldMaxTokens(a.shared_fold_max);
-  g_fold_on = SharedExpertFoldMaxTokens();
-  if (a.ab == "shared") a.ab_allow = AllowSharedFold;
-  if (a.ab == "moegrid") a.ab_allow = cuda::SetMoeDecodeBalancedGrid;
-  if (a.ab == "router") a.ab_allow = AllowCudaSmallF32Gemv;
-  if (a.ab == "fuseroute") a.ab_allow = AllowRouteFuse;
-  if (a.ab == "onelaunch") a.ab_allow = AllowOneLaunch;
-  if (a.ab == "async") a.ab_allow = cuda::SetMoeDecodeAsyncCopies;
-  if (a.ab == "indexer") a.ab_allow = AllowIndexerParallelOutput;
-  if (a.ab == "idxctas") a.ab_allow = AllowIndexerScoreCtas4;
-  if (a.ab == "idxahead") a.ab_allow = AllowIndexerScoreAhead;
-  if (a.ab == "idxwide") a.ab_allow = AllowIndexerScoreWide;
-  if (a.ab == "normfuse") a.ab_allow = AllowNormLinearFusion;
-  if (a.ab == "gemvpf") a.ab_allow = AllowGemvPrefetch;
-  if (a.ab == "absorbside") a.ab_allow = AllowAbsorbBeside;
-  g_mma_on = a.mma_max_pairs > 0 ? a.mma_max_pairs : cuda::MoeMmaAutoMaxPairs();
-  if (a.ab == "mma") {
-    a.ab_allow = AllowMmaRange;
-  } else if (a.mma_max_pairs > 0) {
-    cuda::SetMoeMmaAutoMaxPairs(a.mma_max_pairs);
-  }
+  a.ab_knob = FindAbKnob(a.ab);
   // Weight tensors are allocated and freed one after another (up to 3.8 GB each): keep the freed
   // memory in the heap instead of fresh mmaps that fault every page in again.
   mallopt(M_MMAP_MAX, 0);
@@ -803,7 +756,7 @@ int Main(int argc, char** argv) {
           auto& row = fused_rows[{b, s, kv == KvDType::kFp8}];
           (fuse ? row.second : row.first) = per_layer;
         }
-        if (a.ab_allow != nullptr && r1.ran && r2.ran && n2 > n1) {
+        if (a.ab_knob != nullptr && r1.ran && r2.ran && n2 > n1) {
           ab_rows[{b, s, kv == KvDType::kFp8}] = {(r2.step_ms_off - r1.step_ms_off) / (n2 - n1),
                                                   per_layer};
         }
@@ -825,25 +778,9 @@ int Main(int argc, char** argv) {
                             " weights)"),
                "unfused", "fused", fused_rows);
   }
-  if (a.ab_allow != nullptr) {
-    const char* what = a.ab == "pdl"          ? "programmatic dependent launch"
-                       : a.ab == "side"       ? "side branches"
-                       : a.ab == "mma"        ? "tensor-core MoE range extended"
-                       : a.ab == "moegrid"    ? "balanced MoE decode grid"
-                       : a.ab == "router"     ? "one-row fp32 router GEMV (not cuBLASLt)"
-                       : a.ab == "fuseroute"  ? "MoE routing inside the gate|up decode kernel"
-                       : a.ab == "onelaunch"  ? "MoE decode kernels in one launch"
-                       : a.ab == "async"      ? "MoE decode weight chunks by cp.async"
-                       : a.ab == "indexer"    ? "indexer ordered output over the whole GPU"
-                       : a.ab == "idxctas"    ? "indexer score chunks for 4 CTAs per SM"
-                       : a.ab == "idxahead"   ? "indexer score look-ahead"
-                       : a.ab == "idxwide"    ? "indexer score wide variant by shape"
-                       : a.ab == "normfuse"   ? "RmsNorm inside the decode GEMV"
-                       : a.ab == "gemvpf"     ? "decode GEMV L2 prefetch of 8 steps"
-                       : a.ab == "absorbside" ? "W_UK beside the indexer's last kernel"
-                                              : "shared expert folded into MoeExperts";
-    PrintOnOff(
-        absl::StrCat(what, " on vs off, same models, alternating rounds (", a.dtype, " weights)"),
+  if (a.ab_knob != nullptr) {
+    PrintOnOff(absl::StrCat(a.ab_knob->what, ": on vs off, same models, alternating rounds (",
+                            a.dtype, " weights)"),
         "off", "on", ab_rows);
   }
   if (kv_list.size() == 2) {

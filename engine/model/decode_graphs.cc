@@ -52,7 +52,7 @@ DecodeGraphs::Tables DecodeGraphs::Upload(const std::vector<int32_t>& tokens,
   return t;
 }
 
-int64_t DecodeGraphs::Epoch() const { return backend_->scratch_epoch() + ModelGraphGeneration(); }
+int64_t DecodeGraphs::Epoch() const { return backend_->scratch_epoch(); }
 
 absl::Status DecodeGraphs::Run(int batch, int32_t key_bucket, bool use_graphs,
                                const std::function<void()>& body) {

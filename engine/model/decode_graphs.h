@@ -80,8 +80,8 @@ class DecodeGraphs {
     std::unique_ptr<BackendGraph> graph;
     int64_t epoch = 0;  // Epoch() at capture
   };
-  // The backend's scratch epoch plus the model's process-wide settings (layers.h
-  // ModelGraphGeneration): a graph captured under either's older state is recaptured.
+  // The backend's scratch epoch (scratch growth, kernel policy): a graph captured under an older
+  // one is recaptured.
   int64_t Epoch() const;
   Backend* backend_;
   std::unique_ptr<Buffer> tables_;  // [5 * kMaxBatch] int32

@@ -11,11 +11,13 @@
 #include "common/status_util.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
+#include "engine/dist/communicator.h"
 #include "engine/model/decode_graphs.h"
 #include "engine/model/kv_storage.h"
 #include "engine/model/layers.h"
 #include "engine/model/logits_output.h"
 #include "engine/model/slot_arena.h"
+#include "engine/model/tp.h"
 #include "engine/model/weight_source.h"
 #ifdef GLM_HAVE_WEIGHTS
 #include "engine/weights/tensor_filter.h"
@@ -24,6 +26,51 @@
 
 namespace glm::engine {
 namespace {
+
+// "1, 2, 4" for messages: the divisors of n up to 64.
+std::string Divisors(int64_t n) {
+  std::string s;
+  for (int64_t d = 1; d <= std::min<int64_t>(n, 64); ++d) {
+    if (n % d == 0) absl::StrAppend(&s, s.empty() ? "" : ", ", d);
+  }
+  return s;
+}
+
+// The tensor-parallel options against the config: the group is usable and every split weight
+// divides evenly (layers [first, last] and the MTP layer when `with_mtp`).
+absl::Status ValidateTp(const ModelConfig& c, const ModelLoadOptions& o, int first, int last,
+                        bool with_mtp) {
+  if (o.tp_size < 1 || o.tp_rank < 0 || o.tp_rank >= o.tp_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelLoadOptions tp_rank=", o.tp_rank, " tp_size=", o.tp_size,
+        ": tp_size must be >= 1 and tp_rank in [0, tp_size)"));
+  }
+  if (o.tp_size == 1) return absl::OkStatus();
+  if (o.tp_comm == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelLoadOptions.tp_comm is null with tp_size=", o.tp_size,
+        ": pass the TP group's Communicator (engine/dist; GlooCommunicator on host memory), or "
+        "tp_size=1"));
+  }
+  if (o.tp_comm->size() != o.tp_size || o.tp_comm->rank() != o.tp_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelLoadOptions.tp_comm is rank ", o.tp_comm->rank(), " of ", o.tp_comm->size(),
+        " but tp_rank=", o.tp_rank, " tp_size=", o.tp_size,
+        "; pass the communicator of this rank's TP group"));
+  }
+  auto check = [&](const char* field, int64_t value) -> absl::Status {
+    if (value % o.tp_size == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json ", field, "=", value, " does not split across tp_size=", o.tp_size,
+        " ranks (ModelLoadOptions.tp_size); use a tp_size that divides it: ", Divisors(value)));
+  };
+  GLM_RETURN_IF_ERROR(check("num_attention_heads", c.num_attention_heads));
+  bool any_moe = with_mtp, any_dense = false;  // the MTP layer is an MoE layer
+  for (int l = first; l <= last; ++l) (c.IsMoeLayer(l) ? any_moe : any_dense) = true;
+  if (any_moe) GLM_RETURN_IF_ERROR(check("moe_intermediate_size", c.moe_intermediate_size));
+  if (any_dense) GLM_RETURN_IF_ERROR(check("intermediate_size", c.intermediate_size));
+  return absl::OkStatus();
+}
 
 // The MTP layer (spec §3.5): x = eh_proj(cat(enorm(embed(t+1)), hnorm(h_t))); decoder layer;
 // logits = lm_head(shared_head.norm(x)).
@@ -63,7 +110,7 @@ class GlmMoeDsaModel : public Model {
   }
   // Forward fails before its first op (input checks, Plan's key-slot arena: TryAllocate) or
   // with the backend's sticky error: a healthy backend means nothing ran.
-  absl::Status AfterFailedStep(const absl::Status&) const override { return backend_->status(); }
+  absl::Status AfterFailedStep(const absl::Status&) const override { return StepStatus(); }
   SlotArenaStats slot_arena_stats() const {
     return arena_ != nullptr ? arena_->stats() : SlotArenaStats{};
   }
@@ -106,6 +153,11 @@ class GlmMoeDsaModel : public Model {
   // One prefill of `tokens` tokens and one decode of `num_seqs` sequences on the current kv_
   // (block ids from 0), so workspace and scratch grow to their peak.
   absl::Status WarmUp(int tokens, int num_seqs);
+  // The backend's sticky error, or the TP group's (a failed all-reduce): either is fatal.
+  absl::Status StepStatus() const { return tp_.status().ok() ? backend_->status() : tp_.status(); }
+  // Decode steps as CUDA graphs: not with TP, whose all-reduce stages through host memory and
+  // cannot be captured (tp.h).
+  bool graphs_enabled() const { return options_.cuda_graphs && options_.tp_size == 1; }
   bool first_stage() const { return first_layer_ == 0; }
   bool last_stage() const { return last_layer_ == config_.num_hidden_layers - 1; }
 
@@ -116,6 +168,7 @@ class GlmMoeDsaModel : public Model {
   int first_layer_ = 0, last_layer_ = -1;
   DeviceMatrix embed_, lm_head_, inv_freq_;
   LogitsOutput logits_out_;  // lm_head rows -> host logits or backend-sampled tokens
+  TpGroup tp_;               // this rank's TP group (one rank without TP)
   RmsNormLayer final_norm_;
   std::vector<DecoderLayer> layers_;
   std::unique_ptr<MtpLayer> mtp_;
@@ -154,6 +207,9 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
                                                  "` is not supported; only `default` RoPE"));
   }
   GLM_ASSIGN_OR_RETURN(const LinearWeightMode mode, ParseLinearWeightMode(options_.weight_dtype));
+  const bool mtp_wanted = options_.load_mtp && c.num_nextn_predict_layers > 0 && last_stage();
+  GLM_RETURN_IF_ERROR(ValidateTp(c, options_, first_layer_, last_layer_, mtp_wanted));
+  tp_ = TpGroup(options_.tp_rank, options_.tp_size, options_.tp_comm);
   if (mode != LinearWeightMode::kF32 && !backend_->SupportsWeightDType(WeightDType::kBF16)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weight dtype ", options_.weight_dtype, " is not supported by the ", backend_->name(),
@@ -165,10 +221,14 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
   if (!backend_->MemoryInfo(&load_memory_).ok()) load_memory_ = {};
   WeightLoader w(source, backend_, mode);
   w.set_fuse(options_.fuse_linears);
+  w.set_absorb_fp32(options_.kernel_policy.attention.absorb_fp32);
+  w.set_tp({options_.tp_rank, options_.tp_size});
   const std::string mtp_prefix = absl::StrCat("model.layers.", L);
   const bool with_mtp = options_.load_mtp && c.num_nextn_predict_layers > 0 && last_stage() &&
                         w.Has(mtp_prefix + ".eh_proj.weight");
-  // The embedding serves the first stage and the MTP layer; the head the last stage.
+  // The embedding serves the first stage and the MTP layer; the head the last stage. Both are
+  // replicated on every TP rank (vocab-parallel embedding and lm_head, with the logits gathered
+  // before sampling, would divide their memory by tp_size: not done yet).
   if (first_stage() || with_mtp) {
     GLM_ASSIGN_OR_RETURN(embed_,
                          w.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
@@ -335,6 +395,7 @@ void GlmMoeDsaModel::Begin(const StepPlan& p, StepContext* ctx, int32_t** tokens
   ctx->identity = ctx->all_absorbed ? nullptr : Identity(p.max_num_keys);
   ctx->topk = ws_.Ints(T * config_.index_topk);  // [T, index_topk]
   ctx->topk_valid = false;
+  ctx->tp = &tp_;
 }
 
 void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBatch& batch,
@@ -376,7 +437,7 @@ void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBa
 }
 
 absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* result) {
-  GLM_RETURN_IF_ERROR(backend_->status());
+  GLM_RETURN_IF_ERROR(StepStatus());
   // The inputs are checked before Plan, which updates the key-slot arena: a rejected call changes
   // nothing.
   const int64_t H = config_.hidden_size, K = config_.index_topk;
@@ -419,7 +480,7 @@ absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* r
   for (const DecoderLayer& layer : layers_) layer.Forward(ctx, h, kv_->layer(layer.layer_idx));
   if (last_stage()) {
     Finish(ctx, plan, batch, h, final_norm_, nullptr, result);
-    return backend_->status();
+    return StepStatus();
   }
   // A middle stage: hand the residual stream (and the top-k for a shared next layer) on.
   const bool pass_topk = !config_.HasIndexer(last_layer_ + 1);
@@ -439,7 +500,7 @@ absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* r
     }
   }
   backend_->Synchronize();
-  return backend_->status();
+  return StepStatus();
 }
 
 bool GlmMoeDsaModel::DecodePathApplies(const ForwardBatch& batch) const {
@@ -474,6 +535,7 @@ absl::Status GlmMoeDsaModel::ForwardDecode(const ForwardBatch& batch, const Step
   ctx.inv_freq = inv_freq_.data();
   ctx.seqs = p.seqs;
   ctx.all_absorbed = true;  // one token per sequence: the absorbed form
+  ctx.tp = &tp_;
   // The outputs are carved first, so their addresses are known without running the body (a
   // replay does not run it) and are those the body writes to.
   MatView normed, logits;
@@ -495,10 +557,11 @@ absl::Status GlmMoeDsaModel::ForwardDecode(const ForwardBatch& batch, const Step
     backend_->Linear(normed, lm_head_.view, logits, false);
   };
   GLM_RETURN_IF_ERROR(
-      graphs_.Run(static_cast<int>(B), key_bucket, options_.cuda_graphs && graphs_allowed_, body));
+      graphs_.Run(static_cast<int>(B), key_bucket, graphs_enabled() && graphs_allowed_, body));
   std::vector<int64_t> row_begin(B);  // one lm_head row per sequence
   for (int64_t i = 0; i < B; ++i) row_begin[i] = i;
   logits_out_.Emit(backend_, batch, row_begin, logits, result);
+  GLM_RETURN_IF_ERROR(tp_.status());
   for (int64_t i = 0; i < B; ++i) {
     SequenceOutput& out = result->seqs[i];
     out.hidden.clear();
@@ -587,7 +650,7 @@ absl::Status GlmMoeDsaModel::AllocateKv(const std::vector<int>& kv_layers,
       mp.indexer_reserve_bytes =
           std::max<int64_t>(mp.warmup_num_seqs, mp.warmup_tokens) * max_len * 4;
     }
-    mp.graph_reserve_bytes = backend_->SupportsGraphs() && options_.cuda_graphs ? 64 * kMiB : 0;
+    mp.graph_reserve_bytes = backend_->SupportsGraphs() && graphs_enabled() ? 64 * kMiB : 0;
   }
   const int64_t reserves = mp.graph_reserve_bytes + mp.indexer_reserve_bytes;
   const int64_t avail = device ? mem.free_bytes - reserves : 0;
@@ -677,7 +740,7 @@ absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,
         "this model has no MTP layer (num_nextn_predict_layers is 0, the checkpoint lacks "
         "model.layers.<num_hidden_layers>.eh_proj, or load_mtp was false)");
   }
-  GLM_RETURN_IF_ERROR(backend_->status());
+  GLM_RETURN_IF_ERROR(StepStatus());
   const int64_t H = config_.hidden_size;
   if (hidden.size() != batch.seqs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("ForwardMtp: ", hidden.size(),
@@ -712,7 +775,7 @@ absl::Status GlmMoeDsaModel::ForwardMtp(const ForwardBatch& batch,
   mtp_->layer->Forward(ctx, x, kv_->layer(config_.num_hidden_layers));
   // want_hidden returns the MTP layer output before shared_head.norm (the next draft step's h).
   Finish(ctx, plan, batch, x, mtp_->head_norm, &x, result);
-  return backend_->status();
+  return StepStatus();
 }
 
 #ifdef GLM_HAVE_WEIGHTS
@@ -725,6 +788,24 @@ class StoreWeights : public WeightSource {
     GLM_ASSIGN_OR_RETURN(TensorView view, store_->Get(name));
     if (shape != nullptr) *shape = view.shape;
     return store_->ReadFloat(name);
+  }
+  // Only the slice's bytes are read (and dequantized) from the mapped file.
+  absl::StatusOr<std::vector<float>> ReadFloatSlice(const std::string& name,
+                                                    const TensorSlice& slice,
+                                                    std::vector<int64_t>* shape) override {
+    GLM_ASSIGN_OR_RETURN(TensorView view, store_->Get(name));
+    if (shape != nullptr) *shape = view.shape;
+    switch (slice.dim) {
+      case TensorSlice::kRows:
+        if (view.shape.size() != 2) break;
+        return store_->ReadRowSlice(name, slice.begin, slice.end);
+      case TensorSlice::kCols:
+        return store_->ReadColSlice(name, slice.begin, slice.end);
+      case TensorSlice::kWhole:
+        return store_->ReadFloat(name);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " has ", view.shape.size(), " dimensions; a slice needs a 2-D tensor"));
   }
   bool IsFp8Block(const std::string& name) const override {
     auto view = store_->Get(name);
@@ -745,6 +826,19 @@ class StoreWeights : public WeightSource {
     std::memcpy(t.data.data(), view.data, view.nbytes);
     GLM_ASSIGN_OR_RETURN(t.scales, store_->ReadFloat(scale->name));
     return t;
+  }
+  // Copies only the slice's e4m3 bytes out of the mapped file (the scales are small).
+  absl::StatusOr<Fp8BlockTensor> ReadFp8BlockSlice(const std::string& name,
+                                                   const TensorSlice& slice) override {
+    GLM_ASSIGN_OR_RETURN(TensorView view, store_->Get(name));
+    std::optional<TensorView> scale = store_->ScaleFor(name);
+    if (view.dtype != DType::kF8E4M3 || view.shape.size() != 2 || !scale.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", name, " is not a 2-D F8_E4M3 weight with a weight_scale_inv block scale"));
+    }
+    GLM_ASSIGN_OR_RETURN(std::vector<float> scales, store_->ReadFloat(scale->name));
+    return SliceFp8Block(name, reinterpret_cast<const uint8_t*>(view.data), view.shape, scales,
+                         slice);
   }
 
  private:

@@ -23,6 +23,10 @@
 // - ForwardMtp: logits = lm_head(shared_head.norm(x)); want_hidden returns x, the MTP layer's
 //   output before shared_head.norm (the h of the next draft step). Positions are those of the
 //   hidden rows (t), the tokens are t+1; the MTP layer's KV lives in the same blocks.
+// - Tensor parallelism (options.tp_size > 1): each rank holds its share of the sharded weights
+//   and all-reduces the row-parallel outputs (engine/model/tp.h); logits, hidden rows and top-k
+//   are the same on every rank, the KV cache whole on each. A failed all-reduce is fatal (the
+//   step's error and every later step's).
 // - Not thread-safe: one Forward at a time. Errors are InvalidArgument for malformed batches
 //   (bad block ids, short block tables, token ids outside the vocabulary), and the backend's
 //   sticky error (Backend::status(): a CUDA fault, out of memory) after a step that hit one;
@@ -50,6 +54,7 @@
 namespace glm::engine {
 
 class Backend;
+class Communicator;
 class WeightSource;
 
 struct ModelLoadOptions {
@@ -65,6 +70,21 @@ struct ModelLoadOptions {
   int first_layer = 0;       // first decoder layer of this shard (PP)
   int last_layer = -1;       // inclusive, -1 = last decoder layer
   bool load_mtp = true;      // load layer num_hidden_layers (MTP) when the checkpoint has it
+  // Tensor parallelism inside the linear layers (engine/model/tp.h has the split of every
+  // weight, per ../shared/specs/serving.md §6.1): this rank loads only its share of the sharded
+  // weights and runs its share of the heads and of every MLP / expert's intermediate width; the
+  // row-parallel outputs (o_proj, the MoE's experts, the dense MLP's down) are all-reduced
+  // through tp_comm, whose rank() and size() must be tp_rank and tp_size. tp_comm is not owned,
+  // must outlive the model, and is required when tp_size > 1; on a device backend (cuda) its
+  // all-reduces take host memory (GlooCommunicator; staged copies) and decode steps run without
+  // CUDA graphs. Every rank of the group must run the same steps with the same batches; on a
+  // device backend that includes the memory-planning warm-up inside the load
+  // (plan_max_num_seqs), so load the ranks concurrently with the same options.
+  // Needs num_attention_heads, moe_intermediate_size and intermediate_size (of the layers held)
+  // divisible by tp_size.
+  int tp_rank = 0;
+  int tp_size = 1;
+  Communicator* tp_comm = nullptr;
   // Expanded (kv_b_proj, per-head K/V) attention for prefill slices with more than one new
   // token; the absorbed (latent) form otherwise. Both give the same result (tested); false forces
   // the absorbed form everywhere.

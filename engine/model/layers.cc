@@ -36,12 +36,51 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Whether this rank's row-parallel output adds onto the residual stream (TpGroup).
+bool AddsResidual(const StepContext& ctx) {
+  return ctx.tp == nullptr || ctx.tp->adds_residual();
+}
+
+// The residual stream [T, H] after the ranks' row-parallel outputs: summed over the TP group.
+void ReduceResidual(StepContext& ctx, const MatView& h) {
+  if (ctx.tp != nullptr) ctx.tp->AllReduce(ctx.backend, h);
+}
+
 }  // namespace
 
+absl::StatusOr<TensorSlice> WeightLoader::Share(const std::string& name, int64_t rows,
+                                                 int64_t cols, TpSplit split, int64_t* local_rows,
+                                                 int64_t* local_cols) const {
+  *local_rows = rows;
+  *local_cols = cols;
+  TensorSlice slice;
+  if (split == TpSplit::kReplicated || tp_.size == 1) return slice;
+  const bool by_rows = split == TpSplit::kColumnParallel;
+  const int64_t n = by_rows ? rows : cols;
+  if (n % tp_.size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " [", rows, ", ", cols, "]: its ", by_rows ? "rows" : "columns", " (", n,
+        ") do not split evenly across tp_size=", tp_.size, " ranks; use a tp_size that divides ",
+        n));
+  }
+  const int64_t share = n / tp_.size;
+  slice.dim = by_rows ? TensorSlice::kRows : TensorSlice::kCols;
+  slice.begin = tp_.rank * share;
+  slice.end = slice.begin + share;
+  (by_rows ? *local_rows : *local_cols) = share;
+  return slice;
+}
+
 absl::StatusOr<std::vector<float>> WeightLoader::Host(const std::string& name, int64_t rows,
-                                                      int64_t cols) {
+                                                      int64_t cols, TpSplit split) {
+  int64_t local_rows = 0, local_cols = 0;
+  GLM_ASSIGN_OR_RETURN(const TensorSlice slice,
+                       Share(name, rows, cols, split, &local_rows, &local_cols));
   std::vector<int64_t> shape;
-  GLM_ASSIGN_OR_RETURN(std::vector<float> data, source_.ReadFloat(name, &shape));
+  GLM_ASSIGN_OR_RETURN(std::vector<float> data,
+                       slice.dim == TensorSlice::kWhole
+                           ? source_.ReadFloat(name, &shape)
+                           : source_.ReadFloatSlice(name, slice, &shape));
   const bool is_vector = rows == 1;
   const bool ok = is_vector ? (shape.size() == 1 && shape[0] == cols)
                             : (shape.size() == 2 && shape[0] == rows && shape[1] == cols);
@@ -93,36 +132,57 @@ DeviceMatrix WeightLoader::UploadLinearF32(const std::vector<float>& data, int64
   return m;
 }
 
-WeightDType WeightLoader::LinearKind(const std::string& name, int64_t cols) const {
+WeightDType WeightLoader::LinearKind(const LinearPart& part, int64_t cols) const {
   if (mode_ == LinearWeightMode::kF32) return WeightDType::kF32;
-  if (mode_ == LinearWeightMode::kAuto && cols % 16 == 0 && source_.IsFp8Block(name)) {
-    return WeightDType::kF8E4M3Block128;
+  if (mode_ == LinearWeightMode::kAuto && source_.IsFp8Block(part.name)) {
+    int64_t local_rows = 0, local_cols = 0;
+    const absl::StatusOr<TensorSlice> slice =
+        Share(part.name, part.rows, cols, part.split, &local_rows, &local_cols);
+    // An uneven split fails when the tensor is read; a share that cuts through scale blocks is
+    // dequantized from its slice and kept in bf16.
+    if (local_cols % 16 == 0 &&
+        (!slice.ok() || Fp8SliceAligned({part.rows, cols}, *slice))) {
+      return WeightDType::kF8E4M3Block128;
+    }
   }
   return WeightDType::kBF16;
 }
 
 absl::StatusOr<DeviceMatrix> WeightLoader::Linear(const std::string& name, int64_t rows,
-                                                  int64_t cols) {
-  return LinearRows({{name, rows}}, cols);
+                                                  int64_t cols, TpSplit split) {
+  return LinearRows({{name, rows, split}}, cols);
 }
 
 absl::StatusOr<DeviceMatrix> WeightLoader::LinearRows(const std::vector<LinearPart>& parts,
                                                       int64_t cols, std::vector<int64_t>* offsets) {
   if (parts.empty()) return absl::InvalidArgumentError("LinearRows: no parts");
-  const WeightDType kind = LinearKind(parts[0].name, cols);
+  const WeightDType kind = LinearKind(parts[0], cols);
   const int64_t align = kind == WeightDType::kF8E4M3Block128 ? 128 : 1;
+  const int64_t whole_cols = cols;
   std::vector<int64_t> first(parts.size());
+  std::vector<int64_t> part_rows(parts.size());  // this rank's rows of each part
+  std::vector<TensorSlice> slices(parts.size());
   int64_t rows = 0, real_rows = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (LinearKind(parts[i].name, cols) != kind) {
+    if (LinearKind(parts[i], whole_cols) != kind) {
       return absl::InvalidArgumentError(
           absl::StrCat("LinearRows: ", parts[i].name, " is not stored like ", parts[0].name,
                        " (fp8 block-scaled vs not); load them as separate Linear weights"));
     }
+    int64_t local_cols = 0;
+    GLM_ASSIGN_OR_RETURN(slices[i], Share(parts[i].name, parts[i].rows, whole_cols,
+                                          parts[i].split, &part_rows[i], &local_cols));
+    if (i == 0) {
+      cols = local_cols;
+    } else if (local_cols != cols) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LinearRows: ", parts[i].name, " is split by input columns and ", parts[0].name,
+          " is not (or the other way round); load them as separate Linear weights"));
+    }
     rows = (rows + align - 1) / align * align;
     first[i] = rows;
-    rows += parts[i].rows;
-    real_rows += parts[i].rows;
+    rows += part_rows[i];
+    real_rows += part_rows[i];
   }
   if (offsets != nullptr) *offsets = first;
   DeviceMatrix m;
@@ -130,7 +190,8 @@ absl::StatusOr<DeviceMatrix> WeightLoader::LinearRows(const std::vector<LinearPa
   if (kind == WeightDType::kF32) {
     std::vector<float> data(rows * cols, 0.0f);
     for (size_t i = 0; i < parts.size(); ++i) {
-      GLM_ASSIGN_OR_RETURN(std::vector<float> host, Host(parts[i].name, parts[i].rows, cols));
+      GLM_ASSIGN_OR_RETURN(std::vector<float> host,
+                           Host(parts[i].name, parts[i].rows, whole_cols, parts[i].split));
       std::copy(host.begin(), host.end(), data.begin() + first[i] * cols);
     }
     m.buffer = backend_->Allocate(data.size() * sizeof(float));
@@ -145,15 +206,23 @@ absl::StatusOr<DeviceMatrix> WeightLoader::LinearRows(const std::vector<LinearPa
     std::vector<float> scales(((rows + 127) / 128) * scale_ld, 0.0f);
     for (size_t i = 0; i < parts.size(); ++i) {
       const LinearPart& p = parts[i];
-      GLM_ASSIGN_OR_RETURN(Fp8BlockTensor t, source_.ReadFp8Block(p.name));
-      const int64_t srows = (p.rows + 127) / 128;
-      if (t.shape != std::vector<int64_t>{p.rows, cols} ||
+      GLM_ASSIGN_OR_RETURN(Fp8BlockTensor t,
+                           slices[i].dim == TensorSlice::kWhole
+                               ? source_.ReadFp8Block(p.name)
+                               : source_.ReadFp8BlockSlice(p.name, slices[i]));
+      const std::vector<int64_t> whole =
+          slices[i].dim == TensorSlice::kWhole ? t.shape : t.full_shape;
+      const int64_t srows = (part_rows[i] + 127) / 128;
+      if (whole != std::vector<int64_t>{p.rows, whole_cols} ||
+          t.shape != std::vector<int64_t>{part_rows[i], cols} ||
           static_cast<int64_t>(t.scales.size()) != srows * scols ||
-          static_cast<int64_t>(t.data.size()) != p.rows * cols) {
+          static_cast<int64_t>(t.data.size()) != part_rows[i] * cols) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "tensor ", p.name, " has shape ", ShapeString(t.shape), " with ", t.scales.size(),
-            " block scales; config.json implies ", ShapeString({p.rows, cols}), " and ",
-            srows * scols, ". Check that config.json belongs to this checkpoint"));
+            "tensor ", p.name, " has shape ", ShapeString(whole), " with ", t.scales.size(),
+            " block scales for ", ShapeString(t.shape), "; config.json implies ",
+            ShapeString({p.rows, whole_cols}), " and ", srows * scols,
+            " for this rank's ", ShapeString({part_rows[i], cols}),
+            ". Check that config.json belongs to this checkpoint"));
       }
       std::copy(t.data.begin(), t.data.end(), payload.begin() + first[i] * cols);
       for (int64_t r = 0; r < srows; ++r) {
@@ -178,8 +247,9 @@ absl::StatusOr<DeviceMatrix> WeightLoader::LinearRows(const std::vector<LinearPa
     const int64_t ld = (cols + 7) / 8 * 8;  // 16-byte rows for cuBLASLt and 8-byte loads
     std::vector<uint16_t> h(rows * ld, 0);
     for (size_t i = 0; i < parts.size(); ++i) {
-      GLM_ASSIGN_OR_RETURN(std::vector<float> data, Host(parts[i].name, parts[i].rows, cols));
-      for (int64_t r = 0; r < parts[i].rows; ++r) {
+      GLM_ASSIGN_OR_RETURN(std::vector<float> data,
+                           Host(parts[i].name, parts[i].rows, whole_cols, parts[i].split));
+      for (int64_t r = 0; r < part_rows[i]; ++r) {
         for (int64_t c = 0; c < cols; ++c) {
           h[(first[i] + r) * ld + c] = ToBf16(data[r * cols + c]);
         }
@@ -216,9 +286,9 @@ absl::StatusOr<FusedLinear> FusedLinear::Load(WeightLoader& w, const std::vector
                                               int64_t cols) {
   FusedLinear f;
   for (size_t begin = 0; begin < parts.size();) {
-    const WeightDType kind = w.LinearKind(parts[begin].name, cols);
+    const WeightDType kind = w.LinearKind(parts[begin], cols);
     size_t end = begin + 1;
-    while (w.fuse() && end < parts.size() && w.LinearKind(parts[end].name, cols) == kind) ++end;
+    while (w.fuse() && end < parts.size() && w.LinearKind(parts[end], cols) == kind) ++end;
     const std::vector<LinearPart> group(parts.begin() + begin, parts.begin() + end);
     std::vector<int64_t> rows_at;
     Group g;
@@ -226,7 +296,10 @@ absl::StatusOr<FusedLinear> FusedLinear::Load(WeightLoader& w, const std::vector
     g.out_offset = f.out_cols_;
     for (size_t i = 0; i < group.size(); ++i) {
       f.offsets_.push_back(g.out_offset + rows_at[i]);
-      f.rows_.push_back(group[i].rows);
+      // This rank's rows (LinearRows checked that the split divides them).
+      f.rows_.push_back(group[i].split == TpSplit::kColumnParallel
+                            ? group[i].rows / w.tp().size
+                            : group[i].rows);
     }
     f.out_cols_ += g.weight.view.rows;
     f.groups_.push_back(std::move(g));
@@ -274,20 +347,28 @@ void FusedLinear::ForwardNormed(StepContext& ctx, const MatView& x, const float*
 absl::StatusOr<DenseMlp> DenseMlp::Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
                                         int64_t inter) {
   DenseMlp m;
-  GLM_ASSIGN_OR_RETURN(
-      m.gate_up,
-      FusedLinear::Load(
-          w, {{prefix + ".gate_proj.weight", inter}, {prefix + ".up_proj.weight", inter}}, hidden));
-  GLM_ASSIGN_OR_RETURN(m.down, w.Linear(prefix + ".down_proj.weight", hidden, inter));
+  constexpr TpSplit kCol = TpSplit::kColumnParallel;
+  GLM_ASSIGN_OR_RETURN(m.gate_up, FusedLinear::Load(w,
+                                                    {{prefix + ".gate_proj.weight", inter, kCol},
+                                                     {prefix + ".up_proj.weight", inter, kCol}},
+                                                    hidden));
+  GLM_ASSIGN_OR_RETURN(m.down, w.Linear(prefix + ".down_proj.weight", hidden, inter,
+                                        TpSplit::kRowParallel));
   return m;
 }
 
 void DenseMlp::Forward(StepContext& ctx, const MatView& x, const MatView& out) const {
+  Partial(ctx, x, out, AddsResidual(ctx));
+  ReduceResidual(ctx, out);
+}
+
+void DenseMlp::Partial(StepContext& ctx, const MatView& x, const MatView& out,
+                       bool accumulate) const {
   MatView gu = ctx.ws->Mat(x.rows, gate_up.out_cols());  // [T, gate | up]
   gate_up.Forward(ctx, x, gu);
-  const MatView g = gate_up.Part(gu, 0);  // [T, inter]
+  const MatView g = gate_up.Part(gu, 0);  // [T, inter_local]
   ctx.backend->SiluMul(g, gate_up.Part(gu, 1), g);
-  ctx.backend->Linear(g, down.view, out, /*accumulate=*/true);  // out += [T, H]
+  ctx.backend->Linear(g, down.view, out, accumulate);  // out (+)= [T, H]
 }
 
 // ---- Moe --------------------------------------------------------------------------------------
@@ -309,12 +390,16 @@ absl::StatusOr<Moe> Moe::Load(WeightLoader& w, const ModelConfig& c, const std::
   } else {
     m.bias = w.Upload(std::vector<float>(c.n_routed_experts, 0.0f), 1, c.n_routed_experts);
   }
-  // Routed experts keep gate and up apart: MoeExperts reads each expert's weights by view.
+  // Routed experts keep gate and up apart: MoeExperts reads each expert's weights by view. With
+  // TP each rank holds every expert's share of the intermediate width ([inter / tp_size, H]
+  // gate and up, [H, inter / tp_size] down).
+  constexpr TpSplit kCol = TpSplit::kColumnParallel, kRow = TpSplit::kRowParallel;
   for (int e = 0; e < c.n_routed_experts; ++e) {
     const std::string p = absl::StrCat(prefix, ".experts.", e);
-    GLM_ASSIGN_OR_RETURN(DeviceMatrix gate, w.Linear(p + ".gate_proj.weight", inter, hidden));
-    GLM_ASSIGN_OR_RETURN(DeviceMatrix up, w.Linear(p + ".up_proj.weight", inter, hidden));
-    GLM_ASSIGN_OR_RETURN(DeviceMatrix down, w.Linear(p + ".down_proj.weight", hidden, inter));
+    GLM_ASSIGN_OR_RETURN(DeviceMatrix gate, w.Linear(p + ".gate_proj.weight", inter, hidden, kCol));
+    GLM_ASSIGN_OR_RETURN(DeviceMatrix up, w.Linear(p + ".up_proj.weight", inter, hidden, kCol));
+    GLM_ASSIGN_OR_RETURN(DeviceMatrix down,
+                         w.Linear(p + ".down_proj.weight", hidden, inter, kRow));
     m.gate_views.push_back(gate.view);
     m.up_views.push_back(up.view);
     m.down_views.push_back(down.view);
@@ -347,23 +432,6 @@ absl::StatusOr<Moe> Moe::Load(WeightLoader& w, const ModelConfig& c, const std::
   return m;
 }
 
-namespace {
-// glm-bench-cuda-decode --ab shared (H200, fp8, 4K context): folded vs not, ms/layer 0.99 at batch
-// 1, 0.92 at batch 8, 0.86 at batch 64, but 1.28 at 128 and 1.37 at 256 rows (docs/benchmarks.md,
-// sixth session): 64 is the limit.
-std::atomic<int64_t> g_shared_fold_max_tokens{64};
-std::atomic<int64_t> g_model_graph_generation{0};
-}  // namespace
-
-void SetSharedExpertFoldMaxTokens(int64_t max_tokens) {
-  max_tokens = std::max<int64_t>(max_tokens, 0);
-  if (g_shared_fold_max_tokens.exchange(max_tokens) != max_tokens) {
-    g_model_graph_generation.fetch_add(1);
-  }
-}
-int64_t SharedExpertFoldMaxTokens() { return g_shared_fold_max_tokens.load(); }
-int64_t ModelGraphGeneration() { return g_model_graph_generation.load(); }
-
 void Moe::Forward(StepContext& ctx, const MatView& x, const MatView& out) const {
   MatView logits = ctx.ws->Mat(x.rows, router.view.rows);  // [T, n_routed_experts], fp32 router
   ctx.backend->Linear(x, router.view, logits, false);
@@ -380,7 +448,7 @@ void Moe::ForwardNormed(StepContext& ctx, const MatView& h, const RmsNormLayer& 
 void Moe::Experts(StepContext& ctx, const MatView& x, const MatView& logits,
                   const MatView& out) const {
   const int64_t T = x.rows;
-  const bool fold = shared_folds && T <= SharedExpertFoldMaxTokens();
+  const bool fold = shared_folds && T <= shared_fold_max_tokens;
   const int k = fold ? top_k + 1 : top_k;  // experts per token given to MoeExperts
   MoeRouteArgs r;
   r.bias = bias.data(), r.n_group = n_group, r.topk_group = topk_group, r.top_k = top_k;
@@ -388,11 +456,15 @@ void Moe::Experts(StepContext& ctx, const MatView& x, const MatView& logits,
   r.ids = ctx.ws->Ints(T * k);        // [T, k]
   r.weights = ctx.ws->Floats(T * k);  // [T, k]
   // The shared expert and then the routed experts accumulate onto out (the residual stream;
-  // MoeExperts is out +=): no Fill and no Add launch.
-  if (!fold) shared.Forward(ctx, x, out);  // out += [T, H]
+  // MoeExperts is out +=): no Fill and no Add launch. With TP, ranks other than 0 start from
+  // zero instead, and one all-reduce sums the ranks' partial experts onto the residual (tp.h).
+  const bool adds = AddsResidual(ctx);
+  if (!adds) ctx.backend->Fill(out, 0.0f);
+  if (!fold) shared.Partial(ctx, x, out, /*accumulate=*/true);  // out += [T, H]
   ExpertWeights ew{gate_views.data(), up_views.data(), down_views.data(),
                    fold ? num_routed + 1 : num_routed};
   ctx.backend->MoeRouteExperts(logits, r, x, ew, out);  // routes, then out += experts
+  ReduceResidual(ctx, out);
 }
 
 // ---- Indexer ----------------------------------------------------------------------------------
@@ -454,11 +526,19 @@ void Indexer::Select(StepContext& ctx, const HeadsView& qh, const MatView& w,
 absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConfig& c,
                                                 const std::string& prefix, bool has_indexer) {
   MlaAttention m;
+  // nh: every head (the checkpoint's shapes); m.num_heads: this rank's (the stored shapes).
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
                 rope = c.qk_rope_head_dim, vd = c.v_head_dim, kvr = c.kv_lora_rank;
+  if (nh % w.tp().size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ": num_attention_heads=", nh, " does not split across tp_size=", w.tp().size,
+        " ranks; use a tp_size that divides it"));
+  }
+  m.num_heads = nh / w.tp().size;
+  constexpr TpSplit kByHead = TpSplit::kColumnParallel;  // rows are head-major
   std::vector<LinearPart> a_parts = {{prefix + ".q_a_proj.weight", c.q_lora_rank},
                                      {prefix + ".kv_a_proj_with_mqa.weight", kvr + rope}};
-  std::vector<LinearPart> b_parts = {{prefix + ".q_b_proj.weight", nh * (nope + rope)}};
+  std::vector<LinearPart> b_parts = {{prefix + ".q_b_proj.weight", nh * (nope + rope), kByHead}};
   if (has_indexer) {
     const std::string ix = prefix + ".indexer";
     a_parts.push_back({ix + ".wk.weight", c.index_head_dim});
@@ -470,31 +550,31 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
   GLM_ASSIGN_OR_RETURN(m.q_a_norm, w.Vector(prefix + ".q_a_layernorm.weight", c.q_lora_rank));
   GLM_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector(prefix + ".kv_a_layernorm.weight", kvr));
   const std::string kv_b_name = prefix + ".kv_b_proj.weight";
-  // fp32 models (and GLM_MLA_ABSORB_FP32=1, for A/B runs) keep kv_b in fp32 plus a transposed
-  // W_UK^T copy; narrow models keep kv_b as stored and absorb with AbsorbPerHead. The tensor is
-  // read from the source once either way.
-  const char* force_fp32 = std::getenv("GLM_MLA_ABSORB_FP32");
-  const bool fp32_absorb = w.mode() == LinearWeightMode::kF32 ||
-                           (force_fp32 != nullptr && std::string(force_fp32) == "1");
-  std::vector<float> kv_b_host;  // the fp32 path's host copy
+  // fp32 models (and any model loaded with AttentionPolicy::absorb_fp32) keep kv_b in fp32 plus
+  // a transposed W_UK^T copy; narrow models keep kv_b as stored and absorb with AbsorbPerHead.
+  // The tensor is read from the source once either way.
+  const bool fp32_absorb = w.mode() == LinearWeightMode::kF32 || w.absorb_fp32();
+  std::vector<float> kv_b_host;  // the fp32 path's host copy, this rank's heads
+  const int64_t lnh = m.num_heads;
   if (fp32_absorb) {
-    GLM_ASSIGN_OR_RETURN(kv_b_host, w.Host(kv_b_name, nh * (nope + vd), kvr));
-    m.kv_b = w.UploadLinearF32(kv_b_host, nh * (nope + vd), kvr);
+    GLM_ASSIGN_OR_RETURN(kv_b_host, w.Host(kv_b_name, nh * (nope + vd), kvr, kByHead));
+    m.kv_b = w.UploadLinearF32(kv_b_host, lnh * (nope + vd), kvr);
   } else {
-    GLM_ASSIGN_OR_RETURN(m.kv_b, w.Linear(kv_b_name, nh * (nope + vd), kvr));
+    GLM_ASSIGN_OR_RETURN(m.kv_b, w.Linear(kv_b_name, nh * (nope + vd), kvr, kByHead));
   }
   if (!kv_b_host.empty()) {
     // W_UK^T per head: w_uk_t[h][c][d] = kv_b[h * (nope + vd) + d][c], d < nope.
-    std::vector<float> uk_t(nh * kvr * nope);
-    for (int64_t h = 0; h < nh; ++h) {
+    std::vector<float> uk_t(lnh * kvr * nope);
+    for (int64_t h = 0; h < lnh; ++h) {
       for (int64_t d = 0; d < nope; ++d) {
         const float* row = kv_b_host.data() + (h * (nope + vd) + d) * kvr;
         for (int64_t ci = 0; ci < kvr; ++ci) uk_t[(h * kvr + ci) * nope + d] = row[ci];
       }
     }
-    m.w_uk_t = w.Upload(uk_t, nh * kvr, nope);
+    m.w_uk_t = w.Upload(uk_t, lnh * kvr, nope);
   }
-  GLM_ASSIGN_OR_RETURN(m.o_proj, w.Linear(prefix + ".o_proj.weight", H, nh * vd));
+  GLM_ASSIGN_OR_RETURN(m.o_proj,
+                       w.Linear(prefix + ".o_proj.weight", H, nh * vd, TpSplit::kRowParallel));
   if (has_indexer) {
     GLM_ASSIGN_OR_RETURN(Indexer ix, Indexer::Load(w, c, prefix + ".indexer"));
     m.indexer = std::make_unique<Indexer>(std::move(ix));
@@ -505,7 +585,7 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
 void MlaAttention::Forward(StepContext& ctx, const MatView& h, const RmsNormLayer& norm,
                            const LayerKv& kv, const MatView& out) const {
   const ModelConfig& c = *ctx.config;
-  const int64_t T = ctx.num_rows, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
+  const int64_t T = ctx.num_rows, nh = num_heads, nope = c.qk_nope_head_dim,
                 rope = c.qk_rope_head_dim, kvr = c.kv_lora_rank, qk = nope + rope;
   const int num_freqs = static_cast<int>(rope / 2);
   Backend* b = ctx.backend;
@@ -538,7 +618,7 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& h, const RmsNormLaye
   const MatView cq_normed = ctx.ws->Mat(T, c.q_lora_rank);  // q_a_layernorm(cq)
   MatView b_out = ctx.ws->Mat(T, b_proj.out_cols());        // [T, q_b (| wq_b)]
   b_proj.ForwardNormed(ctx, cq, q_a_norm.data(), latent_eps, cq_normed, b_out);
-  const MatView q = b_proj.Part(b_out, kQb);  // [T, nh * (nope + rope)]
+  const MatView q = b_proj.Part(b_out, kQb);  // [T, nh * (nope + rope)], this rank's heads
   HeadsView qh{q.data, T, nh, qk, q.ld, qk};  // [T, nh, nope + rope]
   HeadsView index_qh;
   if (indexer != nullptr) {
@@ -571,14 +651,16 @@ void MlaAttention::Forward(StepContext& ctx, const MatView& h, const RmsNormLaye
     }
     Expanded(ctx, qh, expanded, kv, o);
   }
-  b->Linear(o, o_proj.view, out, /*accumulate=*/true);  // out += [T, H]
+  // out += o . o_proj^T [T, H]: this rank's heads' share, summed over the TP group (tp.h).
+  b->Linear(o, o_proj.view, out, /*accumulate=*/AddsResidual(ctx));
+  ReduceResidual(ctx, out);
 }
 
 void MlaAttention::Absorbed(StepContext& ctx, const HeadsView& q, int64_t row_begin,
                             int64_t num_rows, const LayerKv& kv, const MatView& o,
                             bool after_select) const {
   const ModelConfig& c = *ctx.config;
-  const int64_t nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
+  const int64_t nh = num_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
                 kvr = c.kv_lora_rank, vd = c.v_head_dim;
   Backend* b = ctx.backend;
   HeadsView qr = q.Rows(row_begin, num_rows);
@@ -635,7 +717,7 @@ void MlaAttention::Expanded(StepContext& ctx, const HeadsView& q,
                             const MatView& o) const {
   if (seqs.empty()) return;
   const ModelConfig& c = *ctx.config;
-  const int64_t nh = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
+  const int64_t nh = num_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
                 kvr = c.kv_lora_rank, vd = c.v_head_dim;
   Backend* b = ctx.backend;
   // Every expanded sequence's cache, one after another, so that kv_b_proj multiplies them all in

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/config/model_config.h"
+#include "engine/model/tp.h"
 #include "engine/model/weight_source.h"
 
 namespace glm::engine {
@@ -70,13 +71,18 @@ struct WeightBytes {
 };
 
 // One tensor of a Linear weight made of parts (WeightLoader::LinearRows, FusedLinear): the
-// checkpoint tensor `name`, [rows, cols].
+// checkpoint tensor `name`, [rows, cols] whole, of which this rank loads its `split` share.
 struct LinearPart {
   std::string name;
   int64_t rows = 0;
+  TpSplit split = TpSplit::kReplicated;
 };
 
 // Reads parameters from a WeightSource, checks their shapes, and copies them to the backend.
+// Tensor parallelism: with set_tp, a Linear weight loaded with a TpSplit other than kReplicated
+// is this rank's share only (tp.h), read as a slice from the source (never the whole tensor
+// then cut, on checkpoint files). Shapes passed in are always the whole tensor's (config.json's);
+// the DeviceMatrix has the rank's shape. Everything else (Matrix, Vector) is replicated.
 class WeightLoader {
  public:
   WeightLoader(WeightSource& source, Backend* backend,
@@ -87,10 +93,13 @@ class WeightLoader {
   // A Linear weight [out, in] = [rows, cols] stored as the loader's mode says: fp32; bf16 (row
   // stride rounded up to 8 elements, 16-byte rows); or e4m3 + fp32 block scales (mode kAuto, the
   // tensor is e4m3 with 128x128 scales in the checkpoint and cols % 16 == 0; scale_ld rounded up
-  // to 4), else bf16.
-  absl::StatusOr<DeviceMatrix> Linear(const std::string& name, int64_t rows, int64_t cols);
-  // How Linear() stores tensor `name` of `cols` columns in this loader's mode.
-  WeightDType LinearKind(const std::string& name, int64_t cols) const;
+  // to 4), else bf16. With a split, this rank's [rows / tp_size, cols] (column-parallel) or
+  // [rows, cols / tp_size] (row-parallel); an fp8 share keeps e4m3 only where it is made of
+  // whole 128 x 128 scale blocks (else bf16, dequantized from the slice).
+  absl::StatusOr<DeviceMatrix> Linear(const std::string& name, int64_t rows, int64_t cols,
+                                      TpSplit split = TpSplit::kReplicated);
+  // How Linear() stores `part` of `cols` columns (whole) in this loader's mode.
+  WeightDType LinearKind(const LinearPart& part, int64_t cols) const;
   // Linear weights [rows_i, cols] that multiply the same input, concatenated by rows into one
   // weight stored as Linear() stores each of them (every part must have the same LinearKind).
   // An fp8 weight's parts each start on a 128-row boundary (so that no two parts share a block
@@ -101,8 +110,10 @@ class WeightLoader {
                                           std::vector<int64_t>* offsets = nullptr);
   // A 1-D tensor of `size` elements, viewed as [1, size].
   absl::StatusOr<DeviceMatrix> Vector(const std::string& name, int64_t size);
-  // Host copy of a tensor (load-time transforms such as MLA absorption).
-  absl::StatusOr<std::vector<float>> Host(const std::string& name, int64_t rows, int64_t cols);
+  // Host copy of a tensor (load-time transforms such as MLA absorption): [rows, cols], or this
+  // rank's share of it for a split (as Linear).
+  absl::StatusOr<std::vector<float>> Host(const std::string& name, int64_t rows, int64_t cols,
+                                          TpSplit split = TpSplit::kReplicated);
   DeviceMatrix Upload(const std::vector<float>& data, int64_t rows, int64_t cols);
   // Upload of a Linear weight read with Host() (kept in fp32): counted in bytes() as a Linear.
   DeviceMatrix UploadLinearF32(const std::vector<float>& data, int64_t rows, int64_t cols);
@@ -111,13 +122,28 @@ class WeightLoader {
   // Whether FusedLinear::Load fuses parts (default) or loads each as its own Linear (A/B runs).
   void set_fuse(bool fuse) { fuse_ = fuse; }
   bool fuse() const { return fuse_; }
+  // Whether MLA keeps kv_b_proj in fp32 with a W_UK^T copy on every model (the fp32 models' path;
+  // kernels::AttentionPolicy::absorb_fp32, tests / benches) or only on fp32 models (default).
+  void set_absorb_fp32(bool on) { absorb_fp32_ = on; }
+  bool absorb_fp32() const { return absorb_fp32_; }
+  // This rank's place in the TP group (default: one rank, everything whole).
+  void set_tp(TpShard tp) { tp_ = tp; }
+  const TpShard& tp() const { return tp_; }
   const WeightBytes& bytes() const { return bytes_; }
 
  private:
+  // The block of a whole [rows, cols] tensor this rank loads for `split` ([rows, cols] of the
+  // block in *local_rows / *local_cols); InvalidArgument when the split dimension does not
+  // divide by tp_size.
+  absl::StatusOr<TensorSlice> Share(const std::string& name, int64_t rows, int64_t cols,
+                                    TpSplit split, int64_t* local_rows, int64_t* local_cols) const;
+
   WeightSource& source_;
   Backend* backend_;
   LinearWeightMode mode_;
   bool fuse_ = true;
+  bool absorb_fp32_ = false;
+  TpShard tp_;
   WeightBytes bytes_;
 };
 
@@ -142,6 +168,7 @@ struct StepContext {
   const int32_t* zeros = nullptr;       // [T]
   const float* inv_freq = nullptr;      // [qk_rope_head_dim / 2]
   std::vector<SeqRows> seqs;            // host
+  TpGroup* tp = nullptr;                // the TP group; null: one rank
   bool all_absorbed = true;             // no sequence uses the expanded form
   int32_t* topk = nullptr;              // [T, index_topk] current top-k (IndexShare carries it)
   bool topk_valid = false;              // a full indexer ran earlier in this step
@@ -206,25 +233,33 @@ class FusedLinear {
   int64_t out_cols_ = 0;
 };
 
-// SwiGLU: down(silu(gate x) * up x); gate and up as one FusedLinear.
+// SwiGLU: down(silu(gate x) * up x); gate and up as one FusedLinear. Tensor-parallel as the
+// standard TP MLP: gate / up column-parallel, down row-parallel (inter_local = inter / tp_size).
 struct DenseMlp {
-  FusedLinear gate_up;  // parts: gate [inter, H], up [inter, H]
-  DeviceMatrix down;    // [H, inter]
+  FusedLinear gate_up;  // parts: gate [inter_local, H], up [inter_local, H]
+  DeviceMatrix down;    // [H, inter_local]
   static absl::StatusOr<DenseMlp> Load(WeightLoader& w, const std::string& prefix, int64_t hidden,
                                        int64_t inter);
-  // out += mlp(x); x: [T, H], out: [T, H] (the residual stream).
+  // out += mlp(x), summed over the TP group; x: [T, H], out: [T, H] (the residual stream).
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
+  // This rank's partial sum of mlp(x) onto out: out += it when `accumulate`, else out = it. No
+  // communication (the caller reduces: TpGroup).
+  void Partial(StepContext& ctx, const MatView& x, const MatView& out, bool accumulate) const;
 };
 
 // Sigmoid-routed MoE with a shared expert (spec §3.4).
 //
-// Small steps (T <= SharedExpertFoldMaxTokens()) compute the shared expert inside MoeExperts, as
+// Small steps (T <= shared_fold_max_tokens) compute the shared expert inside MoeExperts, as
 // one more expert of every token with weight 1 (MoeRoute appends it), where its shape and storage
 // match the routed experts' (GLM-5: one shared expert of moe_intermediate_size): at batch 1 that
 // replaces three dependent launches (gate | up, SiluMul, down) by 37.7 MB more of the routed
 // experts' weight stream. Same products; the sum is taken in the experts' combine instead of as
 // its own accumulate (fp32 rounding order), and narrow weights multiply the fp32 x as MoeExperts
 // does (Linear rounds x to bf16 / quantizes it to e4m3 first).
+//
+// Tensor parallelism: every rank holds all experts, each with its intermediate width split
+// (gate / up [inter / tp_size, H], down [H, inter / tp_size]), the shared expert likewise; the
+// routed and shared experts' partial sums meet in one all-reduce (TpGroup).
 struct Moe {
   DeviceMatrix router;  // [n_routed_experts, H], fp32 (routing is computed in fp32)
   DeviceMatrix bias;    // [1, n_routed_experts] e_score_correction_bias
@@ -233,13 +268,17 @@ struct Moe {
   std::vector<MatView> gate_views, up_views, down_views;
   int32_t num_routed = 0;
   bool shared_folds = false;  // the shared expert can run as expert num_routed of MoeExperts
+  // Steps of at most this many rows fold the shared expert into MoeExperts; 0 never. 64: H200,
+  // fp8, glm-bench-cuda-decode folded vs not, ms/layer x0.99 / 0.92 / 0.86 at batch 1 / 8 / 64,
+  // x1.28 / 1.37 at 128 / 256 rows (commit d24f288). Tests set it to compare both forms.
+  int64_t shared_fold_max_tokens = 64;
   DenseMlp shared;
   int top_k = 1;
   int n_group = 1, topk_group = 1;
   bool renormalize = true;
   float scale = 1.0f;
   static absl::StatusOr<Moe> Load(WeightLoader& w, const ModelConfig& c, const std::string& prefix);
-  // out += shared(x) + the routed experts' sum; x, out: [T, H].
+  // out += shared(x) + the routed experts' sum, summed over the TP group; x, out: [T, H].
   void Forward(StepContext& ctx, const MatView& x, const MatView& out) const;
   // Forward(norm(h)) into out (may be h), x ([T, H], apart from h) receiving norm(h): the norm
   // runs inside the router's Linear where the backend can (Backend::RmsNormLinear; at batch 1 one
@@ -252,13 +291,6 @@ struct Moe {
   void Experts(StepContext& ctx, const MatView& x, const MatView& logits, const MatView& out) const;
 };
 
-// Steps of at most this many rows fold the shared expert into MoeExperts (Moe above); 0 never.
-// Process-wide, for A/B runs in one process (benches): call it between steps; a change moves
-// ModelGraphGeneration(), so decode graphs captured under the other setting are recaptured.
-void SetSharedExpertFoldMaxTokens(int64_t max_tokens);
-int64_t SharedExpertFoldMaxTokens();
-// Moves whenever a process-wide model setting that changes what a step enqueues changes.
-int64_t ModelGraphGeneration();
 
 // DSA lightning indexer (spec §3.3). Writes its keys to the layer's cache and ctx.topk. Its
 // projections live in MlaAttention's fused Linears: wq_b [n_heads * head_dim, q_lora_rank] with
@@ -286,8 +318,14 @@ struct MlaAttention {
   // q_lora_rank], and with an indexer its wq_b.
   enum APart { kQa = 0, kKvA = 1, kIndexK = 2, kIndexW = 3 };
   enum BPart { kQb = 0, kIndexQ = 1 };
+  //
+  // Tensor parallelism: a_proj, the norms and the indexer replicated; q_b (b_proj's kQb part,
+  // the indexer's wq_b stays whole) and kv_b_proj column-parallel by head, so this rank attends
+  // with num_heads = num_attention_heads / tp_size heads; o_proj row-parallel
+  // [H, num_heads * v_head_dim], its output summed over the group.
   FusedLinear a_proj, b_proj;
   DeviceMatrix q_a_norm, kv_a_norm, o_proj;
+  int64_t num_heads = 0;  // this rank's attention heads
   // kv_b_proj [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank], stored as
   // WeightLoader::Linear stores every Linear (fp32, bf16, or e4m3 + block scales). The absorbed
   // form reads W_UK (rows h * (nope + v) + d, d < nope) and W_UV (rows h * (nope + v) + nope + j)
@@ -298,15 +336,15 @@ struct MlaAttention {
   // sequence, and the golden fixtures' greedy tokens then varied from run to run.
   // Except on the fp32 path below.
   DeviceMatrix kv_b;
-  // The fp32 path (fp32 models; or any model when the environment has GLM_MLA_ABSORB_FP32=1, for
-  // A/B runs against the narrow path, which then also loads kv_b in fp32): W_UK^T copied per head,
+  // The fp32 path (fp32 models; or any model loaded with kernels::AttentionPolicy::absorb_fp32,
+  // which then also loads kv_b in fp32): W_UK^T copied per head,
   // [num_heads, kv_lora_rank, qk_nope_head_dim] fp32, and both products through the fp32
   // LinearPerHead. Empty (no buffer) on the narrow path.
   DeviceMatrix w_uk_t;
   std::unique_ptr<Indexer> indexer;  // null on IndexShare "shared" layers
   static absl::StatusOr<MlaAttention> Load(WeightLoader& w, const ModelConfig& c,
                                            const std::string& prefix, bool has_indexer);
-  // out += attention(norm(h)); h: [T, H] the layer's input, norm its input_norm, out: [T, H] (the
+  // out += attention(norm(h)), summed over the TP group; h: [T, H] the layer's input, norm its input_norm, out: [T, H] (the
   // residual stream; may be h). The norm runs inside a_proj's Linear where the backend can.
   void Forward(StepContext& ctx, const MatView& h, const RmsNormLayer& norm, const LayerKv& kv,
                const MatView& out) const;

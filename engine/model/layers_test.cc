@@ -1,6 +1,8 @@
 // WeightLoader::LinearRows and FusedLinear: Linear weights that share an input, stored as one
 // weight, give the same outputs as separate Linear weights (CPU backend, bit for bit). Moe: the
-// shared expert folded into MoeExperts gives the unfolded layer's output.
+// shared expert folded into MoeExperts gives the unfolded layer's output. Tensor parallelism:
+// a rank's share of a Linear weight is the slice of the whole (every storage), and the ranks'
+// partial MoE outputs add up to the unsharded layer's.
 #include "engine/model/layers.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/config/model_config.h"
+#include "engine/dist/communicator.h"
 
 namespace glm::engine {
 namespace {
@@ -230,8 +233,6 @@ class MoeFoldTest : public ::testing::Test {
   static constexpr int64_t kHidden = 256, kInter = 128, kTokens = 5;
   static constexpr int kExperts = 6, kTopK = 2;
 
-  void TearDown() override { SetSharedExpertFoldMaxTokens(saved_); }
-
   // Weights for n_shared shared experts; fp8 tensors when fp8.
   void MakeWeights(int n_shared, bool fp8) {
     std::mt19937 rng(11);
@@ -261,8 +262,10 @@ class MoeFoldTest : public ::testing::Test {
   }
 
   // out = x_resid + moe(x) for T rows, with the fold at max_tokens.
-  std::vector<float> Forward(const Moe& m, int64_t max_tokens) {
-    SetSharedExpertFoldMaxTokens(max_tokens);
+  std::vector<float> Forward(Moe& m, int64_t max_tokens) { return ForwardTp(m, max_tokens, nullptr); }
+  // The same as a rank of the TP group `tp` (null: one rank).
+  std::vector<float> ForwardTp(Moe& m, int64_t max_tokens, TpGroup* tp) {
+    m.shared_fold_max_tokens = max_tokens;
     std::mt19937 rng(3);
     std::vector<float> x(kTokens * kHidden), resid(kTokens * kHidden);
     for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
@@ -274,6 +277,7 @@ class MoeFoldTest : public ::testing::Test {
     StepContext ctx;
     ctx.backend = backend_.get();
     ctx.ws = &ws;
+    ctx.tp = tp;
     m.Forward(ctx, {xb->f32(), kTokens, kHidden, kHidden}, {ob->f32(), kTokens, kHidden, kHidden});
     std::vector<float> out(resid.size());
     backend_->CopyToHost(out.data(), ob->data(), out.size() * 4);
@@ -294,7 +298,6 @@ class MoeFoldTest : public ::testing::Test {
   Fp8Weights src_;
   ModelConfig config_;
   std::unique_ptr<Backend> backend_ = CreateCpuBackend(1);
-  int64_t saved_ = SharedExpertFoldMaxTokens();
 };
 
 TEST_F(MoeFoldTest, FoldedSharedExpertGivesTheUnfoldedOutput) {
@@ -332,15 +335,176 @@ TEST_F(MoeFoldTest, WiderSharedExpertIsNotFolded) {
   EXPECT_EQ(Forward(*m, kTokens), Forward(*m, 0));
 }
 
-TEST(ModelGraphGeneration, MovesOnlyWhenTheFoldSettingChanges) {
-  const int64_t saved = SharedExpertFoldMaxTokens();
-  const int64_t g0 = ModelGraphGeneration();
-  SetSharedExpertFoldMaxTokens(saved);
-  EXPECT_EQ(ModelGraphGeneration(), g0);
-  SetSharedExpertFoldMaxTokens(saved + 1);
-  EXPECT_EQ(ModelGraphGeneration(), g0 + 1);
-  SetSharedExpertFoldMaxTokens(saved);
-  EXPECT_EQ(ModelGraphGeneration(), g0 + 2);
+// A TP group member whose all-reduce leaves the data as it is, so that a test sees each rank's
+// partial output (and sums the ranks itself).
+class PartialsComm : public Communicator {
+ public:
+  PartialsComm(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Status AllReduceSum(float*, size_t) override {
+    ++num_all_reduce;
+    return absl::OkStatus();
+  }
+  absl::Status Send(const float*, size_t, int) override { return Unused(); }
+  absl::Status Recv(float*, size_t, int) override { return Unused(); }
+  absl::Status SendRecv(const float*, size_t, int, float*, size_t, int) override {
+    return Unused();
+  }
+  absl::Status Broadcast(float*, size_t, int) override { return Unused(); }
+  absl::Status Barrier() override { return Unused(); }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+  int num_all_reduce = 0;
+
+ private:
+  static absl::Status Unused() { return absl::UnimplementedError("not used by the layers"); }
+  int rank_, size_;
+};
+
+TEST_F(MoeFoldTest, TpRanksPartialOutputsSumToTheWholeLayer) {
+  MakeWeights(/*n_shared=*/1, /*fp8=*/false);
+  WeightLoader whole_loader(src_, backend_.get(), LinearWeightMode::kF32);
+  auto whole = Moe::Load(whole_loader, config_, "m");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  for (const int64_t fold_max : {int64_t{0}, kTokens}) {  // shared expert apart, then folded
+    const std::vector<float> want = Forward(*whole, fold_max);
+    constexpr int kTp = 2;
+    std::vector<float> sum(want.size(), 0.0f);
+    for (int rank = 0; rank < kTp; ++rank) {
+      WeightLoader w(src_, backend_.get(), LinearWeightMode::kF32);
+      w.set_tp({rank, kTp});
+      auto m = Moe::Load(w, config_, "m");
+      ASSERT_TRUE(m.ok()) << m.status();
+      EXPECT_EQ(m->gate_views[0].rows, kInter / kTp);
+      EXPECT_EQ(m->down_views[0].cols, kInter / kTp);
+      EXPECT_TRUE(m->shared_folds);  // the shared expert's share has the routed experts' shape
+      PartialsComm comm(rank, kTp);
+      TpGroup tp(rank, kTp, &comm);
+      // Rank 0 adds its partial to the residual, the others start from zero (tp.h).
+      const std::vector<float> out = ForwardTp(*m, fold_max, &tp);
+      EXPECT_EQ(comm.num_all_reduce, 1) << "one all-reduce for routed and shared experts";
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
+    }
+    EXPECT_LT(RelDiff(sum, want), 1e-5) << "fold_max " << fold_max;
+  }
+}
+
+// A rank's share of a Linear weight, in every storage, is the slice of the whole weight.
+class TpLoaderTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kRows = 256, kCols = 256, kTokens = 3;
+
+  void SetUp() override {
+    std::mt19937 rng(5);
+    src_.PutFp8("w", kRows, kCols, rng);  // 2 x 2 scale blocks
+    PutPlain(src_, "f", kRows, kCols, rng);
+    x_.resize(kTokens * kCols);
+    for (float& v : x_) v = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+  }
+
+  // y = x[:, col_begin : col_begin + w.cols] . w^T, [kTokens, w.rows], on the host.
+  std::vector<float> Run(const MatView& w, int64_t col_begin = 0) {
+    std::vector<float> xs(kTokens * w.cols);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      std::copy_n(x_.data() + t * kCols + col_begin, w.cols, xs.data() + t * w.cols);
+    }
+    auto xb = backend_->Allocate(xs.size() * 4);
+    backend_->CopyToDevice(xb->data(), xs.data(), xs.size() * 4);
+    auto y = backend_->Allocate(kTokens * w.rows * 4);
+    backend_->Linear({xb->f32(), kTokens, w.cols, w.cols}, w,
+                     MatView{y->f32(), kTokens, w.rows, w.rows}, false);
+    std::vector<float> h(kTokens * w.rows);
+    backend_->CopyToHost(h.data(), y->data(), h.size() * 4);
+    return h;
+  }
+
+  Fp8Weights src_;
+  std::vector<float> x_;  // [kTokens, kCols]
+  std::unique_ptr<Backend> backend_ = CreateCpuBackend(1);
+};
+
+TEST_F(TpLoaderTest, ColumnAndRowParallelSharesAreSlicesOfTheWhole) {
+  for (const LinearWeightMode mode :
+       {LinearWeightMode::kF32, LinearWeightMode::kBF16, LinearWeightMode::kAuto}) {
+    for (const std::string name : {"w", "f"}) {
+      SCOPED_TRACE(name + " mode " + std::to_string(static_cast<int>(mode)));
+      WeightLoader whole_loader(src_, backend_.get(), mode);
+      auto whole = whole_loader.Linear(name, kRows, kCols);
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      const std::vector<float> want = Run(whole->view);  // [kTokens, kRows]
+      constexpr int kTp = 2;
+      std::vector<float> row_sum(want.size(), 0.0f);
+      for (int rank = 0; rank < kTp; ++rank) {
+        WeightLoader w(src_, backend_.get(), mode);
+        w.set_tp({rank, kTp});
+        // Column-parallel: this rank's output columns, the same dot products bit for bit.
+        auto col = w.Linear(name, kRows, kCols, TpSplit::kColumnParallel);
+        ASSERT_TRUE(col.ok()) << col.status();
+        ASSERT_EQ(col->view.rows, kRows / kTp);
+        ASSERT_EQ(col->view.cols, kCols);
+        EXPECT_EQ(col->view.dtype, whole->view.dtype);  // 128-row shares keep fp8
+        const std::vector<float> got = Run(col->view);
+        for (int64_t t = 0; t < kTokens; ++t) {
+          for (int64_t j = 0; j < kRows / kTp; ++j) {
+            ASSERT_EQ(got[t * (kRows / kTp) + j], want[t * kRows + rank * (kRows / kTp) + j])
+                << "rank " << rank << " token " << t << " output " << j;
+          }
+        }
+        // Row-parallel: partial sums over this rank's input columns.
+        auto row = w.Linear(name, kRows, kCols, TpSplit::kRowParallel);
+        ASSERT_TRUE(row.ok()) << row.status();
+        ASSERT_EQ(row->view.rows, kRows);
+        ASSERT_EQ(row->view.cols, kCols / kTp);
+        EXPECT_EQ(row->view.dtype, whole->view.dtype);
+        const std::vector<float> part = Run(row->view, rank * (kCols / kTp));
+        for (size_t i = 0; i < part.size(); ++i) row_sum[i] += part[i];
+      }
+      double diff = 0, size = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        diff = std::max(diff, std::abs(static_cast<double>(row_sum[i]) - want[i]));
+        size = std::max(size, std::abs(static_cast<double>(want[i])));
+      }
+      EXPECT_LT(diff / size, 1e-5);
+    }
+  }
+}
+
+TEST_F(TpLoaderTest, Fp8ShareOffScaleBlocksIsDequantizedToBf16) {
+  // tp_size 4: 64-row shares cut through the 128-row scale blocks.
+  WeightLoader bf16_loader(src_, backend_.get(), LinearWeightMode::kBF16);
+  auto whole = bf16_loader.Linear("w", kRows, kCols);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const std::vector<float> want = Run(whole->view);
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kAuto);
+  w.set_tp({3, 4});
+  EXPECT_EQ(w.LinearKind({"w", kRows, TpSplit::kColumnParallel}, kCols), WeightDType::kBF16);
+  EXPECT_EQ(w.LinearKind({"w", kRows}, kCols), WeightDType::kF8E4M3Block128);
+  auto share = w.Linear("w", kRows, kCols, TpSplit::kColumnParallel);
+  ASSERT_TRUE(share.ok()) << share.status();
+  EXPECT_EQ(share->view.dtype, WeightDType::kBF16);
+  const std::vector<float> got = Run(share->view);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t j = 0; j < 64; ++j) ASSERT_EQ(got[t * 64 + j], want[t * kRows + 192 + j]);
+  }
+}
+
+TEST_F(TpLoaderTest, UnevenSplitAndOffBlockFp8SliceAreErrors) {
+  WeightLoader w(src_, backend_.get(), LinearWeightMode::kF32);
+  w.set_tp({0, 3});
+  auto m = w.Linear("f", kRows, kCols, TpSplit::kRowParallel);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("tp_size=3"), std::string::npos) << m.status();
+  EXPECT_NE(m.status().message().find("tensor f"), std::string::npos) << m.status();
+  // The fp8 slice reader takes whole scale blocks only.
+  auto t = src_.ReadFp8BlockSlice("w", {TensorSlice::kCols, 64, 128});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("128 boundaries"), std::string::npos) << t.status();
+  auto ok = src_.ReadFp8BlockSlice("w", {TensorSlice::kCols, 128, 256});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->shape, (std::vector<int64_t>{kRows, 128}));
+  EXPECT_EQ(ok->full_shape, (std::vector<int64_t>{kRows, kCols}));
+  EXPECT_EQ(ok->scales.size(), 2u);
 }
 
 }  // namespace

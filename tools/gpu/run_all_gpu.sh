@@ -48,10 +48,10 @@
 # Modes: --targets prints the CMake targets; --bins BUILD_DIR their binaries in that build.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
-tests=(rmsnorm_test rope_test silu_mul_test layernorm_test rows_test moe_route_test sample_test
+tests=(rmsnorm_test rope_test silu_mul_test layernorm_test rows_test moe_route_test moe_test dsa_indexer_test sample_test
   gemm_bf16_test gemm_fp8_block_test quant_fp8_group_test gemv_narrow_test per_head_gemv_test
   per_head_narrow_test launch_test cublaslt_matmul_test cuda_backend_test cuda_ops_test
-  cuda_moe_test cuda_moe_progress_test cuda_kv_fp8_test cuda_indexer_test cuda_narrow_test
+  cuda_moe_test cuda_kv_fp8_test cuda_indexer_test cuda_narrow_test
   cuda_model_test cuda_graph_test create_backend_test sample_backend_test engine_golden_test
   engine_golden_narrow_test engine_kv_fp8_test)
 benches=(gemv_bench gemm_bench per_head_narrow_bench smallops_bench read_pattern_bench
@@ -222,7 +222,7 @@ run_memcheck() {
   sanitize memcheck "cuda_indexer_test subset" cuda_indexer_test \
     --gtest_filter='*SanitizerSubset*'
   sanitize memcheck "cuda_moe_test paths" cuda_moe_test \
-    --gtest_filter='*Mma*:*Listed*:*RouteExperts*:*Streamed*'
+    --gtest_filter='*Mma*:*Grouped*:*RouteExperts*:*Streamed*'
   sanitize memcheck "gemv_narrow_test small" gemv_narrow_test \
     --gtest_filter='*ActivationNumerics*:*NonFinite*:*Deterministic*:*Overlapped*:*FusedRmsNorm*'
   sanitize memcheck "per_head_gemv_test norm" per_head_gemv_test --gtest_filter='*FusedRmsNorm*'

@@ -23,6 +23,7 @@ class CpuBackend : public Backend {
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Synchronize() override {}
+  bool HostMemory() const override { return true; }
 
   // Every WeightDType: narrow Linear / MoeExperts weights run with the cuda backend's numerics
   // (engine/backend/cpu/cpu_narrow.h) and stay narrow in memory.

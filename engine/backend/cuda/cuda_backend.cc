@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "engine/backend/cuda/cublaslt_matmul.h"
+#include "engine/backend/cuda/cuda_indexer.h"
 #include "engine/backend/cuda/cuda_linear.h"
 #include "engine/backend/cuda/cuda_ops.h"
-#include "engine/backend/cuda/cuda_ops_moe.h"
 #include "kernels/cuda_util.h"
 #include "kernels/layernorm.h"
 #include "kernels/moe_route.h"
@@ -125,23 +125,18 @@ class CudaGraph : public BackendGraph {
   cudaGraphExec_t exec_;
 };
 
-// AllowCudaSideBranches: the setting, and how often it changed (part of scratch_epoch()).
-std::atomic<bool> g_side_branches{true};
-std::atomic<int64_t> g_side_generation{0};
-// AllowCudaSmallF32Gemv: the setting (its changes also move g_side_generation).
-std::atomic<bool> g_small_f32_gemv{true};
 // fp32 Linears of one row whose weight is at most this large run kernels::PerHeadGemv (one
 // head) instead of cuBLASLt: the MoE router (256 x 6144, 6.3 MB). Larger weights stay on
 // cuBLASLt, which streams them at up to 3.9 TB/s (benchmarks.md).
 constexpr size_t kSmallF32GemvMaxWeightBytes = size_t{16} << 20;
 
-// SetCudaNormLinearFusionMaxRows: the setting (its changes also move g_side_generation), and
-// whether the last RmsNormLinear call ran as one fused GEMV.
-std::atomic<int> g_norm_linear_max_rows{kCudaNormLinearFusionMaxRows};
+// RmsNormLinear runs fused for calls of at most this many rows whose shape the fused kernel
+// takes (the decode GEMV's limit).
+constexpr int64_t kNormLinearFusionMaxRows = kernels::kGemvNarrowMaxM;
+// Observers for tests: whether the last RmsNormLinear call ran as one fused launch
+// (LastCudaNormLinearFused), and how many AbsorbPerHead launches ran beside the previous kernel
+// (CudaAbsorbBesideLaunches). Neither changes what runs.
 std::atomic<bool> g_norm_linear_fused{false};
-// AllowCudaAbsorbBesideIndexer: the setting (its changes also move g_side_generation), and how
-// many AbsorbPerHead launches ran beside the previous kernel (CudaAbsorbBesideLaunches).
-std::atomic<bool> g_absorb_beside{true};
 std::atomic<int64_t> g_absorb_beside_launches{0};
 
 class CudaBackend : public Backend {
@@ -226,7 +221,7 @@ class CudaBackend : public Backend {
       return;
     }
     if (w.dtype != WeightDType::kF32) {  // bf16 / fp8 weights: cuda_linear.h
-      Record(Annotate(narrow_->Run(x, w, y, accumulate, scratch_, stream_), "Linear"));
+      Record(Annotate(narrow_->Run(x, w, y, accumulate, policy_, scratch_, stream_), "Linear"));
       return;
     }
     if (SmallF32Gemv(x, w)) {
@@ -285,8 +280,8 @@ class CudaBackend : public Backend {
   void AbsorbPerHeadBesidePrevious(const HeadsView& x, const MatView& w, int64_t head_rows,
                                    int64_t row_begin, PerHeadContract contract,
                                    const HeadsView& y) override {
-    const bool beside = g_absorb_beside.load(std::memory_order_relaxed) && kernels::PdlLaunches() &&
-                        op_serial_ == indexer_serial_ && indexer_serial_ > 0;
+    const bool beside =
+        kernels::PdlLaunches() && op_serial_ == indexer_serial_ && indexer_serial_ > 0;
     AbsorbPerHeadOn(x, w, head_rows, row_begin, contract, y, beside);
   }
 
@@ -372,7 +367,7 @@ class CudaBackend : public Backend {
                      const MatView& w, const MatView& y, bool accumulate) override {
     g_norm_linear_fused.store(false, std::memory_order_relaxed);
     const bool fuse = x.rows > 0 && x.cols > 0 && w.rows > 0 &&
-                      x.rows <= g_norm_linear_max_rows.load(std::memory_order_relaxed) &&
+                      x.rows <= kNormLinearFusionMaxRows &&
                       normed.rows == x.rows && normed.cols == x.cols;
     if (fuse && w.dtype == WeightDType::kF32 && w.cols == x.cols && y.rows == x.rows &&
         y.cols == w.rows && SmallF32Gemv(x, w)) {
@@ -390,7 +385,8 @@ class CudaBackend : public Backend {
       if (!Bind() || !MainOnly("RmsNormLinear")) return;
       bool taken = false;
       Record(Annotate(
-          narrow_->RunNormed(x, norm_w, eps, normed, w, y, accumulate, scratch_, stream_, &taken),
+          narrow_->RunNormed(x, norm_w, eps, normed, w, y, accumulate, policy_, scratch_, stream_,
+                             &taken),
           "RmsNormLinear"));
       if (taken) {
         g_norm_linear_fused.store(true, std::memory_order_relaxed);
@@ -463,14 +459,14 @@ class CudaBackend : public Backend {
 
   void IndexerTopK(const IndexerTopKArgs& args) override {
     if (args.q.rows == 0 || !Bind() || !MainOnly("IndexerTopK")) return;
-    Record(Annotate(cuda::IndexerTopK(args, scratch_, stream_), "IndexerTopK"));
+    Record(Annotate(cuda::IndexerTopK(args, policy_, scratch_, stream_), "IndexerTopK"));
     // With rows and k > 0 its last launch is a select kernel whose wait comes first (PdlEnter).
     if (args.top_k > 0 && status_.ok()) indexer_serial_ = op_serial_;
   }
 
   void Attention(const AttentionArgs& args) override {
     if (args.q_a.rows == 0 || !Bind() || !MainOnly("Attention")) return;
-    Record(Annotate(cuda::Attention(args, scratch_, stream_), "Attention"));
+    Record(Annotate(cuda::Attention(args, policy_, scratch_, stream_), "Attention"));
   }
 
   void WriteLatentFp8(const MatView& src, const int32_t* slots,
@@ -503,14 +499,16 @@ class CudaBackend : public Backend {
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                   const ExpertWeights& experts, const MatView& out) override {
     if (x.rows == 0 || !Bind() || !MainOnly("MoeExperts")) return;
-    Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, experts, out, scratch_, stream_),
+    Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, experts, out, scratch_, stream_,
+                                     policy_),
                     "MoeExperts"));
   }
 
   void MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
                        const ExpertWeights& experts, const MatView& out) override {
     if (x.rows == 0 || !Bind() || !MainOnly("MoeRouteExperts")) return;
-    Record(Annotate(cuda::MoeRouteExperts(logits, r, x, experts, out, scratch_, stream_),
+    Record(Annotate(cuda::MoeRouteExperts(logits, r, x, experts, out, scratch_, stream_,
+                                          policy_),
                     "MoeRouteExperts"));
   }
 
@@ -587,28 +585,20 @@ class CudaBackend : public Backend {
                       "cudaGraphLaunch"));
   }
 
-  // Also moves when a bench switches programmatic dependent launch (kernels::AllowPdlLaunches),
-  // side branches (AllowCudaSideBranches), a MoE launch setting (cuda::MoeSettingsGeneration) or
-  // an indexer one (cuda::IndexerSettingsGeneration): graphs captured under the other setting are
-  // then recaptured.
+  // Moves scratch_epoch(): decode graphs captured under the previous policy are recaptured.
   void SetKernelPolicy(const kernels::KernelPolicy& policy) override {
     policy_ = policy;
     ++policy_generation_;
   }
 
   int64_t scratch_epoch() const override {
-    return scratch_.epoch() + widen_scratch_.epoch() + policy_generation_ +
-           kernels::PdlGeneration() +
-           g_side_generation.load(std::memory_order_relaxed) + cuda::MoeSettingsGeneration() +
-           cuda::IndexerSettingsGeneration() + cuda::LinearSettingsGeneration();
+    return scratch_.epoch() + widen_scratch_.epoch() + policy_generation_;
   }
 
   // The side branch runs on side_stream_ (created at the first BeginSide), forked from and joined
   // back into the main stream with events, which stream capture turns into graph edges.
   void BeginSide() override {
-    if (!g_side_branches.load(std::memory_order_relaxed) || !Bind() || !MainOnly("BeginSide")) {
-      return;
-    }
+    if (!Bind() || !MainOnly("BeginSide")) return;
     if (side_stream_ == nullptr) {
       Record(CudaStatus(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking),
                         "BeginSide: cudaStreamCreateWithFlags"));
@@ -664,7 +654,7 @@ class CudaBackend : public Backend {
   // Whether the fp32 Linear x . w^T runs on kernels::PerHeadGemv (one row, a small weight: the
   // MoE router) rather than cuBLASLt.
   static bool SmallF32Gemv(const MatView& x, const MatView& w) {
-    return x.rows == 1 && g_small_f32_gemv.load(std::memory_order_relaxed) &&
+    return x.rows == 1 &&
            static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols) * sizeof(float) <=
                kSmallF32GemvMaxWeightBytes &&
            kernels::PerHeadGemvSupported(x.rows, x.cols);
@@ -722,26 +712,9 @@ absl::Status CudaDeviceAvailable() {
   return absl::OkStatus();
 }
 
-void AllowCudaSmallF32Gemv(bool allowed) {
-  if (g_small_f32_gemv.exchange(allowed) != allowed) g_side_generation.fetch_add(1);
-}
-
-void SetCudaNormLinearFusionMaxRows(int rows) {
-  const int v = std::clamp(rows, 0, static_cast<int>(kernels::kGemvNarrowMaxM));
-  if (g_norm_linear_max_rows.exchange(v) != v) g_side_generation.fetch_add(1);
-}
-
 bool LastCudaNormLinearFused() { return g_norm_linear_fused.load(); }
 
-void AllowCudaAbsorbBesideIndexer(bool allowed) {
-  if (g_absorb_beside.exchange(allowed) != allowed) g_side_generation.fetch_add(1);
-}
-
 int64_t CudaAbsorbBesideLaunches() { return g_absorb_beside_launches.load(); }
-
-void AllowCudaSideBranches(bool allowed) {
-  if (g_side_branches.exchange(allowed) != allowed) g_side_generation.fetch_add(1);
-}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal,
                                                            const kernels::KernelPolicy& policy) {

@@ -36,44 +36,18 @@ absl::Status CudaDeviceAvailable();
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
     int device_ordinal, const kernels::KernelPolicy& policy = kernels::KernelPolicy());
 
-// For A/B runs in one process (benches), every CUDA backend: false makes BeginSide, EndSide and
-// JoinSide no-ops from the next op on (a branch's ops then run in order on the main stream);
-// call it between steps. Graphs captured under the other setting are recaptured (the change
-// moves scratch_epoch()).
-void AllowCudaSideBranches(bool allowed);
-
-// For A/B runs in one process (benches), every CUDA backend: false sends fp32 Linears of one row
-// with small weights (the MoE router) to cuBLASLt instead of kernels::PerHeadGemv (the default
-// since the seventh session: a launch that takes part in programmatic dependent launch). Graphs
-// captured under the other setting are recaptured.
-void AllowCudaSmallF32Gemv(bool allowed);
-
 // Backend::RmsNormLinear runs as one launch with the norm fused (narrow weights: the decode GEMV,
 // kernels/gemv_narrow.h GemvNarrowArgs::norm_w; fp32 weights of one row such as the MoE router:
 // kernels/per_head_gemv.h PerHeadGemvNorm; the same bits as RmsNorm then Linear) for calls of at
-// most this many rows (clamped to 0..16; 0 = never) whose shape takes that kernel; else as the two
-// ops. A bench knob (glm-bench-cuda-decode --ab normfuse); graphs captured under another setting
-// are recaptured. Measured on an H200 (GLM-5 widths, fp8 weights and KV, graphs; --ab normfuse,
-// three runs, the last with norm_w loaded before the grid-dependency wait; ms/layer off -> on):
-// batch 1 0.224 -> 0.226, 0.227 -> 0.225, 0.223 -> 0.221 (4K) and 0.239 -> 0.240, 0.243 -> 0.247,
-// 0.247 -> 0.247 (128K); batch 2 0.339 -> 0.340, 0.354 -> 0.350 (4K). Within the runs' noise: the
-// GEMVs' weight streams, launched early by programmatic dependent launch, already hid most of each
-// RmsNorm. (At batch 8 the a_proj / b_proj shapes take the GEMM path and the router cuBLASLt, so
-// nothing fuses; the same runs' batch 8 ratios, 0.99-1.07, are that noise.) On by default: the same
-// bits, three launches fewer.
-inline constexpr int kCudaNormLinearFusionMaxRows = 16;
-void SetCudaNormLinearFusionMaxRows(int rows);
-// Whether the last RmsNormLinear call on a CUDA backend ran as one fused launch (tests).
+// most 16 rows whose shape takes that kernel; else as the two ops. Whether the last call on a
+// CUDA backend ran fused (tests).
 bool LastCudaNormLinearFused();
 
 // Backend::AbsorbPerHeadBesidePrevious right after IndexerTopK runs the narrow W_UK kernel beside
-// the indexer's last kernel (kernels/per_head_narrow.h PerHeadNarrowArgs::beside_previous: it
-// starts without waiting and waits only before it exits; the same y). On by default; false runs
-// it in order (A/B runs: glm-bench-cuda-decode --ab absorbside; graphs captured under the other
-// setting are recaptured).
-void AllowCudaAbsorbBesideIndexer(bool allowed);
-// How many AbsorbPerHead launches so far (all CUDA backends, graph captures included) ran beside
-// the previous kernel (tests: the model's decode step takes that path).
+// the indexer's last kernel where the device has programmatic dependent launch
+// (kernels/per_head_narrow.h PerHeadNarrowArgs::beside_previous: it starts without waiting and
+// waits only before it exits; the same y). How many AbsorbPerHead launches so far (all CUDA
+// backends, graph captures included) ran that way (tests: the model's decode step takes it).
 int64_t CudaAbsorbBesideLaunches();
 
 }  // namespace glm::engine

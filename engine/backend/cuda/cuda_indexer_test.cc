@@ -1,15 +1,14 @@
-// Tests of the DSA indexer's top-k selection paths (cuda_ops_indexer.cu): the legacy single-CTA
-// radix passes, the multi-CTA passes, the short-row select (row in shared memory) and the choice
-// by shape, all against a host reference of the contract (ascending positions, ties to the lowest
-// position, -0.0 == +0.0, NaN below -inf, rows with num_keys <= top_k: 0..n-1 then -1) on given
-// scores (IndexerSelectForTest), over rows 1 / 3 / 8 / 64, num_keys 1 .. 128K, random, all-equal,
-// few-distinct and special-value scores; then the whole IndexerTopK (fp32 and fp8 keys, exact
-// integer data: identical to the CPU backend) through every path, and CUDA-graph replay == eager.
-// GPU cases skip without a GPU; the argument checks run everywhere. Cases named *Large* are left
-// out under compute-sanitizer.
-// cuda_ops.h uses absl::StatusOr without including its header.
-#include "absl/status/statusor.h"
-#include "engine/backend/cuda/cuda_ops.h"
+// Tests of the DSA indexer (kernels/dsa_indexer.h) through the CUDA backend's IndexerTopK
+// (cuda_indexer.h): every select path (single-CTA radix passes, multi-CTA passes, short-row
+// select, the choice by shape; forced through IndexerPolicy) against a host reference of the
+// contract (ascending positions, ties to the lowest position, -0.0 == +0.0, NaN below -inf, rows
+// with num_keys <= top_k: 0..n-1 then -1) on given scores (kernels::DsaIndexerSelect), over rows
+// 1 / 3 / 8 / 64, num_keys 1 .. 128K, random, all-equal, few-distinct and special-value scores;
+// then the whole IndexerTopK (fp32 and fp8 keys, exact integer data: identical to the CPU
+// backend) through every select path and score kernel, and CUDA-graph replay == eager. GPU cases
+// skip without a GPU (the launchers' argument checks: kernels/dsa_indexer_test.cc). Cases named
+// *Large* are left out under compute-sanitizer.
+#include "engine/backend/cuda/cuda_indexer.h"
 
 #include <gtest/gtest.h>
 
@@ -25,41 +24,52 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/backend/cuda/cuda_ops_hooks.h"
 #include "engine/backend/cuda/cuda_test_util.h"
 #include "engine/backend/kv_fp8_layout.h"
 #include "engine/weights/float_codec.h"
+#include "kernels/dsa_indexer.h"
 #include "kernels/gpu_test_util.h"
+#include "kernels/testing/dsa_indexer_reference.h"
+#include "kernels/kernel_policy.h"
 
 namespace glm::engine::cuda {
 
 namespace {
 
 using kernels::testing::GuardedBuffer;
+using Select = kernels::IndexerPolicy::Select;
+using Score = kernels::IndexerPolicy::Score;
 
-// Path modes of SetIndexerPathForBench: legacy, multi-CTA, short-row, before-short default,
-// default; then kMultiSingleOutput: the multi-CTA passes with the single-CTA output pass
-// (SetIndexerOutputForBench(1)) instead of the parallel one.
-constexpr int kMultiSingleOutput = 102;
-constexpr int kModes[] = {1, 2, 3, 4, 0, kMultiSingleOutput};
+// The select paths, forced (kShortRow where the row fits shared memory), then the choice by shape.
+constexpr Select kSelects[] = {Select::kSingleCta, Select::kMultiCta, Select::kShortRow,
+                               Select::kByShape};
 
-// Sets the path hooks for one of kModes.
-void SetPathMode(int mode) {
-  SetIndexerOutputForBench(mode == kMultiSingleOutput ? 1 : 0);
-  SetIndexerPathForBench(mode == kMultiSingleOutput ? 2 : mode);
+const char* Name(Select p) {
+  switch (p) {
+    case Select::kByShape: return "by shape";
+    case Select::kSingleCta: return "single-CTA";
+    case Select::kMultiCta: return "multi-CTA";
+    case Select::kShortRow: return "short-row";
+  }
+  return "?";
 }
 
-// Resets the path hooks at scope exit (a failed ASSERT must not leave a forced path behind).
-struct PathReset {
-  ~PathReset() {
-    SetIndexerPathForBench(-1);
-    SetIndexerOutputForBench(0);
-    SetIndexerShortThreadsForBench(0);
-    SetIndexerScorePathForBench(-1);
-    SetIndexerScoreAheadForBench(-1);
-    SetIndexerScoreCtasPerSmForBench(0);
+const char* Name(Score s) {
+  switch (s) {
+    case Score::kByShape: return "by shape";
+    case Score::kFp32: return "fp32";
+    case Score::kTensorCore: return "tc {2,2,2}";
+    case Score::kTensorCoreWide: return "tc {4,8,0}";
   }
-};
+  return "?";
+}
+
+kernels::KernelPolicy PolicyOf(Select select, Score score = Score::kByShape) {
+  kernels::KernelPolicy policy;
+  policy.indexer.select = select;
+  policy.indexer.score = score;
+  return policy;
+}
 
 // Keys per row of the IndexerTopK cases: every 4th row min(max_keys, top_k) (exactly full), the
 // others max(1, max_keys - 53 t).
@@ -71,32 +81,7 @@ std::vector<int32_t> RowNumKeys(int rows, int max_keys, int top_k) {
   return nkeys;
 }
 
-uint32_t OrderedKeyHost(float f) {
-  if (std::isnan(f)) return 0u;
-  if (f == 0.f) f = 0.f;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// The contract on one row of n scores.
-std::vector<int32_t> RefTopK(const float* s, int n, int top_k) {
-  std::vector<int32_t> out(top_k, -1);
-  if (n <= top_k) {
-    for (int i = 0; i < n; ++i) out[i] = i;
-    return out;
-  }
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::nth_element(order.begin(), order.begin() + (top_k - 1), order.end(),
-                   [&](int32_t a, int32_t b) {
-                     const uint32_t ka = OrderedKeyHost(s[a]), kb = OrderedKeyHost(s[b]);
-                     return ka != kb ? ka > kb : a < b;
-                   });
-  std::sort(order.begin(), order.begin() + top_k);
-  std::copy_n(order.begin(), top_k, out.begin());
-  return out;
-}
+using ::glm::kernels::testing::RefTopK;
 
 enum class Pattern { kRandom, kAllEqual, kFewDistinct, kSpecials, kSignedZeros };
 
@@ -139,24 +124,15 @@ float Draw(Pattern p, std::mt19937& rng) {
   return 0.f;
 }
 
-bool GpuPresent() {
-  int n = 0;
-  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  if (!ok) (void)cudaGetLastError();
-  return ok;
-}
-
 class IndexerSelectTest : public ::testing::Test {
  protected:
   void SetUp() override { GLM_SKIP_WITHOUT_GPU(); }
 
   // Scores [rows, ld] of `pattern`, row t with num_keys n_t <= max_keys (row 0: max_keys; every
-  // 4th row <= top_k when max_keys allows); every mode's output must equal the reference.
-  void Check(int rows, int max_keys, int top_k, Pattern pattern,
-             const std::vector<int>& short_threads = {0}) {
+  // 4th row <= top_k when max_keys allows); every select path's output must equal the reference.
+  void Check(int rows, int max_keys, int top_k, Pattern pattern) {
     SCOPED_TRACE(testing::Message() << "rows " << rows << " max_keys " << max_keys << " top_k "
                                     << top_k << " " << Name(pattern));
-    PathReset reset;
     const int64_t ld = (max_keys + 3) / 4 * 4 + 4;
     std::vector<float> s(static_cast<size_t>(rows) * ld, std::numeric_limits<float>::quiet_NaN());
     std::vector<int32_t> nk(rows);
@@ -173,30 +149,27 @@ class IndexerSelectTest : public ::testing::Test {
     GuardedBuffer ds(s.size() * 4), dnk(nk.size() * 4), dout(want.size() * 4);
     ASSERT_EQ(ds.Upload(s.data(), s.size() * 4), cudaSuccess);
     ASSERT_EQ(dnk.Upload(nk.data(), nk.size() * 4), cudaSuccess);
-    for (const int threads : short_threads) {
-      SetIndexerShortThreadsForBench(threads);
-      for (const int mode : kModes) {
-        if (threads != 0 && mode != 3) continue;
-        SetPathMode(mode);
-        ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
-        const absl::Status st = IndexerSelectForTest(ds.as<float>(), ld, rows, dnk.as<int32_t>(),
-                                                     max_keys, top_k, dout.as<int32_t>(),
-                                                     scratch_, nullptr);
-        ASSERT_TRUE(st.ok()) << st;
-        GLM_CUDA_ASSERT(cudaDeviceSynchronize());
-        std::vector<int32_t> got(want.size());
-        ASSERT_EQ(dout.Download(got.data(), got.size() * 4), cudaSuccess);
-        EXPECT_TRUE(dout.GuardsIntact()) << "mode " << mode;
-        for (int t = 0; t < rows; ++t) {
-          const size_t b = size_t(t) * top_k;
-          if (!std::equal(got.begin() + b, got.begin() + b + top_k, want.begin() + b)) {
-            size_t i = b;
-            while (got[i] == want[i]) ++i;
-            ADD_FAILURE() << "mode " << mode << " threads " << threads << " row " << t
-                          << " (num_keys " << nk[t] << ") slot " << i - b << ": got " << got[i]
-                          << ", want " << want[i];
-            break;
-          }
+    for (const Select path : kSelects) {
+      kernels::IndexerPolicy policy;
+      policy.select = path;
+      ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
+      const absl::Status st = kernels::DsaIndexerSelect(
+          ds.as<float>(), ld, rows, dnk.as<int32_t>(), max_keys, top_k, dout.as<int32_t>(), policy,
+          /*smem_cap_bytes=*/0,
+          [this](int slot, size_t bytes) { return scratch_.Get(slot, bytes); }, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      GLM_CUDA_ASSERT(cudaDeviceSynchronize());
+      std::vector<int32_t> got(want.size());
+      ASSERT_EQ(dout.Download(got.data(), got.size() * 4), cudaSuccess);
+      EXPECT_TRUE(dout.GuardsIntact()) << Name(path);
+      for (int t = 0; t < rows; ++t) {
+        const size_t b = size_t(t) * top_k;
+        if (!std::equal(got.begin() + b, got.begin() + b + top_k, want.begin() + b)) {
+          size_t i = b;
+          while (got[i] == want[i]) ++i;
+          ADD_FAILURE() << Name(path) << " row " << t << " (num_keys " << nk[t] << ") slot "
+                        << i - b << ": got " << got[i] << ", want " << want[i];
+          break;
         }
       }
     }
@@ -231,12 +204,11 @@ TEST_F(IndexerSelectTest, Large8And64x128k) {
   }
 }
 
-// The short-row CTA at every thread count, rows up to (and past) the shared-memory limit, and
-// other top_k values.
-TEST_F(IndexerSelectTest, ShortThreadsAndTopK) {
+// The short-row select on rows up to (and past) the shared-memory limit, and other top_k values.
+TEST_F(IndexerSelectTest, ShortRowsAndTopK) {
   for (const int keys : {300, 4096, 16385, 50000, 70000}) {
     for (const Pattern p : {Pattern::kRandom, Pattern::kFewDistinct, Pattern::kSpecials}) {
-      Check(3, keys, 2048, p, {0, 256, 512, 1024});
+      Check(3, keys, 2048, p);
     }
   }
   for (const int top_k : {1, 100, 4095}) {
@@ -246,55 +218,12 @@ TEST_F(IndexerSelectTest, ShortThreadsAndTopK) {
 }
 
 // A small subset for compute-sanitizer runs (memcheck / racecheck): every path, odd sizes,
-// ties and special values, the short-row CTA at 256 and 1024 threads.
+// ties and special values.
 TEST_F(IndexerSelectTest, SanitizerSubset) {
-  Check(3, 2049, 2048, Pattern::kSpecials, {0, 256, 1024});
-  Check(3, 4096, 2048, Pattern::kAllEqual, {0, 256});
-  Check(2, 16385, 2048, Pattern::kFewDistinct, {0, 1024});
-  Check(1, 40000, 100, Pattern::kRandom, {0});
-}
-
-// Every indexer bench hook that changes a value moves IndexerSettingsGeneration (so the CUDA
-// backend recaptures decode graphs); setting the same value again does not. No GPU needed.
-TEST(IndexerSettings, HooksMoveTheGeneration) {
-  PathReset reset;
-  struct Hook {
-    const char* name;
-    void (*set)(int);
-    int a, b;  // two different values
-  };
-  const Hook hooks[] = {{"output", SetIndexerOutputForBench, 0, 1},
-                        {"path", SetIndexerPathForBench, 0, 2},
-                        {"short threads", SetIndexerShortThreadsForBench, 0, 512},
-                        {"score ctas", SetIndexerScoreCtasPerSmForBench, 2, 4},
-                        {"score ahead", SetIndexerScoreAheadForBench, 2, 0},
-                        {"score path", SetIndexerScorePathForBench, 0, 3}};
-  for (const Hook& h : hooks) {
-    SCOPED_TRACE(h.name);
-    h.set(h.a);
-    const int64_t g0 = IndexerSettingsGeneration();
-    h.set(h.a);
-    EXPECT_EQ(IndexerSettingsGeneration(), g0);
-    h.set(h.b);
-    EXPECT_EQ(IndexerSettingsGeneration(), g0 + 1);
-    h.set(h.b);
-    EXPECT_EQ(IndexerSettingsGeneration(), g0 + 1);
-    h.set(h.a);
-    EXPECT_EQ(IndexerSettingsGeneration(), g0 + 2);
-  }
-}
-
-// Argument checks: no GPU needed (they come before any CUDA call).
-TEST(IndexerSelectArgs, RejectsBadScoreLayout) {
-  TestScratch scratch;
-  const absl::Status st =
-      IndexerSelectForTest(nullptr, /*ld=*/6, /*rows=*/1, nullptr, 6, 2, nullptr, scratch, nullptr);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-  EXPECT_NE(st.message().find("multiple of 4"), absl::string_view::npos) << st;
-  const absl::Status st2 =
-      IndexerSelectForTest(nullptr, /*ld=*/8, /*rows=*/1, nullptr, 9, 2, nullptr, scratch, nullptr);
-  EXPECT_EQ(st2.code(), absl::StatusCode::kInvalidArgument) << st2;
-  if (!GpuPresent()) std::printf("(no GPU: the selection cases skip; argument checks ran)\n");
+  Check(3, 2049, 2048, Pattern::kSpecials);
+  Check(3, 4096, 2048, Pattern::kAllEqual);
+  Check(2, 16385, 2048, Pattern::kFewDistinct);
+  Check(1, 40000, 100, Pattern::kRandom);
 }
 
 // ---- The whole IndexerTopK: every path, fp32 and fp8 keys, exact data (identical to the CPU).
@@ -317,16 +246,14 @@ class IndexerTopKPathsTest : public ::testing::Test {
 
   // Keys from {0, +-1, +-2, +-3, +-4, +-6, +-8} with 8 in every row (exact in e4m3 at scale
   // 2^-5), q and weights in [-3, 3], scales powers of two: every score is exact in any order.
-  // score_modes: SetIndexerScorePathForBench modes to run (0 by shape, 1 fp32 CUDA-core kernel,
-  // 2 / 3 / 4 tensor-core kernel variants wherever they apply, else the fp32 kernel: dim != 128
-  // and block_size 2 test that).
+  // scores: the score kernels to run (forced tensor-core kernels where they apply, else the fp32
+  // kernel: dim != 128 and block_size 2 test that).
   // block_size: the fp8 cache's (not a multiple of 4: the tensor-core kernel falls back).
   void Run(int rows, int max_keys, bool fp8, int heads = 32, int dim = 128,
-           const std::vector<int>& score_modes = {0}, int block_size = 64) {
+           const std::vector<Score>& scores = {Score::kByShape}, int block_size = 64) {
     SCOPED_TRACE(testing::Message() << "rows " << rows << " max_keys " << max_keys << " fp8 "
                                     << fp8 << " heads " << heads << " dim " << dim
                                     << " block_size " << block_size);
-    PathReset reset;
     const int kHeads = heads, kDim = dim, kBs = block_size;
     constexpr int kTopK = 2048;
     const int64_t n_slots = (int64_t{max_keys} + 100 + kBs - 1) / kBs * kBs;
@@ -374,25 +301,24 @@ class IndexerTopKPathsTest : public ::testing::Test {
     g.out = dout.as<int32_t>();
     cudaStream_t stream;
     GLM_CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    for (const int score_mode : score_modes) {
-    SetIndexerScorePathForBench(score_mode);
-    for (const int mode : kModes) {
-      SCOPED_TRACE(testing::Message() << "score mode " << score_mode << " path mode " << mode);
-      SetPathMode(mode);
+    for (const Score score : scores) {
+    for (const Select select : kSelects) {
+      SCOPED_TRACE(testing::Message() << "score " << Name(score) << ", select " << Name(select));
+      const kernels::KernelPolicy policy = PolicyOf(select, score);
       ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
-      const absl::Status st = IndexerTopK(g, scratch_, stream);
+      const absl::Status st = IndexerTopK(g, policy, scratch_, stream);
       ASSERT_TRUE(st.ok()) << st;
       GLM_CUDA_ASSERT(cudaStreamSynchronize(stream));
       std::vector<int32_t> got(want.size());
       ASSERT_EQ(dout.Download(got.data(), got.size() * 4), cudaSuccess);
       EXPECT_TRUE(dout.GuardsIntact());
-      EXPECT_TRUE(got == want) << "mode " << mode << " differs from the CPU backend";
+      EXPECT_TRUE(got == want) << "differs from the CPU backend";
       // Graph replay == eager (scratch already grown by the eager call).
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
       ASSERT_EQ(dout.Poison(0x3C), cudaSuccess);
       GLM_CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      const absl::Status cst = IndexerTopK(g, scratch_, stream);
+      const absl::Status cst = IndexerTopK(g, policy, scratch_, stream);
       GLM_CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
       ASSERT_TRUE(cst.ok()) << cst;
       GLM_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
@@ -401,7 +327,7 @@ class IndexerTopKPathsTest : public ::testing::Test {
       GLM_CUDA_ASSERT(cudaStreamSynchronize(stream));
       std::vector<int32_t> replay(want.size());
       ASSERT_EQ(dout.Download(replay.data(), replay.size() * 4), cudaSuccess);
-      EXPECT_TRUE(replay == got) << "mode " << mode << ": graph replay != eager";
+      EXPECT_TRUE(replay == got) << "graph replay != eager";
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
     }
@@ -437,26 +363,30 @@ TEST_F(IndexerTopKPathsTest, Large1x128kBothKeyTypes) {
   Run(1, 131072, true);
 }
 
-// Exact integer data through the tensor-core score kernel (score mode 2), the fp32 kernel (1) and
-// the choice by shape (0): identical to the CPU backend over rows 1 / 3 / 8 / 64 and num_keys 1,
-// 2047, 2048, 2049, 4096, 16K + 1; 8 and 48 heads (padded to 32 / 64 in the kernel); dim 64 (the
-// tensor-core kernel takes dim 128 only: mode 2 falls back to the fp32 kernel).
+// Exact integer data through both tensor-core score kernels, the fp32 kernel and the choice by
+// shape: identical to the CPU backend over rows 1 / 3 / 8 / 64 and num_keys 1, 2047, 2048, 2049,
+// 4096, 16K + 1; 8 and 48 heads (padded to 32 / 64 in the kernel); dim 64 (the tensor-core
+// kernels take dim 128 only: they fall back to the fp32 kernel).
 TEST_F(IndexerTopKPathsTest, Fp8TensorCoreSweepMatchesCpu) {
+  const std::vector<Score> all = {Score::kByShape, Score::kFp32, Score::kTensorCore,
+                                  Score::kTensorCoreWide};
   for (const int rows : {1, 3, 8, 64}) {
     for (const int keys : {1, 2047, 2048, 2049, 4096, 16385}) {
       if (rows == 64 && keys > 4096) continue;  // host reference time; 64 x 16K in *Large*
-      Run(rows, keys, true, 32, 128, {0, 1, 2, 3, 4});
+      Run(rows, keys, true, 32, 128, all);
     }
   }
-  for (const int heads : {8, 48}) Run(3, 4096, true, heads, 128, {0, 1, 2, 3, 4});
-  Run(3, 4096, true, 32, 64, {0, 2});
-  Run(3, 4096, true, 32, 128, {0, 2}, /*block_size=*/4);
-  Run(3, 4096, true, 32, 128, {0, 2}, /*block_size=*/2);  // fp32-kernel fallback
+  for (const int heads : {8, 48}) Run(3, 4096, true, heads, 128, all);
+  Run(3, 4096, true, 32, 64, {Score::kByShape, Score::kTensorCore});
+  Run(3, 4096, true, 32, 128, {Score::kByShape, Score::kTensorCore}, /*block_size=*/4);
+  // fp32-kernel fallback
+  Run(3, 4096, true, 32, 128, {Score::kByShape, Score::kTensorCore}, /*block_size=*/2);
 }
 
 TEST_F(IndexerTopKPathsTest, LargeFp8TensorCore) {
-  Run(64, 16385, true, 32, 128, {0, 1, 2, 3});
-  Run(8, 131072, true, 32, 128, {2});
+  Run(64, 16385, true, 32, 128,
+      {Score::kByShape, Score::kFp32, Score::kTensorCore, Score::kTensorCoreWide});
+  Run(8, 131072, true, 32, 128, {Score::kTensorCore});
 }
 
 // ---- Random data: the tensor-core score kernel vs the fp32 CUDA-core kernel vs an fp64 host
@@ -467,9 +397,8 @@ TEST_F(IndexerTopKPathsTest, LargeFp8TensorCore) {
 //   term would be ~1e-3 (one bf16 term) or ~1e-5 (two) off); the errors are printed;
 //   chosen sets: each differs from the reference's only at near-ties (|ref_s - T| <= 2 kTol M_s,
 //   T = the reference's top_k-th score); the counts are printed.
-// Repeated tensor-core calls, a CUDA-graph replay, every look-ahead (0 / 1 / 2) and chunks for
-// 1 or 2 CTAs per SM give bit-identical scores and indices; the choice by shape runs the kernel
-// it should (LastIndexerScoreKernelForTest) with that kernel's scores.
+// Repeated tensor-core calls and a CUDA-graph replay give bit-identical scores and indices; the
+// choice by shape runs the kernel it should (DsaIndexerLaunch::score) with that kernel's scores.
 class IndexerTcScoreTest : public IndexerTopKPathsTest {
  protected:
   static constexpr double kTol = 1e-5;
@@ -479,16 +408,16 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
     std::vector<int32_t> idx;   // [rows, top_k]
   };
 
-  Out Call(const IndexerTopKArgs& g, int rows, int64_t ld, int score_mode, GuardedBuffer& dout,
-           cudaStream_t stream, bool graph) {
-    SetIndexerScorePathForBench(score_mode);
+  Out Call(const IndexerTopKArgs& g, int rows, int64_t ld, Score score, GuardedBuffer& dout,
+           cudaStream_t stream, bool graph, kernels::DsaIndexerLaunch* launched = nullptr) {
+    const kernels::KernelPolicy policy = PolicyOf(Select::kByShape, score);
     Out o;
     EXPECT_EQ(dout.Poison(0x7B), cudaSuccess);
     if (graph) {
       cudaGraph_t gr = nullptr;
       cudaGraphExec_t ex = nullptr;
       EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      const absl::Status st = IndexerTopK(g, scratch_, stream);
+      const absl::Status st = IndexerTopK(g, policy, scratch_, stream, launched);
       EXPECT_EQ(cudaStreamEndCapture(stream, &gr), cudaSuccess);
       EXPECT_TRUE(st.ok()) << st;
       EXPECT_EQ(cudaGraphInstantiate(&ex, gr, 0), cudaSuccess);
@@ -499,7 +428,7 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
       cudaGraphExecDestroy(ex);
       cudaGraphDestroy(gr);
     } else {
-      const absl::Status st = IndexerTopK(g, scratch_, stream);
+      const absl::Status st = IndexerTopK(g, policy, scratch_, stream, launched);
       EXPECT_TRUE(st.ok()) << st;
     }
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -519,7 +448,6 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
   void Compare(int rows, int max_keys, int heads, bool specials) {
     SCOPED_TRACE(testing::Message() << "rows " << rows << " max_keys " << max_keys << " heads "
                                     << heads << (specials ? " specials" : " random"));
-    PathReset reset;
     constexpr int kDim = 128, kBs = 64, kTopK = 2048;
     const int64_t n_slots = (int64_t{max_keys} + 100 + kBs - 1) / kBs * kBs;
     std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -569,39 +497,29 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
     const int64_t ld = (max_keys + 3) / 4 * 4;
     cudaStream_t stream;
     GLM_CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    const Out f32 = Call(g, rows, ld, 1, dout, stream, false);
-    const Out tc = Call(g, rows, ld, 2, dout, stream, false);
-    const Out tc2 = Call(g, rows, ld, 2, dout, stream, false);
-    const Out tcg = Call(g, rows, ld, 2, dout, stream, true);
-    // Variants: 3 and 4 differ in registers only (same arithmetic: bit-identical scores).
-    const Out tc3 = Call(g, rows, ld, 3, dout, stream, false);
-    const Out tc4 = Call(g, rows, ld, 4, dout, stream, false);
-    // By shape (mode 0): the wide variant ({4,8}, mode 3's kernel on its own chunks) for >= 8
-    // rows or rows of > 16K keys, else mode 2's kernel; bitwise the same as that mode.
-    const Out by_shape = Call(g, rows, ld, 0, dout, stream, false);
+    kernels::DsaIndexerLaunch ran;
+    const Out f32 = Call(g, rows, ld, Score::kFp32, dout, stream, false, &ran);
+    EXPECT_EQ(ran.score, Score::kFp32);
+    const Out tc = Call(g, rows, ld, Score::kTensorCore, dout, stream, false, &ran);
+    EXPECT_EQ(ran.score, Score::kTensorCore);
+    const Out tc2 = Call(g, rows, ld, Score::kTensorCore, dout, stream, false);
+    const Out tcg = Call(g, rows, ld, Score::kTensorCore, dout, stream, true);
+    const Out wide_out = Call(g, rows, ld, Score::kTensorCoreWide, dout, stream, false, &ran);
+    EXPECT_EQ(ran.score, Score::kTensorCoreWide);
+    // By shape: {4,8,0} for >= 8 rows or rows of > 16K keys, else {2,2,2}; bitwise the same as
+    // that kernel forced.
+    const Out by_shape = Call(g, rows, ld, Score::kByShape, dout, stream, false, &ran);
     const bool wide = rows >= 8 || max_keys > 16384;
-    EXPECT_EQ(LastIndexerScoreKernelForTest(), wide ? 480 : 222);
-    const Out& same_kernel = wide ? tc3 : tc;
+    EXPECT_EQ(ran.score, wide ? Score::kTensorCoreWide : Score::kTensorCore);
+    EXPECT_EQ(ran.scores_ld, ld);
+    const Out& same_kernel = wide ? wide_out : tc;
     EXPECT_TRUE(by_shape.idx == same_kernel.idx) << "by-shape indices differ from its kernel's";
-    // The look-ahead (SetIndexerScoreAheadForBench; tc ran the default, 2) and the chunk sizing
-    // (1 CTA per SM: longer chunks, more steps per warp) change no key's arithmetic.
-    std::vector<Out> ahead;
-    for (const int ctas : {2, 1}) {
-      SetIndexerScoreCtasPerSmForBench(ctas);
-      for (const int a : {0, 1, 2}) {
-        SetIndexerScoreAheadForBench(a);
-        ahead.push_back(Call(g, rows, ld, 2, dout, stream, false));
-      }
-    }
-    SetIndexerScoreAheadForBench(-1);
-    SetIndexerScoreCtasPerSmForBench(0);
     cudaStreamDestroy(stream);
-    for (const Out& o : ahead) EXPECT_TRUE(o.idx == tc.idx) << "look-ahead / chunks moved indices";
     EXPECT_TRUE(tc.idx == tc2.idx && tc.idx == tcg.idx) << "tensor-core indices not repeatable";
-    EXPECT_TRUE(tc3.idx == tc4.idx) << "variants 3 and 4 chose different indices";
     constexpr int kKernels = 3;
-    const Out* outs[kKernels] = {&f32, &tc, &tc3};
-    const char* kNames[kKernels] = {"fp32", "tc (mode 2)", "tc (mode 3/4)"};
+    const Out* outs[kKernels] = {&f32, &tc, &wide_out};
+    const char* kNames[kKernels] = {Name(Score::kFp32), Name(Score::kTensorCore),
+                                    Name(Score::kTensorCoreWide)};
     double err[kKernels] = {}, err_sum[kKernels] = {}, rel[kKernels] = {};
     int64_t flips[kKernels] = {}, scored = 0, class_bad = 0;
     for (int t = 0; t < rows; ++t) {
@@ -612,15 +530,8 @@ class IndexerTcScoreTest : public IndexerTopKPathsTest {
           << "row " << t << ": tensor-core scores not bit-identical between calls";
       ASSERT_EQ(std::memcmp(tc.scores.data() + b, tcg.scores.data() + b, n * 4), 0)
           << "row " << t << ": graph replay scores != eager";
-      ASSERT_EQ(std::memcmp(tc3.scores.data() + b, tc4.scores.data() + b, n * 4), 0)
-          << "row " << t << ": score modes 3 and 4 (same arithmetic) differ";
       ASSERT_EQ(std::memcmp(by_shape.scores.data() + b, same_kernel.scores.data() + b, n * 4), 0)
           << "row " << t << ": by-shape scores differ from its kernel's";
-      for (size_t k = 0; k < ahead.size(); ++k) {
-        ASSERT_EQ(std::memcmp(tc.scores.data() + b, ahead[k].scores.data() + b, n * 4), 0)
-            << "row " << t << ": look-ahead " << k % 3 << " at " << (k < 3 ? 2 : 1)
-            << " CTAs per SM differs from the default";
-      }
       std::vector<double> ref(n), mag(n);
       for (int i = 0; i < n; ++i) {
         const int64_t r = table[offset[t] + i];

@@ -7,15 +7,17 @@
 // so small working sets stay in L2; the cache is memset, so every score ties: the radix select's
 // worst case), the bytes the op must read (KV rows in the cache's layout,
 // every sequence its own keys), GB/s and the fraction of a device-to-device copy measured here.
-// Rows "attn-old" / "index-old": the legacy paths (as GLM_CUDA_ATTENTION_LEGACY=1 /
-// GLM_CUDA_INDEXER_LEGACY=1 force); "attn-new" / "index-new": the staged attention / multi-CTA
-// radix passes forced; "attn-tc": the tensor-core attention (fp8 latent) forced, with its speedup
-// over attn-new; "attn-tc16" / "attn-tc32": it with 16 / 32 heads per CTA; "attention" / "indexer": the default choice by shape; all in one process.
+// Rows "index-plain": the indexer's plain paths forced (fp32 score kernel, single-CTA select;
+// KernelPolicy::indexer); "index-multi": the multi-CTA radix passes forced; "attn-split" / "attn-staged" / "attn-tc": the split,
+// staged and tensor-core (fp8 latent) attention kernels forced (KernelPolicy::attention), with
+// the tensor core's speedup over the staged kernel; "attn-tc16" / "attn-tc32": it with 16 / 32
+// heads per CTA; "attention" / "indexer": the default choice by shape; all in one process.
 // Usage: cuda_kv_bench [--rows 1,8,64] [--keys 4096,131072] [--trials 5] [--calls 20]
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_bench_scratch.h"
 #include "engine/backend/cuda/cuda_bench_util.h"
+#include "engine/backend/cuda/cuda_indexer.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/cuda_ops_hooks.h"
 
@@ -103,17 +105,27 @@ int Main(int argc, char** argv) {
           a.score_scale = 0.088f;
           a.top_k = kTopK;
           a.out = d_out.as<int32_t>();
-          for (const int mode : {1, 2, 0}) {
-            SetIndexerPathForBench(mode);
-            CheckOk(IndexerTopK(a, scratch, stream), "IndexerTopK");  // grow scratch
+          using Select = kernels::IndexerPolicy::Select;
+          using Score = kernels::IndexerPolicy::Score;
+          struct Row {
+            const char* name;
+            Select select;
+            Score score;
+          };
+          for (const Row& row : {Row{"index-plain", Select::kSingleCta, Score::kFp32},
+                                 Row{"index-multi", Select::kMultiCta, Score::kByShape},
+                                 Row{"indexer", Select::kByShape, Score::kByShape}}) {
+            kernels::KernelPolicy policy;
+            policy.indexer.select = row.select;
+            policy.indexer.score = row.score;
+            CheckOk(IndexerTopK(a, policy, scratch, stream), "IndexerTopK");  // grow scratch
             BENCH_CHECK(cudaStreamSynchronize(stream));
-            const auto t = TimeEnqueues([&](int) { return IndexerTopK(a, scratch, stream); },
-                                        kCalls, trials, stream);
-            Report(mode == 1 ? "index-old" : mode == 2 ? "index-new" : "indexer",
-                   fp8 ? "fp8" : "fp32", rows, keys,
-                   t.us_per_call, static_cast<double>(slots) * key_bytes, d2d);
+            const auto t = TimeEnqueues(
+                [&](int) { return IndexerTopK(a, policy, scratch, stream); }, kCalls, trials,
+                stream);
+            Report(row.name, fp8 ? "fp8" : "fp32", rows, keys, t.us_per_call,
+                   static_cast<double>(slots) * key_bytes, d2d);
           }
-          SetIndexerPathForBench(-1);
         }
       }
       // ---- attention (absorbed, 2048 selected of `keys`)
@@ -149,34 +161,42 @@ int Main(int argc, char** argv) {
           a.scale = 0.072f;
           a.out = HeadsView{d_o.as<float>(), rows, kHeads, kKvr, kHeads * kKvr, kKvr};
           double us_staged = 0, us_tc = 0;
-          for (const int mode : {1, 2, 3, 4, 5, 0}) {
-            if (mode >= 3 && !fp8) continue;  // the tensor-core path reads the fp8 latent only
-            SetAttentionPathForBench(mode);
-            CheckOk(Attention(a, scratch, stream), "Attention");
+          using kernels::MlaAttentionPath;
+          struct Run {
+            const char* name;
+            MlaAttentionPath path;
+            int tc_heads;
+          };
+          for (const Run& run : {Run{"attn-split", MlaAttentionPath::kSplit, 0},
+                                 Run{"attn-staged", MlaAttentionPath::kStaged, 0},
+                                 Run{"attn-tc", MlaAttentionPath::kTensorCore, 0},
+                                 Run{"attn-tc16", MlaAttentionPath::kTensorCore, 16},
+                                 Run{"attn-tc32", MlaAttentionPath::kTensorCore, 32},
+                                 Run{"attention", MlaAttentionPath::kByShape, 0}}) {
+            const bool tc = run.path == MlaAttentionPath::kTensorCore;
+            if (tc && !fp8) continue;  // the tensor-core kernel reads the fp8 latent only
+            kernels::KernelPolicy policy;
+            policy.attention.path = run.path;
+            policy.attention.tc_heads_per_cta = run.tc_heads;
+            CheckOk(Attention(a, policy, scratch, stream), "Attention");
             BENCH_CHECK(cudaStreamSynchronize(stream));
-            if (mode >= 3 && LastAttentionPathForBench() != 3) {
-              std::printf("attn-tc    fp8   %5d %7d  (tensor-core path not available here)\n",
-                          rows, keys);
+            if (tc && LastAttentionPathForTest() != MlaAttentionPath::kTensorCore) {
+              std::printf("%-10s fp8   %5d %7d  (tensor-core kernel not available here)\n",
+                          run.name, rows, keys);
               continue;
             }
-            const auto t = TimeEnqueues([&](int) { return Attention(a, scratch, stream); },
-                                        kCalls, trials, stream);
-            Report(mode == 1   ? "attn-old"
-                   : mode == 2 ? "attn-new"
-                   : mode == 3 ? "attn-tc"
-                   : mode == 4 ? "attn-tc16"
-                   : mode == 5 ? "attn-tc32"
-                               : "attention",
-                   fp8 ? "fp8" : "fp32", rows, keys,
-                   t.us_per_call, static_cast<double>(rows) * sel * row_bytes, d2d);
-            if (mode == 2) us_staged = t.us_per_call;
-            if (mode == 3) us_tc = t.us_per_call;
+            const auto t =
+                TimeEnqueues([&](int) { return Attention(a, policy, scratch, stream); }, kCalls,
+                             trials, stream);
+            Report(run.name, fp8 ? "fp8" : "fp32", rows, keys, t.us_per_call,
+                   static_cast<double>(rows) * sel * row_bytes, d2d);
+            if (run.path == MlaAttentionPath::kStaged) us_staged = t.us_per_call;
+            if (tc && run.tc_heads == 0) us_tc = t.us_per_call;
           }
           if (us_tc > 0) {
-            std::printf("attn-tc speedup over attn-new (staged), rows %d keys %d: %.2fx\n", rows,
-                        keys, us_staged / us_tc);
+            std::printf("attn-tc speedup over attn-staged, rows %d keys %d: %.2fx\n", rows, keys,
+                        us_staged / us_tc);
           }
-          SetAttentionPathForBench(-1);
         }
       }
     }

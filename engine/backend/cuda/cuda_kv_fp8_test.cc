@@ -247,7 +247,7 @@ TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
       {3, 128, 100, 90, 1, true, false},        {64, 32, 300, 250, 17, true, false},
       {1, 64, 300, 257, 0, false, false},       {4, 16, 100, 80, 0, false, true},
       {2, 64, 3000, 2500, 0, false, false}};
-  cuda::SetAttentionPathForBench(0);
+  using kernels::MlaAttentionPath;
   for (const Shape& s : shapes) {
     SCOPED_TRACE(testing::Message() << "rows " << s.rows << " heads " << s.heads << " keys "
                                     << s.max_keys << " topk " << s.topk << " indices "
@@ -294,17 +294,25 @@ TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
     double max_ref = 0;
     for (float v : cpu_out) max_ref = std::max(max_ref, std::fabs(double{v}));
     const double bound = 2e-5 * std::max(1.0, max_ref);
-    auto run = [&](int mode, int want_path) {
-      cuda::SetAttentionPathForBench(mode);
+    // Runs the attention under a policy forcing `path` (and tc heads per CTA); the call must take
+    // `want_path`.
+    auto run = [&](MlaAttentionPath path, int tc_heads, MlaAttentionPath want_path) {
+      kernels::KernelPolicy policy;
+      policy.attention.path = path;
+      policy.attention.tc_heads_per_cta = tc_heads;
+      gpu_->SetKernelPolicy(policy);
       gpu_->CopyToDevice(g.out.data, nan_fill.data(), n_out * 4);
       gpu_->Attention(g);
       std::vector<float> out = Host(g.out.data, n_out);
       EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
-      EXPECT_EQ(cuda::LastAttentionPathForBench(), want_path) << "mode " << mode;
+      EXPECT_EQ(cuda::LastAttentionPathForTest(), want_path)
+          << "path " << static_cast<int>(path) << " tc heads " << tc_heads;
+      gpu_->SetKernelPolicy(kernels::KernelPolicy());
       return out;
     };
-    const std::vector<float> tc = run(3, 3);
-    const std::vector<float> staged = run(2, 2);
+    const std::vector<float> tc =
+        run(MlaAttentionPath::kTensorCore, 0, MlaAttentionPath::kTensorCore);
+    const std::vector<float> staged = run(MlaAttentionPath::kStaged, 0, MlaAttentionPath::kStaged);
     double err_cpu = 0, err_staged = 0;
     for (size_t i = 0; i < n_out; ++i) {
       ASSERT_TRUE(std::isfinite(tc[i])) << i;
@@ -317,10 +325,11 @@ TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
     std::printf("tc rows %d heads %d keys %d topk %d: max|tc-cpu| %.3g max|tc-staged| %.3g "
                 "max|cpu| %.3g\n", s.rows, s.heads, s.max_keys, s.topk, err_cpu, err_staged,
                 max_ref);
-    // The other head-group sizes (16 / 32 / 64 heads per CTA; modes 4 / 5 / 6) where they apply.
+    // Every head-group size (16 / 32 / 64 heads per CTA) that divides the head count.
     for (const int mt : {1, 2, 4}) {
       if (s.heads % (16 * mt) != 0) continue;
-      const std::vector<float> o = run(mt == 1 ? 4 : mt == 2 ? 5 : 6, 3);
+      const std::vector<float> o =
+          run(MlaAttentionPath::kByShape, 16 * mt, MlaAttentionPath::kTensorCore);
       double err = 0;
       for (size_t i = 0; i < n_out; ++i) {
         ASSERT_TRUE(std::isfinite(o[i])) << i;
@@ -333,7 +342,8 @@ TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
     }
 
     // Default choice by shape, a second eager call and a graph replay: bit for bit.
-    const std::vector<float> tc_default = run(0, 3);
+    const std::vector<float> tc_default =
+        run(MlaAttentionPath::kByShape, 0, MlaAttentionPath::kTensorCore);
     EXPECT_EQ(std::memcmp(tc_default.data(), tc.data(), n_out * 4), 0);
     gpu_->CopyToDevice(g.out.data, nan_fill.data(), n_out * 4);
     gpu_->SetPointerChecks(false);  // as the decode graphs run
@@ -347,7 +357,6 @@ TEST_F(CudaKvFp8Test, AttentionTensorCoreMatchesCpuAndStaged) {
     ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
     EXPECT_EQ(std::memcmp(replay.data(), tc.data(), n_out * 4), 0) << "graph replay != eager";
   }
-  cuda::SetAttentionPathForBench(-1);
 }
 
 // Indexer over fp8 keys. Exact case: keys are small integers from {0, +-1, +-2, +-3, +-4, +-6,

@@ -12,7 +12,7 @@
 //   accumulation, deterministic split-K (its arrival counters live in a buffer this object
 //   owns; partials in scratch slot 6), launched with programmatic dependent launch (its weight
 //   prefetch overlaps the previous kernel; x and y are touched only after that kernel ends).
-// Plans are made once per shape (m, n, k, strides) and cached; after that Run allocates nothing
+// Plans are made once per shape (m, n, k, strides) and KernelPolicy device caps, and cached; after that Run allocates nothing
 // on the host and takes device memory only from the backend's grow-only scratch (slots 5-7), so
 // a step of a seen shape is CUDA-graph capturable.
 // Requirements (checked, InvalidArgument naming the rule): bf16 weights 16-byte aligned with a
@@ -39,67 +39,51 @@
 
 namespace glm::engine::cuda {
 
-// dst[r, c] = bf16(src[r, c]) for r < rows, c < cols; row strides in elements. Enqueued on stream.
-absl::Status ConvertRowsToBf16(const float* src, int64_t src_ld, int64_t rows, int64_t cols,
-                               void* dst, int64_t dst_ld, cudaStream_t stream);
-
-// The decode GEMV's L2 prefetch window (kernels/gemv_narrow.h GemvNarrowTuning::prefetch_steps:
-// weight steps per warp prefetched before the grid-dependency wait, then kept ahead) for calls of
-// at most 2 tokens: -1 (default) the GEMV's own rule, >= 0 that many steps. A bench knob
-// (glm-bench-cuda-decode --ab gemvpf): the change does not alter a value; the CUDA backend's
-// scratch_epoch includes LinearSettingsGeneration, so decode graphs are recaptured. Measured on an
-// H200 (GLM-5 widths, fp8, graphs; ms/layer, the GEMV's rule -> 8 steps): batch 1 0.224 -> 0.231
-// (4K), 0.245 -> 0.250 (128K); batch 8 0.761 -> 0.809, 0.939 -> 0.925: slower, so not the default
-// (the prefetch competes with the previous kernels' streams for HBM instead of filling idle time).
-void SetCudaGemvPrefetchStepsForBench(int steps);
-int64_t LinearSettingsGeneration();
-
 class NarrowLinear {
  public:
   // Token counts above this never take the GEMV (its limit).
   static constexpr int64_t kGemvMaxTokens = kernels::kGemvNarrowMaxM;
 
-  // Allocates the GEMV's counters on the current device. The environment variable
-  // GLM_LINEAR_GEMV_MAX_TOKENS (0..16) overrides the cut-over; 0 turns the GEMV off (A/B runs).
+  // Allocates the GEMV's counters on the current device.
   static absl::StatusOr<std::unique_ptr<NarrowLinear>> Create();
   ~NarrowLinear();
   NarrowLinear(const NarrowLinear&) = delete;
   NarrowLinear& operator=(const NarrowLinear&) = delete;
-  // w.dtype must be kBF16 or kF8E4M3Block128; x.rows > 0, x.cols > 0.
+  // w.dtype must be kBF16 or kF8E4M3Block128; x.rows > 0, x.cols > 0. policy: the device caps
+  // (KernelPolicy::smem_cap_bytes / max_sms) the launch plans are made under.
   absl::Status Run(const MatView& x, const MatView& w, const MatView& y, bool accumulate,
-                   Scratch& scratch, cudaStream_t stream);
+                   const kernels::KernelPolicy& policy, Scratch& scratch, cudaStream_t stream);
   // RmsNorm(x, norm_w, eps) into normed, then Run(normed, ...), as one GEMV launch with the norm
   // fused (kernels/gemv_narrow.h GemvNarrowArgs::norm_w: the same bits as the two ops) where the
   // GEMV takes the shape and kernels::GemvNormFusible holds; *taken = false (nothing enqueued)
   // otherwise, and the caller runs the two ops.
   absl::Status RunNormed(const MatView& x, const float* norm_w, float eps, const MatView& normed,
-                         const MatView& w, const MatView& y, bool accumulate, Scratch& scratch,
+                         const MatView& w, const MatView& y, bool accumulate,
+                         const kernels::KernelPolicy& policy, Scratch& scratch,
                          cudaStream_t stream, bool* taken);
   size_t num_plans() const { return bf16_.size() + fp8_.size() + gemv_.size(); }
 
  private:
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+  // (fp8, m, n, k, ldx, ldw, ldy, smem_cap_bytes, max_sms).
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t>;
   NarrowLinear() = default;
   // The decode path; *taken = false when the shape or layout is not the GEMV's (then Run goes
   // on with the GEMM path).
   // norm: the fused RmsNorm's fields of the GEMV's arguments (norm_w null: none); a call with
   // one that kernels::GemvNormFusible refuses is not taken.
   absl::Status RunGemv(const MatView& x, const MatView& w, const MatView& y, bool accumulate,
-                       Scratch& scratch, cudaStream_t stream, bool* taken,
+                       const kernels::KernelPolicy& policy, Scratch& scratch,
+                       cudaStream_t stream, bool* taken,
                        const kernels::GemvNarrowArgs* norm = nullptr);
   // The weight checks of Run (InvalidArgument naming the rule).
   static absl::Status CheckShapes(const MatView& x, const MatView& w, const MatView& y);
 
   static constexpr int64_t kGemvCounters = int64_t{1} << 16;
   int32_t* gemv_counters_ = nullptr;  // [kGemvCounters] device, zero between launches
-  int64_t gemv_max_tokens_ = kGemvMaxTokens;
-  // GLM_GEMV_CTAS_PER_SM (A/B runs): > 0 plans the GEMV's K split for that many CTAs per SM
-  // (GemvNarrowOptions::ctas_per_sm), leaving the rest of each SM to the next kernel's
-  // programmatic launch; 0 (default) fills every resident slot. Measured (H200, fp8 decode step,
-  // two processes): 1 CTA per SM made batch 1 0.245 -> 0.288 ms/layer, batch 8 equal.
-  int gemv_ctas_per_sm_ = 0;
-  // Keyed by (fp8, m, n, k, the L2 prefetch knob: CudaGemvPrefetchStepsForBench).
-  std::map<std::tuple<int, int64_t, int64_t, int64_t, int>, kernels::GemvNarrowPlan> gemv_;
+  // Keyed by (fp8, m, n, k, smem_cap_bytes, max_sms).
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t>, kernels::GemvNarrowPlan>
+      gemv_;
 
   std::unique_ptr<kernels::BlasLtHandle> handle_;
   std::map<Key, std::unique_ptr<kernels::GemmBf16Plan>> bf16_;

@@ -167,7 +167,7 @@ TEST_F(CudaNarrowTest, LinearFp8MatchesCpuOnDequantizedWeights) {
 // normalized rows bit for bit, whether the call ran as one fused launch (decode sizes whose rows
 // RmsNorm's vector kernel takes: narrow weights on the decode GEMV, fp32 weights of one row on
 // kernels::PerHeadGemv; LastCudaNormLinearFused) or as the two ops (too many rows, unaligned or
-// long rows, fp32 weights of two rows, the fusion turned off); accumulate on odd cases.
+// long rows, fp32 weights of two rows); accumulate on odd cases.
 TEST_F(CudaNarrowTest, RmsNormLinearEqualsRmsNormThenLinear) {
   struct S {
     WeightDType dtype;
@@ -191,13 +191,11 @@ TEST_F(CudaNarrowTest, RmsNormLinearEqualsRmsNormThenLinear) {
   };
   int index = 0;
   for (const S& c : cases) {
-    for (bool allowed : {true, false}) {
+    for (int repeat = 0; repeat < 2; ++repeat) {  // without and with accumulation
       const bool acc = ++index % 2 == 1;
-      const std::string what =
-          absl::StrCat(narrow_test::DTypeName(c.dtype), " m=", c.m, " n=", c.n, " k=", c.k,
-                       " ldx=", c.ldx, allowed ? "" : " fusion off");
+      const std::string what = absl::StrCat(narrow_test::DTypeName(c.dtype), " m=", c.m,
+                                            " n=", c.n, " k=", c.k, " ldx=", c.ldx, " acc=", acc);
       SCOPED_TRACE(what);
-      SetCudaNormLinearFusionMaxRows(allowed ? kCudaNormLinearFusionMaxRows : 0);
       NarrowWeight w = MakeNarrowWeight(*gpu_, c.dtype, c.n, c.k, rng_);
       const std::vector<float> x = Random(c.m * c.ldx, rng_, 3.0f);
       std::vector<float> nw = Random(c.k, rng_, 0.3f);
@@ -214,7 +212,7 @@ TEST_F(CudaNarrowTest, RmsNormLinearEqualsRmsNormThenLinear) {
       const MatView n1{d1->f32(), c.m, c.k, c.k}, n2{d2->f32(), c.m, c.k, c.k};
       const float eps = 1e-5f;
       gpu_->RmsNormLinear(xv, dnw->f32(), eps, n1, w.view, {y1->f32(), c.m, c.n, c.n}, acc);
-      EXPECT_EQ(LastCudaNormLinearFused(), c.fused && allowed);
+      EXPECT_EQ(LastCudaNormLinearFused(), c.fused);
       gpu_->RmsNorm(xv, dnw->f32(), eps, n2);
       gpu_->Linear(n2, w.view, {y2->f32(), c.m, c.n, c.n}, acc);
       std::vector<float> h1(c.m * c.k), h2(c.m * c.k), g1(y0.size()), g2(y0.size());
@@ -228,15 +226,15 @@ TEST_F(CudaNarrowTest, RmsNormLinearEqualsRmsNormThenLinear) {
       for (float v : g1) ASSERT_TRUE(std::isfinite(v));
     }
   }
-  SetCudaNormLinearFusionMaxRows(kCudaNormLinearFusionMaxRows);
 }
 
 TEST_F(CudaNarrowTest, MoeExpertsNarrowMatchCpuOnDequantizedWeights) {
   struct S { int tokens, hidden, inter, experts, top_k; };
-  // pairs <= 64 with 16-byte rows take the decode GEMV (cuda_ops_moe.cu MoeGemvKernel): batch
-  // 1 / 3 / 8 at top_k 8 over 256 experts, a hidden past one staged k slice with a partial
-  // 128-column scale block, every expert in every token (8 rows per expert: two row groups);
-  // 70 tokens and hidden 132 (bf16: rows not 16-byte multiples) take the tiled GEMM.
+  // kAuto (kernels/moe.h): pairs <= 64 with 16-byte rows take the decode kernels (fp8) or the
+  // token-group kernels (bf16), 70 x 4 pairs the token-group kernels: batch 1 / 3 / 8 at top_k 8
+  // over 256 experts, a hidden with a partial 128-column scale block, every expert in every
+  // token (8 rows per expert: two token groups); hidden 132 (bf16: rows not 16-byte multiples)
+  // takes the tiled GEMM.
   const S shapes[] = {{1, 160, 48, 8, 2},     {5, 160, 48, 8, 2},      {70, 256, 384, 16, 4},
                       {3, 132, 260, 4, 4},    {1, 256, 128, 256, 8},   {3, 256, 128, 256, 8},
                       {8, 256, 128, 256, 8},  {3, 2064, 272, 16, 8},   {8, 256, 144, 8, 8}};

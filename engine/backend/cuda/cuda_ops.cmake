@@ -8,18 +8,22 @@ endif()
 # CMake 3.25 does not know nvcc 13's C++20 flag (same as kernels/CMakeLists.txt).
 set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
 set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
-set(glm_cuda_ops_sources
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_attention.cu
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_indexer.cu
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_kv_fp8.cu
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_moe.cu
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_linear.cu)
-target_sources(glm_backend_cuda PRIVATE ${glm_cuda_ops_sources})
-# bf16 / fp8 Linear (cuda_linear.cu): gemm_bf16, gemm_fp8_block, quant_fp8_group; one-row fp32
-# Linear with a small weight: per_head_gemv.
-target_link_libraries(glm_backend_cuda PRIVATE glm_kernels_gemm glm_kernels_per_head_gemv)
-set_source_files_properties(${glm_cuda_ops_sources} PROPERTIES
-  COMPILE_OPTIONS "--expt-relaxed-constexpr;-lineinfo;-Xptxas=-warn-spills")
+# Routed experts: the adapter to kernels/moe.h (plain C++).
+target_sources(glm_backend_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_moe.cc)
+target_link_libraries(glm_backend_cuda PUBLIC glm_kernels_moe)
+# IndexerTopK: the adapter to kernels/dsa_indexer.h (plain C++).
+target_sources(glm_backend_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_indexer.cc)
+target_link_libraries(glm_backend_cuda PUBLIC glm_kernels_dsa_indexer)
+# Plain C++ adapters from the backend's views to kernels/ launchers: MLA attention and the fp8 KV
+# ops (kernels/attention.cmake), the narrow-weight Linear (cuda_linear.cc: gemm_bf16,
+# gemm_fp8_block, quant_fp8_group, convert_bf16, gemv_narrow); one-row fp32 Linear with a small
+# weight: per_head_gemv.
+target_sources(glm_backend_cuda PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_attention.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_kv_fp8.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_linear.cc)
+target_link_libraries(glm_backend_cuda PRIVATE glm_kernels_gemm glm_kernels_per_head_gemv
+  glm_kernels_attention)
 
 glm_add_test(NAME cuda_ops_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_test.cc
   LIBS glm_backend_cuda glm_backend_cpu glm_kernels LABELS gpu)
@@ -30,14 +34,10 @@ glm_add_test(NAME cuda_narrow_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_narrow
 # fp8 KV cache ops (writes, gather, Attention / IndexerTopK over fp8 caches) vs the CPU backend.
 glm_add_test(NAME cuda_kv_fp8_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_kv_fp8_test.cc
   LIBS glm_backend_cuda glm_backend_cpu glm_kernels LABELS gpu)
-# MoeExperts through every path (decode kernels, previous GEMV, tiled) and dtype vs the CPU backend.
+# MoeExperts through every path (kernels::MoePolicy: decode, token-group, tensor-core, tiled) and
+# dtype vs the CPU backend; kAuto against the forced path of each shape, bit for bit.
 glm_add_test(NAME cuda_moe_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_moe_test.cc
   LIBS glm_backend_cuda glm_backend_cpu glm_kernels_gemm LABELS gpu)
-# The one-launch MoE decode kernel finishes when its grid cannot all be resident (a kernel on
-# another stream holding the SMs until a kernel after the MoE has run).
-glm_add_test(NAME cuda_moe_progress_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_moe_progress_test.cu
-  LIBS glm_backend_cuda glm_kernels LABELS gpu)
-set_target_properties(cuda_moe_progress_test PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
 
 add_executable(cuda_ops_bench ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_bench.cc)
 target_link_libraries(cuda_ops_bench PRIVATE glm_backend_cuda glm_kernels)

@@ -20,6 +20,10 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 
+namespace glm::kernels {
+struct MoeRunInfo;  // kernels/moe.h
+}  // namespace glm::kernels
+
 namespace glm::engine::cuda {
 
 // Grow-only device scratch owned by the backend. Get() returns at least `bytes` of device memory
@@ -33,28 +37,35 @@ class Scratch {
 };
 inline constexpr int kScratchSlots = 8;
 
-absl::Status Attention(const AttentionArgs& args, Scratch& scratch, cudaStream_t stream);
-absl::Status IndexerTopK(const IndexerTopKArgs& args, Scratch& scratch, cudaStream_t stream);
-// Moves whenever a bench or test switches an IndexerTopK launch setting (any SetIndexer*ForBench
-// hook of cuda_ops_hooks.h that changes a value): the CUDA backend's scratch_epoch includes it, so
-// decode graphs are recaptured under the new setting.
-int64_t IndexerSettingsGeneration();
-// fp8 KV cache (cuda_ops_kv_fp8.cu; bytes bit-identical to the CPU backend's).
+// kernels/mla_attention.h on the backend's views; policy.attention picks a forced kernel (tests,
+// benches), policy.smem_cap_bytes caps the launch plan's shared memory. Partials in scratch
+// slots 0 and 1.
+absl::Status Attention(const AttentionArgs& args, const kernels::KernelPolicy& policy,
+                       Scratch& scratch, cudaStream_t stream);
+// IndexerTopK: cuda_indexer.h (kernels/dsa_indexer.h).
+// fp8 KV cache (kernels/kv_fp8.h via cuda_ops_kv_fp8.cc; bytes bit-identical to the CPU
+// backend's).
 absl::Status WriteLatentFp8(const MatView& src, const int32_t* slots, const Fp8LatentCache& dst,
                             cudaStream_t stream);
 absl::Status WriteIndexKeysFp8(const MatView& src, const int32_t* slots, const Fp8IndexCache& dst,
                                cudaStream_t stream);
 absl::Status GatherLatentFp8(const Fp8LatentCache& src, const int32_t* slots, const MatView& out,
                              cudaStream_t stream);
-// Device-side grouping: no host loop over experts, no host synchronization.
+// Routed experts (cuda_moe.cc over kernels/moe.h): device-side grouping, no host loop over
+// experts, no host synchronization. policy.moe picks the path (kAuto in production; tests and
+// benches force one); info, when set, receives the path that ran.
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
-                        cudaStream_t stream);
-// Backend::MoeRouteExperts: at decode shapes of at most MoeRouteFuseMaxTokens() tokens
-// (cuda_ops_moe.h) the gate|up kernel routes for itself (one launch fewer), else
-// kernels::MoeRoute then MoeExperts.
+                        cudaStream_t stream,
+                        const kernels::KernelPolicy& policy = kernels::KernelPolicy(),
+                        kernels::MoeRunInfo* info = nullptr);
+// Backend::MoeRouteExperts: at decode shapes of at most kernels::kMoeRouteFuseMaxTokens tokens
+// the gate|up kernel routes for itself (one launch fewer), else kernels::MoeRoute then the
+// experts.
 absl::Status MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
                              const ExpertWeights& experts, const MatView& out, Scratch& scratch,
-                             cudaStream_t stream);
+                             cudaStream_t stream,
+                             const kernels::KernelPolicy& policy = kernels::KernelPolicy(),
+                             kernels::MoeRunInfo* info = nullptr);
 
 }  // namespace glm::engine::cuda

@@ -9,8 +9,9 @@
 // cuda_ops.h uses absl::StatusOr without including its header.
 #include "absl/status/statusor.h"
 #include "engine/backend/cuda/cuda_bench_scratch.h"
+#include "engine/backend/cuda/cuda_indexer.h"
 #include "engine/backend/cuda/cuda_ops.h"
-#include "engine/backend/cuda/cuda_ops_moe.h"
+#include "kernels/moe.h"
 #include "kernels/bench_util.h"
 #include "kernels/moe_route.h"
 
@@ -107,7 +108,8 @@ void BenchAttention(std::mt19937& rng, BenchScratch& scratch, int iters) {
     a.index_width = selected;
     a.scale = 1.0f / 24.0f;
     a.out = HeadsView{out, rows, heads, da, int64_t{heads} * da, da};
-    const double ms = TimeMs([&] { return Attention(a, scratch, nullptr); }, iters);
+    const double ms =
+        TimeMs([&] { return Attention(a, kernels::KernelPolicy(), scratch, nullptr); }, iters);
     // Each selected latent row (576 floats) once per query row, queries and outputs.
     const double bytes = 4.0 * rows * (double(selected) * dq + heads * dq + heads * da);
     char name[96];
@@ -140,7 +142,8 @@ void BenchIndexer(std::mt19937& rng, BenchScratch& scratch, int iters) {
     a.score_scale = 1.0f / std::sqrt(128.0f);
     a.top_k = top_k;
     a.out = out;
-    const double ms = TimeMs([&] { return IndexerTopK(a, scratch, nullptr); }, iters);
+    const double ms =
+        TimeMs([&] { return IndexerTopK(a, kernels::KernelPolicy{}, scratch, nullptr); }, iters);
     const double bytes = 4.0 * rows * double(num_keys) * (dim + 1 + 1);  // keys, slot, score
     char name[96];
     std::snprintf(name, sizeof(name), "indexer rows=%d 32x128 keys=128K top_k=2048", rows);
@@ -152,10 +155,7 @@ void BenchIndexer(std::mt19937& rng, BenchScratch& scratch, int iters) {
 
 // Routed experts at GLM-5 widths with fp8 (128x128 block scales) and bf16 weights: per batch
 // (1 / 8 / 16 / 32 / 64 / 128 / 512 tokens, top-8 of `num_experts`), every MoeExperts path that
-// applies (the default selection, the fp8 tensor-core kernels, the token-group listed kernels
-// with 4 / 2-row units, the per-row
-// listed kernels before them, the previous decode GEMV, the tiled GEMM),
-// us per call, GB/s of the distinct experts' weight bytes (+ scales) and that as a fraction of a
+// applies (kernels::MoePolicy: the default by shape, then each path forced), us per call, GB/s of the distinct experts' weight bytes (+ scales) and that as a fraction of a
 // D2D copy measured in the same run.
 void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int iters) {
   const int hidden = 6144, inter = 2048, top_k = 8;
@@ -217,62 +217,43 @@ void BenchMoe(std::mt19937& rng, BenchScratch& scratch, int num_experts, int ite
       int32_t* d_ids = DeviceCopy(ids);
       const MatView xv{x, tokens, hidden, hidden}, ov{out, tokens, hidden, hidden};
       const double bytes = double(used.size()) * (per_expert + (fp8 ? scale_floats * 4 : 0));
-      struct Path {
+      // auto: the default path of the shape (kernels/moe.h); the others forced through the
+      // policy where they apply (decode <= 64 pairs, grouped / mma <= 4096, mma fp8 only).
+      using Path = kernels::MoePolicy::Path;
+      const struct {
         const char* name;
-        MoeDecodePath path;
-        int group_tokens;  // token rows per unit of the token-group kernels
-        bool one_launch = false;  // the decode kernels in one launch (SetMoeOneLaunchMaxTokens)
-        bool async = true;        // decode kernels: weight chunks by cp.async (SetMoeDecodeAsync..)
-      };
-      // auto: the default selection (decode <= 64 pairs (bf16: token groups), token groups
-      // <= 4096, tiled above);
-      // grouped: the token-group kernels (4-row units; g2: 2-row units), listed: the per-row
-      // listed kernels they replace.
-      // mma: the fp8 tensor-core kernels (MoeMmaKernel; fp8 only). auto 1 launch: the decode
-      // kernels' gate|up, down and combine in one launch (decode sizes only; off by default).
-      // auto regs: the decode kernels' register double buffer instead of the cp.async ring.
-      const Path paths[] = {{"auto", MoeDecodePath::kAuto, 4},
-                            {"auto regs", MoeDecodePath::kAuto, 4, false, false},
-                            {"auto 1 launch", MoeDecodePath::kAuto, 4, true},
-                            {"mma", MoeDecodePath::kMma, 4},
-                            {"grouped", MoeDecodePath::kGrouped, 4},
-                            {"grouped g2", MoeDecodePath::kGrouped, 2},
-                            {"listed", MoeDecodePath::kListed, 4},
-                            {"legacy gemv", MoeDecodePath::kLegacyGemv, 4},
-                            {"tiled", MoeDecodePath::kTiled, 4}};
-      const bool small = tokens * top_k <= kMoeDecodeMaxPairs;
-      for (const Path& p : paths) {
-        if (!small && (p.path == MoeDecodePath::kLegacyGemv || p.one_launch || !p.async)) {
+        Path path;
+      } paths[] = {{"auto", Path::kAuto},       {"decode", Path::kDecode}, {"mma", Path::kMma},
+                   {"grouped", Path::kGrouped}, {"tiled", Path::kTiled}};
+      const int64_t pairs = int64_t{tokens} * top_k;
+      for (const auto& p : paths) {
+        if (p.path == Path::kDecode && pairs > kernels::kMoeDecodeMaxPairs) continue;
+        if ((p.path == Path::kGrouped || p.path == Path::kMma) &&
+            pairs > kernels::kMoeGroupedMaxPairs) {
           continue;
         }
-        if (!fp8 && p.path == MoeDecodePath::kMma) continue;
-        if (quick && p.path != MoeDecodePath::kAuto && p.path != MoeDecodePath::kMma &&
-            !(p.path == MoeDecodePath::kGrouped && p.group_tokens == 4)) {
+        if (!fp8 && p.path == Path::kMma) continue;
+        if (quick && p.path != Path::kAuto && p.path != Path::kMma && p.path != Path::kGrouped) {
           continue;
         }
-        SetMoeDecodePath(p.path);
-        SetMoeGroupTokens(p.group_tokens);
-        SetMoeOneLaunchMaxTokens(p.one_launch ? kMoeDecodeMaxPairs : kMoeOneLaunchMaxTokens);
-        SetMoeDecodeAsyncCopies(p.async);
+        kernels::KernelPolicy policy;
+        policy.moe.path = p.path;
+        kernels::MoeRunInfo ran;
         const double ms = TimeMs(
-            [&] { return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr); }, iters);
+            [&] {
+              return MoeExperts(xv, d_ids, w, top_k, ew, ov, scratch, nullptr, policy, &ran);
+            },
+            iters);
         const double gbps = bytes / (ms * 1e-3) / 1e9;
-        const MoeRanPath ran = LastMoeRanPath();
-        const char* ran_name = ran == MoeRanPath::kDecode       ? "decode"
-                               : ran == MoeRanPath::kListed     ? "listed"
-                               : ran == MoeRanPath::kGrouped    ? "grouped"
-                               : ran == MoeRanPath::kLegacyGemv ? "legacy"
-                               : ran == MoeRanPath::kMma        ? "mma"
-                                                                : "tiled";
+        const char* ran_name = ran.path == Path::kDecode    ? "decode"
+                               : ran.path == Path::kGrouped ? "grouped"
+                               : ran.path == Path::kMma     ? "mma"
+                                                            : "tiled";
         std::printf(
             "moe %s batch=%-2d top8/%d (%3zu used) %-16s %9.1f us %8.1f GB/s  %.2f of d2d [%s]\n",
             fp8 ? "fp8 " : "bf16", tokens, num_experts, used.size(), p.name, ms * 1e3, gbps,
             gbps / d2d, ran_name);
       }
-      SetMoeDecodePath(MoeDecodePath::kAuto);
-      SetMoeGroupTokens(4);
-      SetMoeOneLaunchMaxTokens(kMoeOneLaunchMaxTokens);
-      SetMoeDecodeAsyncCopies(true);
       cudaFree(x), cudaFree(out), cudaFree(w), cudaFree(d_ids);
     }
     cudaFree(weights), cudaFree(scales);

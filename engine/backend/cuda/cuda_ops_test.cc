@@ -20,9 +20,12 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_indexer.h"
 #include "engine/backend/cuda/cuda_ops_hooks.h"
 #include "engine/backend/cuda/cuda_test_util.h"
+#include "kernels/device_limits.h"
 #include "kernels/gpu_test_util.h"
+#include "kernels/kernel_policy.h"
 
 namespace glm::engine::cuda {
 
@@ -182,20 +185,24 @@ TEST_P(AttentionTest, MatchesCpu) {
 
   auto dq_buf = Upload(q), dkv = Upload(kv), dkpe = Upload(kpe), didx = Upload(indices);
   DeviceTable dt{Upload(table.slots), Upload(table.row_offset), Upload(table.row_num_keys)};
-  // Runs 0, 1: the staged path wherever it applies (twice: bitwise the same, fixed reduction
-  // order); run 2: legacy (GLM_CUDA_ATTENTION_LEGACY=1); run 3: the default choice by shape.
+  // Runs 0, 1: the staged kernel wherever it applies (twice: bitwise the same, fixed reduction
+  // order); run 2: the split kernel; run 3: the default choice by shape; run 4: the choice by
+  // shape planned for GB10's 99 KiB of shared memory per block (KernelPolicy::smem_cap_bytes).
+  const char* const kRunNames[] = {"staged", "staged", "split", "default", "default gb10"};
   std::vector<float> first;
-  for (const int run : {0, 1, 2, 3}) {
-    const bool legacy = run == 2;
-    SetAttentionPathForBench(run == 3 ? 0 : legacy ? 1 : 2);
+  for (const int run : {0, 1, 2, 3, 4}) {
+    kernels::KernelPolicy policy;
+    policy.attention.path = run <= 1   ? kernels::MlaAttentionPath::kStaged
+                            : run == 2 ? kernels::MlaAttentionPath::kSplit
+                                       : kernels::MlaAttentionPath::kByShape;
+    if (run == 4) policy.smem_cap_bytes = kernels::Gb10Limits().smem_optin_per_block;
     GuardedBuffer dout(out_n * sizeof(float));
     ASSERT_EQ(dout.Poison(0xFF), cudaSuccess);
     const absl::Status st = Attention(
         make_args(dq_buf->as<float>(), dkv->as<float>(), dkpe->as<float>(), dout.as<float>(),
                   dt.View(table.max_num_keys),
                   indices.empty() ? nullptr : didx->as<int32_t>()),
-        scratch_, nullptr);
-    SetAttentionPathForBench(-1);
+        policy, scratch_, nullptr);
     ASSERT_TRUE(st.ok()) << st;
     GLM_CUDA_ASSERT(cudaDeviceSynchronize());
     const std::vector<float> got = Download<float>(dout, out_n);
@@ -214,8 +221,8 @@ TEST_P(AttentionTest, MatchesCpu) {
       EXPECT_EQ(std::memcmp(first.data(), got.data(), out_n * sizeof(float)), 0)
           << "staged path not deterministic";
     }
-    std::printf("[attention %s%s] max |gpu - cpu| = %.3g over %zu outputs\n", c.name.c_str(),
-                legacy ? " legacy" : run == 3 ? " default" : " staged", max_diff, out_n);
+    std::printf("[attention %s %s] max |gpu - cpu| = %.3g over %zu outputs\n", c.name.c_str(),
+                kRunNames[run], max_diff, out_n);
   }
 }
 
@@ -251,7 +258,7 @@ TEST_F(CudaOpsTest, AttentionRejectsUnalignedDims) {
   a.k_a = HeadsView{buf->as<float>(), 1, 1, 6, 6, 0};
   a.q_b = a.k_b = HeadsView{buf->as<float>(), 1, 1, 0, 6, 0};
   a.v = a.out = HeadsView{buf->as<float>(), 1, 1, 4, 4, 4};
-  const absl::Status st = Attention(a, scratch_, nullptr);
+  const absl::Status st = Attention(a, kernels::KernelPolicy(), scratch_, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
 }
 
@@ -304,26 +311,27 @@ TEST_P(IndexerTest, MatchesCpu) {
 
   auto dqb = Upload(q), dw = Upload(w), dk = Upload(keys);
   DeviceTable dt{Upload(table.slots), Upload(table.row_offset), Upload(table.row_num_keys)};
-  // The legacy single-CTA radix passes (GLM_CUDA_INDEXER_LEGACY=1) first, then the multi-CTA
-  // passes forced, the short-row select (row in shared memory) wherever it fits, the choice by
-  // shape before it, then the default choice by shape: all exact, so bitwise the same output.
+  // The single-CTA radix passes first, then the multi-CTA passes, the short-row select (row in
+  // shared memory) wherever it fits, then the choice by shape: all exact, so bitwise the same.
+  using Select = kernels::IndexerPolicy::Select;
   std::vector<int32_t> got;
-  for (const int mode : {1, 2, 3, 4, 0}) {
-    const bool legacy = mode == 1;
-    SetIndexerPathForBench(mode);
+  for (const Select select :
+       {Select::kSingleCta, Select::kMultiCta, Select::kShortRow, Select::kByShape}) {
+    kernels::KernelPolicy policy;
+    policy.indexer.select = select;
     GuardedBuffer dout(out_n * sizeof(int32_t));
     ASSERT_EQ(dout.Poison(0x7B), cudaSuccess);
     const absl::Status st =
         IndexerTopK(make_args(dqb->as<float>(), dw->as<float>(), dk->as<float>(),
                               dt.View(table.max_num_keys), dout.as<int32_t>()),
-                    scratch_, nullptr);
-    SetIndexerPathForBench(-1);
+                    policy, scratch_, nullptr);
     ASSERT_TRUE(st.ok()) << st;
     GLM_CUDA_ASSERT(cudaDeviceSynchronize());
     const std::vector<int32_t> run = Download<int32_t>(dout, out_n);
     EXPECT_TRUE(dout.GuardsIntact());
-    if (!legacy) {
-      EXPECT_TRUE(run == got) << "mode " << mode << " differs from the single-CTA radix passes";
+    if (select != Select::kSingleCta) {
+      EXPECT_TRUE(run == got) << "select path " << static_cast<int>(select)
+                              << " differs from the single-CTA radix passes";
     }
     got = run;
   }
@@ -501,8 +509,8 @@ INSTANTIATE_TEST_SUITE_P(
         MoeCase{"hot_expert_multi_tile", 200, 256, 64, 256, 8, 256, true},
         MoeCase{"top1_skewed", 150, 68, 36, 4, 1, 4, true},
         MoeCase{"top9_32experts", 9, 96, 40, 32, 9, 20, false},
-        // Decode GEMV path (pairs <= 64): batch 3 / 8 at top_k 8 over 256 experts, a hidden
-        // past one staged k slice (512 fp32 values), every expert in every token (8 rows each).
+        // Decode kernels (pairs <= 64): batch 3 / 8 at top_k 8 over 256 experts, a hidden past
+        // one chunk iteration (512 fp32 values), every expert in every token (8 rows each).
         MoeCase{"gemv_batch3_top8_256experts", 3, 1044, 68, 256, 8, 256, false},
         MoeCase{"gemv_batch8_top8_256experts", 8, 256, 96, 256, 8, 256, false},
         MoeCase{"gemv_all_experts_every_token", 8, 132, 40, 8, 8, 8, false}),

@@ -1,79 +1,54 @@
-// Sparse MLA attention (AttentionArgs, backend.h), fp32.
+// MLA attention device code (mla_attention.h has the contract; mla_attention.cu the launch
+// rule). fp32 queries and outputs; keys / values fp32 views or the fp8 latent cache rows of
+// kv_fp8_layout.h.
 //
-// Algorithm: flash-decoding. One CTA owns (query row t, a group of G heads, one split of the
-// row's selected positions); it walks its split in tiles of kTile keys with an online softmax
-// (running max m, running sum l, rescaled accumulators) and either writes out[t, h] directly
-// (one split) or a partial (acc, m, l) that AttentionCombine merges (several splits, so that a
-// decode step with few rows still fills the GPU).
+// Split kernel (AttentionSplitKernel<G, CPT, kFp8, kStage = false>): flash-decoding. One CTA owns
+// (query row t, a group of G heads, one split of the row's selected positions); it walks its
+// split in tiles of kTile keys with an online softmax (running max m, running sum l, rescaled
+// accumulators) and either writes out[t, h] directly (one split) or a partial (acc, m, l) that
+// AttentionCombineKernel merges (several splits, so that a decode step with few rows still
+// fills the GPU).
 // Tiling: 256 threads = 8 warps. Scores: warp w takes keys w, w+8, ... of the tile, lanes stride
 // the head dim in float4s, each lane dots one key chunk with the G queries held in shared memory;
 // a reduce-scatter over the warp (16 shuffles for G = 16) leaves one head's score per lane pair.
 // P.V: thread i owns value columns i, i+256, ... for all G heads (G x CPT register accumulators).
 // G = 16 when k_a, k_b and v all broadcast (head_stride 0: MLA absorbed decode, k = v = c_kv):
 // a key row is read once for 16 heads. Otherwise G = 1 (per-head keys, expanded prefill).
-// Limits: da, db, dv multiples of 4 and every view 16-byte aligned with strides multiple of 4
-// (float4 loads); dv <= 1024; (G * (da + db) + ...) * 4 bytes of shared memory must fit the
-// device's opt-in limit (G falls back to 1). Positions outside [0, num_keys(t)) are skipped like
-// the CPU backend; a row with no position gets zeros.
-// fp8 latent cache (AttentionArgs::latent_fp8, engine/backend/kv_fp8_layout.h; absorbed form):
-// same kernel, the key / value loads read e4m3 c_kv (4 bytes per lane per float4, times the
-// 128-dim group's scale) and bf16 k_pe from the 656-byte rows; arithmetic stays fp32.
+// fp8 latent cache (absorbed form): the key / value loads read e4m3 c_kv (4 bytes per lane per
+// float4, times the 128-dim group's scale) and bf16 k_pe from the 656-byte rows; arithmetic stays
+// fp32.
+// Staged kernel (kStage = true, G = 16): the CTA copies each tile's T key rows (fp32 k_a | k_b,
+// or the fp8 656-byte rows as stored) into shared memory with cp.async (all 16-byte chunks of the
+// tile in flight at once, rows < 0 zero-filled), then scores and P.V read shared memory (V too
+// when v aliases k_a: the absorbed form). T = 32 keys (16 when the device's shared memory is
+// smaller). AttentionCombineWideKernel merges its partials with float4 loads, 4 warps over the
+// splits (8 loads in flight per thread) and a fixed summation order (deterministic). Same
+// arithmetic per key as the split kernel.
+// Tensor-core kernel (AttentionTcKernel<MT>): see the comment above it.
 // Combine: per-split weights e^(m_s - M) / L computed once per (row, head) in shared memory.
-// Staged path (G = 16 with fp8 rows, or fp32 rows at <= 2 tiles per CTA, i.e. batch 1-2 decode;
-// GLM_CUDA_ATTENTION_LEGACY=1 in the environment, read once, forces the path above everywhere;
-// SetAttentionPathForBench picks either for tests / benches): the CTA copies each tile's T key rows
-// (fp32 k_a | k_b, or the fp8 656-byte rows as stored) into shared memory with cp.async (all
-// 16-byte chunks of the tile in flight at once, rows < 0 zero-filled), then scores and P.V read
-// shared memory (V too when v aliases k_a: the absorbed form). T = 32 keys (16 when the device's
-// shared memory is smaller); splits sized from the SM count times the kernel's occupancy, so a
-// batch-1 decode (4 head groups) runs ~2 CTAs on every SM. AttentionCombineWideKernel merges the
-// partials with float4 loads, 4 warps over the splits (8 loads in flight per thread) and a fixed
-// summation order (deterministic). Same arithmetic per key as the legacy path.
-// Tensor-core path (AttentionTcKernel, default for the fp8 latent cache at GLM-5 widths 512 + 64
-// with heads a multiple of 16; SetAttentionPathForBench(3) forces it, (2) the staged path):
-// one CTA per (row, 16-64 heads, split), split-bf16 mma.sync m16n8k16 for Q K^T and P V over
-// bf16-dequantized key tiles; see the comment above the kernel. H200, 64 heads, 2048 selected
-// keys: batch 1 / 8 / 64 in 15.4 / 40 / 232 us vs the staged path's 33 / 170 / 1274 us
-// (cuda_kv_bench; batch 1 with 32 heads per CTA, see LaunchTc).
-// NOTE: shared memory per block is read from the device (GB10 ~99 KiB, H200 ~227 KiB opt-in);
-// absorbed GLM-5 decode (da 512 + db 64, G 16) needs ~41 KiB.
-// cuda_ops.h uses absl::StatusOr without including its header.
-#include "absl/status/statusor.h"
-#include "engine/backend/cuda/cuda_ops.h"
-
-#include <algorithm>
-#include <atomic>
-#include <cfloat>
-#include <cmath>
-#include <cstdlib>
+// Limits: da, db, dv multiples of 4 and every view 16-byte aligned with strides multiple of 4
+// (float4 loads); dv <= 1024. Positions outside [0, num_keys(t)) are skipped; a row with no
+// position gets zeros.
+#pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
-#include "common/status_util.h"
-#include "engine/backend/cuda/cuda_ops_util.h"
-#include "engine/backend/kv_fp8_layout.h"
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
 
-namespace glm::engine::cuda {
-namespace {
+#include "kernels/kv_fp8_layout.h"
+#include "kernels/launch.cuh"
+
+namespace glm::kernels::mla_attention {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 64;       // keys per tile
-constexpr int kMaxSplits = 64;  // partials per (row, head), legacy path
+constexpr int kMaxSplits = 64;  // partials per (row, head), split kernel
 constexpr int kMaxSplitsWide = 128;  // partials per (row, head), staged path
 constexpr int kCombineThreads = 128;
-constexpr const char* kOp = "Attention";
-
-// Path choice: -1 = not read yet; 0 = by shape (default); 1 = legacy (GLM_CUDA_ATTENTION_LEGACY=1 in the
-// environment, read once); 2 = the staged path wherever it applies; 3 = the tensor-core path
-// wherever it applies (tests / benches only).
-std::atomic<int> g_mode{-1};
-
-int PathMode() { return detail::EnvPathMode("GLM_CUDA_ATTENTION_LEGACY", g_mode); }
-
-// The path of the last launch (1 legacy, 2 staged, 3 tensor core; 0 none yet), for tests.
-std::atomic<int> g_last_path{0};
 
 // 16-byte global -> shared copy without registers (cp.async, sm_80+); valid == false fills zeros.
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
@@ -119,7 +94,7 @@ struct Params {
   int32_t v_staged;   // staged path: v is read from the staged k_a rows (v aliases k_a, or fp8)
   float* part_acc;  // [rows, heads, splits, dv]
   float* part_ml;   // [rows, heads, splits, 2]
-  // fp8 latent cache (AttentionArgs::latent_fp8; kv_fp8_layout.h): key row r at kv8 + r * kv8_rs
+  // fp8 latent cache (MlaAttentionArgs::latent_fp8; kv_fp8_layout.h): key row r at kv8 + r * kv8_rs
   // bytes: da e4m3 c_kv, fp32 scales at kv8_scale_off, db bf16 k_pe at kv8_rope_off.
   const uint8_t* kv8;
   int64_t kv8_rs;
@@ -178,7 +153,7 @@ constexpr int HeadShift() {
 }
 
 // grid: rows * head_groups * num_splits CTAs; block kThreads; dynamic smem SmemBytes(G, da+db)
-// (legacy) or StagedSmemBytes (kStage: tiles of p.tile keys staged in shared memory).
+// (split) or StagedSmemBytes (kStage: tiles of p.tile keys staged in shared memory).
 template <int G, int CPT, bool kFp8, bool kStage>
 __global__ void __launch_bounds__(kThreads) AttentionSplitKernel(Params p) {
   PdlEnter();
@@ -984,349 +959,4 @@ __global__ void __launch_bounds__(TcCfg<MT>::kThreads) AttentionTcKernel(Params 
   }
 }
 
-int64_t SmemBytes(int g, int dq) {
-  return int64_t{4} * (int64_t{g} * dq + int64_t{kTile} * g + kTile + 3 * g);
-}
-
-// Staged path: queries, `tile` staged key rows of row_bytes, scores, rows, m / l / corr.
-int64_t StagedSmemBytes(int g, int dq, int tile, int64_t row_bytes) {
-  return int64_t{4} * (int64_t{g} * dq + int64_t{tile} * g + tile + 3 * g) + tile * row_bytes;
-}
-
-// Resident CTAs per SM of the staged AttentionSplitKernel<16, CPT, kFp8> with `smem` dynamic
-// bytes on the current device (cached per (device, smem); sizing only, never correctness).
-template <int CPT, bool kFp8>
-int CtasPerSm(int64_t smem) {
-  return detail::CachedCtasPerSm(AttentionSplitKernel<16, CPT, kFp8, true>, kThreads, smem);
-}
-
-template <int G, int CPT, bool kFp8, bool kStage>
-absl::Status Launch(const Params& p, int64_t num_ctas, int64_t smem,
-                    const detail::DeviceInfo& info, cudaStream_t stream) {
-  GLM_RETURN_IF_ERROR(
-      detail::UseDynamicSmem(AttentionSplitKernel<G, CPT, kFp8, kStage>, smem, info, kOp));
-  LaunchKernel(AttentionSplitKernel<G, CPT, kFp8, kStage>, static_cast<unsigned>(num_ctas),
-               kThreads, smem, stream, p);
-  return detail::CudaCheck(cudaGetLastError(), kOp, "AttentionSplitKernel launch");
-}
-
-template <int G, bool kFp8, bool kStage>
-absl::Status LaunchCpt(const Params& p, int64_t num_ctas, int64_t smem,
-                       const detail::DeviceInfo& info, cudaStream_t stream) {
-  const int cpt = static_cast<int>(detail::CeilDiv(p.dv, kThreads));
-  if (cpt <= 1) return Launch<G, 1, kFp8, kStage>(p, num_ctas, smem, info, stream);
-  if (cpt <= 2) return Launch<G, 2, kFp8, kStage>(p, num_ctas, smem, info, stream);
-  return Launch<G, 4, kFp8, kStage>(p, num_ctas, smem, info, stream);
-}
-
-// The staged kernel's occupancy for the instantiation Attention will launch.
-template <bool kFp8>
-int StagedCtasPerSm(int dv, int64_t smem, const detail::DeviceInfo& info) {
-  if (smem > info.smem_optin) return 0;
-  const int cpt = static_cast<int>(detail::CeilDiv(dv, kThreads));
-  if (cpt <= 1) {
-    if (!detail::UseDynamicSmem(AttentionSplitKernel<16, 1, kFp8, true>, smem, info, kOp).ok()) {
-      return 0;
-    }
-    return CtasPerSm<1, kFp8>(smem);
-  }
-  if (cpt <= 2) {
-    if (!detail::UseDynamicSmem(AttentionSplitKernel<16, 2, kFp8, true>, smem, info, kOp).ok()) {
-      return 0;
-    }
-    return CtasPerSm<2, kFp8>(smem);
-  }
-  if (!detail::UseDynamicSmem(AttentionSplitKernel<16, 4, kFp8, true>, smem, info, kOp).ok()) {
-    return 0;
-  }
-  return CtasPerSm<4, kFp8>(smem);
-}
-
-// Resident CTAs per SM of AttentionTcKernel<MT> on the current device; 0 when its shared memory
-// does not fit (sizing only).
-template <int MT>
-int TcCtasPerSm(const detail::DeviceInfo& info) {
-  using C = TcCfg<MT>;
-  if (C::kSmem > info.smem_optin ||
-      !detail::UseDynamicSmem(AttentionTcKernel<MT>, C::kSmem, info, kOp).ok()) {
-    return 0;
-  }
-  return detail::CachedCtasPerSm(AttentionTcKernel<MT>, C::kThreads, C::kSmem);
-}
-
-// Splits for `base` CTAs of `tiles` key tiles each on `slots` resident CTA slots: the fewest
-// splits among those with the fewest tile-rounds (waves x tiles per CTA).
-int64_t TcSplits(int64_t base, int64_t tiles, int64_t slots) {
-  int64_t best = 1, best_cost = INT64_MAX;
-  for (int64_t s = 1; s <= std::min<int64_t>(tiles, kMaxSplitsWide); ++s) {
-    const int64_t per = detail::CeilDiv(tiles, s);
-    if (detail::CeilDiv(tiles, per) != s) continue;  // same split_len as a smaller s
-    const int64_t cost = detail::CeilDiv(base * s, slots) * per;
-    if (cost < best_cost) best = s, best_cost = cost;
-  }
-  return best;
-}
-
-// The split partials of rows x heads x splits (acc [.., dv] in scratch slot 0, (m, l) in slot 1)
-// into p; nothing when one split writes out directly.
-absl::Status BindPartials(Params& p, int64_t rows, int64_t heads, int64_t splits,
-                          Scratch& scratch) {
-  if (splits <= 1) return absl::OkStatus();
-  const size_t parts = static_cast<size_t>(rows * heads * splits);
-  GLM_ASSIGN_OR_RETURN(void* acc, scratch.Get(0, parts * p.dv * sizeof(float)));
-  GLM_ASSIGN_OR_RETURN(void* ml, scratch.Get(1, parts * 2 * sizeof(float)));
-  p.part_acc = static_cast<float*>(acc);
-  p.part_ml = static_cast<float*>(ml);
-  return absl::OkStatus();
-}
-
-// The tensor-core path (fp8 latent cache, 512 + 64 dims, heads a multiple of 16); returns false
-// (nothing launched) when the shape or the device does not fit it.
-// force_mt (1, 2, 4; tests / benches): only that head group size (16 MT heads); 0: by shape.
-absl::StatusOr<bool> LaunchTc(Params& p, int64_t rows, int64_t heads, int64_t n_max,
-                              int force_mt, Scratch& scratch, const detail::DeviceInfo& info,
-                              cudaStream_t stream) {
-  if (p.kv8 == nullptr || p.da != kTcKvr || p.db != kTcRope || p.dv != kTcKvr ||
-      p.kv8_rs != kTcRawRow || heads % 16 != 0) {
-    return false;
-  }
-  // Head group: the largest (most key-tile reuse) whose CTAs (at most one tile per split) fill
-  // >= 90 % of the device's resident slots; else the one filling most. Measured (H200, 64 heads,
-  // 2048 selected, cuda_kv_bench): batch 1 64 / 32 / 16 heads per CTA 18.3 / 15.4 / 16.6 us
-  // (64 CTAs on 132 SMs with 64 heads); batch 8 40.3 / 49.6 / 58.1 us; batch 64 232 / 752 /
-  // 768 us.
-  const int64_t tiles_max =
-      std::min<int64_t>(detail::CeilDiv(std::max<int64_t>(n_max, 1), kTcTile), kMaxSplitsWide);
-  int mt = 0, occ = 0;
-  double best_fill = -1;
-  for (const int cand : {4, 2, 1}) {
-    if (heads % (16 * cand) != 0 || (force_mt != 0 && cand != force_mt)) continue;
-    const int o =
-        cand == 4 ? TcCtasPerSm<4>(info) : cand == 2 ? TcCtasPerSm<2>(info) : TcCtasPerSm<1>(info);
-    if (o <= 0) continue;
-    const double fill = std::min(
-        1.0, static_cast<double>(rows * (heads / (16 * cand)) * tiles_max) /
-                 (static_cast<double>(o) * info.num_sms));
-    if (fill > best_fill + 1e-9) mt = cand, occ = o, best_fill = fill;
-    if (fill >= 0.9) break;
-  }
-  if (mt == 0) return false;
-  p.head_groups = static_cast<int32_t>(heads / (16 * mt));
-  const int64_t base = rows * p.head_groups;
-  const int64_t tiles = detail::CeilDiv(std::max<int64_t>(n_max, 1), kTcTile);
-  const int64_t splits0 = TcSplits(base, tiles, int64_t{occ} * info.num_sms);
-  const int64_t split_len = detail::CeilDiv(tiles, splits0) * kTcTile;
-  const int64_t splits = std::max<int64_t>(1, detail::CeilDiv(n_max, split_len));
-  p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
-  const int64_t num_ctas = base * splits;
-  if (num_ctas > 0x7fffffff || rows * heads > 0x7fffffff) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cuda Attention: ", num_ctas, " CTAs exceed the grid limit"));
-  }
-  GLM_RETURN_IF_ERROR(BindPartials(p, rows, heads, splits, scratch));
-  const unsigned grid = static_cast<unsigned>(num_ctas);
-  if (mt == 4) {
-    LaunchKernel(AttentionTcKernel<4>, grid, TcCfg<4>::kThreads, TcCfg<4>::kSmem, stream, p);
-  } else if (mt == 2) {
-    LaunchKernel(AttentionTcKernel<2>, grid, TcCfg<2>::kThreads, TcCfg<2>::kSmem, stream, p);
-  } else {
-    LaunchKernel(AttentionTcKernel<1>, grid, TcCfg<1>::kThreads, TcCfg<1>::kSmem, stream, p);
-  }
-  GLM_RETURN_IF_ERROR(detail::CudaCheck(cudaGetLastError(), kOp, "AttentionTcKernel launch"));
-  if (splits > 1) {
-    const dim3 cgrid(static_cast<unsigned>(rows * heads),
-                     static_cast<unsigned>(detail::CeilDiv(p.dv, 128)));
-    LaunchKernel(AttentionCombineWideKernel, cgrid, kCombineThreads, 0, stream, p);
-    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-  }
-  return true;
-}
-
-bool VecOk(const HeadsView& x) {
-  return detail::Aligned16(x.data) && x.row_stride % 4 == 0 && x.head_stride % 4 == 0 &&
-         x.dim % 4 == 0;
-}
-
-}  // namespace
-
-// A/B hook for benches and tests (not in cuda_ops.h; declare it where used): mode 0 = by shape
-// (the default), 1 = legacy path, 2 = the staged path wherever it applies (never the tensor-core
-// path), 3 = the tensor-core path wherever it applies (else as 0), 4 / 5 / 6 = the tensor-core
-// path with 16 / 32 / 64 heads per CTA where that applies (else as 0), -1 = back to the
-// environment's choice (GLM_CUDA_ATTENTION_LEGACY).
-void SetAttentionPathForBench(int mode) { g_mode.store(mode < 0 ? -1 : mode); }
-// The path the last Attention call launched: 1 legacy, 2 staged, 3 tensor core (0: none yet).
-int LastAttentionPathForBench() { return g_last_path.load(); }
-
-absl::Status Attention(const AttentionArgs& a, Scratch& scratch, cudaStream_t stream) {
-  const int64_t rows = a.q_a.rows, heads = a.q_a.heads;
-  if (rows == 0 || heads == 0) return absl::OkStatus();
-  if (a.k_a.dim != a.q_a.dim || a.k_b.dim != a.q_b.dim || a.out.dim != a.v.dim ||
-      a.q_b.heads != heads || a.out.heads != heads || a.out.rows != rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda Attention: mismatched shapes q_a dim ", a.q_a.dim, " k_a dim ", a.k_a.dim,
-        ", q_b dim ", a.q_b.dim, " k_b dim ", a.k_b.dim, ", v dim ", a.v.dim, " out dim ",
-        a.out.dim, ", heads q_a/q_b/out ", heads, "/", a.q_b.heads, "/", a.out.heads));
-  }
-  for (const HeadsView* x : {&a.q_a, &a.q_b, &a.k_a, &a.k_b, &a.v, &a.out}) {
-    if (!VecOk(*x) && x->dim > 0) {
-      return absl::InvalidArgumentError(
-          "cuda Attention: every view needs 16-byte aligned data, row/head strides and dims that "
-          "are multiples of 4 floats (float4 loads)");
-    }
-  }
-  if (a.v.dim > 4 * kThreads) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda Attention: dv ", a.v.dim,
-                                                   " > 1024 is not supported"));
-  }
-  GLM_ASSIGN_OR_RETURN(const detail::DeviceInfo info, detail::CurrentDeviceInfo(kOp));
-
-  Params p{};
-  p.q_a = a.q_a.data, p.q_a_rs = a.q_a.row_stride, p.q_a_hs = a.q_a.head_stride;
-  p.q_b = a.q_b.data, p.q_b_rs = a.q_b.row_stride, p.q_b_hs = a.q_b.head_stride;
-  p.k_a = a.k_a.data, p.k_a_rs = a.k_a.row_stride, p.k_a_hs = a.k_a.head_stride;
-  p.k_b = a.k_b.data, p.k_b_rs = a.k_b.row_stride, p.k_b_hs = a.k_b.head_stride;
-  p.v = a.v.data, p.v_rs = a.v.row_stride, p.v_hs = a.v.head_stride;
-  p.out = a.out.data, p.out_rs = a.out.row_stride, p.out_hs = a.out.head_stride;
-  p.slots = a.table.slots, p.row_offset = a.table.row_offset;
-  p.row_num_keys = a.table.row_num_keys;
-  p.indices = a.indices, p.index_width = a.indices != nullptr ? a.index_width : 0;
-  p.num_heads = static_cast<int32_t>(heads);
-  p.da = static_cast<int32_t>(a.q_a.dim), p.db = static_cast<int32_t>(a.q_b.dim);
-  p.dv = static_cast<int32_t>(a.v.dim);
-  p.scale = a.scale;
-  const bool fp8 = a.latent_fp8.data != nullptr;
-  if (fp8) {
-    const Fp8LatentCache& c = a.latent_fp8;
-    if (c.kv_lora_rank != p.da || c.kv_lora_rank != p.dv || c.rope_dim != p.db ||
-        c.kv_lora_rank % 4 != 0 || c.rope_dim % 4 != 0 || !detail::Aligned16(c.data)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cuda Attention: an fp8 latent cache (kv_lora_rank ", c.kv_lora_rank, ", rope ",
-          c.rope_dim, ") needs da == dv == kv_lora_rank (", p.da, ", ", p.dv,
-          ") and db == rope (", p.db, "), both multiples of 4, and 16-byte aligned data"));
-    }
-    p.kv8 = c.data;
-    p.kv8_rs = kv_fp8::LatentRowBytes(c.kv_lora_rank, c.rope_dim);
-    p.kv8_scale_off = static_cast<int32_t>(kv_fp8::LatentScaleOffset(c.kv_lora_rank));
-    p.kv8_rope_off = static_cast<int32_t>(kv_fp8::LatentRopeOffset(c.kv_lora_rank));
-  }
-
-  const int64_t n_max = a.indices != nullptr ? a.index_width : a.table.max_num_keys;
-  const int mode = PathMode();
-  // Tensor-core path (fp8 latent, GLM-5 widths): by default wherever it applies (mode 0 or 3;
-  // 4 / 5 / 6 force 16 / 32 / 64 heads per CTA).
-  if (fp8 && (mode == 0 || mode >= 3)) {
-    const int force_mt = mode == 4 ? 1 : mode == 5 ? 2 : mode == 6 ? 4 : 0;
-    GLM_ASSIGN_OR_RETURN(const bool done,
-                         LaunchTc(p, rows, heads, n_max, force_mt, scratch, info, stream));
-    if (done) {
-      g_last_path.store(3, std::memory_order_relaxed);
-      return absl::OkStatus();
-    }
-  }
-
-  const int dq = p.da + p.db;
-  const bool broadcast =
-      fp8 || (a.k_a.head_stride == 0 && a.k_b.head_stride == 0 && a.v.head_stride == 0);
-  const int g = broadcast && heads >= 16 && SmemBytes(16, dq) <= info.smem_optin ? 16 : 1;
-  p.head_groups = static_cast<int32_t>(detail::CeilDiv(heads, g));
-
-  const int64_t base_ctas = rows * p.head_groups;
-
-  // Staged path (G = 16): tile of 32 keys (16 when 32 do not fit the device's shared memory).
-  const int64_t kv_row_bytes = fp8 ? p.kv8_rs : int64_t{4} * dq;
-  int tile = 0;
-  int64_t staged_smem = 0;
-  int ctas_per_sm = 0;
-  if (g == 16 && mode != 1 && kv_row_bytes % 16 == 0) {
-    for (const int cand : {32, 16}) {
-      const int64_t bytes = StagedSmemBytes(16, dq, cand, kv_row_bytes);
-      const int occ = bytes <= info.smem_optin
-                          ? (fp8 ? StagedCtasPerSm<true>(p.dv, bytes, info)
-                                 : StagedCtasPerSm<false>(p.dv, bytes, info))
-                          : 0;
-      if (occ > 0) {
-        tile = cand, staged_smem = bytes, ctas_per_sm = occ;
-        break;
-      }
-    }
-  }
-  if (tile > 0) {
-    p.tile = tile;
-    p.v_staged = fp8 || (a.v.data == a.k_a.data && a.v.row_stride == a.k_a.row_stride &&
-                         a.v.head_stride == a.k_a.head_stride && p.dv <= p.da);
-    const int64_t want = int64_t{ctas_per_sm} * info.num_sms;
-    int64_t splits = 1;
-    if (base_ctas < want && n_max > tile) {
-      splits = std::min<int64_t>({detail::CeilDiv(want, base_ctas), detail::CeilDiv(n_max, tile),
-                                  kMaxSplitsWide});
-    }
-    const int64_t split_len = detail::CeilDiv(
-        detail::CeilDiv(std::max<int64_t>(n_max, 1), splits), tile) * tile;
-    splits = std::max<int64_t>(1, detail::CeilDiv(n_max, split_len));
-    // Measured (H200, cuda_kv_bench, 2048 selected): staged wins with fp8 rows at batch 1 and 8
-    // (43 -> 33 us, 194 -> 171 us) and with fp32 rows at 1-2 tiles per CTA (batch 1: 40 -> 35
-    // us), but loses with fp32 rows at 8 tiles per CTA (batch 8: 185 -> 204 us: the tile's
-    // copy is not overlapped with the previous tile's math). So fp32 takes it up to 2 tiles.
-    if (mode == 2 || fp8 || split_len <= 2 * tile) {
-      p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
-      GLM_RETURN_IF_ERROR(BindPartials(p, rows, heads, splits, scratch));
-      const int64_t num_ctas = base_ctas * splits;
-      if (num_ctas > 0x7fffffff || rows * heads > 0x7fffffff) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cuda Attention: ", num_ctas, " CTAs exceed the grid limit"));
-      }
-      g_last_path.store(2, std::memory_order_relaxed);
-      if (fp8) {
-        GLM_RETURN_IF_ERROR((LaunchCpt<16, true, true>(p, num_ctas, staged_smem, info, stream)));
-      } else {
-        GLM_RETURN_IF_ERROR((LaunchCpt<16, false, true>(p, num_ctas, staged_smem, info, stream)));
-      }
-      if (splits > 1) {
-        const dim3 grid(static_cast<unsigned>(rows * heads),
-                        static_cast<unsigned>(detail::CeilDiv(p.dv, 128)));
-        LaunchKernel(AttentionCombineWideKernel, grid, kCombineThreads, 0, stream, p);
-        GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-      }
-      return absl::OkStatus();
-    }
-  }
-
-  // Legacy path: tiles of kTile keys read from global memory.
-  int64_t splits = 1;
-  if (base_ctas < 2 * info.num_sms && n_max > kTile) {
-    splits = std::min<int64_t>({detail::CeilDiv(2 * info.num_sms, base_ctas),
-                                detail::CeilDiv(n_max, kTile), kMaxSplits});
-  }
-  const int64_t split_len = std::max<int64_t>(
-      kTile, detail::CeilDiv(detail::CeilDiv(std::max<int64_t>(n_max, 1), splits), kTile) * kTile);
-  splits = std::max<int64_t>(1, detail::CeilDiv(n_max, split_len));
-  p.num_splits = static_cast<int32_t>(splits), p.split_len = static_cast<int32_t>(split_len);
-  GLM_RETURN_IF_ERROR(BindPartials(p, rows, heads, splits, scratch));
-  const int64_t num_ctas = base_ctas * splits;
-  if (num_ctas > 0x7fffffff) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda Attention: ", num_ctas,
-                                                   " CTAs exceed the grid limit"));
-  }
-  const int64_t smem = SmemBytes(g, dq);
-  g_last_path.store(1, std::memory_order_relaxed);
-  if (fp8) {
-    if (g == 16) {
-      GLM_RETURN_IF_ERROR((LaunchCpt<16, true, false>(p, num_ctas, smem, info, stream)));
-    } else {
-      GLM_RETURN_IF_ERROR((LaunchCpt<1, true, false>(p, num_ctas, smem, info, stream)));
-    }
-  } else if (g == 16) {
-    GLM_RETURN_IF_ERROR((LaunchCpt<16, false, false>(p, num_ctas, smem, info, stream)));
-  } else {
-    GLM_RETURN_IF_ERROR((LaunchCpt<1, false, false>(p, num_ctas, smem, info, stream)));
-  }
-  if (splits > 1) {
-    LaunchKernel(AttentionCombineKernel, static_cast<unsigned>(rows * heads), kThreads, 0, stream,
-                 p);
-    GLM_CUDA_OPS_RETURN_IF_ERROR(kOp, cudaGetLastError());
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace glm::engine::cuda
+}  // namespace glm::kernels::mla_attention

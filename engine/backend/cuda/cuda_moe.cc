@@ -1,0 +1,106 @@
+// Backend::MoeExperts / MoeRouteExperts on the CUDA backend: the engine's views (MatView,
+// ExpertWeights, MoeRouteArgs, Scratch) as kernels/moe.h arguments. The kernels, the path choice
+// and the per-expert device table are kernels/moe*.
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "engine/backend/cuda/cuda_ops.h"
+#include "kernels/moe.h"
+
+namespace glm::engine::cuda {
+namespace {
+
+class ScratchWorkspace : public kernels::MoeWorkspace {
+ public:
+  explicit ScratchWorkspace(Scratch& scratch) : scratch_(scratch) {}
+  absl::StatusOr<void*> Get(int slot, size_t bytes) override { return scratch_.Get(slot, bytes); }
+
+ private:
+  Scratch& scratch_;
+};
+
+kernels::MoeWeightType WeightType(WeightDType d) {
+  return d == WeightDType::kF32    ? kernels::MoeWeightType::kF32
+         : d == WeightDType::kBF16 ? kernels::MoeWeightType::kBF16
+                                   : kernels::MoeWeightType::kF8E4M3Block128;
+}
+
+// The layer's device table (kernels::MoeExpertTableFor: uploaded once per layer, keyed by the
+// gate view array), after the engine-level checks: every expert of the same shapes and dtype.
+absl::StatusOr<kernels::MoeExpertTable> Table(const ExpertWeights& w, cudaStream_t stream) {
+  if (w.num_experts <= 0 || w.gate == nullptr || w.up == nullptr || w.down == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeExperts: ", w.num_experts, " experts (need at least one, with gate / up / down "
+        "views)"));
+  }
+  const int64_t inter = w.gate[0].rows, hidden = w.gate[0].cols;
+  const WeightDType dtype = w.gate[0].dtype;
+  std::vector<kernels::MoeExpert> host(w.num_experts);
+  for (int32_t e = 0; e < w.num_experts; ++e) {
+    const MatView &g = w.gate[e], &u = w.up[e], &d = w.down[e];
+    if (g.rows != inter || u.rows != inter || g.cols != hidden || u.cols != hidden ||
+        d.rows != hidden || d.cols != inter) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda MoeExperts: expert ", e, " has gate [", g.rows, ", ", g.cols, "], up [", u.rows,
+          ", ", u.cols, "], down [", d.rows, ", ", d.cols, "]; expert 0 has moe_inter ", inter,
+          " and hidden ", hidden, " (all experts must have the same shapes)"));
+    }
+    if (g.dtype != dtype || u.dtype != dtype || d.dtype != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda MoeExperts: expert ", e, " weights mix dtypes; all experts of a layer must be "
+          "stored alike (fp32, bf16 or fp8)"));
+    }
+    host[e] = {g.data,   u.data,   d.data,   g.ld,       u.ld,       d.ld,
+               g.scales, u.scales, d.scales, g.scale_ld, u.scale_ld, d.scale_ld};
+  }
+  return kernels::MoeExpertTableFor(w.gate, host.data(), w.num_experts, hidden, inter,
+                                    WeightType(dtype), stream);
+}
+
+absl::Status Run(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                 const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                 cudaStream_t stream, const kernels::KernelPolicy& policy,
+                 kernels::MoeRunInfo* info, const kernels::MoeRouting* route) {
+  if (x.rows == 0) return absl::OkStatus();
+  GLM_ASSIGN_OR_RETURN(const kernels::MoeExpertTable table, Table(experts, stream));
+  if (x.cols != table.hidden || out.cols != table.hidden || out.rows != x.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeExperts: x [", x.rows, ", ", x.cols, "] and out [", out.rows, ", ", out.cols,
+        "] must be [tokens, hidden ", table.hidden, "]"));
+  }
+  kernels::MoeArgs args;
+  args.x = x.data, args.x_ld = x.ld, args.tokens = x.rows;
+  args.ids = ids, args.weights = weights, args.top_k = top_k;
+  args.experts = &table;
+  args.out = out.data, args.out_ld = out.ld;
+  args.route = route;
+  ScratchWorkspace ws(scratch);
+  return kernels::MoeExperts(args, policy, ws, stream, info);
+}
+
+}  // namespace
+
+absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                        const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                        cudaStream_t stream, const kernels::KernelPolicy& policy,
+                        kernels::MoeRunInfo* info) {
+  return Run(x, ids, weights, top_k, experts, out, scratch, stream, policy, info, nullptr);
+}
+
+absl::Status MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
+                             const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                             cudaStream_t stream, const kernels::KernelPolicy& policy,
+                             kernels::MoeRunInfo* info) {
+  kernels::MoeRouting route;
+  route.logits = logits.data, route.logits_ld = logits.ld, route.logits_rows = logits.rows;
+  route.num_routed = static_cast<int>(logits.cols);
+  route.bias = r.bias, route.n_group = r.n_group, route.topk_group = r.topk_group;
+  route.top_k = r.top_k, route.renormalize = r.renormalize, route.scale = r.scale;
+  route.appended = r.appended, route.ids = r.ids, route.weights = r.weights;
+  return Run(x, r.ids, r.weights, r.top_k + (r.appended >= 0 ? 1 : 0), experts, out, scratch,
+             stream, policy, info, &route);
+}
+
+}  // namespace glm::engine::cuda

@@ -1,0 +1,36 @@
+#include "engine/model/tp.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "engine/backend/backend.h"
+#include "engine/dist/communicator.h"
+
+namespace glm::engine {
+
+void TpGroup::AllReduce(Backend* backend, const MatView& x) {
+  if (size_ == 1) return;
+  const size_t count = static_cast<size_t>(x.rows * x.cols);
+  if (count == 0) return;
+  if (x.ld != x.cols) {  // a programming error: the layers reduce workspace matrices
+    if (status_.ok()) {
+      status_ = absl::InternalError(absl::StrCat(
+          "TP all-reduce of a [", x.rows, ", ", x.cols, "] view with row stride ", x.ld,
+          "; it needs contiguous rows"));
+    }
+    return;
+  }
+  absl::Status st;
+  if (backend->HostMemory()) {
+    st = comm_->AllReduceSum(x.data, count);
+  } else {
+    staging_.resize(count);
+    backend->CopyToHost(staging_.data(), x.data, count * sizeof(float));
+    st = comm_->AllReduceSum(staging_.data(), count);
+    if (st.ok()) backend->CopyToDevice(x.data, staging_.data(), count * sizeof(float));
+  }
+  if (!st.ok() && status_.ok()) {
+    status_ = Annotate(st, absl::StrCat("TP all-reduce on rank ", rank_, " of ", size_));
+  }
+}
+
+}  // namespace glm::engine

@@ -1,0 +1,67 @@
+// Launchers of the MoE token-group kernels and the device token lists (moe_grouped.h).
+#include "kernels/moe_grouped.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "kernels/moe_grouped.cuh"
+
+namespace glm::kernels::moe {
+namespace {
+
+template <bool kFused>
+absl::Status LaunchGroupFor(int wt, const DecodeParams& p, const DecodeLists& l,
+                            int64_t max_units, const detail::DeviceInfo& info,
+                            cudaStream_t stream) {
+  constexpr int kCols = kFused ? kDecWRows / 2 : kDecWRows;
+  const int warps = static_cast<int>(std::min<int64_t>(kGrpWarps, info.smem_optin / kGrpWarpSmem));
+  if (warps < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda MoeExperts: the token-group kernel needs ", kGrpWarpSmem, " bytes of shared memory "
+        "per block, the device allows ", info.smem_optin, " (MoePolicy::Path::kTiled runs without)"));
+  }
+  const int64_t smem = warps * kGrpWarpSmem;
+  return DispatchWT(wt, [&](auto tag) {
+    constexpr int kWT = decltype(tag)::value;
+    GLM_RETURN_IF_ERROR(detail::UseDynamicSmem(MoeGroupKernel<kFused, kWT>, smem, info, kOp));
+    const int per_sm = detail::CachedCtasPerSm(MoeGroupKernel<kFused, kWT>, warps * 32, smem);
+    const int64_t tasks = max_units * detail::CeilDiv(p.n, kCols);
+    const int64_t blocks = std::max<int64_t>(
+        1, std::min(detail::CeilDiv(tasks, warps), int64_t{info.num_sms} * per_sm));
+    LaunchKernel(MoeGroupKernel<kFused, kWT>, static_cast<unsigned>(blocks), warps * 32,
+                 static_cast<size_t>(smem), stream, p, l);
+    return detail::CudaCheck(cudaGetLastError(), kOp, "MoeGroupKernel launch");
+  });
+}
+
+}  // namespace
+
+absl::Status LaunchListRoute(const int32_t* ids, int pairs, int num_experts,
+                             const DeviceLists& lists, cudaStream_t stream) {
+  if (pairs < 1 || pairs > kMoeGroupedMaxPairs || num_experts < 1 || num_experts > kMaxExperts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda ", kOp, ": the device token lists take 1..", kMoeGroupedMaxPairs, " pairs (got ",
+        pairs, ") of 1..", kMaxExperts, " experts (got ", num_experts, ")"));
+  }
+  LaunchKernel(MoeListRouteKernel, 1, kRouteThreads, 0, stream, ids, pairs, num_experts,
+               kGroupMaxTokens, lists.n_active, lists.slot_expert, lists.slot_off, lists.row_pair,
+               lists.n_units, lists.unit_expert, lists.unit_off);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeListRouteKernel launch");
+}
+
+absl::Status LaunchGrouped(bool fused, int wt, const DecodeParams& p, const DecodeLists& l,
+                           int64_t max_units, const detail::DeviceInfo& info,
+                           cudaStream_t stream) {
+  const int values_per_chunk = 16 / ElemBytes(wt);
+  if (p.pairs < 1 || p.pairs > kMoeGroupedMaxPairs || max_units < 1 || p.n < 1 ||
+      p.k % values_per_chunk != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda ", kOp, ": the token-group kernels take 1..", kMoeGroupedMaxPairs, " pairs (got ",
+        p.pairs, ") with k a multiple of ", values_per_chunk, " (got ", p.k, ")"));
+  }
+  return fused ? LaunchGroupFor<true>(wt, p, l, max_units, info, stream)
+               : LaunchGroupFor<false>(wt, p, l, max_units, info, stream);
+}
+
+}  // namespace glm::kernels::moe
