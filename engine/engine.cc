@@ -7,6 +7,9 @@
 #include "common/logging.h"
 #include "common/status_util.h"
 #include "engine/config/model_config.h"
+#include "engine/pipeline/pipelined_model.h"
+#include "engine/pipeline/stage_follower.h"
+#include "engine/pipeline/stage_group.h"
 #if GLM_ENGINE_HAVE_MODEL
 #include "engine/model/glm_moe_dsa.h"
 #endif
@@ -70,8 +73,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (options.kv_block_size < 1) {
     return absl::InvalidArgumentError("kv_block_size must be >= 1");
   }
+  const ShardTopology& shard = options.shard;
+  GLM_RETURN_IF_ERROR(ValidateShardTopology(shard, config));
   ModelLoadOptions load;
   load.model_dir = options.model_dir;
+  load.first_layer = shard.first_layer;
+  load.last_layer = shard.last_layer;
   load.kv.block_size = options.kv_block_size;
   GLM_RETURN_IF_ERROR(ParseKvDType(options.kv_dtype, &load.kv.dtype));
   load.load_mtp = mtp;
@@ -79,7 +86,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (num_blocks <= 0 && options.gpu_memory_fraction > 0) {
     num_blocks = 0;  // the model sizes the KV cache from the fraction after a warm-up
   } else if (num_blocks <= 0) {
-    // The model owns the KV storage, so it says how many bytes one block takes.
+    // The model owns the KV storage, so it says how many bytes one block takes (of this
+    // shard's layers).
     const int64_t per_block = KvCacheBytesPerToken(config, load) * options.kv_block_size;
     num_blocks = per_block > 0 ? options.kv_cache_bytes / per_block : 0;
     if (num_blocks < 1) {
@@ -98,8 +106,33 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   load.plan_max_batched_tokens = options.max_num_batched_tokens;
   load.plan_max_model_len = options.max_model_len;
   load.weight_dtype = options.weight_dtype;
-  GLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadGlmMoeDsa(load));
-  return CreateWithModel(std::move(model), options);
+  if (!shard.distributed()) {
+    GLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadGlmMoeDsa(load));
+    return CreateWithModel(std::move(model), options);
+  }
+
+  // A rank of a distributed replica: the groups first (the model's layers need the TP group),
+  // then this rank's layers, then the KV block count every rank can hold.
+  GLM_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::StageGroup> group,
+                       pipeline::StageGroup::Create(shard, config));
+  // The TP communicator outlives the model: the group is destroyed after it (PipelinedModel,
+  // StageFollower), and a closed group never runs the model again.
+  load.tp_rank = shard.tp_rank;
+  load.tp_size = shard.tp_size;
+  load.tp_comm = group->tp_comm();
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadGlmMoeDsa(load);
+  // Publishes this rank's block count, or its load failure so the other ranks fail at once.
+  absl::StatusOr<int> local_blocks =
+      model.ok() ? absl::StatusOr<int>((*model)->kv_geometry().num_blocks) : model.status();
+  GLM_ASSIGN_OR_RETURN(const int agreed_blocks, group->AgreeKvBlocks(local_blocks));
+  if (!shard.is_head()) {
+    return std::unique_ptr<Engine>(new Engine(*std::move(model), std::move(group), options));
+  }
+  auto pipelined = std::make_unique<pipeline::PipelinedModel>(*std::move(model), std::move(group),
+                                                              agreed_blocks);
+  pipeline::PipelinedModel* raw = pipelined.get();
+  GLM_RETURN_IF_ERROR(ValidateModelAndOptions(*pipelined, options));
+  return std::unique_ptr<Engine>(new Engine(std::move(pipelined), options, raw));
 #else
   (void)options;
   return absl::UnimplementedError(
@@ -107,9 +140,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithModel(std::unique_ptr<Model> model,
-                                                                 const EngineOptions& options) {
-  if (model == nullptr) return absl::InvalidArgumentError("CreateWithModel: model is null");
+absl::Status Engine::ValidateModelAndOptions(const Model& model, const EngineOptions& options) {
   if (options.max_num_seqs < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_num_seqs=", options.max_num_seqs, " must be >= 1"));
@@ -119,18 +150,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithModel(std::unique_ptr<
         "max_num_batched_tokens=", options.max_num_batched_tokens,
         " must be >= 1 + mtp_draft_tokens (", options.mtp_draft_tokens, ")"));
   }
-  if (options.mtp_draft_tokens > 0 && model->config().num_mtp_layers() == 0) {
+  if (options.mtp_draft_tokens > 0 && model.config().num_mtp_layers() == 0) {
     return absl::InvalidArgumentError(
         "mtp_draft_tokens > 0 but the model has no MTP layer (num_nextn_predict_layers=0)");
   }
-  if (model->kv_geometry().num_blocks < 1 || model->kv_geometry().block_size < 1) {
+  if (model.kv_geometry().num_blocks < 1 || model.kv_geometry().block_size < 1) {
     return absl::InvalidArgumentError("the model's KV geometry has no blocks");
   }
-  return std::unique_ptr<Engine>(new Engine(std::move(model), options));
+  return absl::OkStatus();
 }
 
-Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
-    : options_(options), model_(std::move(model)) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithModel(std::unique_ptr<Model> model,
+                                                                 const EngineOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("CreateWithModel: model is null");
+  GLM_RETURN_IF_ERROR(ValidateModelAndOptions(*model, options));
+  return std::unique_ptr<Engine>(new Engine(std::move(model), options, nullptr));
+}
+
+Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options,
+               pipeline::PipelinedModel* pipeline)
+    : options_(options), model_(std::move(model)), pipeline_(pipeline) {
   SchedulerOptions so;
   so.max_num_seqs = options_.max_num_seqs;
   so.max_num_batched_tokens = options_.max_num_batched_tokens;
@@ -149,7 +188,21 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   loop_ = std::thread([this] { Loop(); });
 }
 
+Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<pipeline::StageGroup> group,
+               const EngineOptions& options)
+    : options_(options), model_(std::move(model)) {
+  const ShardTopology& t = options_.shard;
+  GLM_LOG_INFO("engine follower started pp_rank={} tp_rank={} layers={}-{} kv_blocks={}",
+               t.pp_rank, t.tp_rank, t.first_layer, t.last_layer,
+               model_->kv_geometry().num_blocks);
+  follower_ = std::make_unique<pipeline::StageFollower>(model_.get(), std::move(group));
+}
+
 Engine::~Engine() {
+  if (follower_ != nullptr) {
+    follower_.reset();  // joins its loop before the model goes
+    return;
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
@@ -159,6 +212,11 @@ Engine::~Engine() {
 }
 
 absl::StatusOr<RequestHandle> Engine::Submit(Request request) {
+  if (follower_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not the head shard: pp ", options_.shard.pp_rank, ", tp ", options_.shard.tp_rank,
+        " follows the head (pp 0, tp 0), which takes the requests"));
+  }
   if (absl::Status s = scheduler_->Validate(request); !s.ok()) return s;
   RequestHandle handle;
   {
@@ -185,6 +243,7 @@ absl::StatusOr<RequestHandle> Engine::Submit(Request request) {
 }
 
 void Engine::Abort(int64_t request_id) {
+  if (follower_ != nullptr) return;
   {
     std::lock_guard<std::mutex> l(mu_);
     aborts_.push_back(request_id);
@@ -193,13 +252,29 @@ void Engine::Abort(int64_t request_id) {
 }
 
 absl::Status Engine::Drain() {
+  if (follower_ != nullptr) return follower_->status();
   std::unique_lock<std::mutex> l(mu_);
   draining_ = true;
   idle_cv_.wait(l, [&] { return in_flight_ == 0; });
   return failure_;
 }
 
+absl::Status Engine::status() const {
+  if (follower_ != nullptr) return follower_->status();
+  std::lock_guard<std::mutex> l(mu_);
+  return failure_;
+}
+
 EngineStats Engine::Stats() const {
+  if (follower_ != nullptr) {
+    // Requests and KV use are the head's to report; a follower reports its progress.
+    EngineStats s;
+    s.num_steps = follower_->num_steps();
+    s.num_group_messages = follower_->num_messages();
+    s.group_done = follower_->done();
+    s.failed = !follower_->status().ok();
+    return s;
+  }
   std::lock_guard<std::mutex> l(mu_);
   EngineStats s = stats_;
   s.num_waiting += static_cast<int>(pending_.size());
@@ -245,6 +320,7 @@ void Engine::PublishStats() {
     stats_.num_draft_tokens = ss.num_draft_tokens;
     stats_.num_accepted_draft_tokens = ss.num_accepted_draft_tokens;
     stats_.draft_acceptance_rate = ss.draft_acceptance_rate();
+    if (pipeline_ != nullptr) stats_.num_group_messages = pipeline_->num_messages();
   }
   idle_cv_.notify_all();
 }
@@ -258,7 +334,13 @@ void Engine::Loop() {
     const bool busy = scheduler_->HasWork();
     {
       std::unique_lock<std::mutex> l(mu_);
-      work_cv_.wait(l, [&] { return stop_ || busy || !pending_.empty() || !aborts_.empty(); });
+      auto ready = [&] { return stop_ || busy || !pending_.empty() || !aborts_.empty(); };
+      if (pipeline_ != nullptr && failure_.ok()) {
+        // Idle in a distributed replica: wake for the followers' heartbeat.
+        work_cv_.wait_until(l, pipeline_->next_heartbeat(), ready);
+      } else {
+        work_cv_.wait(l, ready);
+      }
       stop = stop_;
       failure = failure_;
       pending.swap(pending_);
@@ -278,18 +360,23 @@ void Engine::Loop() {
     for (int64_t id : aborts) scheduler_->Abort(id);
     if (stop) {
       scheduler_->AbortAll();
+      if (pipeline_ != nullptr) pipeline_->Stop();  // the followers leave their loops
       PublishStats();
       return;
     }
+    absl::Status s;
     if (scheduler_->HasWork()) {
-      if (absl::Status s = scheduler_->Step(); !s.ok()) {
-        GLM_LOG_ERROR("engine step failed, failing all requests: {}", s.ToString());
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          failure_ = s;
-        }
-        scheduler_->FailAll(s);
+      s = scheduler_->Step();
+    } else if (pipeline_ != nullptr && failure.ok()) {
+      s = pipeline_->HeartbeatIfDue();
+    }
+    if (!s.ok()) {
+      GLM_LOG_ERROR("engine step failed, failing all requests: {}", s.ToString());
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        failure_ = s;
       }
+      scheduler_->FailAll(s);
     }
     PublishStats();
   }

@@ -8,6 +8,8 @@ if(TARGET glm_model)
   target_link_libraries(glm_engine PRIVATE glm_model)
   target_compile_definitions(glm_engine PRIVATE GLM_ENGINE_HAVE_MODEL=1)
 endif()
+# Distributed replicas (engine/pipeline): the head's PipelinedModel and the followers' loop.
+target_link_libraries(glm_engine PRIVATE glm_pipeline)
 glm_set_warnings(glm_engine)
 
 glm_add_test(NAME engine_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_test.cc LIBS glm_engine)
@@ -29,7 +31,7 @@ if(TARGET glm_model)
     GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden"
     GLM_RUN_BINARY="$<TARGET_FILE:glm-run>")
   add_dependencies(engine_golden_test glm-run)
-  # The same fixtures through the cuda backend with bf16 / fp8 Linear weights (issue 4).
+  # The same fixtures through the cuda backend with bf16 / fp8 Linear weights.
   glm_add_test(NAME engine_golden_narrow_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_golden_narrow_test.cc
     LIBS glm_engine glm_model nlohmann_json::nlohmann_json LABELS golden)
@@ -43,5 +45,14 @@ if(TARGET glm_model)
   glm_add_test(NAME engine_kv_fp8_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_kv_fp8_test.cc
     LIBS glm_engine glm_model nlohmann_json::nlohmann_json LABELS golden)
   target_compile_definitions(engine_kv_fp8_test PRIVATE
+    GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
+endif()
+
+# A replica spread over TP x PP ranks (engine/pipeline): one thread per rank, Gloo on 127.0.0.1,
+# against the single-process engine on the golden fixtures.
+if(TARGET glm_model)
+  glm_add_test(NAME engine_pipeline_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_pipeline_test.cc
+    LIBS glm_engine glm_model glm_dist nlohmann_json::nlohmann_json LABELS golden)
+  target_compile_definitions(engine_pipeline_test PRIVATE
     GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
 endif()

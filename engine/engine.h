@@ -14,6 +14,22 @@
 //    restarts the shard). Except a Forward failure the model reports as contained
 //    (Model::AfterFailedStep OK: nothing ran, e.g. the key-slot table could not grow): then only
 //    that step's requests fail with the error, and the engine goes on (Stats num_failed_steps).
+//
+// Distributed replicas (EngineOptions::shard with pp_size * tp_size > 1; engine/pipeline/):
+//  - Create forms the replica's groups through shard.rendezvous (every rank of the replica calls
+//    Create with the same group_key within connect_timeout), loads this rank's layers and TP
+//    slice, and agrees on the KV block count (the smallest over the ranks).
+//  - The head (pp 0, tp 0) returns an engine that works exactly as a single-process one: its
+//    scheduler drives a PipelinedModel that broadcasts every step to the other ranks and returns
+//    the last stage's result. Every decision is the head's; the other ranks follow it.
+//  - Every other rank returns a follower engine: its loop serves the head's steps until the head
+//    stops (destroying the head engine tells followers to stop cleanly) or the group fails.
+//    Submit returns FailedPrecondition "not the head shard"; Stats().num_steps counts the steps
+//    served and num_group_messages every message (heartbeats too) as the progress heartbeat;
+//    status() / Stats().failed report a failure, group_done that the loop ended.
+//  - A rank that dies (its sockets close) fails the group at once; one that stalls, within
+//    shard.op_timeout. The head then fails every in-flight request with an error naming the rank
+//    and stage, and the engine stays failed (the agent restarts the group).
 #pragma once
 
 #include <condition_variable>
@@ -29,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/model/forward_batch.h"
+#include "engine/pipeline/shard_topology.h"
 #include "engine/sample/sampling_params.h"
 #include "engine/sched/request.h"
 #include "engine/sched/scheduler.h"
@@ -67,6 +84,10 @@ struct EngineOptions {
   // cache takes what is left of gpu_memory_fraction of the device after weights, warm-up
   // activations at max_num_seqs / max_num_batched_tokens and reserves (cuda backend only).
   double gpu_memory_fraction = 0.0;
+  // This engine's place in a replica spread over ranks (engine/pipeline/shard_topology.h). The
+  // default is the whole model in this process. Budgets above (kv_cache_bytes, max_num_seqs,
+  // ...) are per rank; the head's scheduler options are the ones that count.
+  ShardTopology shard;
 };
 
 struct EngineStats {
@@ -88,6 +109,10 @@ struct EngineStats {
   int64_t num_accepted_draft_tokens = 0;
   double draft_acceptance_rate = 0.0;  // accepted / drafted; 0 without MTP
   bool failed = false;
+  // Distributed replicas: messages the head sent (steps and idle heartbeats) or this follower
+  // received; it advances at least every shard.op_timeout / 4 while the group is alive.
+  int64_t num_group_messages = 0;
+  bool group_done = false;  // follower: its loop has ended (the head stopped it, or failure)
 };
 
 // A request's event queue. Thread-safe; one consumer.
@@ -119,6 +144,12 @@ struct RequestHandle {
   std::shared_ptr<TokenStream> stream;
 };
 
+namespace pipeline {
+class PipelinedModel;
+class StageFollower;
+class StageGroup;
+}  // namespace pipeline
+
 class Engine {
  public:
   // Loads the model from options.model_dir onto options.backend and starts the step loop.
@@ -132,7 +163,8 @@ class Engine {
 
   // Validates and queues a request. Errors: kInvalidArgument (bad prompt/params, message says
   // which), kResourceExhausted (can never fit the KV cache), kUnavailable (draining, or more
-  // than max_queued_requests in flight), or the model failure that stopped the engine.
+  // than max_queued_requests in flight), kFailedPrecondition on a follower shard, or the model
+  // failure that stopped the engine.
   absl::StatusOr<RequestHandle> Submit(Request request);
   // Aborts a request wherever it is; its stream ends with kAborted. Unknown ids are ignored.
   void Abort(int64_t request_id);
@@ -140,13 +172,24 @@ class Engine {
   // flight has finished. Returns the engine's failure status if the model failed.
   absl::Status Drain();
   EngineStats Stats() const;
+  // False on a follower shard of a distributed replica (it takes no requests).
+  bool is_head() const { return follower_ == nullptr; }
+  // OK while the engine can serve (a follower stopped cleanly by the head included); else the
+  // failure that stopped it (a model error, a dead or stalled rank of the group). Any thread:
+  // the agent polls it.
+  absl::Status status() const;
   const ModelConfig& model_config() const { return model_->config(); }
   // The model's memory plan (fixed at load) and decode-graph counters; any thread.
   MemoryPlan memory_plan() const { return model_->memory_plan(); }
   DecodeGraphStats decode_graph_stats() const { return model_->decode_graph_stats(); }
 
  private:
-  Engine(std::unique_ptr<Model> model, const EngineOptions& options);
+  Engine(std::unique_ptr<Model> model, const EngineOptions& options,
+         pipeline::PipelinedModel* pipeline);
+  // A follower shard: serves the head's steps with `model` over `group`.
+  Engine(std::unique_ptr<Model> model, std::unique_ptr<pipeline::StageGroup> group,
+         const EngineOptions& options);
+  static absl::Status ValidateModelAndOptions(const Model& model, const EngineOptions& options);
   void Loop();
   void Deliver(int64_t request_id, TokenEvent event);
   void PublishStats();  // loop thread: copies scheduler stats, retires finished requests
@@ -154,6 +197,10 @@ class Engine {
   const EngineOptions options_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Scheduler> scheduler_;  // step-loop thread only (Validate: any thread)
+  // Head of a distributed replica: model_ itself (step-loop thread only); else null.
+  pipeline::PipelinedModel* pipeline_ = nullptr;
+  // Follower of a distributed replica (then no scheduler and no step loop); else null.
+  std::unique_ptr<pipeline::StageFollower> follower_;
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // loop waits for submissions/aborts/stop

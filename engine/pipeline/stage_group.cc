@@ -1,0 +1,396 @@
+#include "engine/pipeline/stage_group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_util.h"
+#include "engine/dist/gloo_communicator.h"
+#include "engine/dist/rendezvous.h"
+
+namespace glm::engine::pipeline {
+namespace {
+
+std::string LayersKey(const ShardTopology& t, int world_rank) {
+  return absl::StrCat(t.group_key, "/pipeline/layers/", world_rank);
+}
+std::string KvBlocksKey(const ShardTopology& t, int world_rank) {
+  return absl::StrCat(t.group_key, "/pipeline/kv_blocks/", world_rank);
+}
+
+absl::StatusOr<std::pair<int, int>> GetLayers(const ShardTopology& t, int world_rank) {
+  GLM_ASSIGN_OR_RETURN(std::string v,
+                       t.rendezvous->Get(LayersKey(t, world_rank), t.connect_timeout));
+  std::pair<std::string, std::string> parts = absl::StrSplit(v, ',');
+  std::pair<int, int> range;
+  if (!absl::SimpleAtoi(parts.first, &range.first) ||
+      !absl::SimpleAtoi(parts.second, &range.second)) {
+    return absl::DataLossError(absl::StrCat("rendezvous key ", LayersKey(t, world_rank),
+                                            " holds '", v, "', not 'first,last'"));
+  }
+  return range;
+}
+
+// int32 / uint32 values carried as float bit patterns.
+float Bits(uint32_t v) {
+  float f;
+  std::memcpy(&f, &v, sizeof(f));
+  return f;
+}
+uint32_t Unbits(float f) {
+  uint32_t v;
+  std::memcpy(&v, &f, sizeof(v));
+  return v;
+}
+
+size_t NumTokens(const ForwardBatch& batch) {
+  size_t n = 0;
+  for (const SequenceSlice& s : batch.seqs) n += s.token_ids.size();
+  return n;
+}
+
+}  // namespace
+
+StageGroup::StageGroup(const ShardTopology& topology, const ModelConfig& config)
+    : topology_(topology), config_(config) {
+  if (topology_.last_layer < 0) topology_.last_layer = config_.num_hidden_layers - 1;
+}
+
+StageGroup::~StageGroup() = default;
+
+absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopology& topology,
+                                                              const ModelConfig& config) {
+  GLM_RETURN_IF_ERROR(ValidateShardTopology(topology, config));
+  std::unique_ptr<StageGroup> g(new StageGroup(topology, config));
+  const ShardTopology& t = g->topology_;
+  const std::string me = DescribeRank(t, t.world_rank());
+  GLM_RETURN_IF_ERROR(Annotate(
+      t.rendezvous->Put(LayersKey(t, t.world_rank()),
+                        absl::StrCat(t.first_layer, ",", t.last_layer)),
+      absl::StrCat("publishing the layer range of ", me)));
+
+  GlooCommunicatorOptions wo;
+  wo.rank = t.world_rank();
+  wo.size = t.world_size();
+  wo.key_prefix = absl::StrCat(t.group_key, "/pipeline/world");
+  wo.host = t.host;
+  wo.connect_timeout = t.connect_timeout;
+  wo.op_timeout = t.op_timeout;
+  auto world = GlooCommunicator::Create(t.rendezvous, wo);
+  if (!world.ok()) {
+    return Annotate(world.status(), absl::StrCat("forming the replica's world group on ", me));
+  }
+  g->world_ = *std::move(world);
+  if (t.tp_size > 1) {
+    GlooCommunicatorOptions to = wo;
+    to.rank = t.tp_rank;
+    to.size = t.tp_size;
+    to.key_prefix = absl::StrCat(t.group_key, "/pipeline/tp", t.pp_rank);
+    auto tp = GlooCommunicator::Create(t.rendezvous, to);
+    if (!tp.ok()) {
+      return Annotate(tp.status(), absl::StrCat("forming the TP group of pp stage ", t.pp_rank,
+                                                " on ", me));
+    }
+    g->tp_ = *std::move(tp);
+  }
+
+  if (absl::Status s = g->CheckNeighbours(); !s.ok()) {
+    // The ranks that passed wait for this one in AgreeKvBlocks: tell them.
+    (void)g->AgreeKvBlocks(s);
+    return s;
+  }
+  return g;
+}
+
+absl::Status StageGroup::CheckNeighbours() const {
+  const ShardTopology& t = topology_;
+  const std::string me = DescribeRank(t, t.world_rank());
+  // Every rank has published its range before joining the world group, so these are there.
+  const int stage_tp0 = t.WorldRank(t.pp_rank, 0);
+  if (t.tp_rank != 0) {
+    GLM_ASSIGN_OR_RETURN(auto lead, GetLayers(t, stage_tp0));
+    if (lead.first != t.first_layer || lead.second != t.last_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          me, " holds layers [", t.first_layer, ", ", t.last_layer, "] but ",
+          DescribeRank(t, stage_tp0), " of the same stage holds [", lead.first, ", ",
+          lead.second, "]: every TP rank of a stage must hold the same layers"));
+    }
+  }
+  if (!t.first_stage()) {
+    const int prev = t.WorldRank(t.pp_rank - 1, t.tp_rank);
+    GLM_ASSIGN_OR_RETURN(auto before, GetLayers(t, prev));
+    if (before.second + 1 != t.first_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pp stage ", t.pp_rank, " starts at layer ", t.first_layer, " but stage ",
+          t.pp_rank - 1, " (", DescribeRank(t, prev), ") ends at layer ", before.second,
+          ": stages must tile the layers without gap or overlap (inclusive ranges)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> StageGroup::AgreeKvBlocks(const absl::StatusOr<int>& local_blocks) {
+  const ShardTopology& t = topology_;
+  const std::string kFailed = "failed: ";
+  GLM_RETURN_IF_ERROR(t.rendezvous->Put(
+      KvBlocksKey(t, t.world_rank()),
+      local_blocks.ok() ? std::to_string(*local_blocks)
+                        : absl::StrCat(kFailed, local_blocks.status().ToString())));
+  if (!local_blocks.ok()) {
+    Close();
+    return local_blocks.status();
+  }
+  int agreed = *local_blocks;
+  for (int r = 0; r < t.world_size(); ++r) {
+    if (r == t.world_rank()) continue;
+    absl::StatusOr<std::string> v = t.rendezvous->Get(KvBlocksKey(t, r), t.connect_timeout);
+    if (!v.ok()) {
+      Close();
+      return Annotate(v.status(), absl::StrCat("waiting for ", DescribeRank(t, r),
+                                               " to load its layers"));
+    }
+    int n = 0;
+    if (absl::StartsWith(*v, kFailed)) {
+      Close();
+      return absl::AbortedError(absl::StrCat(DescribeRank(t, r), " failed to load: ",
+                                             v->substr(kFailed.size())));
+    }
+    if (!absl::SimpleAtoi(*v, &n)) {
+      Close();
+      return absl::DataLossError(absl::StrCat("rendezvous key ", KvBlocksKey(t, r), " holds '",
+                                              *v, "', not a block count"));
+    }
+    agreed = std::min(agreed, n);
+  }
+  return agreed;
+}
+
+absl::Status StageGroup::Usable() const {
+  if (!failure_.ok()) return failure_;
+  if (world_ == nullptr) return absl::FailedPreconditionError("the pipeline group is closed");
+  return absl::OkStatus();
+}
+
+absl::Status StageGroup::Fail(const absl::Status& status, const std::string& what) {
+  if (failure_.ok()) {
+    failure_ = Annotate(status, absl::StrCat(what, " on ",
+                                             DescribeRank(topology_, topology_.world_rank())));
+  }
+  Close();
+  return failure_;
+}
+
+absl::Status StageGroup::Barrier() {
+  GLM_RETURN_IF_ERROR(Usable());
+  if (absl::Status s = world_->Barrier(); !s.ok()) return Fail(s, "the replica's barrier");
+  return absl::OkStatus();
+}
+
+void StageGroup::Close() {
+  world_.reset();
+  tp_.reset();
+}
+
+absl::Status StageGroup::Send(const StepMessage& message) {
+  GLM_RETURN_IF_ERROR(Usable());
+  StepMessage m = message;
+  m.sequence = ++sequence_;
+  const std::string payload = EncodePayload(m);
+  float header[kHeaderFloats];
+  EncodeHeader(Header{m.kind, payload.size()}, header);
+  absl::Status s = world_->Broadcast(header, kHeaderFloats, 0);
+  if (s.ok() && !payload.empty()) {
+    std::vector<float> body = BytesToFloats(payload);
+    s = world_->Broadcast(body.data(), body.size(), 0);
+  }
+  if (!s.ok()) {
+    return Fail(s, absl::StrCat("broadcasting the ", MessageKindName(m.kind), " message"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepMessage> StageGroup::Receive() {
+  GLM_RETURN_IF_ERROR(Usable());
+  float header[kHeaderFloats] = {};
+  if (absl::Status s = world_->Broadcast(header, kHeaderFloats, 0); !s.ok()) {
+    return Fail(s, "waiting for the head's next message");
+  }
+  absl::StatusOr<Header> h = DecodeHeader(header);
+  if (!h.ok()) return Fail(h.status(), "decoding the head's message");
+  std::vector<float> body(FloatsForBytes(h->payload_bytes));
+  if (!body.empty()) {
+    if (absl::Status s = world_->Broadcast(body.data(), body.size(), 0); !s.ok()) {
+      return Fail(s, "receiving the head's message");
+    }
+  }
+  absl::StatusOr<StepMessage> m = DecodePayload(h->kind, FloatsToBytes(body, h->payload_bytes));
+  if (!m.ok()) return Fail(m.status(), "decoding the head's message");
+  if (m->sequence != sequence_ + 1) {
+    return Fail(absl::DataLossError(absl::StrCat("message ", m->sequence, " arrived after ",
+                                                 sequence_, ": the ranks are out of step")),
+                "receiving the head's message");
+  }
+  sequence_ = m->sequence;
+  return m;
+}
+
+absl::Status StageGroup::RecvActivations(ForwardBatch& batch) {
+  const ShardTopology& t = topology_;
+  const size_t num_tokens = NumTokens(batch);
+  const size_t H = config_.hidden_size, K = config_.index_topk;
+  const bool with_topk = !config_.HasIndexer(t.first_layer);
+  std::vector<float> buf(num_tokens * (H + (with_topk ? K : 0)));  // [T, H] then [T, K]
+  const int prev = t.WorldRank(t.pp_rank - 1, t.tp_rank);
+  if (absl::Status s = world_->Recv(buf.data(), buf.size(), prev); !s.ok()) {
+    return Fail(s, absl::StrCat("receiving activations from pp stage ", t.pp_rank - 1, " (",
+                                DescribeRank(t, prev), ")"));
+  }
+  size_t row = 0;
+  for (SequenceSlice& s : batch.seqs) {
+    const size_t n = s.token_ids.size();
+    s.input_residual.assign(buf.begin() + row * H, buf.begin() + (row + n) * H);
+    if (with_topk) {
+      s.input_topk.resize(n * K);
+      std::memcpy(s.input_topk.data(), buf.data() + num_tokens * H + row * K,
+                  n * K * sizeof(int32_t));
+    }
+    row += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageGroup::SendActivations(const ForwardBatch& batch, const ForwardResult& local) {
+  const ShardTopology& t = topology_;
+  const size_t num_tokens = NumTokens(batch);
+  const size_t H = config_.hidden_size, K = config_.index_topk;
+  const bool with_topk = !config_.HasIndexer(t.last_layer + 1);
+  std::vector<float> buf(num_tokens * (H + (with_topk ? K : 0)));
+  size_t row = 0;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const size_t n = batch.seqs[i].token_ids.size();
+    const SequenceOutput& out = local.seqs[i];
+    if (out.residual.size() != n * H || (with_topk && out.topk.size() != n * K)) {
+      return Fail(absl::InternalError(absl::StrCat(
+                      "sequence ", batch.seqs[i].seq_id, ": the stage returned ",
+                      out.residual.size(), " residual and ", out.topk.size(),
+                      " top-k values for ", n, " tokens (hidden ", H, ", index_topk ", K, ")")),
+                  "handing activations on");
+    }
+    std::copy(out.residual.begin(), out.residual.end(), buf.begin() + row * H);
+    if (with_topk) {
+      std::memcpy(buf.data() + num_tokens * H + row * K, out.topk.data(),
+                  n * K * sizeof(int32_t));
+    }
+    row += n;
+  }
+  const int next = t.WorldRank(t.pp_rank + 1, t.tp_rank);
+  if (absl::Status s = world_->Send(buf.data(), buf.size(), next); !s.ok()) {
+    return Fail(s, absl::StrCat("sending activations to pp stage ", t.pp_rank + 1, " (",
+                                DescribeRank(t, next), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageGroup::SendResult(const ForwardBatch& batch, const ForwardResult& local) {
+  if (local.seqs.size() != batch.seqs.size()) {
+    return Fail(absl::InternalError(absl::StrCat("the last stage returned ", local.seqs.size(),
+                                                 " outputs for ", batch.seqs.size(), " slices")),
+                "sending the result");
+  }
+  std::vector<float> desc;  // [num_seqs, 3]
+  desc.reserve(batch.seqs.size() * 3);
+  size_t total = 0;
+  for (const SequenceOutput& out : local.seqs) {
+    desc.push_back(Bits(static_cast<uint32_t>(out.sampled_token)));
+    desc.push_back(Bits(static_cast<uint32_t>(out.logits.size())));
+    desc.push_back(Bits(static_cast<uint32_t>(out.hidden.size())));
+    total += out.logits.size() + out.hidden.size();
+  }
+  std::vector<float> data;
+  data.reserve(total);
+  for (const SequenceOutput& out : local.seqs) {
+    data.insert(data.end(), out.logits.begin(), out.logits.end());
+    data.insert(data.end(), out.hidden.begin(), out.hidden.end());
+  }
+  absl::Status s = world_->Send(desc.data(), desc.size(), 0);
+  if (s.ok() && !data.empty()) s = world_->Send(data.data(), data.size(), 0);
+  if (!s.ok()) return Fail(s, "sending the last stage's result to the head (world rank 0)");
+  return absl::OkStatus();
+}
+
+absl::Status StageGroup::RecvResult(const ForwardBatch& batch, ForwardResult* result) {
+  const int from = last_tp0();
+  const std::string what = absl::StrCat("receiving the result from the last pp stage (",
+                                        DescribeRank(topology_, from), ")");
+  std::vector<float> desc(batch.seqs.size() * 3);
+  if (absl::Status s = world_->Recv(desc.data(), desc.size(), from); !s.ok()) {
+    return Fail(s, what);
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    total += Unbits(desc[i * 3 + 1]) + Unbits(desc[i * 3 + 2]);
+  }
+  std::vector<float> data(total);
+  if (total > 0) {
+    if (absl::Status s = world_->Recv(data.data(), data.size(), from); !s.ok()) {
+      return Fail(s, what);
+    }
+  }
+  result->seqs.assign(batch.seqs.size(), SequenceOutput{});
+  size_t off = 0;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    SequenceOutput& out = result->seqs[i];
+    out.sampled_token = static_cast<int32_t>(Unbits(desc[i * 3]));
+    const size_t num_logits = Unbits(desc[i * 3 + 1]), num_hidden = Unbits(desc[i * 3 + 2]);
+    out.logits.assign(data.begin() + off, data.begin() + off + num_logits);
+    off += num_logits;
+    out.hidden.assign(data.begin() + off, data.begin() + off + num_hidden);
+    off += num_hidden;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageGroup::RunStep(Model& model, ForwardBatch& batch, ForwardResult* result) {
+  GLM_RETURN_IF_ERROR(Usable());
+  const ShardTopology& t = topology_;
+  if (!t.first_stage()) GLM_RETURN_IF_ERROR(RecvActivations(batch));
+  ForwardResult local;
+  if (absl::Status s = model.Forward(batch, &local); !s.ok()) {
+    return Fail(s, absl::StrCat("running pp stage ", t.pp_rank, " (layers ", t.first_layer, "-",
+                                t.last_layer, ")"));
+  }
+  if (!t.last_stage()) {
+    GLM_RETURN_IF_ERROR(SendActivations(batch, local));
+  } else if (t.tp_rank == 0 && !t.is_head()) {
+    GLM_RETURN_IF_ERROR(SendResult(batch, local));
+  }
+  if (t.is_head() && !t.last_stage()) return RecvResult(batch, result);
+  *result = std::move(local);
+  return absl::OkStatus();
+}
+
+absl::Status StageGroup::RunMtpStep(Model& model, const ForwardBatch& batch,
+                                    const std::vector<std::vector<float>>& hidden,
+                                    ForwardResult* result) {
+  GLM_RETURN_IF_ERROR(Usable());
+  const ShardTopology& t = topology_;
+  if (t.last_stage()) {
+    ForwardResult local;
+    if (absl::Status s = model.ForwardMtp(batch, hidden, &local); !s.ok()) {
+      return Fail(s, "running the MTP layer");
+    }
+    if (t.tp_rank == 0 && !t.is_head()) GLM_RETURN_IF_ERROR(SendResult(batch, local));
+    *result = std::move(local);
+    return absl::OkStatus();
+  }
+  if (t.is_head()) return RecvResult(batch, result);
+  result->seqs.clear();
+  return absl::OkStatus();
+}
+
+}  // namespace glm::engine::pipeline

@@ -1,0 +1,218 @@
+// The head (PipelinedModel) and a follower (StageFollower) of a two-stage replica over fake stage
+// models, one thread each, Gloo on 127.0.0.1: a follower that stalls fails the head's step after
+// op_timeout, one whose model fails fails it at once, and both errors name the rank.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/dist/in_process_rendezvous.h"
+#include "engine/pipeline/pipelined_model.h"
+#include "engine/pipeline/stage_follower.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace glm::engine::pipeline {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kHidden = 4, kVocab = 5;
+
+ModelConfig TwoLayerConfig() {
+  ModelConfig c;
+  c.vocab_size = kVocab;
+  c.hidden_size = kHidden;
+  c.num_hidden_layers = 2;
+  c.index_topk = 2;
+  c.indexer_types = {IndexerType::kFull, IndexerType::kFull};
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+// Stage 0 returns a residual of token + position per row; stage 1 returns logits whose argmax
+// is (residual[0] + 1) % vocab. Forward can be made to block (a stalled rank) or fail.
+class StageModel : public Model {
+ public:
+  explicit StageModel(bool last) : last_(last), config_(TwoLayerConfig()) {
+    geometry_.block_size = 4;
+    geometry_.num_blocks = 16;
+  }
+  const ModelConfig& config() const override { return config_; }
+  const KvCacheGeometry& kv_geometry() const override { return geometry_; }
+  absl::Status Forward(const ForwardBatch& batch, ForwardResult* result) override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return !stall_; });
+      if (!fail_.ok()) return fail_;
+    }
+    result->seqs.assign(batch.seqs.size(), SequenceOutput{});
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+      const SequenceSlice& s = batch.seqs[i];
+      SequenceOutput& out = result->seqs[i];
+      if (!last_) {
+        for (size_t t = 0; t < s.token_ids.size(); ++t) {
+          for (int h = 0; h < kHidden; ++h) {
+            out.residual.push_back(static_cast<float>(s.token_ids[t] + s.start_pos + t));
+          }
+        }
+      } else {
+        const float r = s.input_residual.at(s.input_residual.size() - kHidden);
+        out.logits.assign(kVocab, 0.0f);
+        out.logits[(static_cast<int>(r) + 1) % kVocab] = 1.0f;
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status ForwardMtp(const ForwardBatch&, const std::vector<std::vector<float>>&,
+                          ForwardResult*) override {
+    return absl::UnimplementedError("no MTP");
+  }
+  void Stall(bool on) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stall_ = on;
+    }
+    cv_.notify_all();
+  }
+  void FailWith(absl::Status s) {
+    std::lock_guard<std::mutex> l(mu_);
+    fail_ = std::move(s);
+  }
+
+ private:
+  const bool last_;
+  ModelConfig config_;
+  KvCacheGeometry geometry_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stall_ = false;
+  absl::Status fail_;
+};
+
+struct TwoStages {
+  InProcessRendezvous rendezvous;
+  std::unique_ptr<PipelinedModel> head;
+  std::unique_ptr<StageModel> model1;
+  StageModel* follower_model = nullptr;  // model1
+  std::unique_ptr<StageFollower> follower;  // declared last: goes before model1
+};
+
+std::unique_ptr<TwoStages> Start(std::chrono::milliseconds op_timeout) {
+  auto s = std::make_unique<TwoStages>();
+  const ModelConfig config = TwoLayerConfig();
+  std::unique_ptr<StageGroup> groups[2];
+  absl::Status status[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ShardTopology t;
+      t.pp_rank = r;
+      t.pp_size = 2;
+      t.first_layer = r;
+      t.last_layer = r;
+      t.rendezvous = &s->rendezvous;
+      t.group_key = "stage_group_test";
+      t.connect_timeout = std::chrono::seconds(20);
+      t.op_timeout = op_timeout;
+      auto g = StageGroup::Create(t, config);
+      status[r] = g.status();
+      if (!g.ok()) return;
+      auto blocks = (*g)->AgreeKvBlocks(16);
+      status[r] = blocks.status();
+      if (blocks.ok()) groups[r] = *std::move(g);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+  if (!groups[0] || !groups[1]) return nullptr;
+  s->head = std::make_unique<PipelinedModel>(std::make_unique<StageModel>(false),
+                                             std::move(groups[0]), 16);
+  s->model1 = std::make_unique<StageModel>(true);
+  s->follower_model = s->model1.get();
+  s->follower = std::make_unique<StageFollower>(s->model1.get(), std::move(groups[1]));
+  return s;
+}
+
+ForwardBatch OneSlice(int32_t token, int32_t start_pos) {
+  ForwardBatch b;
+  SequenceSlice s;
+  s.seq_id = 1;
+  s.token_ids = {token};
+  s.start_pos = start_pos;
+  s.block_table = {0, 1};
+  b.seqs.push_back(s);
+  return b;
+}
+
+int Argmax(const std::vector<float>& v) {
+  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+TEST(StageGroupTest, StepsCrossTheStagesAndTheFollowerStopsWithTheHead) {
+  auto s = Start(std::chrono::seconds(5));
+  ASSERT_NE(s, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    ForwardResult r;
+    ASSERT_TRUE(s->head->Forward(OneSlice(2, i), &r).ok());
+    ASSERT_EQ(r.seqs.size(), 1u);
+    EXPECT_EQ(Argmax(r.seqs[0].logits), (2 + i + 1) % kVocab);
+  }
+  s->head->ReleaseSequence(1);
+  s->head->Stop();
+  for (int i = 0; i < 500 && !s->follower->done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(s->follower->done());
+  EXPECT_TRUE(s->follower->status().ok()) << s->follower->status();
+  EXPECT_EQ(s->follower->num_steps(), 3);
+  EXPECT_EQ(s->follower->num_messages(), 4);  // 3 steps and the stop
+}
+
+TEST(StageGroupTest, AStalledFollowerFailsTheStepAfterOpTimeout) {
+  const auto op_timeout = std::chrono::milliseconds(1000);
+  auto s = Start(op_timeout);
+  ASSERT_NE(s, nullptr);
+  s->follower_model->Stall(true);
+  const auto t0 = Clock::now();
+  ForwardResult r;
+  absl::Status st = s->head->Forward(OneSlice(1, 0), &r);
+  const auto took = Clock::now() - t0;
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  EXPECT_THAT(st.message(), HasSubstr("world rank 1 (pp 1, tp 0)"));
+  EXPECT_GE(took, op_timeout);
+  EXPECT_LT(took, op_timeout * 3);
+  // The head closed its side: the follower fails as soon as it wakes up.
+  s->follower_model->Stall(false);
+  for (int i = 0; i < 500 && !s->follower->done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(s->follower->done());
+  EXPECT_FALSE(s->follower->status().ok());
+  // Later steps return the first error.
+  EXPECT_EQ(s->head->Forward(OneSlice(1, 1), &r).code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(StageGroupTest, AFollowerModelFailureFailsTheHeadAtOnce) {
+  auto s = Start(std::chrono::seconds(30));
+  ASSERT_NE(s, nullptr);
+  s->follower_model->FailWith(absl::InternalError("fake device fault"));
+  const auto t0 = Clock::now();
+  ForwardResult r;
+  absl::Status st = s->head->Forward(OneSlice(1, 0), &r);
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), HasSubstr("rank 1"));
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5)) << "waited for the op timeout";
+  for (int i = 0; i < 500 && !s->follower->done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_THAT(s->follower->status().message(), HasSubstr("fake device fault"));
+  EXPECT_THAT(s->follower->status().message(), HasSubstr("pp stage 1"));
+}
+
+}  // namespace
+}  // namespace glm::engine::pipeline
