@@ -1,5 +1,5 @@
 # glm_add_prefixed_test(NAME name PREFIX p SOURCES ... LIBS ... [LABELS label]): glm_add_test
-# with PREFIX required (kept for the folders that use this name).
+# with PREFIX required, so that every test of the folder is selected by `ctest -R <p>`.
 function(glm_add_prefixed_test)
   cmake_parse_arguments(T "" "NAME;PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_PREFIX)

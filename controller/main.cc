@@ -13,7 +13,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "agent/stage/hash_cache.h"
+#include "cluster/manifest/hash_cache.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "controller/orchestrate/controller_service.h"
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   if (state.empty()) {
     GLM_LOG_WARN("no writable state directory (--state-dir); source files are hashed on every up");
   }
-  auto hashes = std::make_shared<glm::stage::HashCache>(
+  auto hashes = std::make_shared<glm::cluster::HashCache>(
       state.empty() ? std::string() : state + "/source-hashes.json");
   hashes->Load();
   options.stage_manifest = [hashes](const glm::orchestrate::ClusterTopology& t) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/pagecache/testing/fake_kernel_cache_ops.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,30 +19,10 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using std::chrono::seconds;
 
-void WriteMeminfo(const fs::path& proc, uint64_t available_kb, uint64_t cached_kb) {
-  std::ofstream(proc / "meminfo") << "MemTotal:       127535000 kB\n"
-                                  << "MemFree:          1000000 kB\n"
-                                  << "MemAvailable:   " << available_kb << " kB\n"
-                                  << "Cached:         " << cached_kb << " kB\n";
+// The meminfo of a machine with 128 GB, in kB.
+FakeMeminfo Meminfo(uint64_t available_kb, uint64_t cached_kb) {
+  return FakeMeminfo{127'535'000, available_kb, cached_kb};
 }
-
-// Records calls; a drop frees `free_kb` of Cached in the fake meminfo.
-class FakeOps : public KernelCacheOps {
- public:
-  FakeOps(fs::path proc, int* syncs, int* drops) : proc_(std::move(proc)), syncs_(syncs), drops_(drops) {}
-  void Sync() override { ++*syncs_; }
-  absl::Status DropCaches(int value) override {
-    EXPECT_EQ(value, 1);
-    ++*drops_;
-    WriteMeminfo(proc_, 90'000'000, 1'000'000);
-    return absl::OkStatus();
-  }
-
- private:
-  fs::path proc_;
-  int* syncs_;
-  int* drops_;
-};
 
 class PageCacheTest : public ::testing::Test {
  protected:
@@ -49,19 +30,22 @@ class PageCacheTest : public ::testing::Test {
     proc_ = fs::path(testing::TempDir()) / ("pagecache_proc_" + std::to_string(getpid()));
     fs::remove_all(proc_);
     fs::create_directories(proc_ / "sys/vm");
-    WriteMeminfo(proc_, 50'000'000, 41'000'000);
+    WriteFakeMeminfo(proc_.string(), Meminfo(50'000'000, 41'000'000));
   }
   void TearDown() override { fs::remove_all(proc_); }
 
+  // A manager on the fake proc tree whose drops leave 1 GB cached and 90 GB available.
   std::unique_ptr<PageCacheManager> Make(Options o) {
     o.proc_root = proc_.string();
-    return std::make_unique<PageCacheManager>(o, &clock_, std::make_unique<FakeOps>(proc_, &syncs_, &drops_));
+    return std::make_unique<PageCacheManager>(
+        o, &clock_,
+        std::make_unique<FakeKernelCacheOps>(&calls_, proc_.string(),
+                                             Meminfo(90'000'000, 1'000'000)));
   }
 
   fs::path proc_;
   FakeClock clock_;
-  int syncs_ = 0;
-  int drops_ = 0;
+  KernelCacheCalls calls_;
 };
 
 TEST(PolicyTest, Parses) {
@@ -76,7 +60,7 @@ TEST_F(PageCacheTest, OffNeverDrops) {
   m->BeginLoad();
   clock_.Advance(seconds(1000));
   m->Tick();
-  EXPECT_EQ(drops_, 0);
+  EXPECT_EQ(calls_.drops, 0);
   EXPECT_TRUE(m->actions().empty());
 }
 
@@ -88,25 +72,26 @@ TEST_F(PageCacheTest, PeriodicDropsEveryPeriodOnlyWhileLoading) {
   m->Tick();
   clock_.Advance(seconds(60));
   m->Tick();
-  EXPECT_EQ(drops_, 0);  // not loading
+  EXPECT_EQ(calls_.drops, 0);  // not loading
 
   m->BeginLoad();
   clock_.Advance(seconds(29));
   m->Tick();
-  EXPECT_EQ(drops_, 0);
+  EXPECT_EQ(calls_.drops, 0);
   clock_.Advance(seconds(1));
   m->Tick();
-  EXPECT_EQ(drops_, 1);
-  EXPECT_EQ(syncs_, 1);
+  EXPECT_EQ(calls_.drops, 1);
+  EXPECT_EQ(calls_.syncs, 1);
+  EXPECT_EQ(calls_.last_drop_value, 1);  // the page cache only
   m->Tick();
-  EXPECT_EQ(drops_, 1);
+  EXPECT_EQ(calls_.drops, 1);
   clock_.Advance(seconds(30));
   m->Tick();
-  EXPECT_EQ(drops_, 2);
+  EXPECT_EQ(calls_.drops, 2);
   m->EndLoad();
   clock_.Advance(seconds(30));
   m->Tick();
-  EXPECT_EQ(drops_, 2);
+  EXPECT_EQ(calls_.drops, 2);
 
   std::vector<Action> actions = m->actions();
   ASSERT_EQ(actions.size(), 2u);
@@ -124,15 +109,15 @@ TEST_F(PageCacheTest, AdaptiveDropsWhenMemAvailableLow) {
   auto m = Make(o);
   m->BeginLoad();
   m->Tick();
-  ASSERT_EQ(drops_, 1);
+  ASSERT_EQ(calls_.drops, 1);
   EXPECT_THAT(m->actions()[0].reason, HasSubstr("MemAvailable 50000000 kB < threshold 60000000 kB"));
-  WriteMeminfo(proc_, 50'000'000, 41'000'000);  // filled again
+  WriteFakeMeminfo(proc_.string(), Meminfo(50'000'000, 41'000'000));  // filled again
   clock_.Advance(seconds(4));
   m->Tick();
-  EXPECT_EQ(drops_, 1);  // min_interval
+  EXPECT_EQ(calls_.drops, 1);  // min_interval
   clock_.Advance(seconds(1));
   m->Tick();
-  EXPECT_EQ(drops_, 2);
+  EXPECT_EQ(calls_.drops, 2);
 }
 
 TEST_F(PageCacheTest, AdaptiveDropsOnStallOnly) {
@@ -147,17 +132,17 @@ TEST_F(PageCacheTest, AdaptiveDropsOnStallOnly) {
     m->ReportProgress(uint64_t(i) << 30);
     m->Tick();
   }
-  EXPECT_EQ(drops_, 0);
+  EXPECT_EQ(calls_.drops, 0);
   clock_.Advance(seconds(19));
   m->Tick();
-  EXPECT_EQ(drops_, 0);
+  EXPECT_EQ(calls_.drops, 0);
   clock_.Advance(seconds(1));
   m->Tick();
-  ASSERT_EQ(drops_, 1);
+  ASSERT_EQ(calls_.drops, 1);
   EXPECT_THAT(m->actions().back().reason, HasSubstr("load progress stalled at 5368709120 bytes for 20 s"));
   clock_.Advance(seconds(10));
   m->Tick();
-  EXPECT_EQ(drops_, 1);  // one per stall period
+  EXPECT_EQ(calls_.drops, 1);  // one per stall period
 }
 
 TEST_F(PageCacheTest, RealOpsWriteDropCachesInTheProcTree) {

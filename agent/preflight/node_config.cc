@@ -8,8 +8,8 @@
 
 namespace glm::preflight {
 
-NodePreflightConfig NodePreflightConfigFromSpec(const controller::ClusterSpec& spec,
-                                                const controller::NodeSpec& node) {
+NodePreflightConfig NodePreflightConfigFromSpec(const cluster::ClusterSpec& spec,
+                                                const cluster::NodeSpec& node) {
   NodePreflightConfig c;
   c.name = node.name;
   c.address = node.agent;
@@ -27,10 +27,10 @@ NodePreflightConfig NodePreflightConfigFromSpec(const controller::ClusterSpec& s
 
 absl::StatusOr<NodePreflightConfig> LoadNodePreflightConfig(const std::string& path,
                                                             const std::string& node_name) {
-  absl::StatusOr<controller::ClusterSpec> spec = controller::LoadClusterSpec(path);
+  absl::StatusOr<cluster::ClusterSpec> spec = cluster::LoadClusterSpec(path);
   if (!spec.ok()) return spec.status();
   std::vector<std::string> names;
-  for (const controller::NodeSpec& node : spec->nodes) {
+  for (const cluster::NodeSpec& node : spec->nodes) {
     if (node.name == node_name) return NodePreflightConfigFromSpec(*spec, node);
     names.push_back(node.name);
   }

@@ -1,13 +1,13 @@
-// The slice of cluster.yaml that a node's preflight needs, taken from the controller's
-// ClusterSpec (controller/spec, library glm_cluster_spec) so the agent and glmctl read the YAML
-// the same way: node_defaults applied, sizes/paths validated, errors as file:line:column.
+// The slice of cluster.yaml that a node's preflight needs, taken from the ClusterSpec
+// (cluster/spec, library glm_cluster_spec) so the agent and glmctl read the YAML the same way:
+// node_defaults applied, sizes/paths validated, errors as file:line:column.
 #pragma once
 
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "controller/spec/cluster_spec.h"
+#include "cluster/spec/cluster_spec.h"
 
 namespace glm::preflight {
 
@@ -25,8 +25,8 @@ struct NodePreflightConfig {
   std::string fabric_subnet;
 };
 
-NodePreflightConfig NodePreflightConfigFromSpec(const controller::ClusterSpec& spec,
-                                                const controller::NodeSpec& node);
+NodePreflightConfig NodePreflightConfigFromSpec(const cluster::ClusterSpec& spec,
+                                                const cluster::NodeSpec& node);
 
 // LoadClusterSpec(path), then the node named `node_name`. NotFound lists the node names.
 absl::StatusOr<NodePreflightConfig> LoadNodePreflightConfig(const std::string& path,

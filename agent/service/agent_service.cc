@@ -7,9 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "agent/service/node_preflight.h"
 #include "agent/shard/progress.h"
-#include "agent/stage/manifest.h"
 #include "agent/stage/nccl_stage.h"
 #include "agent/stage/weight_stager.h"
+#include "cluster/manifest/manifest.h"
 #include "common/human_bytes.h"
 #include "common/logging.h"
 #include "common/status_util.h"
@@ -330,7 +330,7 @@ grpc::Status AgentService::StageNccl(grpc::ServerContext*, const glm::v1::StageN
       };
       o.fetch = stage::FetchFromPeers(
           peers,
-          stage::ManifestFile{req->peer_path(), static_cast<uint64_t>(req->peer_size()),
+          cluster::ManifestFile{req->peer_path(), static_cast<uint64_t>(req->peer_size()),
                               o.expected_hash},
           options_.peer_credentials, on_progress, clock_, options_.stage_progress_interval);
     } else if (o.source_path.empty()) {
@@ -374,7 +374,7 @@ grpc::Status AgentService::StageWeights(grpc::ServerContext*, const glm::v1::Sta
   o.progress_interval = options_.stage_progress_interval;
   if (req->manifest_json().empty()) {
     writer->Write(MakeProgress("hash", absl::StrCat("weights: hashing ", model_dir)));
-    absl::StatusOr<stage::Manifest> built = stage::BuildManifest(model_dir);
+    absl::StatusOr<cluster::Manifest> built = cluster::BuildManifest(model_dir);
     if (!built.ok()) return StageError("StageWeights", options_.node, built.status());
     o.manifest = std::move(*built);
   } else {
@@ -383,11 +383,11 @@ grpc::Status AgentService::StageWeights(grpc::ServerContext*, const glm::v1::Sta
       return StageError("StageWeights", options_.node,
                         absl::InvalidArgumentError("manifest_json is not valid JSON"));
     }
-    absl::StatusOr<stage::Manifest> parsed = stage::Manifest::FromJson(json);
+    absl::StatusOr<cluster::Manifest> parsed = cluster::Manifest::FromJson(json);
     if (!parsed.ok()) return StageError("StageWeights", options_.node, parsed.status());
     o.manifest = std::move(*parsed);
   }
-  stage::ShardSpec shard;
+  cluster::ShardSpec shard;
   shard.layer_begin = req->layer_begin();
   shard.layer_end = req->layer_end();
   if (shard.layer_end <= 0) {
@@ -399,7 +399,7 @@ grpc::Status AgentService::StageWeights(grpc::ServerContext*, const glm::v1::Sta
     shard.last_stage = req->last_stage();
   }
   shard.include_mtp = req->include_mtp();
-  o.files = stage::FilesForShard(o.manifest, shard);
+  o.files = cluster::FilesForShard(o.manifest, shard);
   const uint64_t total = o.manifest.TotalBytes(o.files);
   o.on_progress = [writer](const stage::StageProgress& p) {
     std::string line = absl::StrFormat("weights: %s %s / %s", p.file, HumanBytes(p.bytes_done),

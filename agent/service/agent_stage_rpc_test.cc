@@ -5,9 +5,9 @@
 #include <fstream>
 
 #include "agent/service/agent_service.h"
-#include "agent/stage/file_hash.h"
-#include "agent/stage/manifest.h"
 #include "agent/stage/stage_server.h"
+#include "cluster/manifest/file_hash.h"
+#include "cluster/manifest/manifest.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
@@ -80,7 +80,7 @@ TEST_F(AgentStageRpcTest, CompleteDirectoryIsVerifiedWithoutFetching) {
 }
 
 TEST_F(AgentStageRpcTest, MissingFileIsFetchedFromPeerAndVerified) {
-  absl::StatusOr<stage::Manifest> manifest = stage::BuildManifest((root_ / "source").string());
+  absl::StatusOr<cluster::Manifest> manifest = cluster::BuildManifest((root_ / "source").string());
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   fs::copy(root_ / "source", root_ / "node", fs::copy_options::recursive);
   const std::string missing = "model-00002-of-00002.safetensors";
@@ -105,7 +105,7 @@ TEST_F(AgentStageRpcTest, MissingFileIsFetchedFromPeerAndVerified) {
 }
 
 TEST_F(AgentStageRpcTest, MissingFileWithoutPeersFailsNamingNodeAndFile) {
-  absl::StatusOr<stage::Manifest> manifest = stage::BuildManifest((root_ / "source").string());
+  absl::StatusOr<cluster::Manifest> manifest = cluster::BuildManifest((root_ / "source").string());
   ASSERT_TRUE(manifest.ok());
   const std::string missing = "model-00001-of-00002.safetensors";
   fs::remove(root_ / "source" / missing);
@@ -174,7 +174,7 @@ class PeerAgent {
 TEST_F(AgentStageRpcTest, NcclMissingHereIsFetchedFromAPeerAgentAndVerified) {
   fs::create_directories(root_ / "peer");
   fs::copy_file(GLM_FAKE_NCCL_23004, root_ / "peer" / "libnccl.so.2");
-  auto hash = stage::HashFile((root_ / "peer" / "libnccl.so.2").string());
+  auto hash = cluster::HashFile((root_ / "peer" / "libnccl.so.2").string());
   ASSERT_TRUE(hash.ok());
   PeerAgent peer((root_ / "peer" / "libnccl.so.2").string(), (root_ / "source").string());
   ASSERT_NE(peer.port(), 0);
@@ -193,7 +193,7 @@ TEST_F(AgentStageRpcTest, NcclMissingHereIsFetchedFromAPeerAgentAndVerified) {
   EXPECT_NE(r.progress.back().message().find("staged from n1 and verified, version 2.30.4"),
             std::string::npos)
       << r.progress.back().message();
-  EXPECT_EQ(stage::HashFile((root_ / "lib" / "libnccl.so.2").string())->xxh3_128, hash->xxh3_128);
+  EXPECT_EQ(cluster::HashFile((root_ / "lib" / "libnccl.so.2").string())->xxh3_128, hash->xxh3_128);
   EXPECT_EQ(peer.service().bytes_served(), hash->size);
   // Byte progress reached the stream.
   bool saw_bytes = false;

@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
-#include "agent/stage/file_hash.h"
 #include "agent/stage/nccl_loader.h"
+#include "cluster/manifest/file_hash.h"
 
 namespace glm::agent {
 
@@ -17,7 +17,7 @@ glm::v1::NcclLibraryState InspectNcclLibrary(const std::string& path) {
     return state;
   }
   state.set_present(true);
-  if (absl::StatusOr<stage::FileHash> h = stage::HashFile(path); h.ok()) {
+  if (absl::StatusOr<cluster::FileHash> h = cluster::HashFile(path); h.ok()) {
     state.set_xxh3_128(h->xxh3_128);
     state.set_size(static_cast<int64_t>(h->size));
   }

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "agent/pagecache/testing/fake_kernel_cache_ops.h"
 #include "engine/model/forward_batch.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,30 +31,10 @@ using std::chrono::seconds;
 
 const std::string kGolden = GLM_GOLDEN_DIR;
 
-void WriteMeminfo(const fs::path& proc, uint64_t available_kb, uint64_t cached_kb) {
-  std::ofstream(proc / "meminfo") << "MemTotal:       25000000 kB\n"
-                                  << "MemFree:         1000000 kB\n"
-                                  << "MemAvailable:   " << available_kb << " kB\n"
-                                  << "Cached:         " << cached_kb << " kB\n";
+// The meminfo of a machine with 25 GB, in kB.
+pagecache::FakeMeminfo Meminfo(uint64_t available_kb, uint64_t cached_kb) {
+  return pagecache::FakeMeminfo{25'000'000, available_kb, cached_kb};
 }
-
-// Counts drops; each one lowers Cached in the fake meminfo by 1 GB.
-class FakeKernelOps : public pagecache::KernelCacheOps {
- public:
-  FakeKernelOps(fs::path proc, uint64_t available_kb, int* drops)
-      : proc_(std::move(proc)), available_kb_(available_kb), drops_(drops) {}
-  void Sync() override {}
-  absl::Status DropCaches(int) override {
-    ++*drops_;
-    WriteMeminfo(proc_, available_kb_, 1'000'000);
-    return absl::OkStatus();
-  }
-
- private:
-  fs::path proc_;
-  uint64_t available_kb_;
-  int* drops_;
-};
 
 // Reads every byte of `dir`'s files so they sit in the page cache.
 void WarmPageCache(const std::string& dir) {
@@ -121,7 +102,8 @@ class ShardHostTest : public ::testing::Test {
     fs::remove_all(root_);
     proc_ = root_ / "proc";
     fs::create_directories(proc_ / "sys/vm");
-    WriteMeminfo(proc_, 20'000'000, 5'000'000);  // 20 GB available
+    // 20 GB available.
+    pagecache::WriteFakeMeminfo(proc_.string(), Meminfo(20'000'000, 5'000'000));
   }
   void TearDown() override { fs::remove_all(root_); }
 
@@ -132,8 +114,10 @@ class ShardHostTest : public ::testing::Test {
     o.proc_root = proc_.string();
     o.tick_thread = false;  // the FakeClock drives the policy through the load loop
     o.num_threads = 1;
+    // Each drop leaves 1 GB cached and `available_kb_` available.
     o.make_kernel_ops = [this] {
-      return std::make_unique<FakeKernelOps>(proc_, available_kb_, &drops_);
+      return std::make_unique<pagecache::FakeKernelCacheOps>(&kernel_calls_, proc_.string(),
+                                                             Meminfo(available_kb_, 1'000'000));
     };
     return o;
   }
@@ -183,7 +167,7 @@ class ShardHostTest : public ::testing::Test {
 
   fs::path root_, proc_;
   FakeClock clock_;
-  int drops_ = 0;
+  pagecache::KernelCacheCalls kernel_calls_;
   uint64_t available_kb_ = 20'000'000;
 };
 
@@ -380,7 +364,7 @@ TEST_F(ShardHostTest, TensorMissingFromItsShardIsNamed) {
 }
 
 TEST_F(ShardHostTest, NotEnoughMemoryForThePlanFailsBeforeLoading) {
-  WriteMeminfo(proc_, 4'000, 1'000);  // 4 MB available
+  pagecache::WriteFakeMeminfo(proc_.string(), Meminfo(4'000, 1'000));  // 4 MB available
   ShardHost host(Options("spark-2"));
   absl::Status s = host.Load(Request(kGolden + "/tiny-dense", 0, 2, 64 << 20), nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
@@ -390,7 +374,7 @@ TEST_F(ShardHostTest, NotEnoughMemoryForThePlanFailsBeforeLoading) {
   EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_FAILED);
   EXPECT_EQ(host.status().tensors_loaded(), 0);
 
-  WriteMeminfo(proc_, 20'000'000, 1'000);
+  pagecache::WriteFakeMeminfo(proc_.string(), Meminfo(20'000'000, 1'000));
   absl::Status tiny_kv = host.Load(Request(kGolden + "/tiny-dense", 0, 2, 100), nullptr);
   EXPECT_EQ(tiny_kv.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(tiny_kv.message()),
@@ -434,25 +418,25 @@ TEST_F(ShardHostTest, PeriodicPolicyDropsCachesDuringTheLoadOnly) {
   glm::v1::ShardStatus st = host.status();
   // 10 s per tensor, a drop every 30 s of load.
   const int expected = static_cast<int>(st.tensors_loaded() * 10 / 30);
-  EXPECT_GE(drops_, expected - 1);
-  EXPECT_LE(drops_, expected);
-  EXPECT_GT(drops_, 3);
-  EXPECT_EQ(st.page_cache().drop_caches_count(), drops_);
+  EXPECT_GE(kernel_calls_.drops, expected - 1);
+  EXPECT_LE(kernel_calls_.drops, expected);
+  EXPECT_GT(kernel_calls_.drops, 3);
+  EXPECT_EQ(st.page_cache().drop_caches_count(), kernel_calls_.drops);
   EXPECT_EQ(st.page_cache().last_drop_reason(), "periodic");
   EXPECT_EQ(st.page_cache().policy(), "periodic");
   EXPECT_GT(st.page_cache().drop_caches_bytes_freed(), 0);  // ΔCached of the first drop
   EXPECT_FALSE(st.page_cache().drop_not_permitted());
   EXPECT_EQ(st.load_time_ms(), st.tensors_loaded() * 10'000);  // the FakeClock's time
   // The load is over: the policy no longer runs.
-  int after = drops_;
+  int after = kernel_calls_.drops;
   clock_.Advance(seconds(300));
-  EXPECT_EQ(drops_, after);
+  EXPECT_EQ(kernel_calls_.drops, after);
 }
 
 TEST_F(ShardHostTest, AdaptivePolicyDropsWhenMemAvailableIsLowAndOnAStall) {
   // MemAvailable 2 GB (enough for the load) under a 4 GB threshold: drops at most every 5 s.
   available_kb_ = 2'000'000;
-  WriteMeminfo(proc_, available_kb_, 1'500'000);
+  pagecache::WriteFakeMeminfo(proc_.string(), Meminfo(available_kb_, 1'500'000));
   ShardHostOptions o = Options();
   o.on_tensor = [this](const std::string&) { clock_.Advance(seconds(1)); };
   {
@@ -462,16 +446,16 @@ TEST_F(ShardHostTest, AdaptivePolicyDropsWhenMemAvailableIsLowAndOnAStall) {
     r.mutable_page_cache()->set_min_available_bytes(int64_t{4'000'000} * 1024);
     MustLoad(host, r);
     glm::v1::ShardStatus st = host.status();
-    EXPECT_GE(drops_, st.tensors_loaded() / 5 - 1);
-    EXPECT_LE(drops_, st.tensors_loaded() / 5 + 1);
-    EXPECT_EQ(st.page_cache().drop_caches_count(), drops_);
+    EXPECT_GE(kernel_calls_.drops, st.tensors_loaded() / 5 - 1);
+    EXPECT_LE(kernel_calls_.drops, st.tensors_loaded() / 5 + 1);
+    EXPECT_EQ(st.page_cache().drop_caches_count(), kernel_calls_.drops);
     EXPECT_THAT(st.page_cache().last_drop_reason(),
                 HasSubstr("MemAvailable 2000000 kB < threshold 4000000 kB"));
   }
   // Plenty available, but one tensor read takes 25 s: a stall drop.
-  drops_ = 0;
+  kernel_calls_ = {};
   available_kb_ = 20'000'000;
-  WriteMeminfo(proc_, available_kb_, 1'500'000);
+  pagecache::WriteFakeMeminfo(proc_.string(), Meminfo(available_kb_, 1'500'000));
   int n = 0;
   o.on_tensor = [&](const std::string&) { clock_.Advance(seconds(++n == 7 ? 25 : 1)); };
   ShardHost host(o);
@@ -479,7 +463,7 @@ TEST_F(ShardHostTest, AdaptivePolicyDropsWhenMemAvailableIsLowAndOnAStall) {
   r.mutable_page_cache()->set_policy("adaptive");
   r.mutable_page_cache()->set_min_available_bytes(int64_t{1} << 30);
   MustLoad(host, r);
-  EXPECT_EQ(drops_, 1);
+  EXPECT_EQ(kernel_calls_.drops, 1);
   EXPECT_THAT(host.status().page_cache().last_drop_reason(), HasSubstr("load progress stalled"));
 }
 

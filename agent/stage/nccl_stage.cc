@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "agent/stage/file_hash.h"
+#include "cluster/manifest/file_hash.h"
 
 namespace glm::stage {
 
@@ -17,7 +17,7 @@ absl::StatusOr<NcclStageResult> StageAndLoadNccl(const NcclStageOptions& options
       return absl::InvalidArgumentError(
           "NCCL staging needs the source's hash or a readable source_path");
     }
-    absl::StatusOr<FileHash> source = HashFile(options.source_path);
+    absl::StatusOr<cluster::FileHash> source = cluster::HashFile(options.source_path);
     if (!source.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot read the NCCL source ", options.source_path, ": ", source.status().message()));
@@ -25,7 +25,7 @@ absl::StatusOr<NcclStageResult> StageAndLoadNccl(const NcclStageOptions& options
     expected = source->xxh3_128;
   }
   NcclStageResult result;
-  absl::StatusOr<FileHash> present = HashFile(options.dest_path);
+  absl::StatusOr<cluster::FileHash> present = cluster::HashFile(options.dest_path);
   if (!present.ok() || present->xxh3_128 != expected) {
     std::string partial = options.dest_path + ".partial";
     std::error_code ec;
@@ -43,7 +43,7 @@ absl::StatusOr<NcclStageResult> StageAndLoadNccl(const NcclStageOptions& options
       return absl::UnavailableError(absl::StrCat("staging NCCL to ", options.dest_path,
                                                  " failed: ", fetched.message()));
     }
-    absl::StatusOr<FileHash> got = HashFile(partial);
+    absl::StatusOr<cluster::FileHash> got = cluster::HashFile(partial);
     if (!got.ok() || got->xxh3_128 != expected) {
       fs::remove(partial, ec);
       return absl::DataLossError(absl::StrCat(

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "agent/stage/file_hash.h"
+#include "cluster/manifest/file_hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -24,19 +24,6 @@ class NcclStageTest : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST(FileHashTest, KnownVectorAndStreaming) {
-  fs::path p = fs::path(testing::TempDir()) / "hash_vec";
-  std::ofstream(p) << "";
-  // XXH3-128 of the empty input (xxhash test vectors).
-  EXPECT_EQ(HashFile(p.string())->xxh3_128, "99aa06d3014798d86001c324468d497f");
-  Xxh3Hasher a, b;
-  a.Update("hello world", 11);
-  b.Update("hello ", 6);
-  b.Update("world", 5);
-  EXPECT_EQ(a.HexDigest(), b.HexDigest());
-  EXPECT_FALSE(HashFile((fs::path(testing::TempDir()) / "nope").string()).ok());
-}
-
 TEST_F(NcclStageTest, CopiesWhenMissingThenSkipsWhenSame) {
   NcclStageOptions o;
   o.source_path = GLM_FAKE_NCCL_23004;
@@ -46,7 +33,7 @@ TEST_F(NcclStageTest, CopiesWhenMissingThenSkipsWhenSame) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->copied);
   EXPECT_EQ(r->library->version(), "2.30.4");
-  EXPECT_EQ(HashFile(o.dest_path)->xxh3_128, HashFile(o.source_path)->xxh3_128);
+  EXPECT_EQ(cluster::HashFile(o.dest_path)->xxh3_128, cluster::HashFile(o.source_path)->xxh3_128);
   EXPECT_FALSE(fs::exists(o.dest_path + ".partial"));
 
   auto again = StageAndLoadNccl(o);
@@ -69,7 +56,7 @@ TEST_F(NcclStageTest, ReplacesDifferentBuildWithSameVersion) {
 TEST_F(NcclStageTest, HashMismatchFromFetchIsRejected) {
   NcclStageOptions o;
   o.dest_path = (dir_ / "libnccl.so.2").string();
-  o.expected_hash = HashFile(GLM_FAKE_NCCL_23004)->xxh3_128;
+  o.expected_hash = cluster::HashFile(GLM_FAKE_NCCL_23004)->xxh3_128;
   o.fetch = [](const std::string& partial) {
     std::error_code ec;
     fs::copy_file(GLM_FAKE_NCCL_22707, partial, ec);

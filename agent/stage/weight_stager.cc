@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "agent/stage/file_hash.h"
+#include "cluster/manifest/file_hash.h"
 #include "common/logging.h"
 #include "glm/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -100,7 +100,7 @@ uint64_t FileSizeOr0(const std::string& path) {
 // Fetches [offset, size) of `file` from `peer` (FetchFile), writing to the open `out` fd at
 // `*offset`. Advances *offset per chunk written, so a broken transfer keeps what arrived.
 absl::Status FetchFrom(const StageOptions& o, PeerChannels* channels, const PeerAddress& peer,
-                       const ManifestFile& file, int out, uint64_t* offset,
+                       const cluster::ManifestFile& file, int out, uint64_t* offset,
                        ProgressTracker* progress) {
   std::shared_ptr<grpc::Channel> channel = channels->Get(peer);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
@@ -178,7 +178,7 @@ absl::Status FetchFrom(const StageOptions& o, PeerChannels* channels, const Peer
   return absl::OkStatus();
 }
 
-absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t file_index,
+absl::Status StageOne(const StageOptions& o, const cluster::ManifestFile& file, size_t file_index,
                       StageReport* report, ProgressTracker* progress, PeerChannels* channels) {
   const std::string final_path = absl::StrCat(o.dest_dir, "/", file.path);
   const std::string partial_path = final_path + ".partial";
@@ -189,7 +189,7 @@ absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t fi
   if (fs::exists(final_path, ec)) {
     uint64_t size = FileSizeOr0(final_path);
     if (size == file.size) {
-      absl::StatusOr<FileHash> h = HashFile(final_path);
+      absl::StatusOr<cluster::FileHash> h = cluster::HashFile(final_path);
       if (h.ok() && h->xxh3_128 == file.xxh3_128) {
         report->already_present.push_back(file.path);
         progress->AddDone(file.size);
@@ -245,7 +245,7 @@ absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t fi
       }
     }
     if (fdatasync(out) != 0) return absl::InternalError(absl::StrCat("fdatasync ", partial_path));
-    absl::StatusOr<FileHash> h = HashFile(partial_path);
+    absl::StatusOr<cluster::FileHash> h = cluster::HashFile(partial_path);
     if (h.ok() && h->size == file.size && h->xxh3_128 == file.xxh3_128) {
       posix_fadvise(out, 0, 0, POSIX_FADV_DONTNEED);
       fs::rename(partial_path, final_path, ec);
@@ -279,9 +279,9 @@ absl::Status StageOne(const StageOptions& o, const ManifestFile& file, size_t fi
 }  // namespace
 
 absl::StatusOr<StageReport> StageFiles(const StageOptions& o) {
-  std::vector<const ManifestFile*> plan;
+  std::vector<const cluster::ManifestFile*> plan;
   for (const std::string& path : o.files) {
-    const ManifestFile* f = o.manifest.Find(path);
+    const cluster::ManifestFile* f = o.manifest.Find(path);
     if (f == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("plan file '", path, "' is not in the manifest"));
     }
@@ -299,7 +299,7 @@ absl::StatusOr<StageReport> StageFiles(const StageOptions& o) {
   }
   if (o.prune) {
     std::set<std::string> keep(o.files.begin(), o.files.end());
-    for (const ManifestFile& f : o.manifest.files) {
+    for (const cluster::ManifestFile& f : o.manifest.files) {
       if (keep.count(f.path) != 0) continue;
       std::string path = absl::StrCat(o.dest_dir, "/", f.path);
       if (fs::remove(path, ec)) report.removed.push_back(f.path);
@@ -310,14 +310,14 @@ absl::StatusOr<StageReport> StageFiles(const StageOptions& o) {
 }
 
 std::function<absl::Status(const std::string& out_path)> FetchFromPeers(
-    std::vector<PeerAddress> peers, ManifestFile remote,
+    std::vector<PeerAddress> peers, cluster::ManifestFile remote,
     std::shared_ptr<grpc::ChannelCredentials> credentials,
     std::function<void(const StageProgress&)> on_progress, Clock* clock,
     Clock::Duration progress_interval) {
   return [=](const std::string& out_path) {
     StageOptions o;
     o.dest_dir = out_path + ".d";
-    ManifestFile file = remote;
+    cluster::ManifestFile file = remote;
     o.peers_nccl_library = file.path.empty();
     if (o.peers_nccl_library) file.path = fs::path(out_path).filename().string();
     o.manifest.files = {file};

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "agent/stage/manifest.h"
-#include "grpcpp/security/credentials.h"
+#include "cluster/manifest/manifest.h"
 #include "common/clock.h"
+#include "grpcpp/security/credentials.h"
 
 namespace glm::stage {
 
@@ -37,7 +37,7 @@ struct StageProgress {
 
 struct StageOptions {
   std::string dest_dir;
-  Manifest manifest;
+  cluster::Manifest manifest;
   std::vector<std::string> files;  // the plan (FilesForShard); each must be in the manifest.
   std::vector<PeerAddress> peers;
   uint64_t chunk_bytes = 4 << 20;
@@ -74,7 +74,7 @@ absl::StatusOr<StageReport> StageFiles(const StageOptions& options);
 // remote.path names a file under the peers' stage root, or is empty for the peers' own NCCL
 // library (FetchFile nccl_library). `on_progress` may be null.
 std::function<absl::Status(const std::string& out_path)> FetchFromPeers(
-    std::vector<PeerAddress> peers, ManifestFile remote,
+    std::vector<PeerAddress> peers, cluster::ManifestFile remote,
     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
     std::function<void(const StageProgress&)> on_progress = nullptr,
     Clock* clock = nullptr, Clock::Duration progress_interval = Clock::Duration(0));

@@ -11,9 +11,9 @@
 #include <random>
 #include <set>
 
-#include "agent/stage/file_hash.h"
 #include "agent/stage/nccl_stage.h"
 #include "agent/stage/stage_server.h"
+#include "cluster/manifest/file_hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -83,7 +83,7 @@ class WeightStagerTest : public ::testing::Test {
       WriteRandom(src_ / ("model-0000" + std::to_string(i) + "-of-00005.safetensors"),
                   3 * kMiB + 4096 * i + 17, 100 + i);
     }
-    auto m = BuildManifest(src_.string());
+    auto m = cluster::BuildManifest(src_.string());
     ASSERT_TRUE(m.ok()) << m.status();
     manifest_ = *m;
   }
@@ -114,45 +114,15 @@ class WeightStagerTest : public ::testing::Test {
   void ExpectExactlyVerified(const fs::path& dest, const std::vector<std::string>& plan) {
     EXPECT_EQ(ListFiles(dest), std::set<std::string>(plan.begin(), plan.end()));
     for (const std::string& f : plan) {
-      auto h = HashFile((dest / f).string());
+      auto h = cluster::HashFile((dest / f).string());
       ASSERT_TRUE(h.ok()) << f;
       EXPECT_EQ(h->xxh3_128, manifest_.Find(f)->xxh3_128) << f;
     }
   }
 
   fs::path root_, src_;
-  Manifest manifest_;
+  cluster::Manifest manifest_;
 };
-
-TEST_F(WeightStagerTest, ManifestAndShardPlans) {
-  EXPECT_EQ(manifest_.num_hidden_layers, 4);
-  EXPECT_EQ(manifest_.files.size(), 8u);
-  EXPECT_EQ(manifest_.weight_map.size(), 8u);
-  const std::string common[] = {"config.json", "model.safetensors.index.json", "tokenizer.json"};
-  ShardSpec first{0, 2, true, false, true};
-  EXPECT_THAT(FilesForShard(manifest_, first),
-              ElementsAre(common[0], "model-00001-of-00005.safetensors",
-                          "model-00002-of-00005.safetensors", common[1], common[2]));
-  ShardSpec last{2, 4, false, true, true};  // MTP reuses embed_tokens → 00001 too
-  EXPECT_THAT(FilesForShard(manifest_, last),
-              ElementsAre(common[0], "model-00001-of-00005.safetensors",
-                          "model-00003-of-00005.safetensors", "model-00004-of-00005.safetensors",
-                          "model-00005-of-00005.safetensors", common[1], common[2]));
-  ShardSpec last_no_mtp{2, 4, false, true, false};
-  EXPECT_THAT(FilesForShard(manifest_, last_no_mtp),
-              ElementsAre(common[0], "model-00003-of-00005.safetensors",
-                          "model-00004-of-00005.safetensors", common[1], common[2]));
-
-  auto round = Manifest::FromJson(manifest_.ToJson());
-  ASSERT_TRUE(round.ok()) << round.status();
-  EXPECT_EQ(round->ToJson(), manifest_.ToJson());
-  nlohmann::json bad = manifest_.ToJson();
-  bad["files"][0]["path"] = "../etc/passwd";
-  EXPECT_THAT(std::string(Manifest::FromJson(bad).status().message()), HasSubstr("without '..'"));
-  bad = manifest_.ToJson();
-  bad["weight_map"]["x"] = "nope.safetensors";
-  EXPECT_THAT(std::string(Manifest::FromJson(bad).status().message()), HasSubstr("unlisted file"));
-}
 
 TEST_F(WeightStagerTest, ProtocolRejectsUnsafePaths) {
   EXPECT_TRUE(IsServablePath("model-00001.safetensors"));
@@ -163,10 +133,12 @@ TEST_F(WeightStagerTest, ProtocolRejectsUnsafePaths) {
   EXPECT_FALSE(IsServablePath("x.safetensors.partial"));
   auto server = Serve(src_);
   StageOptions o = Options(root_ / "n", {}, {Peer("src", *server)});
-  ManifestFile evil{"../src/config.json", 10, std::string(32, '0')};
+  cluster::ManifestFile evil{"../src/config.json", 10, std::string(32, '0')};
   o.manifest.files.push_back(evil);
   std::sort(o.manifest.files.begin(), o.manifest.files.end(),
-            [](const ManifestFile& a, const ManifestFile& b) { return a.path < b.path; });
+            [](const cluster::ManifestFile& a, const cluster::ManifestFile& b) {
+              return a.path < b.path;
+            });
   o.files = {"../src/config.json"};
   auto r = StageFiles(o);
   ASSERT_FALSE(r.ok());
@@ -186,7 +158,7 @@ TEST_F(WeightStagerTest, SymlinksOutOfTheRootAndPartialFilesAreNotServed) {
   auto server = Serve(served);
   auto fetch = [&](const std::string& path, uint64_t size) {
     StageOptions o = Options(root_ / "n", {}, {Peer("p", *server)});
-    o.manifest.files = {ManifestFile{path, size, std::string(32, '0')}};
+    o.manifest.files = {cluster::ManifestFile{path, size, std::string(32, '0')}};
     o.files = {path};
     o.prune = false;
     o.rounds = 1;
@@ -221,7 +193,7 @@ class SteppingClock : public Clock {
 TEST_F(WeightStagerTest, ProgressIsThrottledAndTheFinalStateAlwaysReported) {
   const std::string big = "big.safetensors";
   WriteRandom(src_ / big, 24 * kMiB + 5, 3);
-  manifest_ = *BuildManifest(src_.string());
+  manifest_ = *cluster::BuildManifest(src_.string());
   auto server = Serve(src_);
   auto run = [&](Clock::Duration interval) {
     fs::remove_all(root_ / "node");
@@ -269,7 +241,8 @@ TEST_F(WeightStagerTest, RepairsCorruptAndTruncatedFilesFromSeveralPeersAndPrune
 
   auto src_server = Serve(src_);
   auto b_server = Serve(b);
-  std::vector<std::string> plan = FilesForShard(manifest_, ShardSpec{0, 4, true, true, false});
+  std::vector<std::string> plan =
+      cluster::FilesForShard(manifest_, cluster::ShardSpec{0, 4, true, true, false});
   ASSERT_EQ(plan.size(), 7u);  // all but the MTP file
   // f3 is plan[3]: the stager starts it at peers[(3 + 0) % 2] = b, whose copy is corrupt.
   StageOptions o = Options(dest, plan, {Peer("src", *src_server), Peer("b", *b_server)});
@@ -318,8 +291,9 @@ TEST_F(WeightStagerTest, FourNodesFanOutEachGetsExactlyItsPlan) {
   }
   uint64_t fetched_total = 0;
   for (int i = 0; i < 4; ++i) {
-    ShardSpec shard = i < 2 ? ShardSpec{0, 2, true, false, true} : ShardSpec{2, 4, false, true, true};
-    std::vector<std::string> plan = FilesForShard(manifest_, shard);
+    cluster::ShardSpec shard = i < 2 ? cluster::ShardSpec{0, 2, true, false, true}
+                                     : cluster::ShardSpec{2, 4, false, true, true};
+    std::vector<std::string> plan = cluster::FilesForShard(manifest_, shard);
     std::vector<PeerAddress> peers;
     for (int j = 0; j < i; ++j) peers.push_back(Peer("node" + std::to_string(j), *servers[j]));
     peers.push_back(Peer("src", *src_server));
@@ -382,7 +356,7 @@ TEST_F(WeightStagerTest, PeerKilledMidTransferResumesFromAnotherPeer) {
   const std::string big = "big.safetensors";
   const uint64_t kSize = 96 * kMiB + 12345;
   WriteRandom(src_ / big, kSize, 7);
-  manifest_ = *BuildManifest(src_.string());
+  manifest_ = *cluster::BuildManifest(src_.string());
   fs::path mirror = root_ / "mirror";
   fs::create_directories(mirror);
   fs::copy_file(src_ / big, mirror / big);
@@ -447,14 +421,15 @@ TEST_F(WeightStagerTest, NcclLibraryStagedFromAPeer) {
   fs::path served = root_ / "served";
   fs::create_directories(served / "nccl");
   fs::copy_file(GLM_FAKE_NCCL_23004, served / "nccl/libnccl.so.2");
-  auto hash = HashFile((served / "nccl/libnccl.so.2").string());
+  auto hash = cluster::HashFile((served / "nccl/libnccl.so.2").string());
   ASSERT_TRUE(hash.ok());
   auto server = Serve(served);
   NcclStageOptions o;
   o.dest_path = (root_ / "node/opt/libnccl.so.2").string();
   o.expected_version = "2.30.4";
   o.expected_hash = hash->xxh3_128;
-  o.fetch = FetchFromPeers({Peer("src", *server)}, ManifestFile{"nccl/libnccl.so.2", hash->size, hash->xxh3_128});
+  o.fetch = FetchFromPeers({Peer("src", *server)},
+                           cluster::ManifestFile{"nccl/libnccl.so.2", hash->size, hash->xxh3_128});
   auto r = StageAndLoadNccl(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->copied);
@@ -470,7 +445,7 @@ TEST_F(WeightStagerTest, NcclLibraryFetchedFromAPeersOwnLibrary) {
   fs::create_directories(peer / "lib");
   fs::copy_file(GLM_FAKE_NCCL_23004, peer / "lib/libnccl.so.2.30.4");
   fs::create_symlink("libnccl.so.2.30.4", peer / "lib/libnccl.so.2");
-  auto hash = HashFile((peer / "lib/libnccl.so.2").string());
+  auto hash = cluster::HashFile((peer / "lib/libnccl.so.2").string());
   ASSERT_TRUE(hash.ok());
   StageServer::Options so;
   so.root = (root_ / "empty").string();
@@ -482,8 +457,9 @@ TEST_F(WeightStagerTest, NcclLibraryFetchedFromAPeersOwnLibrary) {
   o.expected_version = "2.30.4";
   o.expected_hash = hash->xxh3_128;
   std::vector<StageProgress> progress;
-  o.fetch = FetchFromPeers({Peer("peer", **server)}, ManifestFile{"", hash->size, hash->xxh3_128},
-                           nullptr, [&](const StageProgress& p) { progress.push_back(p); });
+  o.fetch = FetchFromPeers({Peer("peer", **server)},
+                           cluster::ManifestFile{"", hash->size, hash->xxh3_128}, nullptr,
+                           [&](const StageProgress& p) { progress.push_back(p); });
   auto r = StageAndLoadNccl(o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->copied);
@@ -496,7 +472,8 @@ TEST_F(WeightStagerTest, NcclLibraryFetchedFromAPeersOwnLibrary) {
   // A peer whose copy differs from the pinned hash: the fetched bytes are refused.
   fs::remove(o.dest_path);
   o.expected_hash = std::string(32, 'a');
-  o.fetch = FetchFromPeers({Peer("peer", **server)}, ManifestFile{"", hash->size, o.expected_hash});
+  o.fetch = FetchFromPeers({Peer("peer", **server)},
+                           cluster::ManifestFile{"", hash->size, o.expected_hash});
   auto bad = StageAndLoadNccl(o);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("data failed verification"));
@@ -508,7 +485,7 @@ TEST_F(WeightStagerTest, NcclLibraryFetchedFromAPeersOwnLibrary) {
 TEST_F(WeightStagerTest, DISABLED_LoopbackThroughput) {
   const std::string big = "bench.safetensors";
   WriteRandom(src_ / big, uint64_t{1} << 30, 11);
-  manifest_ = *BuildManifest(src_.string());
+  manifest_ = *cluster::BuildManifest(src_.string());
   auto server = Serve(src_);
   StageOptions o = Options(root_ / "node", {big}, {Peer("src", *server)});
   o.prune = false;

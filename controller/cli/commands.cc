@@ -10,15 +10,15 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "cluster/spec/cluster_spec.h"
 #include "controller/cli/certs.h"
 #include "controller/cli/local_cluster.h"
 #include "controller/cli/render.h"
 #include "controller/orchestrate/spec_adapter.h"
-#include "controller/spec/cluster_spec.h"
+#include "controller/plan/plan.h"
 #include "glm/v1/controller.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rpc/credentials.h"
-#include "controller/plan/plan.h"
 
 namespace glm::cli {
 namespace {
@@ -332,7 +332,7 @@ int RunDown(const std::string& config, const GlobalFlags& flags) {
 
 int RunValidate(const std::string& config, const GlobalFlags& flags) {
   std::error_code ec;
-  auto spec = controller::LoadClusterSpec(fs::absolute(config, ec).string());
+  auto spec = cluster::LoadClusterSpec(fs::absolute(config, ec).string());
   if (!spec.ok()) {
     std::cerr << spec.status().message() << "\n";
     return kUsage;

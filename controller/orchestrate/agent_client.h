@@ -1,5 +1,6 @@
-// The controller's view of one agent: the unary calls bring-up makes. The gRPC implementation is
-// in grpc_agent_client.h; tests use fakes. Implementations are thread-safe.
+// The controller's view of one agent: the calls bring-up and `glmctl down` make. The gRPC
+// implementation is in grpc_agent_client.h; tests use testing/fake_agent_client.h.
+// Implementations are thread-safe: steps call every node's client from its own thread.
 #pragma once
 
 #include <functional>
@@ -21,30 +22,17 @@ class AgentClient {
       const glm::v1::PreflightRequest& request, Clock::Duration timeout) = 0;
 
   // Staging streams (the Stage phase): every Progress message goes to `on_progress` as it
-  // arrives (on the calling thread); the result is the stream's final status. The defaults
-  // answer UNIMPLEMENTED so fakes that predate staging need not implement them.
+  // arrives (on the calling thread); the result is the stream's final status.
   using ProgressFn = std::function<void(const glm::v1::Progress&)>;
   virtual absl::Status StageNccl(const glm::v1::StageNcclRequest& request,
-                                 const ProgressFn& on_progress, Clock::Duration timeout) {
-    (void)request, (void)on_progress, (void)timeout;
-    return absl::UnimplementedError("StageNccl is not implemented by this client");
-  }
+                                 const ProgressFn& on_progress, Clock::Duration timeout) = 0;
   virtual absl::Status StageWeights(const glm::v1::StageWeightsRequest& request,
-                                    const ProgressFn& on_progress, Clock::Duration timeout) {
-    (void)request, (void)on_progress, (void)timeout;
-    return absl::UnimplementedError("StageWeights is not implemented by this client");
-  }
+                                    const ProgressFn& on_progress, Clock::Duration timeout) = 0;
   // Shard lifecycle streams (the Load phase; `glmctl down`), same contract as staging.
   virtual absl::Status LoadShard(const glm::v1::LoadShardRequest& request,
-                                 const ProgressFn& on_progress, Clock::Duration timeout) {
-    (void)request, (void)on_progress, (void)timeout;
-    return absl::UnimplementedError("LoadShard is not implemented by this client");
-  }
+                                 const ProgressFn& on_progress, Clock::Duration timeout) = 0;
   virtual absl::Status StopShard(const glm::v1::StopShardRequest& request,
-                                 const ProgressFn& on_progress, Clock::Duration timeout) {
-    (void)request, (void)on_progress, (void)timeout;
-    return absl::UnimplementedError("StopShard is not implemented by this client");
-  }
+                                 const ProgressFn& on_progress, Clock::Duration timeout) = 0;
 };
 
 // Makes a client for a node (cheap: no I/O; connecting happens on the first call).

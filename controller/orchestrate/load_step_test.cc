@@ -4,11 +4,11 @@
 // passing Stage -> Load -> Ready, and StopShards for `down`.
 #include "controller/orchestrate/load_step.h"
 
-#include <map>
 #include <mutex>
 
 #include "controller/orchestrate/stage_step.h"
 #include "controller/orchestrate/steps.h"
+#include "controller/orchestrate/testing/fake_agent_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,72 +18,30 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-struct LoadAgent : AgentClient {
-  std::string node;
-  absl::Status load_error;  // returned after the progress messages
-  std::mutex mu;
-  int loads = 0;
-  int stops = 0;
-  glm::v1::LoadShardRequest request;
-
-  absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration) override {
-    return absl::UnimplementedError("unused");
+// LoadShard streams three byte-progress messages, then (unless `error` is set, which ends the
+// stream instead) the Loaded shard status; StopShard says what it freed.
+void ScriptShard(FakeAgentClient& agent, absl::Status error = absl::OkStatus()) {
+  agent.load_shard.progress.clear();
+  for (int64_t done : {0, 600, 1200}) {
+    agent.load_shard.progress.push_back(
+        BytesProgress("load", "load: model.layers.1.mlp.down_proj.weight", done, 1200));
   }
-  absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest&,
-                                                       Clock::Duration) override {
-    return absl::UnimplementedError("unused");
-  }
-  absl::Status StageNccl(const glm::v1::StageNcclRequest&, const ProgressFn&,
-                         Clock::Duration) override {
-    return absl::OkStatus();
-  }
-  absl::Status StageWeights(const glm::v1::StageWeightsRequest&, const ProgressFn&,
-                            Clock::Duration) override {
-    return absl::OkStatus();
-  }
-  absl::Status LoadShard(const glm::v1::LoadShardRequest& req, const ProgressFn& on_progress,
-                         Clock::Duration) override {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++loads;
-      request = req;
-    }
-    for (int64_t done : {0, 600, 1200}) {
-      glm::v1::Progress p;
-      p.set_step("load");
-      p.set_message("load: model.layers.1.mlp.down_proj.weight");
-      p.set_done_bytes(done);
-      p.set_total_bytes(1200);
-      on_progress(p);
-    }
-    if (!load_error.ok()) return load_error;
-    glm::v1::Progress last;
-    last.set_step("done");
-    last.set_message("loaded layers 0-1 in 0.10 s");
-    last.set_done_bytes(1200);
-    last.set_total_bytes(1200);
+  agent.load_shard.status = error;
+  if (error.ok()) {
+    glm::v1::Progress last = BytesProgress("done", "loaded layers 0-1 in 0.10 s", 1200, 1200);
     last.set_done(true);
     glm::v1::ShardStatus* shard = last.mutable_shard();
     shard->set_state(glm::v1::SHARD_STATE_LOADED);
     shard->set_bytes_loaded(1200);
     shard->set_load_time_ms(100);
     shard->mutable_page_cache()->set_fadvise_bytes_freed(4096);
-    on_progress(last);
-    return absl::OkStatus();
+    agent.load_shard.progress.push_back(last);
   }
-  absl::Status StopShard(const glm::v1::StopShardRequest&, const ProgressFn& on_progress,
-                         Clock::Duration) override {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++stops;
-    }
-    glm::v1::Progress p;
-    p.set_message("stopped: freed layers 0-1");
-    p.set_done(true);
-    on_progress(p);
-    return absl::OkStatus();
-  }
-};
+  glm::v1::Progress stopped;
+  stopped.set_message("stopped: freed layers 0-1");
+  stopped.set_done(true);
+  agent.stop_shard.progress = {stopped};
+}
 
 class LoadStepTest : public ::testing::Test {
  protected:
@@ -109,9 +67,8 @@ class LoadStepTest : public ::testing::Test {
       n.last_stage = i >= 2;
       n.kv_cache_bytes = (int64_t{1} << 30) * (i + 1);
       ctx_.topology.nodes.push_back(n);
-      auto a = std::make_shared<LoadAgent>();
-      a->node = n.name;
-      agents_[n.name] = a;
+      std::shared_ptr<FakeAgentClient> a = factory_.Add(n.name);
+      ScriptShard(*a);
       ctx_.agents[n.name] = a;
     }
     state_.Reset(ctx_.topology);
@@ -122,17 +79,17 @@ class LoadStepTest : public ::testing::Test {
   std::mutex mu_;
   std::vector<glm::v1::UpEvent> events_;
   BringUpContext ctx_;
-  std::map<std::string, std::shared_ptr<LoadAgent>> agents_;
+  FakeAgentClientFactory factory_;
 };
 
 TEST_F(LoadStepTest, LoadsEveryNodeWithItsStageAndForwardsProgress) {
   LoadStep step;
   ASSERT_TRUE(step.Run(ctx_).ok());
   for (int i = 0; i < 4; ++i) {
-    const auto& a = agents_["n" + std::to_string(i + 1)];
+    const auto& a = factory_.agents["n" + std::to_string(i + 1)];
     SCOPED_TRACE(a->node);
-    EXPECT_EQ(a->loads, 1);
-    const glm::v1::LoadShardRequest& r = a->request;
+    EXPECT_EQ(a->CallCount("LoadShard"), 1);
+    const glm::v1::LoadShardRequest r = a->last_load_shard();
     EXPECT_EQ(r.model_dir(), "/models/tiny");
     EXPECT_EQ(r.first_layer(), i < 2 ? 0 : 2);
     EXPECT_EQ(r.last_layer(), i < 2 ? 1 : 3);  // inclusive
@@ -168,9 +125,9 @@ TEST_F(LoadStepTest, LoadsEveryNodeWithItsStageAndForwardsProgress) {
 }
 
 TEST_F(LoadStepTest, AFailureNamesNodeAndMessageAndMarksTheNodeFailed) {
-  agents_["n3"]->load_error = absl::DataLossError(
-      "LoadShard on node 'n3': /models/tiny/model-00002.safetensors: header is corrupt. Fix: "
-      "re-stage");
+  ScriptShard(*factory_.agents["n3"],
+              absl::DataLossError("LoadShard on node 'n3': /models/tiny/model-00002.safetensors: "
+                                  "header is corrupt. Fix: re-stage"));
   LoadStep step;
   absl::Status s = step.Run(ctx_);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
@@ -178,7 +135,7 @@ TEST_F(LoadStepTest, AFailureNamesNodeAndMessageAndMarksTheNodeFailed) {
               AllOf(HasSubstr("node n3: loading its shard (layers 2-3) failed"),
                     HasSubstr("model-00002.safetensors"), HasSubstr("Fix: re-stage")));
   EXPECT_EQ(state_.node_state("n3"), glm::v1::NODE_STATE_FAILED);
-  EXPECT_EQ(agents_["n1"]->loads, 1);  // the others were loaded in parallel
+  EXPECT_EQ(factory_.agents["n1"]->CallCount("LoadShard"), 1);  // the others loaded in parallel
 }
 
 TEST_F(LoadStepTest, ANodeWithoutLayersOrClientFails) {
@@ -190,7 +147,7 @@ TEST_F(LoadStepTest, ANodeWithoutLayersOrClientFails) {
   EXPECT_THAT(std::string(s.message()),
               AllOf(HasSubstr("node n2: the plan assigned it no decoder layers"),
                     HasSubstr("node n4: not connected")));
-  EXPECT_EQ(agents_["n2"]->loads, 0);
+  EXPECT_EQ(factory_.agents["n2"]->CallCount("LoadShard"), 0);
 }
 
 // A step that does nothing, for the phases before Stage.
@@ -218,7 +175,8 @@ TEST_F(LoadStepTest, MachinePassesStageThenLoadThenReady) {
   EXPECT_EQ(seen[seen.size() - 2], std::make_pair(Phase::kStage, Phase::kLoad));
   EXPECT_EQ(seen.back(), std::make_pair(Phase::kLoad, Phase::kReady));
 
-  agents_["n2"]->load_error = absl::ResourceExhaustedError("not enough memory for the plan");
+  ScriptShard(*factory_.agents["n2"],
+              absl::ResourceExhaustedError("not enough memory for the plan"));
   absl::Status s = (*m)->Run(ctx_);
   EXPECT_FALSE(s.ok());
   EXPECT_EQ((*m)->phase(), Phase::kFailed);
@@ -227,31 +185,16 @@ TEST_F(LoadStepTest, MachinePassesStageThenLoadThenReady) {
                                               HasSubstr("not enough memory for the plan")));
 }
 
-class FakeFactory : public AgentClientFactory {
- public:
-  explicit FakeFactory(std::map<std::string, std::shared_ptr<LoadAgent>>* agents)
-      : agents_(agents) {}
-  absl::StatusOr<std::shared_ptr<AgentClient>> Create(const NodeEndpoint& node) override {
-    auto it = agents_->find(node.name);
-    if (it == agents_->end()) return absl::UnavailableError("agent '" + node.name + "' is gone");
-    return std::shared_ptr<AgentClient>(it->second);
-  }
-
- private:
-  std::map<std::string, std::shared_ptr<LoadAgent>>* agents_;
-};
-
 TEST_F(LoadStepTest, StopShardsStopsEveryReachableNode) {
-  agents_.erase("n4");
-  FakeFactory factory(&agents_);
+  factory_.agents.erase("n4");
   int stopped = 0;
   std::vector<std::string> lines =
-      StopShards(ctx_.topology, &factory, std::chrono::seconds(1), &stopped);
+      StopShards(ctx_.topology, &factory_, std::chrono::seconds(1), &stopped);
   EXPECT_EQ(stopped, 3);
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0], "n1: stopped: freed layers 0-1");
-  EXPECT_EQ(lines[3], "n4: agent 'n4' is gone");
-  for (const auto& [name, a] : agents_) EXPECT_EQ(a->stops, 1) << name;
+  EXPECT_EQ(lines[3], "n4: agent 'n4' is unreachable");
+  for (const auto& [name, a] : factory_.agents) EXPECT_EQ(a->CallCount("StopShard"), 1) << name;
 }
 
 }  // namespace

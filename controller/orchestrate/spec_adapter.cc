@@ -6,19 +6,18 @@
 #include <filesystem>
 #include <map>
 
-#include "agent/stage/file_hash.h"
-#include "agent/stage/hash_cache.h"
-#include "agent/stage/manifest.h"
-#include "common/logging.h"
-#include "common/status_util.h"
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "cluster/manifest/file_hash.h"
+#include "cluster/manifest/hash_cache.h"
+#include "cluster/manifest/manifest.h"
+#include "common/logging.h"
+#include "common/status_util.h"
 #include "controller/plan/plan.h"
 
 namespace glm::orchestrate {
 
-ClusterTopology TopologyFromSpec(const controller::ClusterSpec& spec, const std::string& path) {
+ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::string& path) {
   ClusterTopology t;
   t.cluster_name = spec.name;
   t.config_path = path;
@@ -50,14 +49,14 @@ ClusterTopology TopologyFromSpec(const controller::ClusterSpec& spec, const std:
   t.tensor = spec.parallel.tensor;
   t.pipeline = spec.parallel.pipeline;
   t.mtp = spec.model.mtp_draft_tokens > 0;
-  t.page_cache.policy = std::string(controller::PageCachePolicyName(spec.page_cache.policy));
+  t.page_cache.policy = std::string(cluster::PageCachePolicyName(spec.page_cache.policy));
   t.page_cache.interval_s = spec.page_cache.interval_s;
   t.page_cache.min_available_bytes = spec.page_cache.min_available_bytes.value_or(0);
   return t;
 }
 
 absl::StatusOr<ClusterTopology> LoadTopology(const std::string& path) {
-  absl::StatusOr<controller::ClusterSpec> spec = controller::LoadClusterSpec(path);
+  absl::StatusOr<cluster::ClusterSpec> spec = cluster::LoadClusterSpec(path);
   if (!spec.ok()) return spec.status();
   ClusterTopology t = TopologyFromSpec(*spec, path);
   // Per-node requirements for preflight, when the plan can be made already (the Plan step
@@ -94,13 +93,13 @@ absl::StatusOr<ClusterTopology> LoadTopology(const std::string& path) {
 }
 
 absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology,
-                                               stage::HashCache* cache) {
+                                               cluster::HashCache* cache) {
   std::error_code ec;
   if (topology.model_dir.empty() || !std::filesystem::is_directory(topology.model_dir, ec)) {
     return std::string();  // not on this machine: each agent verifies its own copy.
   }
   const int misses_before = cache != nullptr ? cache->misses() : 0;
-  absl::StatusOr<stage::Manifest> manifest = stage::BuildManifest(topology.model_dir, cache);
+  absl::StatusOr<cluster::Manifest> manifest = cluster::BuildManifest(topology.model_dir, cache);
   if (cache != nullptr) {
     if (absl::Status s = cache->Save(); !s.ok()) {
       GLM_LOG_WARN("hash cache not saved ({}); the next up hashes again", glm::ToStd(s.message()));
@@ -113,7 +112,7 @@ absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology,
 }
 
 absl::StatusOr<std::optional<NcclSourceFile>> ControllerNcclSource(
-    const ClusterTopology& topology, stage::HashCache* cache) {
+    const ClusterTopology& topology, cluster::HashCache* cache) {
   if (topology.nccl_library.empty()) return std::optional<NcclSourceFile>();
   const std::string path = topology.nccl_source.empty() ? topology.nccl_library
                                                         : topology.nccl_source;
@@ -125,8 +124,8 @@ absl::StatusOr<std::optional<NcclSourceFile>> ControllerNcclSource(
     }
     return std::optional<NcclSourceFile>();  // the nodes' copies decide
   }
-  absl::StatusOr<stage::FileHash> h =
-      cache != nullptr ? cache->Hash(path) : stage::HashFile(path);
+  absl::StatusOr<cluster::FileHash> h =
+      cache != nullptr ? cache->Hash(path) : cluster::HashFile(path);
   if (!h.ok()) return h.status();
   if (cache != nullptr) cache->Save().IgnoreError();
   return std::optional<NcclSourceFile>(NcclSourceFile{path, h->xxh3_128, h->size});

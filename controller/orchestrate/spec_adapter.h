@@ -1,26 +1,25 @@
-// Glue from the spec and plan libraries (controller/spec, controller/plan) to the orchestrator's
+// Glue from the spec and plan libraries (cluster/spec, controller/plan) to the orchestrator's
 // ClusterTopology. Only controller main and glmctl link this; the state machine and its tests do
 // not depend on the YAML schema.
 #pragma once
 
+#include <optional>
 #include <string>
 
-#include <optional>
-
 #include "absl/status/statusor.h"
+#include "cluster/spec/cluster_spec.h"
 #include "controller/orchestrate/nccl_source.h"
 #include "controller/orchestrate/steps.h"
 #include "controller/orchestrate/topology.h"
-#include "controller/spec/cluster_spec.h"
 
-namespace glm::stage {
+namespace glm::cluster {
 class HashCache;
-}  // namespace glm::stage
+}  // namespace glm::cluster
 
 namespace glm::orchestrate {
 
 // TLS paths resolved against the YAML's directory; nodes in YAML order.
-ClusterTopology TopologyFromSpec(const controller::ClusterSpec& spec, const std::string& path);
+ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::string& path);
 
 // LoadClusterSpec + TopologyFromSpec, plus each node's disk and memory needs from the plan when
 // it can be made (preflight checks them).
@@ -35,12 +34,12 @@ absl::StatusOr<PlanStep::Outcome> PlanReplicas(const std::string& config_path,
 // (re-reading only files whose size, mtime or inode changed) and saves it; null: hashes every
 // file.
 absl::StatusOr<std::string> SourceManifestJson(const ClusterTopology& topology,
-                                               stage::HashCache* cache = nullptr);
+                                               cluster::HashCache* cache = nullptr);
 
 // The controller host's copy of the pinned NCCL build: nccl.source, else nccl.library, when that
 // file exists here (nullopt otherwise, or when no library is configured); hashed through `cache`.
 absl::StatusOr<std::optional<NcclSourceFile>> ControllerNcclSource(
-    const ClusterTopology& topology, stage::HashCache* cache = nullptr);
+    const ClusterTopology& topology, cluster::HashCache* cache = nullptr);
 
 // Where the controller keeps its state (the hash cache): `flag` (--state-dir) when set, else the
 // first writable of <cluster.yaml dir>/.glmctl/<cluster> (the run dir glmctl uses),

@@ -3,62 +3,26 @@
 // machine passing Plan -> Stage -> Ready (or Failed).
 #include "controller/orchestrate/stage_step.h"
 
-#include <map>
-#include <mutex>
-
 #include "controller/orchestrate/steps.h"
+#include "controller/orchestrate/testing/fake_agent_client.h"
 #include "gtest/gtest.h"
 
 namespace glm::orchestrate {
 namespace {
 
-struct StageAgent : AgentClient {
-  std::string node;
-  absl::Status weights_error;  // returned after the progress messages
-  std::mutex mu;
-  std::vector<std::string> calls;
-  glm::v1::StageWeightsRequest weights_request;
-  glm::v1::StageNcclRequest nccl_request;
-
-  absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration) override {
-    return absl::UnimplementedError("unused");
+// Every node's agent skips NCCL (none configured) and sends three byte-progress messages while
+// staging its weights.
+void ScriptStaging(FakeAgentClient& agent) {
+  glm::v1::Progress skip;
+  skip.set_step("skip");
+  skip.set_message("nccl: cluster.yaml names no NCCL library; skipped");
+  skip.set_done(true);
+  agent.stage_nccl.progress = {skip};
+  for (int64_t done : {0, 512, 1024}) {
+    agent.stage_weights.progress.push_back(
+        BytesProgress("fetch", "weights: model-00002-of-00002.safetensors", done, 1024));
   }
-  absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest&,
-                                                       Clock::Duration) override {
-    return absl::UnimplementedError("unused");
-  }
-  absl::Status StageNccl(const glm::v1::StageNcclRequest& req, const ProgressFn& on_progress,
-                         Clock::Duration) override {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      calls.push_back("nccl");
-      nccl_request = req;
-    }
-    glm::v1::Progress p;
-    p.set_step("skip");
-    p.set_message("nccl: cluster.yaml names no NCCL library; skipped");
-    p.set_done(true);
-    on_progress(p);
-    return absl::OkStatus();
-  }
-  absl::Status StageWeights(const glm::v1::StageWeightsRequest& req, const ProgressFn& on_progress,
-                            Clock::Duration) override {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      calls.push_back("weights");
-      weights_request = req;
-    }
-    for (int64_t done : {0, 512, 1024}) {
-      glm::v1::Progress p;
-      p.set_step("fetch");
-      p.set_message("weights: model-00002-of-00002.safetensors");
-      p.set_done_bytes(done);
-      p.set_total_bytes(1024);
-      on_progress(p);
-    }
-    return weights_error;
-  }
-};
+}
 
 class StageStepTest : public ::testing::Test {
  protected:
@@ -80,9 +44,8 @@ class StageStepTest : public ::testing::Test {
     ctx_.topology.nodes = {n1, n2};
     int port = 7001;
     for (auto& n : ctx_.topology.nodes) {
-      auto a = std::make_shared<StageAgent>();
-      a->node = n.name;
-      agents_[n.name] = a;
+      std::shared_ptr<FakeAgentClient> a = factory_.Add(n.name);
+      ScriptStaging(*a);
       ctx_.agents[n.name] = a;
       glm::v1::InfoResponse info;
       info.set_node(n.name);
@@ -97,7 +60,7 @@ class StageStepTest : public ::testing::Test {
   ClusterState state_;
   std::vector<glm::v1::UpEvent> events_;
   BringUpContext ctx_;
-  std::map<std::string, std::shared_ptr<StageAgent>> agents_;
+  FakeAgentClientFactory factory_;
 };
 
 TEST_F(StageStepTest, StagesNcclThenWeightsOnEveryNodeAndForwardsByteProgress) {
@@ -105,23 +68,26 @@ TEST_F(StageStepTest, StagesNcclThenWeightsOnEveryNodeAndForwardsByteProgress) {
     return std::string("{\"files\":[]}");
   });
   ASSERT_TRUE(step.Run(ctx_).ok());
-  for (auto& [name, a] : agents_) {
-    EXPECT_EQ(a->calls, (std::vector<std::string>{"nccl", "weights"})) << name;
-    EXPECT_EQ(a->weights_request.model_dir(), "/models/tiny");
-    EXPECT_EQ(a->weights_request.manifest_json(), "{\"files\":[]}");
-    EXPECT_TRUE(a->nccl_request.library_path().empty());
+  for (auto& [name, a] : factory_.agents) {
+    EXPECT_EQ(a->calls(), (std::vector<std::string>{"StageNccl", "StageWeights"})) << name;
+    const glm::v1::StageWeightsRequest r = a->last_stage_weights();
+    EXPECT_EQ(r.model_dir(), "/models/tiny");
+    EXPECT_EQ(r.manifest_json(), "{\"files\":[]}");
+    EXPECT_TRUE(a->last_stage_nccl().library_path().empty());
     // The other node is the only peer.
-    ASSERT_EQ(a->weights_request.peers_size(), 1) << name;
-    EXPECT_NE(a->weights_request.peers(0).node(), name);
-    EXPECT_EQ(a->weights_request.peers(0).host(), "127.0.0.1");
+    ASSERT_EQ(r.peers_size(), 1) << name;
+    EXPECT_NE(r.peers(0).node(), name);
+    EXPECT_EQ(r.peers(0).host(), "127.0.0.1");
   }
-  EXPECT_EQ(agents_["n1"]->weights_request.layer_begin(), 0);
-  EXPECT_EQ(agents_["n1"]->weights_request.layer_end(), 2);
-  EXPECT_TRUE(agents_["n1"]->weights_request.first_stage());
-  EXPECT_FALSE(agents_["n1"]->weights_request.last_stage());
-  EXPECT_EQ(agents_["n2"]->weights_request.layer_begin(), 2);
-  EXPECT_TRUE(agents_["n2"]->weights_request.last_stage());
-  EXPECT_EQ(agents_["n1"]->weights_request.peers(0).port(), 7002);
+  const glm::v1::StageWeightsRequest r1 = factory_.agents["n1"]->last_stage_weights();
+  const glm::v1::StageWeightsRequest r2 = factory_.agents["n2"]->last_stage_weights();
+  EXPECT_EQ(r1.layer_begin(), 0);
+  EXPECT_EQ(r1.layer_end(), 2);
+  EXPECT_TRUE(r1.first_stage());
+  EXPECT_FALSE(r1.last_stage());
+  EXPECT_EQ(r2.layer_begin(), 2);
+  EXPECT_TRUE(r2.last_stage());
+  EXPECT_EQ(r1.peers(0).port(), 7002);
 
   int byte_events = 0, skip_lines = 0;
   for (const auto& e : events_) {
@@ -137,7 +103,7 @@ TEST_F(StageStepTest, StagesNcclThenWeightsOnEveryNodeAndForwardsByteProgress) {
 }
 
 TEST_F(StageStepTest, FailureNamesNodeFileAndFix) {
-  agents_["n2"]->weights_error = absl::UnavailableError(
+  factory_.agents["n2"]->stage_weights.status = absl::UnavailableError(
       "agent 'n2': no peer could supply model-00002-of-00002.safetensors");
   StageStep step;
   absl::Status s = step.Run(ctx_);
@@ -147,7 +113,7 @@ TEST_F(StageStepTest, FailureNamesNodeFileAndFix) {
   EXPECT_NE(s.message().find("Fix:"), absl::string_view::npos);
   EXPECT_EQ(s.message().find("node n1"), absl::string_view::npos);
   EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_FAILED);
-  EXPECT_TRUE(agents_["n2"]->weights_request.manifest_json().empty());
+  EXPECT_TRUE(factory_.agents["n2"]->last_stage_weights().manifest_json().empty());
 }
 
 TEST_F(StageStepTest, ManifestErrorStopsBeforeAnyAgentCall) {
@@ -157,7 +123,7 @@ TEST_F(StageStepTest, ManifestErrorStopsBeforeAnyAgentCall) {
   absl::Status s = step.Run(ctx_);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("/models/tiny"), absl::string_view::npos);
-  EXPECT_TRUE(agents_["n1"]->calls.empty());
+  EXPECT_TRUE(factory_.agents["n1"]->calls().empty());
 }
 
 TEST_F(StageStepTest, PeersUseTheFabricStagePortElseTheAgentAddress) {
@@ -316,7 +282,8 @@ TEST_F(StageStepTest, MachinePassesThroughStageToReady) {
 }
 
 TEST_F(StageStepTest, MachineFailsInStage) {
-  agents_["n1"]->weights_error = absl::DataLossError("hash mismatch in model.safetensors");
+  factory_.agents["n1"]->stage_weights.status =
+      absl::DataLossError("hash mismatch in model.safetensors");
   std::vector<std::pair<Phase, Phase>> seen;
   auto m = MachineWithStage(&seen);
   ASSERT_NE(m, nullptr);

@@ -1,59 +1,13 @@
 // Bring-up steps against fake agents; backoff waits advance a FakeClock instead of sleeping.
 #include "controller/orchestrate/steps.h"
 
-#include <map>
-#include <optional>
-
+#include "controller/orchestrate/testing/fake_agent_client.h"
 #include "gtest/gtest.h"
 
 namespace glm::orchestrate {
 namespace {
 
 using std::chrono::milliseconds;
-
-struct FakeAgent : AgentClient {
-  std::string node;
-  int fail_first = 0;  // Info fails this many times with UNAVAILABLE
-  int info_calls = 0;
-  std::string reported_node;  // empty: node
-  std::vector<glm::v1::Check> checks;
-  int echo_port = 0;
-  std::optional<glm::v1::GidEntry> gid;
-  std::mutex mu;
-  glm::v1::PreflightRequest last_request;
-
-  absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration) override {
-    if (info_calls++ < fail_first) return absl::UnavailableError("connection refused");
-    glm::v1::InfoResponse r;
-    r.set_node(reported_node.empty() ? node : reported_node);
-    r.set_version("0.1.0");
-    r.set_instance_id("i-" + node);
-    r.set_mtu_echo_port(echo_port);
-    return r;
-  }
-  absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest& req,
-                                                       Clock::Duration) override {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      last_request = req;
-    }
-    glm::v1::PreflightResponse r;
-    r.set_node(node);
-    if (gid) *r.mutable_gid() = *gid;
-    bool ok = true;
-    for (auto& c : checks) ok = ok && c.status() != glm::v1::CHECK_STATUS_FAIL;
-    r.set_ok(ok);
-    for (auto& c : checks) *r.add_checks() = c;
-    return r;
-  }
-};
-
-struct FakeFactory : AgentClientFactory {
-  std::map<std::string, std::shared_ptr<FakeAgent>> agents;
-  absl::StatusOr<std::shared_ptr<AgentClient>> Create(const NodeEndpoint& node) override {
-    return std::static_pointer_cast<AgentClient>(agents.at(node.name));
-  }
-};
 
 class StepsTest : public ::testing::Test {
  protected:
@@ -63,11 +17,7 @@ class StepsTest : public ::testing::Test {
     ctx_.topology.cluster_name = "t";
     ctx_.topology.config_path = "t.yaml";
     ctx_.topology.nodes = {{"n1", "127.0.0.1:1"}, {"n2", "127.0.0.1:2"}};
-    for (auto& n : ctx_.topology.nodes) {
-      auto a = std::make_shared<FakeAgent>();
-      a->node = n.name;
-      factory_.agents[n.name] = a;
-    }
+    for (const auto& n : ctx_.topology.nodes) factory_.Add(n.name);
     state_.Reset(ctx_.topology);
   }
   Sleeper FakeSleep() {
@@ -82,28 +32,28 @@ class StepsTest : public ::testing::Test {
   ClusterState state_;
   std::vector<glm::v1::UpEvent> events_;
   BringUpContext ctx_;
-  FakeFactory factory_;
+  FakeAgentClientFactory factory_;
   std::mutex sleep_mu_;
   Clock::Duration slept_{0};
 };
 
 TEST_F(StepsTest, ConnectRetriesWithExponentialBackoff) {
-  factory_.agents["n2"]->fail_first = 3;
+  factory_.agents["n2"]->info_failures = 3;
   ConnectStep step(&factory_, RetryPolicy{.max_attempts = 5}, FakeSleep());
   ASSERT_TRUE(step.Run(ctx_).ok());
-  EXPECT_EQ(factory_.agents["n2"]->info_calls, 4);
+  EXPECT_EQ(factory_.agents["n2"]->CallCount("Info"), 4);
   EXPECT_EQ(slept_, milliseconds(100 + 200 + 400));
   EXPECT_EQ(ctx_.agents.size(), 2u);
   EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_CONNECTED);
 }
 
 TEST_F(StepsTest, ConnectGivesUpBoundedAndNamesNodeAndAddress) {
-  factory_.agents["n2"]->fail_first = 100;
+  factory_.agents["n2"]->info_failures = 100;
   ConnectStep step(&factory_,
                    RetryPolicy{.max_attempts = 6, .max_backoff = milliseconds(300)}, FakeSleep());
   absl::Status s = step.Run(ctx_);
   ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(factory_.agents["n2"]->info_calls, 6);
+  EXPECT_EQ(factory_.agents["n2"]->CallCount("Info"), 6);
   EXPECT_EQ(slept_, milliseconds(100 + 200 + 300 + 300 + 300));  // capped backoff
   EXPECT_NE(s.message().find("node 'n2' at 127.0.0.1:2"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("glm-agent serve --listen 127.0.0.1:2 --node n2"),
@@ -175,10 +125,10 @@ TEST_F(StepsTest, PreflightSendsFabricSettingsAndPeersEchoPorts) {
   ctx_.topology.nodes[0].netdev = "enp1s0f0np0";
   ctx_.topology.nodes[0].gid_index = 3;
   ctx_.topology.nodes[1].fabric_ip = "192.168.100.2";
-  factory_.agents["n2"]->echo_port = 47190;
+  factory_.agents["n2"]->mtu_echo_port = 47190;
   ConnectStep(&factory_, RetryPolicy{}, FakeSleep()).Run(ctx_).IgnoreError();
   ASSERT_TRUE(PreflightStep().Run(ctx_).ok());
-  const glm::v1::PreflightRequest& r1 = factory_.agents["n1"]->last_request;
+  const glm::v1::PreflightRequest r1 = factory_.agents["n1"]->last_preflight();
   EXPECT_EQ(r1.fabric_ip(), "192.168.100.1");
   EXPECT_EQ(r1.hca(), "rocep1s0f0");
   EXPECT_EQ(r1.netdev(), "enp1s0f0np0");
@@ -191,7 +141,7 @@ TEST_F(StepsTest, PreflightSendsFabricSettingsAndPeersEchoPorts) {
   EXPECT_EQ(r1.mtu_peers(0).node(), "n2");
   EXPECT_EQ(r1.mtu_peers(0).fabric_ip(), "192.168.100.2");
   EXPECT_EQ(r1.mtu_peers(0).port(), 47190);
-  const glm::v1::PreflightRequest& r2 = factory_.agents["n2"]->last_request;
+  const glm::v1::PreflightRequest r2 = factory_.agents["n2"]->last_preflight();
   EXPECT_TRUE(r2.gid_index_auto());
   ASSERT_EQ(r2.mtu_peers_size(), 1);
   EXPECT_EQ(r2.mtu_peers(0).port(), 0) << "n1's agent serves no echo responder";
@@ -219,7 +169,7 @@ TEST_F(StepsTest, PreflightRecordsGidAndWarnsWhenNodesDisagree) {
 
 TEST_F(StepsTest, ClusterPreflightReportsEveryNodeAndUnreachableOnes) {
   factory_.agents["n1"]->gid = Gid(3);
-  factory_.agents["n2"]->fail_first = 100;
+  factory_.agents["n2"]->info_failures = 100;
   factory_.agents["n1"]->checks = {MakeCheck("gid.index", glm::v1::CHECK_STATUS_PASS)};
   glm::v1::ClusterPreflightResponse r = RunClusterPreflight(
       ctx_.topology, &factory_, RetryPolicy{.max_attempts = 2}, FakeSleep(), std::chrono::seconds(1));

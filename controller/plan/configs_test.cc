@@ -36,7 +36,7 @@ TEST(Configs, EveryExampleParsesAndPlans) {
     const std::string file = entry.path().filename().string();
     SCOPED_TRACE(file);
     ++checked;
-    auto spec = LoadClusterSpec(entry.path().string());
+    auto spec = cluster::LoadClusterSpec(entry.path().string());
     ASSERT_TRUE(spec.ok()) << spec.status();
     auto plan = PlanFromFiles(entry.path().string());
     auto refusal = ExpectedRefusals().find(file);
@@ -63,7 +63,7 @@ TEST(Configs, Pp8OneMillion) {
 }
 
 TEST(Configs, LocalDemoIsLoopbackTp4) {
-  auto spec = LoadClusterSpec(SourceDir() + "/configs/local-demo.yaml");
+  auto spec = cluster::LoadClusterSpec(SourceDir() + "/configs/local-demo.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(spec->local);
   ASSERT_EQ(spec->nodes.size(), 4u);

@@ -45,8 +45,8 @@ struct StageShape {
 };
 
 struct Inputs {
-  Inputs(const ClusterSpec& spec_in, const ModelConfig& model_in, const WeightSizes& weights_in,
-         bool mtp_in, int64_t reserve_in)
+  Inputs(const cluster::ClusterSpec& spec_in, const ModelConfig& model_in,
+         const WeightSizes& weights_in, bool mtp_in, int64_t reserve_in)
       : spec(spec_in), model(model_in), weights(weights_in), mtp(mtp_in), reserve(reserve_in) {
     // Prefix sums over decoder layers so a stage's totals cost O(1) (the partition search
     // evaluates many ranges).
@@ -60,7 +60,7 @@ struct Inputs {
       full_prefix[l + 1] = full_prefix[l] + (model.HasIndexer(l) ? 1 : 0);
     }
   }
-  const ClusterSpec& spec;
+  const cluster::ClusterSpec& spec;
   const ModelConfig& model;
   const WeightSizes& weights;
   bool mtp = false;
@@ -100,7 +100,7 @@ struct NodeBudget {
 
 NodeBudget BudgetFor(const Inputs& in, int64_t memory_budget, int64_t node_weight_bytes) {
   NodeBudget b;
-  const ModelSpec& m = in.spec.model;
+  const cluster::ModelSpec& m = in.spec.model;
   if (m.kv_cache_bytes.has_value()) {
     b.usable = memory_budget;
     b.kv_bytes = *m.kv_cache_bytes;
@@ -206,17 +206,18 @@ std::vector<int> ProposePartition(const Inputs& in, const std::vector<int64_t>& 
 
 }  // namespace
 
-int64_t LatentKvBytesPerTokenLayer(const ModelConfig& config, KvCacheDtype dtype) {
-  if (dtype == KvCacheDtype::kBf16) return (config.kv_lora_rank + config.qk_rope_head_dim) * 2;
+int64_t LatentKvBytesPerTokenLayer(const ModelConfig& config, cluster::KvCacheDtype dtype) {
+  if (dtype == cluster::KvCacheDtype::kBf16)
+    return (config.kv_lora_rank + config.qk_rope_head_dim) * 2;
   return config.kv_lora_rank + 2 * config.qk_rope_head_dim + 4 * CeilDiv(config.kv_lora_rank, 128);
 }
 
-int64_t IndexerKvBytesPerTokenLayer(const ModelConfig& config, KvCacheDtype dtype) {
-  if (dtype == KvCacheDtype::kBf16) return 2 * config.index_head_dim;
+int64_t IndexerKvBytesPerTokenLayer(const ModelConfig& config, cluster::KvCacheDtype dtype) {
+  if (dtype == cluster::KvCacheDtype::kBf16) return 2 * config.index_head_dim;
   return config.index_head_dim + 4 * CeilDiv(config.index_head_dim, 128);
 }
 
-int64_t KvBytesPerToken(const ModelConfig& config, KvCacheDtype dtype, int first_layer,
+int64_t KvBytesPerToken(const ModelConfig& config, cluster::KvCacheDtype dtype, int first_layer,
                         int last_layer) {
   int64_t total = 0;
   for (int l = first_layer; l <= last_layer; ++l) {
@@ -230,15 +231,15 @@ int64_t DefaultActivationReserveBytes(const ModelConfig& config) {
   return (int64_t{2} << 30) + int64_t{8192} * config.hidden_size * 32;
 }
 
-absl::StatusOr<Plan> MakePlan(const ClusterSpec& spec, const ModelConfig& model,
+absl::StatusOr<Plan> MakePlan(const cluster::ClusterSpec& spec, const ModelConfig& model,
                               const WeightSizes& weights) {
-  const ParallelSpec& par = spec.parallel;
-  const ModelSpec& m = spec.model;
+  const cluster::ParallelSpec& par = spec.parallel;
+  const cluster::ModelSpec& m = spec.model;
   const int tp = par.tensor;
   const int pp = par.pipeline;
   const int layers = model.num_hidden_layers;
-  auto invalid = [&](const SourceLocation& loc, std::string_view field, std::string_view what,
-                     std::string_view expected) {
+  auto invalid = [&](const cluster::SourceLocation& loc, std::string_view field,
+                     std::string_view what, std::string_view expected) {
     return absl::InvalidArgumentError(absl::StrCat(spec.Where(loc), ": field `", ToAbsl(field),
                                                    "`: ", ToAbsl(what), "; expected ",
                                                    ToAbsl(expected)));
@@ -246,7 +247,7 @@ absl::StatusOr<Plan> MakePlan(const ClusterSpec& spec, const ModelConfig& model,
 
   // Inputs that need both the spec and the model.
   if (tp < 1 || pp < 1 || par.replicas < 1) {
-    return invalid(SourceLocation{}, "parallel", "sizes must be >= 1", "positive sizes");
+    return invalid(cluster::SourceLocation{}, "parallel", "sizes must be >= 1", "positive sizes");
   }
   if (static_cast<int64_t>(spec.nodes.size()) != int64_t{tp} * pp * par.replicas) {
     return invalid(spec.nodes_location, "nodes",
@@ -255,20 +256,20 @@ absl::StatusOr<Plan> MakePlan(const ClusterSpec& spec, const ModelConfig& model,
                    "one node per rank");
   }
   if (model.num_attention_heads % tp != 0) {
-    return invalid(SourceLocation{}, "parallel.tensor",
+    return invalid(cluster::SourceLocation{}, "parallel.tensor",
                    absl::StrCat(tp, " does not divide the model's num_attention_heads = ",
                                 model.num_attention_heads),
                    "a divisor of num_attention_heads (e.g. 1, 2, 4, 8)");
   }
   if (model.moe_intermediate_size % tp != 0 || model.intermediate_size % tp != 0) {
-    return invalid(SourceLocation{}, "parallel.tensor",
+    return invalid(cluster::SourceLocation{}, "parallel.tensor",
                    absl::StrCat(tp, " does not divide moe_intermediate_size = ",
                                 model.moe_intermediate_size, " and intermediate_size = ",
                                 model.intermediate_size),
                    "a divisor of both");
   }
   if (pp > layers) {
-    return invalid(SourceLocation{}, "parallel.pipeline",
+    return invalid(cluster::SourceLocation{}, "parallel.pipeline",
                    absl::StrCat(pp, " stages for ", layers, " layers"),
                    "at most num_hidden_layers stages");
   }
@@ -376,7 +377,7 @@ absl::StatusOr<Plan> MakePlan(const ClusterSpec& spec, const ModelConfig& model,
     for (int r = 0; r < par.replicas; ++r) {
       for (int t = 0; t < tp; ++t) {
         const int rank = node_at(r, s, t);
-        const NodeSpec& ns = spec.nodes[rank];
+        const cluster::NodeSpec& ns = spec.nodes[rank];
         PlanNode& node = plan.nodes[rank];
         node.name = ns.name;
         node.rank = rank;
@@ -460,7 +461,7 @@ absl::StatusOr<Plan> MakePlan(const ClusterSpec& spec, const ModelConfig& model,
 }
 
 absl::StatusOr<Plan> PlanFromFiles(const std::string& cluster_yaml_path) {
-  GLM_ASSIGN_OR_RETURN(ClusterSpec spec, LoadClusterSpec(cluster_yaml_path));
+  GLM_ASSIGN_OR_RETURN(cluster::ClusterSpec spec, cluster::LoadClusterSpec(cluster_yaml_path));
   const std::string model_dir = spec.ResolvePath(spec.model.path);
   auto model = engine::LoadModelConfig(model_dir);
   if (!model.ok()) {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "controller/spec/cluster_spec.h"
+#include "cluster/spec/cluster_spec.h"
 #include "engine/config/model_config.h"
 #include "nlohmann/json.hpp"
 
@@ -57,11 +57,11 @@ absl::StatusOr<WeightSizes> LoadWeightSizes(const std::string& model_dir,
 //   kv_lora_rank fp8 + qk_rope_head_dim bf16 + one f32 scale per 128 latent dims.
 //   Indexer key (full-indexer layers only): fp8 index_head_dim + one f32 scale per 128 dims;
 //   bf16 2 * index_head_dim. The indexer cache uses the same dtype choice as the latent.
-int64_t LatentKvBytesPerTokenLayer(const engine::ModelConfig& config, KvCacheDtype dtype);
-int64_t IndexerKvBytesPerTokenLayer(const engine::ModelConfig& config, KvCacheDtype dtype);
+int64_t LatentKvBytesPerTokenLayer(const engine::ModelConfig& config, cluster::KvCacheDtype dtype);
+int64_t IndexerKvBytesPerTokenLayer(const engine::ModelConfig& config, cluster::KvCacheDtype dtype);
 // Sum over layers first..last (inclusive; indices >= num_hidden_layers are MTP layers).
-int64_t KvBytesPerToken(const engine::ModelConfig& config, KvCacheDtype dtype, int first_layer,
-                        int last_layer);
+int64_t KvBytesPerToken(const engine::ModelConfig& config, cluster::KvCacheDtype dtype,
+                        int first_layer, int last_layer);
 
 // Default activation/workspace reserve per node when the YAML does not set
 // model.activation_reserve_bytes: 2 GiB (CUDA context, NCCL buffers, GEMM workspaces) plus
@@ -109,7 +109,7 @@ struct Plan {
   int world_size = 1;
   std::vector<int> layer_partition;
   bool partition_proposed = false;  // true when the planner chose layer_partition
-  KvCacheDtype kv_cache_dtype = KvCacheDtype::kFp8;
+  cluster::KvCacheDtype kv_cache_dtype = cluster::KvCacheDtype::kFp8;
   bool mtp = false;                 // MTP drafting on (and the checkpoint has the layer)
   WeightSizes::Source weight_source = WeightSizes::Source::kEstimated;
   int64_t total_weight_bytes = 0;   // whole checkpoint (one replica)
@@ -133,7 +133,7 @@ struct Plan {
 // naming the YAML field. A plan whose capacity holds max_model_len but not
 // max_model_len x max_num_seqs is returned with fits = false and a note.
 // Nodes need memory_budget_bytes (from the YAML, or filled in from the agents' reports).
-absl::StatusOr<Plan> MakePlan(const ClusterSpec& spec, const engine::ModelConfig& model,
+absl::StatusOr<Plan> MakePlan(const cluster::ClusterSpec& spec, const engine::ModelConfig& model,
                               const WeightSizes& weights);
 
 std::string PlanToText(const Plan& plan);

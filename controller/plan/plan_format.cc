@@ -34,8 +34,9 @@ std::string PlanToText(const Plan& plan) {
                   " × TP", plan.tensor, "\n");
   absl::StrAppend(&out, "checkpoint ", GiB(plan.total_weight_bytes), " (",
                   ToAbsl(WeightSourceName(plan.weight_source)), "); KV ",
-                  ToAbsl(KvCacheDtypeName(plan.kv_cache_dtype)), ", ", plan.model_kv_bytes_per_token,
-                  " B/token for all layers", plan.mtp ? " incl. MTP" : "", "\n");
+                  ToAbsl(cluster::KvCacheDtypeName(plan.kv_cache_dtype)), ", ",
+                  plan.model_kv_bytes_per_token, " B/token for all layers",
+                  plan.mtp ? " incl. MTP" : "", "\n");
   absl::StrAppend(&out, "layer partition [", absl::StrJoin(plan.layer_partition, ", "), "]",
                   plan.partition_proposed ? " (proposed)" : " (from cluster.yaml)", "\n\n");
   const std::vector<std::pair<std::string, size_t>> columns = {
@@ -98,7 +99,7 @@ nlohmann::json PlanToJson(const Plan& plan) {
   j["world_size"] = plan.world_size;
   j["layer_partition"] = plan.layer_partition;
   j["partition_proposed"] = plan.partition_proposed;
-  j["kv_cache_dtype"] = std::string(KvCacheDtypeName(plan.kv_cache_dtype));
+  j["kv_cache_dtype"] = std::string(cluster::KvCacheDtypeName(plan.kv_cache_dtype));
   j["mtp"] = plan.mtp;
   j["weight_source"] = std::string(WeightSourceName(plan.weight_source));
   j["total_weight_bytes"] = plan.total_weight_bytes;

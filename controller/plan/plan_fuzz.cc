@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!weights.ok()) return 0;
   const int shapes[][3] = {{1, 1, 1}, {4, 1, 1}, {1, 8, 1}, {2, 2, 2}, {1, 3, 1}};
   for (const auto& shape : shapes) {
-    glm::controller::ClusterSpec spec;
+    glm::cluster::ClusterSpec spec;
     spec.source = "fuzz.yaml";
     spec.name = "fuzz";
     spec.model.max_model_len = 1 + static_cast<int64_t>(size) * 97;
@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     spec.parallel.pipeline = shape[1];
     spec.parallel.replicas = shape[2];
     for (int i = 0; i < shape[0] * shape[1] * shape[2]; ++i) {
-      glm::controller::NodeSpec node;
+      glm::cluster::NodeSpec node;
       node.name = "n" + std::to_string(i);
       node.memory_budget_bytes = (int64_t{1} << 20) << (i % 24);
       spec.nodes.push_back(node);

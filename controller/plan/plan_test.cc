@@ -36,8 +36,8 @@ ModelConfig Glm52() {
 }
 
 // `count` nodes n0.. with the given budget; parallel sizes set by the caller.
-ClusterSpec Spec(int tp, int pp, int replicas, int64_t budget) {
-  ClusterSpec spec;
+cluster::ClusterSpec Spec(int tp, int pp, int replicas, int64_t budget) {
+  cluster::ClusterSpec spec;
   spec.source = "test.yaml";
   spec.name = "test";
   spec.model.path = "m";
@@ -48,7 +48,7 @@ ClusterSpec Spec(int tp, int pp, int replicas, int64_t budget) {
   spec.parallel.pipeline = pp;
   spec.parallel.replicas = replicas;
   for (int i = 0; i < tp * pp * replicas; ++i) {
-    NodeSpec node;
+    cluster::NodeSpec node;
     node.name = "n" + std::to_string(i);
     node.agent = "10.0.0." + std::to_string(i + 1) + ":1";
     node.memory_budget_bytes = budget;
@@ -60,23 +60,23 @@ ClusterSpec Spec(int tp, int pp, int replicas, int64_t budget) {
 TEST(KvBytes, PerLayerMatchesSpec) {
   ModelConfig c = Glm5();
   // fp8_ds_mla: 512 fp8 latent + 64 bf16 rope (128 B) + 512/128 = 4 f32 scales (16 B) = 656.
-  EXPECT_EQ(LatentKvBytesPerTokenLayer(c, KvCacheDtype::kFp8), 656);
+  EXPECT_EQ(LatentKvBytesPerTokenLayer(c, cluster::KvCacheDtype::kFp8), 656);
   // bf16: (512 + 64) * 2 = 1152.
-  EXPECT_EQ(LatentKvBytesPerTokenLayer(c, KvCacheDtype::kBf16), 1152);
+  EXPECT_EQ(LatentKvBytesPerTokenLayer(c, cluster::KvCacheDtype::kBf16), 1152);
   // Indexer key: 128 fp8 + one f32 scale = 132; bf16 128 * 2 = 256.
-  EXPECT_EQ(IndexerKvBytesPerTokenLayer(c, KvCacheDtype::kFp8), 132);
-  EXPECT_EQ(IndexerKvBytesPerTokenLayer(c, KvCacheDtype::kBf16), 256);
+  EXPECT_EQ(IndexerKvBytesPerTokenLayer(c, cluster::KvCacheDtype::kFp8), 132);
+  EXPECT_EQ(IndexerKvBytesPerTokenLayer(c, cluster::KvCacheDtype::kBf16), 256);
 }
 
 TEST(KvBytes, WholeModel) {
   // GLM-5: 78 layers, all full: 78 * (656 + 132) = 61,464 B/token.
-  EXPECT_EQ(KvBytesPerToken(Glm5(), KvCacheDtype::kFp8, 0, 77), 61464);
+  EXPECT_EQ(KvBytesPerToken(Glm5(), cluster::KvCacheDtype::kFp8, 0, 77), 61464);
   // GLM-5 bf16: 78 * (1152 + 256) = 109,824.
-  EXPECT_EQ(KvBytesPerToken(Glm5(), KvCacheDtype::kBf16, 0, 77), 109824);
+  EXPECT_EQ(KvBytesPerToken(Glm5(), cluster::KvCacheDtype::kBf16, 0, 77), 109824);
   // GLM-5.2: indexer keys only on the 21 full layers: 78 * 656 + 21 * 132 = 51,168 + 2,772 = 53,940.
-  EXPECT_EQ(KvBytesPerToken(Glm52(), KvCacheDtype::kFp8, 0, 77), 53940);
+  EXPECT_EQ(KvBytesPerToken(Glm52(), cluster::KvCacheDtype::kFp8, 0, 77), 53940);
   // The MTP layer (78) always has a full indexer: 656 + 132 = 788.
-  EXPECT_EQ(KvBytesPerToken(Glm52(), KvCacheDtype::kFp8, 78, 78), 788);
+  EXPECT_EQ(KvBytesPerToken(Glm52(), cluster::KvCacheDtype::kFp8, 78, 78), 788);
 }
 
 TEST(WeightEstimate, Glm52Fp8MatchesCheckpointTotal) {
@@ -125,7 +125,7 @@ TEST(MakePlan, Glm52Pp8HandComputed) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
   ASSERT_TRUE(weights.ok());
-  ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
   spec.model.max_model_len = 1048576;
   spec.model.kv_cache_memory_fraction = 0.95;
   spec.parallel.layer_partition = {11, 10, 10, 10, 10, 10, 10, 7};
@@ -177,7 +177,7 @@ TEST(MakePlan, Glm52Pp8HandComputed) {
 TEST(MakePlan, Glm52Tp4DoesNotFitOnSparks) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
-  ClusterSpec spec = Spec(4, 1, 1, 112 * kGiB);
+  cluster::ClusterSpec spec = Spec(4, 1, 1, 112 * kGiB);
   spec.nodes[2].name = "spark-3";
   spec.model.kv_cache_memory_fraction = 1.0;
   auto plan = MakePlan(spec, model, *weights);
@@ -195,7 +195,7 @@ TEST(MakePlan, Glm52Tp4DoesNotFitOnSparks) {
 TEST(MakePlan, FixedKvBytesCountAgainstBudget) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
-  ClusterSpec spec = Spec(1, 8, 1, 100 * kGiB);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 100 * kGiB);
   spec.model.kv_cache_bytes = 10 * kGiB;
   spec.parallel.layer_partition = {11, 10, 10, 10, 10, 10, 10, 7};
   auto plan = MakePlan(spec, model, *weights);
@@ -210,7 +210,7 @@ TEST(MakePlan, FixedKvBytesCountAgainstBudget) {
 TEST(MakePlan, MtpLayerOnLastStage) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
-  ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
   spec.model.mtp_draft_tokens = 2;
   spec.parallel.layer_partition = {11, 10, 10, 10, 10, 10, 10, 7};
   auto plan = MakePlan(spec, model, *weights);
@@ -226,7 +226,7 @@ TEST(MakePlan, TensorParallelShardsWeightsNotKv) {
   ModelConfig model = Glm5();
   auto weights = EstimateWeightSizes(model);
   // Two replicas of PP4 x TP2 = 16 ranks on 200 GiB nodes.
-  ClusterSpec spec = Spec(2, 4, 2, 200 * kGiB);
+  cluster::ClusterSpec spec = Spec(2, 4, 2, 200 * kGiB);
   spec.parallel.layer_partition = {20, 20, 20, 18};
   auto plan = MakePlan(spec, model, *weights);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -246,7 +246,7 @@ TEST(MakePlan, TensorParallelShardsWeightsNotKv) {
 TEST(MakePlan, ProposesBalancedPartition) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
-  ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
   spec.model.max_model_len = 1048576;
   spec.model.kv_cache_memory_fraction = 0.95;
   auto proposed = MakePlan(spec, model, *weights);
@@ -272,7 +272,7 @@ TEST(MakePlan, ProposesBalancedPartition) {
 TEST(MakePlan, SmallNodeGetsFewerLayers) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
-  ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
   spec.nodes[3].memory_budget_bytes = 90 * kGiB;
   auto plan = MakePlan(spec, model, *weights);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -284,7 +284,7 @@ TEST(MakePlan, SmallNodeGetsFewerLayers) {
 TEST(MakePlan, InputErrorsNameTheField) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
-  ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
   spec.parallel.layer_partition = {11, 10, 10, 10, 10, 10, 10, 10};
   spec.parallel.layer_partition_location = {12, 20};
   auto plan = MakePlan(spec, model, *weights);
@@ -321,7 +321,7 @@ TEST(MakePlan, InputErrorsNameTheField) {
 TEST(MakePlan, ContextThatDoesNotFitIsRefused) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
-  ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
   spec.parallel.layer_partition = {11, 10, 10, 10, 10, 10, 10, 7};
   // 2 GiB = 2,147,483,648 B of KV per node: stage 0 (7,876 B/token) holds 272,661 tokens,
   // stage 2 (6,956 B/token) 308,723.
@@ -340,7 +340,7 @@ TEST(MakePlan, ContextThatDoesNotFitIsRefused) {
 TEST(MakePlan, ConcurrencyShortfallIsReportedNotRefused) {
   ModelConfig model = Glm52();
   auto weights = EstimateWeightSizes(model);
-  ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
   spec.parallel.layer_partition = {11, 10, 10, 10, 10, 10, 10, 7};
   spec.model.kv_cache_bytes = 2 * kGiB;
   spec.model.max_model_len = 200000;

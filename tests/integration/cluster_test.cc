@@ -2,95 +2,30 @@
 // four glm-agents (ports picked at run time), reaches Ready; kill -9 of an agent shows as
 // Unreachable within 3 s; restarting it brings the node back to Ready; `glmctl down` stops all.
 #include <signal.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/integration/harness.h"
+#include "tests/integration/cluster_fixture.h"
 
 namespace glm::testing {
 namespace {
 
-namespace fs = std::filesystem;
-using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-class LocalClusterTest : public ::testing::Test {
+class LocalClusterTest : public LoopbackClusterTest {
  protected:
+  LocalClusterTest() : LoopbackClusterTest("itest") {}
   void SetUp() override {
-    dir_ = std::make_unique<TempDir>("glm-itest");
-    name_ = absl::StrCat("itest-", ::getpid());
-    ports_ = FreePorts(5);
-    yaml_ = dir_->path() + "/cluster.yaml";
-    std::string nodes;
-    for (int i = 1; i <= 4; ++i) {
-      absl::StrAppend(&nodes, "  - name: node-", i, "\n    agent: 127.0.0.1:", ports_[i], "\n");
-    }
-    WriteFile(yaml_, absl::StrCat("name: ", name_, "\nlocal: true\ncontroller:\n  listen: 127.0.0.1:",
-                                  ports_[0], "\nmodel:\n  path: ", SourceDir(),
-                                  "/tests/golden/tiny-dense\n  max_model_len: 512\n  kv_cache_dtype: bf16\n"
-                                  "  kv_cache_bytes: 64MiB\n  activation_reserve_bytes: 256MiB\n"
-                                  "  max_num_seqs: 4\nnode_defaults:\n  memory_budget_bytes: 1GiB\n"
-                                  "parallel:\n  tensor: 4\n  pipeline: 1\n  replicas: 1\nnodes:\n",
-                                  nodes));
-    env_ = {{"GLMCTL_STATE_DIR", dir_->path() + "/state"},
-            {"GLM_BIN_DIR", fs::path(GlmctlBin()).parent_path().string()}};
-    run_dir_ = dir_->path() + "/.glmctl/" + name_;
+    ClusterYaml cluster;
+    cluster.local = true;
+    cluster.parallel_lines = "  tensor: 4\n  pipeline: 1\n  replicas: 1\n";
+    for (int i = 1; i <= 4; ++i) cluster.nodes.push_back({absl::StrCat("node-", i), ""});
+    WriteClusterYaml(cluster);
   }
 
-  void TearDown() override {
-    CommandResult down = Glmctl({"down", yaml_}, seconds(30));
-    // Whatever `down` could not stop (it should have stopped everything) is killed here.
-    for (const auto& entry : fs::directory_iterator(run_dir_, ec_)) {
-      if (entry.path().extension() == ".pid") {
-        int pid = std::atoi(ReadFile(entry.path().string()).c_str());
-        if (ProcessAlive(pid)) {
-          ADD_FAILURE() << "glmctl down left " << entry.path() << " running:\n" << down.output;
-          KillNow(pid);
-        }
-      }
-    }
-    for (int pid : extra_pids_) KillNow(pid);
-    if (HasFailure()) {
-      for (const auto& entry : fs::directory_iterator(run_dir_, ec_)) {
-        if (entry.path().extension() == ".log") {
-          std::cerr << "==== " << entry.path() << "\n" << ReadFile(entry.path().string());
-        }
-      }
-    }
-  }
-
-  CommandResult Glmctl(std::vector<std::string> args, milliseconds timeout) {
-    args.insert(args.begin(), GlmctlBin());
-    return RunCommand(args, env_, timeout);
-  }
-
-  // The state of `node` from `glmctl status --json`, "" when status fails.
-  std::string NodeState(const std::string& node, nlohmann::json* last = nullptr) {
-    CommandResult r = Glmctl({"status", "--json", yaml_}, seconds(10));
-    if (r.exit_code != 0) return "";
-    auto j = nlohmann::json::parse(r.output, nullptr, false);
-    if (j.is_discarded()) return "";
-    if (last) *last = j;
-    for (const auto& n : j["nodes"]) {
-      if (n["name"] == node) return n["state"];
-    }
-    return "";
-  }
-
-  int AgentPid(const std::string& node) {
-    return std::atoi(ReadFile(run_dir_ + "/agent-" + node + ".pid").c_str());
-  }
-
-  std::unique_ptr<TempDir> dir_;
-  std::string name_, yaml_, run_dir_;
-  std::vector<int> ports_;
-  std::map<std::string, std::string> env_;
-  std::vector<int> extra_pids_;
-  std::error_code ec_;
+  int AgentPid(const std::string& node) const { return RunDirPid("agent-" + node); }
 };
 
 TEST_F(LocalClusterTest, UpKillRestartDown) {
@@ -149,10 +84,10 @@ TEST_F(LocalClusterTest, UpKillRestartDown) {
   EXPECT_NE(sick.output.find("node-2"), std::string::npos) << sick.output;
 
   // Restart the agent by hand (same command line): the controller reconnects on its own.
-  int restarted = SpawnBackground({AgentBin(), "serve", "--listen",
-                                   absl::StrCat("127.0.0.1:", ports_[2]), "--node", "node-2"},
-                                  run_dir_ + "/agent-node-2.log");
-  extra_pids_.push_back(restarted);
+  int restarted = SpawnBackground(
+      {AgentBin(), "serve", "--listen", AgentAddress(1), "--node", "node-2"},
+      run_dir_ + "/agent-node-2.log");
+  pids_.push_back(restarted);
   // It is alive again but holds no shard: Degraded, naming the shard and the fix.
   auto reconnected =
       PollUntil([&] { return NodeState("node-2", &status) == "Degraded"; }, seconds(15));
@@ -176,10 +111,10 @@ TEST_F(LocalClusterTest, UpKillRestartDown) {
 
   // Down stops the controller and the agents glmctl started.
   KillNow(restarted);  // ours, not in the run dir's pid file
-  extra_pids_.clear();
+  pids_.clear();
   std::vector<int> pids;
   for (int i : {1, 3, 4}) pids.push_back(AgentPid(absl::StrCat("node-", i)));
-  pids.push_back(std::atoi(ReadFile(run_dir_ + "/controller.pid").c_str()));
+  pids.push_back(RunDirPid("controller"));
   CommandResult down = Glmctl({"down", yaml_}, seconds(30));
   EXPECT_EQ(down.exit_code, 0) << down.output;
   for (int p : pids) {

@@ -3,86 +3,30 @@
 // Ready; every agent holds its PP stage's layers (TP ranks say they are full copies), and
 // `glmctl status` shows the shards with bytes loaded, load time and page-cache figures. A second
 // `up --force` finds the shards loaded (no-op), and `glmctl down` stops them.
-#include <unistd.h>
-
-#include <filesystem>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/integration/harness.h"
+#include "tests/integration/cluster_fixture.h"
 
 namespace glm::testing {
 namespace {
 
-namespace fs = std::filesystem;
-using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-class LoadClusterTest : public ::testing::Test {
+class LoadClusterTest : public LoopbackClusterTest {
  protected:
+  LoadClusterTest() : LoopbackClusterTest("loadtest") {}
   void SetUp() override {
-    dir_ = std::make_unique<TempDir>("glm-loadtest");
-    name_ = absl::StrCat("loadtest-", ::getpid());
-    ports_ = FreePorts(5);
-    yaml_ = dir_->path() + "/cluster.yaml";
-    std::string nodes;
-    for (int i = 1; i <= 4; ++i) {
-      absl::StrAppend(&nodes, "  - name: node-", i, "\n    agent: 127.0.0.1:", ports_[i], "\n");
-    }
-    WriteFile(yaml_,
-              absl::StrCat("name: ", name_, "\nlocal: true\ncontroller:\n  listen: 127.0.0.1:",
-                           ports_[0], "\nmodel:\n  path: ", SourceDir(),
-                           "/tests/golden/tiny-dense\n  max_model_len: 512\n"
-                           "  kv_cache_dtype: bf16\n  kv_cache_bytes: 16MiB\n"
-                           "  activation_reserve_bytes: 256MiB\n  max_num_seqs: 4\n"
-                           "node_defaults:\n  memory_budget_bytes: 1GiB\n"
-                           "parallel:\n  tensor: 2\n  pipeline: 2\n  replicas: 1\n"
-                           "  layer_partition: [2, 1]\n"
-                           "page_cache:\n  policy: periodic\n  interval_s: 30\nnodes:\n",
-                           nodes));
-    env_ = {{"GLMCTL_STATE_DIR", dir_->path() + "/state"},
-            {"GLM_BIN_DIR", fs::path(GlmctlBin()).parent_path().string()}};
-    run_dir_ = dir_->path() + "/.glmctl/" + name_;
+    ClusterYaml cluster;
+    cluster.local = true;
+    cluster.kv_cache_bytes = "16MiB";
+    cluster.parallel_lines =
+        "  tensor: 2\n  pipeline: 2\n  replicas: 1\n  layer_partition: [2, 1]\n";
+    cluster.sections = "page_cache:\n  policy: periodic\n  interval_s: 30\n";
+    for (int i = 1; i <= 4; ++i) cluster.nodes.push_back({absl::StrCat("node-", i), ""});
+    WriteClusterYaml(cluster);
   }
-
-  void TearDown() override {
-    CommandResult down = Glmctl({"down", yaml_}, seconds(30));
-    for (const auto& entry : fs::directory_iterator(run_dir_, ec_)) {
-      if (entry.path().extension() == ".pid") {
-        int pid = std::atoi(ReadFile(entry.path().string()).c_str());
-        if (ProcessAlive(pid)) {
-          ADD_FAILURE() << "glmctl down left " << entry.path() << " running:\n" << down.output;
-          KillNow(pid);
-        }
-      }
-    }
-    if (HasFailure()) {
-      for (const auto& entry : fs::directory_iterator(run_dir_, ec_)) {
-        if (entry.path().extension() == ".log") {
-          std::cerr << "==== " << entry.path() << "\n" << ReadFile(entry.path().string());
-        }
-      }
-    }
-  }
-
-  CommandResult Glmctl(std::vector<std::string> args, milliseconds timeout) {
-    args.insert(args.begin(), GlmctlBin());
-    return RunCommand(args, env_, timeout);
-  }
-
-  nlohmann::json StatusJson() {
-    CommandResult r = Glmctl({"status", "--json", yaml_}, seconds(10));
-    if (r.exit_code != 0) return nullptr;
-    auto j = nlohmann::json::parse(r.output, nullptr, false);
-    return j.is_discarded() ? nlohmann::json(nullptr) : j;
-  }
-
-  std::unique_ptr<TempDir> dir_;
-  std::string name_, yaml_, run_dir_;
-  std::vector<int> ports_;
-  std::map<std::string, std::string> env_;
-  std::error_code ec_;
 };
 
 TEST_F(LoadClusterTest, UpLoadsEveryShardAndStatusShowsThem) {

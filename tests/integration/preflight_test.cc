@@ -6,21 +6,17 @@
 //   - After bring-up the agent's GID watcher turns a change of the tree into a Degraded node in
 //     `glmctl status`.
 //   - Agents serving the path-MTU echo on their fabric IP give peers' mtu.path checks a target.
-#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/integration/harness.h"
+#include "tests/integration/cluster_fixture.h"
 
 namespace glm::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 struct NodeDef {
@@ -30,69 +26,34 @@ struct NodeDef {
   std::vector<std::string> agent_args;
 };
 
-class PreflightClusterTest : public ::testing::Test {
+class PreflightClusterTest : public LoopbackClusterTest {
  protected:
-  void SetUp() override {
-    dir_ = std::make_unique<TempDir>("glm-pftest");
-    name_ = absl::StrCat("pftest-", ::getpid());
-    yaml_ = dir_->path() + "/cluster.yaml";
-    env_ = {{"GLMCTL_STATE_DIR", dir_->path() + "/state"}};
-  }
-  void TearDown() override {
-    for (int pid : pids_) KillNow(pid);
-    if (HasFailure()) {
-      for (const auto& e : fs::directory_iterator(dir_->path(), ec_)) {
-        if (e.path().extension() == ".log") {
-          std::cerr << "==== " << e.path() << "\n" << ReadFile(e.path().string());
-        }
-      }
-    }
-  }
+  PreflightClusterTest() : LoopbackClusterTest("pftest") {}
 
   // Writes cluster.yaml (not local: this test starts the daemons itself).
-  void WriteYaml(const std::vector<NodeDef>& nodes, const std::string& fabric = "fabric: {mtu: 9000}\n") {
-    std::string text = absl::StrCat(
-        "name: ", name_, "\ncontroller:\n  listen: 127.0.0.1:", ports_[0], "\nmodel:\n  path: ",
-        SourceDir(),
-        "/tests/golden/tiny-dense\n  max_model_len: 512\n  kv_cache_dtype: bf16\n"
-        "  kv_cache_bytes: 64MiB\n  activation_reserve_bytes: 256MiB\n  max_num_seqs: 4\n"
-        "node_defaults:\n  memory_budget_bytes: 1GiB\nparallel:\n  tensor: ",
-        nodes.size(), "\n", fabric, "nodes:\n");
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      absl::StrAppend(&text, "  - name: ", nodes[i].name, "\n    agent: 127.0.0.1:", ports_[i + 1],
-                      "\n", nodes[i].fabric_yaml);
-    }
-    WriteFile(yaml_, text);
+  void WriteYaml(const std::vector<NodeDef>& nodes) {
+    ClusterYaml cluster;
+    cluster.sections = "fabric: {mtu: 9000}\n";
+    for (const NodeDef& n : nodes) cluster.nodes.push_back({n.name, n.fabric_yaml});
+    WriteClusterYaml(cluster);
   }
 
   void Start(const std::vector<NodeDef>& nodes) {
-    ports_ = FreePorts(static_cast<int>(nodes.size()) + 1);
     WriteYaml(nodes);
     for (size_t i = 0; i < nodes.size(); ++i) {
-      std::vector<std::string> argv = {AgentBin(), "serve", "--listen",
-                                       absl::StrCat("127.0.0.1:", ports_[i + 1]), "--node",
-                                       nodes[i].name, "--allow-no-gpu"};
+      std::vector<std::string> args = {"--allow-no-gpu"};
       if (!nodes[i].fixture.empty()) {
         std::string root = dir_->path() + "/" + nodes[i].name;
         fs::copy(SourceDir() + "/tests/fixtures/sysfs/" + nodes[i].fixture, root,
                  fs::copy_options::recursive);
-        argv.insert(argv.end(), {"--sysfs-root", root + "/sys", "--proc-root", root + "/proc",
+        args.insert(args.end(), {"--sysfs-root", root + "/sys", "--proc-root", root + "/proc",
                                  "--dev-root", root + "/dev"});
       }
-      argv.insert(argv.end(), nodes[i].agent_args.begin(), nodes[i].agent_args.end());
-      pids_.push_back(SpawnBackground(argv, dir_->path() + "/agent-" + nodes[i].name + ".log"));
+      args.insert(args.end(), nodes[i].agent_args.begin(), nodes[i].agent_args.end());
+      StartAgent(i, args);
     }
-    pids_.push_back(SpawnBackground({ControllerBin(), "--config", yaml_},
-                                    dir_->path() + "/controller.log"));
-    for (int port : ports_) {
-      ASSERT_GE(PollUntil([&] { return LoopbackPortOpen(port); }, seconds(20)).count(), 0)
-          << "port " << port << " never opened";
-    }
-  }
-
-  CommandResult Glmctl(std::vector<std::string> args, milliseconds timeout = seconds(60)) {
-    args.insert(args.begin(), GlmctlBin());
-    return RunCommand(args, env_, timeout);
+    StartController();
+    WaitForPorts();
   }
 
   nlohmann::json Json(const CommandResult& r) {
@@ -100,13 +61,6 @@ class PreflightClusterTest : public ::testing::Test {
     EXPECT_FALSE(j.is_discarded()) << r.output;
     return j;
   }
-
-  std::unique_ptr<TempDir> dir_;
-  std::string name_, yaml_;
-  std::vector<int> ports_;
-  std::vector<int> pids_;
-  std::map<std::string, std::string> env_;
-  std::error_code ec_;
 };
 
 const char kSpark1Fabric[] =
@@ -122,7 +76,7 @@ const char kSpark2FabricAt3[] =
 TEST_F(PreflightClusterTest, GidIndicesSideBySideAndFailedGidStopsUp) {
   std::vector<NodeDef> nodes = {{"spark1", "healthy", kSpark1Fabric, {}},
                                 {"spark2", "gid_linklocal_at_3", kSpark2FabricAuto, {}}};
-  Start(nodes);
+  ASSERT_NO_FATAL_FAILURE(Start(nodes));
 
   // auto resolves 3 on spark1 and 4 on spark2: passes, with a warning naming both.
   CommandResult table = Glmctl({"preflight", yaml_});
@@ -165,22 +119,15 @@ TEST_F(PreflightClusterTest, GidIndicesSideBySideAndFailedGidStopsUp) {
 }
 
 TEST_F(PreflightClusterTest, GidChangeAfterBringUpShowsDegradedInStatus) {
-  Start({{"spark1", "healthy", kSpark1Fabric, {"--gid-watch-ms", "100"}},
-         {"spark2", "gid_linklocal_at_3", kSpark2FabricAuto, {"--gid-watch-ms", "100"}}});
+  ASSERT_NO_FATAL_FAILURE(
+      Start({{"spark1", "healthy", kSpark1Fabric, {"--gid-watch-ms", "100"}},
+             {"spark2", "gid_linklocal_at_3", kSpark2FabricAuto, {"--gid-watch-ms", "100"}}}));
   CommandResult up = Glmctl({"up", yaml_}, seconds(90));
   ASSERT_EQ(up.exit_code, 0) << up.output;
   EXPECT_NE(up.output.find("different GID indices"), std::string::npos) << up.output;
 
   nlohmann::json status;
-  auto state_of = [&](const std::string& node) -> std::string {
-    CommandResult r = Glmctl({"status", "--json", yaml_}, seconds(10));
-    if (r.exit_code != 0) return "";
-    status = nlohmann::json::parse(r.output, nullptr, false);
-    if (status.is_discarded()) return "";
-    for (const auto& n : status["nodes"])
-      if (n["name"] == node) return n["state"];
-    return "";
-  };
+  auto state_of = [&](const std::string& node) { return NodeState(node, &status); };
   ASSERT_GE(PollUntil([&] { return state_of("spark1") == "Ready"; }, seconds(10)).count(), 0)
       << status.dump(2);
   EXPECT_EQ(status["nodes"][0]["gid"]["index"], 3) << status.dump(2);
@@ -211,11 +158,11 @@ TEST_F(PreflightClusterTest, GidChangeAfterBringUpShowsDegradedInStatus) {
 TEST_F(PreflightClusterTest, AgentsServeThePathMtuEchoForPeers) {
   std::string stage = dir_->path() + "/weights";
   fs::create_directories(stage);
-  Start({{"a1", "", "    fabric_ip: 127.0.0.1\n",
-          {"--fabric-ip", "127.0.0.1", "--mtu-echo-port", "0", "--stage-root", stage,
-           "--stage-port", "0"}},
-         {"a2", "", "    fabric_ip: 127.0.0.2\n",
-          {"--fabric-ip", "127.0.0.2", "--mtu-echo-port", "0"}}});
+  ASSERT_NO_FATAL_FAILURE(Start({{"a1", "", "    fabric_ip: 127.0.0.1\n",
+                                  {"--fabric-ip", "127.0.0.1", "--mtu-echo-port", "0",
+                                   "--stage-root", stage, "--stage-port", "0"}},
+                                 {"a2", "", "    fabric_ip: 127.0.0.2\n",
+                                  {"--fabric-ip", "127.0.0.2", "--mtu-echo-port", "0"}}}));
   CommandResult json = Glmctl({"preflight", "--json", yaml_});
   nlohmann::json j = Json(json);
   ASSERT_EQ(j["nodes"].size(), 2u) << json.output;

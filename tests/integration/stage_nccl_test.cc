@@ -5,10 +5,8 @@
 // hash and version, and the cluster reaches Ready. A pinned build of the wrong version stops `up`
 // naming the node, both versions and the fix. Under mTLS the peer fetch works with the nodes'
 // cluster certificates and a client without a valid certificate is refused.
-#include <unistd.h>
 
 #include <filesystem>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "controller/cli/certs.h"
@@ -16,35 +14,20 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/rpc/credentials.h"
-#include "tests/integration/harness.h"
+#include "tests/integration/cluster_fixture.h"
 
 namespace glm::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-class StageNcclTest : public ::testing::Test {
+class StageNcclTest : public LoopbackClusterTest {
  protected:
+  StageNcclTest() : LoopbackClusterTest("stagenccl") {}
   void SetUp() override {
-    dir_ = std::make_unique<TempDir>("glm-stagenccl");
-    name_ = absl::StrCat("stagenccl-", ::getpid());
-    yaml_ = dir_->path() + "/cluster.yaml";
-    env_ = {{"GLMCTL_STATE_DIR", dir_->path() + "/state"}};
-    ports_ = FreePorts(3);
     source_ = dir_->path() + "/source";
     fs::copy(SourceDir() + "/tests/golden/tiny-sharded", source_, fs::copy_options::recursive);
-  }
-  void TearDown() override {
-    for (int pid : pids_) KillNow(pid);
-    if (HasFailure()) {
-      for (const auto& e : fs::directory_iterator(dir_->path(), ec_)) {
-        if (e.path().extension() == ".log") {
-          std::cerr << "==== " << e.path() << "\n" << ReadFile(e.path().string());
-        }
-      }
-    }
   }
 
   std::string NodeLib(int i) const {
@@ -60,19 +43,16 @@ class StageNcclTest : public ::testing::Test {
     fs::create_directories(fs::path(NodeLib(1)).parent_path());
     fs::copy_file(pinned, NodeLib(1));
     fs::create_directories(fs::path(NodeLib(2)).parent_path());
-    WriteFile(yaml_,
-              absl::StrCat("name: ", name_, "\ncontroller:\n  listen: 127.0.0.1:", ports_[0],
-                           tls ? "\n  tls: {ca: certs/ca.pem, cert: certs/controller.pem, "
-                                 "key: certs/controller.key}"
-                               : "",
-                           "\nmodel:\n  path: ", source_,
-                           "\n  max_model_len: 512\n  kv_cache_dtype: bf16\n"
-                           "  kv_cache_bytes: 64MiB\n  activation_reserve_bytes: 256MiB\n"
-                           "  max_num_seqs: 4\nnode_defaults:\n  memory_budget_bytes: 1GiB\n"
-                           "nccl:\n  library: ", controller_lib,
-                           "\n  expected_version: \"2.30.4\"\n"
-                           "parallel:\n  tensor: 2\nnodes:\n  - name: node-1\n    agent: 127.0.0.1:",
-                           ports_[1], "\n  - name: node-2\n    agent: 127.0.0.1:", ports_[2], "\n"));
+    ClusterYaml cluster;
+    cluster.model_path = source_;
+    if (tls) {
+      cluster.controller_lines =
+          "  tls: {ca: certs/ca.pem, cert: certs/controller.pem, key: certs/controller.key}\n";
+    }
+    cluster.sections =
+        absl::StrCat("nccl:\n  library: ", controller_lib, "\n  expected_version: \"2.30.4\"\n");
+    cluster.nodes = {{"node-1", ""}, {"node-2", ""}};
+    WriteClusterYaml(cluster);
     if (tls) {
       CommandResult certs = Glmctl({"certs", "--out", dir_->path() + "/certs", yaml_});
       ASSERT_EQ(certs.exit_code, 0) << certs.output;
@@ -81,34 +61,24 @@ class StageNcclTest : public ::testing::Test {
       std::string model = absl::StrCat(dir_->path(), "/node-", i, "-model");
       fs::copy(source_, model, fs::copy_options::recursive);
       std::string node = absl::StrCat("node-", i);
-      std::vector<std::string> argv = {
-          AgentBin(), "serve", "--listen", absl::StrCat("127.0.0.1:", ports_[i]), "--node", node,
-          "--allow-no-gpu", "--fabric-ip", "127.0.0.1", "--mtu-echo-port", "0", "--stage-port",
-          "0", "--model-dir", model, "--nccl-library", NodeLib(i)};
+      std::vector<std::string> args = {"--allow-no-gpu", "--fabric-ip", "127.0.0.1",
+                                       "--mtu-echo-port", "0", "--stage-port", "0",
+                                       "--model-dir", model, "--nccl-library", NodeLib(i)};
       if (tls) {
-        argv.insert(argv.end(), {"--tls-ca", Certs() + "ca.pem", "--tls-cert",
+        args.insert(args.end(), {"--tls-ca", Certs() + "ca.pem", "--tls-cert",
                                  Certs() + node + ".pem", "--tls-key", Certs() + node + ".key"});
       }
-      pids_.push_back(SpawnBackground(argv, absl::StrCat(dir_->path(), "/agent-", node, ".log")));
+      StartAgent(i - 1, args);
     }
-    pids_.push_back(SpawnBackground({ControllerBin(), "--config", yaml_},
-                                    dir_->path() + "/controller.log"));
-    for (int port : ports_) {
-      ASSERT_GE(PollUntil([&] { return LoopbackPortOpen(port); }, seconds(20)).count(), 0)
-          << "port " << port << " never opened";
-    }
-  }
-
-  CommandResult Glmctl(std::vector<std::string> args, milliseconds timeout = seconds(60)) {
-    args.insert(args.begin(), GlmctlBin());
-    return RunCommand(args, env_, timeout);
+    StartController();
+    WaitForPorts();
   }
 
   // FetchFile of node-1's NCCL library with `creds`; returns the bytes or the error.
   grpc::Status FetchNodeOneLibrary(std::shared_ptr<grpc::ChannelCredentials> creds,
                                    std::string* data) {
     auto stub = glm::v1::Agent::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", ports_[1]), creds));
+        grpc::CreateChannel(AgentAddress(0), creds));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
     glm::v1::FetchFileRequest req;
@@ -119,16 +89,11 @@ class StageNcclTest : public ::testing::Test {
     return reader->Finish();
   }
 
-  std::unique_ptr<TempDir> dir_;
-  std::string name_, yaml_, source_;
-  std::vector<int> ports_;
-  std::vector<int> pids_;
-  std::map<std::string, std::string> env_;
-  std::error_code ec_;
+  std::string source_;
 };
 
 TEST_F(StageNcclTest, MissingLibraryIsFetchedFromAPeerVerifiedAndUpReachesReady) {
-  Start(GLM_FAKE_NCCL_23004, /*tls=*/false);
+  ASSERT_NO_FATAL_FAILURE(Start(GLM_FAKE_NCCL_23004, /*tls=*/false));
   ASSERT_FALSE(fs::exists(NodeLib(2)));
   CommandResult up = Glmctl({"up", yaml_});
   ASSERT_EQ(up.exit_code, 0) << up.output;
@@ -156,7 +121,7 @@ TEST_F(StageNcclTest, MissingLibraryIsFetchedFromAPeerVerifiedAndUpReachesReady)
 }
 
 TEST_F(StageNcclTest, WrongVersionOfThePinnedBuildFailsUpNamingNodeVersionsAndFix) {
-  Start(GLM_FAKE_NCCL_22707, /*tls=*/false);
+  ASSERT_NO_FATAL_FAILURE(Start(GLM_FAKE_NCCL_22707, /*tls=*/false));
   CommandResult up = Glmctl({"up", yaml_});
   EXPECT_NE(up.exit_code, 0) << up.output;
   EXPECT_NE(up.output.find("node-1"), std::string::npos) << up.output;
@@ -168,7 +133,7 @@ TEST_F(StageNcclTest, WrongVersionOfThePinnedBuildFailsUpNamingNodeVersionsAndFi
 }
 
 TEST_F(StageNcclTest, UnderMtlsPeersFetchWithClusterCertificatesAndStrangersAreRefused) {
-  Start(GLM_FAKE_NCCL_23004, /*tls=*/true);
+  ASSERT_NO_FATAL_FAILURE(Start(GLM_FAKE_NCCL_23004, /*tls=*/true));
   CommandResult up = Glmctl({"up", yaml_});
   ASSERT_EQ(up.exit_code, 0) << up.output;
   EXPECT_NE(up.output.find("staged from node-1 and verified, version 2.30.4"), std::string::npos)

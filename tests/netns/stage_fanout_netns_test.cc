@@ -22,9 +22,9 @@
 #include <set>
 #include <thread>
 
-#include "agent/stage/file_hash.h"
 #include "agent/stage/stage_server.h"
 #include "agent/stage/weight_stager.h"
+#include "cluster/manifest/file_hash.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -127,13 +127,14 @@ TEST_F(FourNodeFabric, FanOutWithCorruptionTruncationAndAKilledPeer) {
   WriteRandom(src / "embed.safetensors", 12 * kMiB, 20);
   WriteRandom(src / "head.safetensors", 12 * kMiB + 3, 21);
   WriteRandom(src / "mtp.safetensors", 8 * kMiB, 22);
-  auto manifest = BuildManifest(src.string());
+  auto manifest = cluster::BuildManifest(src.string());
   ASSERT_TRUE(manifest.ok()) << manifest.status();
 
   // PP2 × TP2: nodes 0,1 = stage 0; nodes 2,3 = stage 1.
   auto plan_for = [&](int node) {
-    return FilesForShard(*manifest, node < 2 ? ShardSpec{0, 2, true, false, true}
-                                             : ShardSpec{2, 4, false, true, true});
+    const cluster::ShardSpec shard = node < 2 ? cluster::ShardSpec{0, 2, true, false, true}
+                                              : cluster::ShardSpec{2, 4, false, true, true};
+    return cluster::FilesForShard(*manifest, shard);
   };
 
   // Node 2 starts with a corrupted layers-2 and a truncated layers-3.
@@ -230,7 +231,7 @@ TEST_F(FourNodeFabric, FanOutWithCorruptionTruncationAndAKilledPeer) {
     }
     EXPECT_EQ(ListFiles(o.dest_dir), std::set<std::string>(plan.begin(), plan.end())) << "node" << i;
     for (const std::string& file : plan) {
-      auto h = HashFile(o.dest_dir + "/" + file);
+      auto h = cluster::HashFile(o.dest_dir + "/" + file);
       ASSERT_TRUE(h.ok());
       EXPECT_EQ(h->xxh3_128, manifest->Find(file)->xxh3_128) << "node" << i << " " << file;
     }

@@ -14,9 +14,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "agent/stage/file_hash.h"
+#include "cluster/manifest/file_hash.h"
 
-namespace glm::stage {
+namespace glm::cluster {
 
 // Hashes one file. Implementations are thread-safe.
 class FileHasher {
@@ -73,4 +73,4 @@ class HashCache : public FileHasher {
   std::atomic<int> hits_{0};
 };
 
-}  // namespace glm::stage
+}  // namespace glm::cluster

@@ -1,4 +1,4 @@
-#include "agent/stage/hash_cache.h"
+#include "cluster/manifest/hash_cache.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include "common/logging.h"
 #include "nlohmann/json.hpp"
 
-namespace glm::stage {
+namespace glm::cluster {
 namespace {
 
 namespace fs = std::filesystem;
@@ -125,4 +125,4 @@ absl::StatusOr<FileHash> HashCache::Hash(const std::string& path) {
   return h;
 }
 
-}  // namespace glm::stage
+}  // namespace glm::cluster

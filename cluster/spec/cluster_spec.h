@@ -66,7 +66,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace glm::controller {
+namespace glm::cluster {
 
 // 1-based position in the YAML file; 0 when unknown.
 struct SourceLocation {
@@ -183,4 +183,4 @@ absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path);
 // Parses "96GiB", "512 MiB", "1.5TB", "1000" into bytes.
 absl::StatusOr<int64_t> ParseByteSize(std::string_view text);
 
-}  // namespace glm::controller
+}  // namespace glm::cluster

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace glm::stage {
+namespace glm::cluster {
 
 struct ManifestFile {
   std::string path;      // relative to the model directory, '/'-separated, no "..".
@@ -60,4 +60,4 @@ struct ShardSpec {
 // Sorted.
 std::vector<std::string> FilesForShard(const Manifest& manifest, const ShardSpec& shard);
 
-}  // namespace glm::stage
+}  // namespace glm::cluster

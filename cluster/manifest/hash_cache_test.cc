@@ -1,14 +1,14 @@
-#include "agent/stage/hash_cache.h"
+#include "cluster/manifest/hash_cache.h"
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "agent/stage/manifest.h"
+#include "cluster/manifest/manifest.h"
 #include "gtest/gtest.h"
 
-namespace glm::stage {
+namespace glm::cluster {
 namespace {
 
 namespace fs = std::filesystem;
@@ -109,4 +109,4 @@ TEST_F(HashCacheTest, CorruptStoreIsIgnored) {
 }
 
 }  // namespace
-}  // namespace glm::stage
+}  // namespace glm::cluster

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace glm::stage {
+namespace glm::cluster {
 
 // Incremental XXH3-128. Not thread-safe.
 class Xxh3Hasher {
@@ -33,4 +33,4 @@ struct FileHash {
 // Streams the whole file (1 MiB reads). Errors name the path.
 absl::StatusOr<FileHash> HashFile(const std::string& path);
 
-}  // namespace glm::stage
+}  // namespace glm::cluster

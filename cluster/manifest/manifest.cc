@@ -1,4 +1,4 @@
-#include "agent/stage/manifest.h"
+#include "cluster/manifest/manifest.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "agent/stage/file_hash.h"
-#include "agent/stage/hash_cache.h"
+#include "cluster/manifest/file_hash.h"
+#include "cluster/manifest/hash_cache.h"
 
-namespace glm::stage {
+namespace glm::cluster {
 namespace {
 
 namespace fs = std::filesystem;
@@ -191,4 +191,4 @@ std::vector<std::string> FilesForShard(const Manifest& manifest, const ShardSpec
   return std::vector<std::string>(needed.begin(), needed.end());
 }
 
-}  // namespace glm::stage
+}  // namespace glm::cluster

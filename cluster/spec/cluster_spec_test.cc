@@ -1,4 +1,4 @@
-#include "controller/spec/cluster_spec.h"
+#include "cluster/spec/cluster_spec.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace glm::controller {
+namespace glm::cluster {
 namespace {
 
 using ::testing::HasSubstr;
@@ -334,4 +334,4 @@ TEST(ClusterSpec, DeepNestingRejected) {
 }
 
 }  // namespace
-}  // namespace glm::controller
+}  // namespace glm::cluster

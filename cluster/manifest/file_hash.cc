@@ -1,4 +1,4 @@
-#include "agent/stage/file_hash.h"
+#include "cluster/manifest/file_hash.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "xxhash.h"
 
-namespace glm::stage {
+namespace glm::cluster {
 
 Xxh3Hasher::Xxh3Hasher() : state_(XXH3_createState()) {
   XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
@@ -64,4 +64,4 @@ absl::StatusOr<FileHash> HashFile(const std::string& path) {
   return result;
 }
 
-}  // namespace glm::stage
+}  // namespace glm::cluster

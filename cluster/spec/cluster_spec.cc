@@ -1,4 +1,4 @@
-#include "controller/spec/cluster_spec.h"
+#include "cluster/spec/cluster_spec.h"
 
 #include <algorithm>
 #include <cctype>
@@ -14,7 +14,7 @@
 #include "common/status_util.h"
 #include "yaml-cpp/yaml.h"
 
-namespace glm::controller {
+namespace glm::cluster {
 namespace {
 
 constexpr size_t kMaxInputBytes = 1 << 20;  // a cluster.yaml is a few KiB
@@ -984,4 +984,4 @@ absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path) {
   return ParseClusterSpec(buffer.str(), path, dir);
 }
 
-}  // namespace glm::controller
+}  // namespace glm::cluster
