@@ -10,6 +10,7 @@
 //   ports. The agent fetches from peers with its own certificate (--tls-*) as client identity.
 //   glm-agent preflight ...   (agent/preflight: checks this node locally, no controller needed)
 // Only this file wires concrete implementations together (DESIGN.md §2).
+#include <arpa/inet.h>
 #include <signal.h>
 
 #include <atomic>
@@ -55,7 +56,24 @@ struct ServeFlags {
   int stage_port = 47191;
   std::string model_dir;
   std::string nccl_library;
+  std::string group_ip;
+  int num_threads = 0;
 };
+
+// The numeric IP this node's shard group binds: --group-ip, else the fabric IP, else the host of
+// --listen when it is a numeric address of one interface (not a wildcard), else 127.0.0.1.
+std::string GroupHost(const ServeFlags& flags) {
+  if (!flags.group_ip.empty()) return flags.group_ip;
+  if (!flags.fabric_ip.empty()) return flags.fabric_ip;
+  std::string host = flags.listen.substr(0, flags.listen.rfind(':'));
+  if (!host.empty() && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  in_addr v4{};
+  in6_addr v6{};
+  const bool numeric = inet_pton(AF_INET, host.c_str(), &v4) == 1 ||
+                       inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+  if (!numeric || host == "0.0.0.0" || host == "::") return "127.0.0.1";
+  return host;
+}
 
 int Serve(const ServeFlags& flags) {
   glm::InitLogging("glm-agent", glm::ParseLogLevel(flags.log_level));
@@ -94,6 +112,8 @@ int Serve(const ServeFlags& flags) {
   options.stage_root = flags.stage_root;
   options.nccl_library = flags.nccl_library;
   options.peer_credentials = *peer_creds;
+  options.shard.group_host = GroupHost(flags);
+  options.shard.num_threads = flags.num_threads;
   // Fabric services on the fabric IP, before the gRPC server (Info reports their ports).
   std::unique_ptr<glm::preflight::UdpEchoResponder> echo;
   if (!flags.fabric_ip.empty()) {
@@ -184,6 +204,11 @@ int main(int argc, char** argv) {
   serve->add_option("--listen", flags.listen, "address to listen on, e.g. 10.0.0.11:47100")
       ->required();
   serve->add_option("--node", flags.node, "this node's name in cluster.yaml")->required();
+  serve->add_option("--group-ip", flags.group_ip,
+                    "numeric IP this node's shard group binds for TP/PP traffic (default: "
+                    "--fabric-ip, else the --listen host, else 127.0.0.1)");
+  serve->add_option("--engine-threads", flags.num_threads,
+                    "CPU backend threads of the engine shard (0 = hardware concurrency)");
   serve->add_option("--tls-ca", flags.tls.ca, "cluster CA certificate (PEM); enables mTLS");
   serve->add_option("--tls-cert", flags.tls.cert, "this node's certificate (PEM)");
   serve->add_option("--tls-key", flags.tls.key, "this node's private key (PEM)");

@@ -22,5 +22,8 @@ echo
 echo "== glmctl health $config"
 "$glmctl" health "$config"
 echo
+echo "== glmctl generate $config --tokens 123,134,242,46 --max-tokens 8"
+"$glmctl" generate "$config" --tokens 123,134,242,46 --max-tokens 8
+echo
 echo "The demo cluster keeps running (logs and pid files under $(dirname "$config")/.glmctl/)."
 echo "Stop it with:   $glmctl down $config"

@@ -24,13 +24,6 @@ int64_t UnixMillisNow() {
       .count();
 }
 
-grpc::Status NotImplemented(const std::string& rpc, const std::string& node,
-                            const std::string& milestone) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      absl::StrCat(rpc, " on node '", node, "': not implemented in this glm-agent (",
-                                   milestone, "); nothing was changed"));
-}
-
 // Streams ShardHost progress to the client; maps the final status once.
 template <typename Fn>
 grpc::Status RunShardOp(grpc::ServerWriter<glm::v1::Progress>* writer, Fn&& fn) {
@@ -47,10 +40,14 @@ ShardHostOptions ShardOptions(const AgentServiceOptions& options, Clock* clock,
   o.clock = clock;
   o.model_dir = options.model_dir;
   if (o.proc_root == "/proc") o.proc_root = options.probe_paths.proc_root;
+  // The controller's rendezvous is reached with the node's client identity, like its peers.
+  if (o.rendezvous_credentials == nullptr) o.rendezvous_credentials = options.peer_credentials;
   o.on_status = [publisher](const glm::v1::ShardStatus& shard) {
     publisher->Update([&](glm::v1::AgentStatus& s) {
       *s.mutable_shard() = shard;
       s.set_shard_state(shard.state());
+      s.set_kv_cache_usage(shard.kv_cache_usage());
+      s.set_tokens_per_second(shard.tokens_per_second());
       if (!shard.last_error().empty()) s.set_last_error(shard.last_error());
     });
   };
@@ -476,11 +473,12 @@ grpc::Status AgentService::WatchStatus(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status AgentService::Generate(grpc::ServerContext*, const glm::v1::GenerateRequest*,
-                                    grpc::ServerWriter<glm::v1::TokenEvent>*) {
-  return NotImplemented("Generate", options_.node,
-                        "token generation needs an engine shard, which arrives with the engine "
-                        "issue");
+grpc::Status AgentService::Generate(grpc::ServerContext* ctx, const glm::v1::GenerateRequest* req,
+                                    grpc::ServerWriter<glm::v1::TokenEvent>* writer) {
+  absl::Status s = shard_.Generate(
+      *req, [writer](const glm::v1::TokenEvent& e) { return writer->Write(e); },
+      [ctx] { return ctx->IsCancelled(); });
+  return rpc::ToGrpc(s);
 }
 
 }  // namespace glm::agent

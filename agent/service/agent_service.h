@@ -1,7 +1,7 @@
 // glm.v1.Agent served by glm-agent: identity, preflight, status stream; shard RPCs delegate to
-// ShardHost; StageNccl/StageWeights run agent/stage (fetching from peers' FetchFile with the
-// node's client credentials); FetchFile serves this node's stage root and NCCL library to peers;
-// generation answers UNIMPLEMENTED until its milestone lands.
+// ShardHost (Load/Start/Drain/Stop, and Generate on the head shard, whose client cancel aborts
+// the request); StageNccl/StageWeights run agent/stage (fetching from peers' FetchFile with the
+// node's client credentials); FetchFile serves this node's stage root and NCCL library to peers.
 // There is deliberately no RPC that runs an arbitrary command on the node.
 // Thread-safe (gRPC calls handlers from its thread pool).
 #pragma once

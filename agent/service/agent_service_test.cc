@@ -149,11 +149,11 @@ TEST_F(AgentServiceTest, UnbuiltOperationsAreUnimplementedNotFakeSuccess) {
   {
     grpc::ClientContext ctx;
     Bound(&ctx);
-    // Serving is not: StartShard says so instead of pretending.
+    // Starting needs a loaded shard.
     auto reader = stub_->StartShard(&ctx, {});
     glm::v1::Progress p;
     EXPECT_FALSE(reader->Read(&p));
-    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   }
 }
 

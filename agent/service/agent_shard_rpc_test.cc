@@ -64,10 +64,9 @@ class AgentShardRpcTest : public ::testing::Test {
   static glm::v1::LoadShardRequest Request() {
     glm::v1::LoadShardRequest r;
     r.set_model_dir(GLM_TINY_DENSE);
-    r.set_first_layer(0);
-    r.set_last_layer(2);
-    r.set_tp_size(4);
-    r.mutable_shard()->set_tp_rank(1);
+    r.set_layer_begin(0);
+    r.set_layer_end(3);
+    r.set_tp_size(1);
     r.set_kv_cache_bytes(4 << 20);
     r.mutable_page_cache()->set_policy("adaptive");
     r.mutable_page_cache()->set_min_available_bytes(int64_t{1} << 40);  // always "low": drop
@@ -91,7 +90,6 @@ TEST_F(AgentShardRpcTest, LoadStreamsProgressAndStatusCarriesTheShard) {
   ASSERT_TRUE(lines.back().has_shard());
   EXPECT_EQ(lines.back().shard().state(), glm::v1::SHARD_STATE_LOADED);
   EXPECT_THAT(lines.back().message(), AllOf(HasSubstr("loaded layers 0-2"),
-                                            HasSubstr("not TP-sharded"),
                                             HasSubstr("drop_caches not permitted")));
 
   glm::v1::AgentStatus st = service_->publisher().Snapshot();
@@ -102,8 +100,8 @@ TEST_F(AgentShardRpcTest, LoadStreamsProgressAndStatusCarriesTheShard) {
   EXPECT_EQ(shard.bytes_loaded(), shard.bytes_total());
   EXPECT_GT(shard.bytes_loaded(), 0);
   EXPECT_GE(shard.load_time_ms(), 0);
-  EXPECT_TRUE(shard.tp_replicated());
-  EXPECT_EQ(shard.tp_size(), 4);
+  EXPECT_FALSE(shard.tp_replicated());
+  EXPECT_EQ(shard.tp_size(), 1);
   EXPECT_GT(shard.kv_cache_bytes(), 0);
   EXPECT_EQ(shard.page_cache().policy(), "adaptive");
   EXPECT_EQ(shard.page_cache().fadvise_ranges(), shard.tensors_loaded());
@@ -118,19 +116,60 @@ TEST_F(AgentShardRpcTest, LoadStreamsProgressAndStatusCarriesTheShard) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_THAT(lines[0].message(), HasSubstr("already loaded"));
   glm::v1::LoadShardRequest other = Request();
-  other.set_last_layer(1);
+  other.set_layer_end(2);
   lines.clear();
   grpc::Status refused = Load(other, &lines);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(refused.error_message(), AllOf(HasSubstr("n1"), HasSubstr("Stop")));
 
-  // Start is not there yet and says what is missing.
+  // Generate before Start: the shard is not Running.
+  {
+    grpc::ClientContext c;
+    glm::v1::GenerateRequest g;
+    g.add_prompt_token_ids(1);
+    auto reader = stub_->Generate(&c, g);
+    glm::v1::TokenEvent e;
+    EXPECT_FALSE(reader->Read(&e));
+    grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(s.error_message(), AllOf(HasSubstr("n1"), HasSubstr("not Running")));
+  }
+  // Start (a single-rank replica needs no rendezvous) makes it Running.
   lines.clear();
   glm::v1::StartShardRequest start;
   grpc::Status started =
       Stream([&](grpc::ClientContext* c) { return stub_->StartShard(c, start); }, &lines);
-  EXPECT_EQ(started.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(started.error_message(), AllOf(HasSubstr("n1"), HasSubstr("serving")));
+  ASSERT_TRUE(started.ok()) << started.error_message();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().shard().state(), glm::v1::SHARD_STATE_RUNNING);
+  // Generate streams token events; the last one finishes with the reason and counts.
+  {
+    grpc::ClientContext c;
+    glm::v1::GenerateRequest g;
+    for (int id : {3, 17, 42, 5}) g.add_prompt_token_ids(id);
+    g.set_max_tokens(5);
+    auto reader = stub_->Generate(&c, g);
+    glm::v1::TokenEvent e;
+    int tokens = 0;
+    glm::v1::TokenEvent last;
+    while (reader->Read(&e)) {
+      tokens += e.token_ids_size();
+      last = e;
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(tokens, 5);
+    EXPECT_TRUE(last.finished());
+    EXPECT_EQ(last.finish_reason(), "length");
+    EXPECT_EQ(last.completion_tokens(), 5);
+    EXPECT_EQ(last.prompt_tokens(), 4);
+  }
+  // Drain: nothing in flight, bounded wait returns at once.
+  lines.clear();
+  glm::v1::DrainShardRequest drain;
+  drain.set_timeout_ms(2000);
+  ASSERT_TRUE(
+      Stream([&](grpc::ClientContext* c) { return stub_->DrainShard(c, drain); }, &lines).ok());
+  EXPECT_THAT(lines.back().message(), HasSubstr("drained"));
 
   // Stop frees it; status follows.
   lines.clear();
@@ -138,7 +177,7 @@ TEST_F(AgentShardRpcTest, LoadStreamsProgressAndStatusCarriesTheShard) {
   ASSERT_TRUE(
       Stream([&](grpc::ClientContext* c) { return stub_->StopShard(c, stop); }, &lines).ok());
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_THAT(lines[0].message(), HasSubstr("stopped: freed layers 0-2"));
+  EXPECT_THAT(lines[0].message(), HasSubstr("stopped: freed layers [0, 3)"));
   EXPECT_EQ(lines[0].shard().state(), glm::v1::SHARD_STATE_STOPPED);
   st = service_->publisher().Snapshot();
   EXPECT_EQ(st.shard_state(), glm::v1::SHARD_STATE_STOPPED);

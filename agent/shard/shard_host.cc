@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <thread>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "agent/shard/controller_rendezvous.h"
 #include "agent/shard/progress.h"
 #include "agent/shard/releasing_weights.h"
 #include "common/human_bytes.h"
@@ -20,6 +22,7 @@
 #include "engine/backend/create_backend.h"
 #include "engine/config/model_config.h"
 #include "engine/model/glm_moe_dsa.h"
+#include "engine/model/forward_batch.h"
 #include "engine/weights/tensor_filter.h"
 #include "engine/weights/weight_store.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -51,9 +54,9 @@ absl::StatusOr<uint64_t> MemAvailableBytes(const std::string& proc_root) {
   return absl::NotFoundError(absl::StrCat(path, ": no MemAvailable line"));
 }
 
-// "layers 0-2 of /models/x (pp0, tp 1/4)".
+// "layers [0, 3) of /models/x (pp0, tp 1/4)".
 std::string Describe(const glm::v1::LoadShardRequest& r) {
-  return absl::StrCat("layers ", r.first_layer(), "-", r.last_layer(), " of ", r.model_dir(),
+  return absl::StrCat("layers [", r.layer_begin(), ", ", r.layer_end(), ") of ", r.model_dir(),
                       " (pp", r.shard().pp_rank(), ", tp ", r.shard().tp_rank(), "/",
                       std::max(1, r.tp_size()), ")");
 }
@@ -130,7 +133,15 @@ ShardHost::ShardHost(ShardHostOptions options) : options_(std::move(options)) {
 
 ShardHost::ShardHost(std::string node) : ShardHost(ShardHostOptions{.node = std::move(node)}) {}
 
-ShardHost::~ShardHost() = default;
+ShardHost::~ShardHost() {
+  StopMonitor();
+  std::shared_ptr<engine::Engine> eng;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    eng = std::move(engine_);
+  }
+  eng.reset();  // before loaded_ (a single-rank model's backend)
+}
 
 glm::v1::ShardState ShardHost::state() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -193,6 +204,17 @@ absl::Status ShardHost::Load(const glm::v1::LoadShardRequest& req, const Progres
     }
     busy_ = true;
   }
+  // A failed (or head-stopped) group's engine goes before the new load.
+  StopMonitor();
+  std::shared_ptr<engine::Engine> previous;
+  std::unique_ptr<Loaded> previous_loaded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    previous = std::move(engine_);
+    previous_loaded = std::move(loaded_);
+  }
+  previous.reset();
+  previous_loaded.reset();
   absl::Status s = DoLoad(req, progress);
   std::lock_guard<std::mutex> lock(mu_);
   busy_ = false;
@@ -204,6 +226,16 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   const Clock::TimePoint start = clock->Now();
   const std::string model_dir = options_.model_dir.empty() ? req.model_dir() : options_.model_dir;
   const int tp_size = std::max(1, req.tp_size());
+  const int pp_size = std::max(1, req.pp_size());
+  const bool distributed = tp_size * pp_size > 1;
+  // The engine's layer range is inclusive; the wire's is half-open.
+  const int first_layer = req.layer_begin();
+  const int last_layer = req.layer_end() - 1;
+  const std::string backend_kind =
+      engine::ResolveBackendKind(req.backend().empty() ? "auto" : req.backend());
+  const std::string weight_dtype =
+      !req.weight_dtype().empty() ? req.weight_dtype() : (backend_kind == "cpu" ? "fp32" : "auto");
+  const std::string kv_dtype = req.kv_dtype().empty() ? "fp32" : req.kv_dtype();
   const std::string prefix = absl::StrCat("LoadShard on node '", options_.node, "': ");
   auto error = [&](absl::StatusCode code, const std::string& what, const std::string& fix) {
     return Fail(absl::Status(code, absl::StrCat(prefix, what, fix.empty() ? "" : ". Fix: ", fix)));
@@ -218,20 +250,17 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
     status_ = glm::v1::ShardStatus();
     status_.set_state(glm::v1::SHARD_STATE_LOADING);
     status_.set_model_dir(model_dir);
-    status_.set_first_layer(req.first_layer());
-    status_.set_last_layer(req.last_layer());
+    status_.set_layer_begin(req.layer_begin());
+    status_.set_layer_end(req.layer_end());
     status_.set_pp_rank(req.shard().pp_rank());
     status_.set_tp_rank(req.shard().tp_rank());
     status_.set_tp_size(tp_size);
-    status_.set_backend(engine::ModelLoadOptions().backend);
+    status_.set_pp_size(pp_size);
+    status_.set_head(req.shard().pp_rank() == 0 && req.shard().tp_rank() == 0);
+    status_.set_backend(backend_kind);
+    status_.set_weight_dtype(weight_dtype);
+    status_.set_kv_dtype(kv_dtype);
     status_.mutable_page_cache()->set_policy(policy_name);
-    if (tp_size > 1) {
-      status_.set_tp_replicated(true);
-      status_.set_tp_note(absl::StrCat(
-          "not TP-sharded: the engine has no tensor-parallel sharding yet, so TP rank ",
-          req.shard().tp_rank(), " of ", tp_size,
-          " holds its stage's full layers (", tp_size, " identical copies in the TP group)"));
-    }
   }
   Publish();
 
@@ -239,10 +268,10 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
     return error(absl::StatusCode::kInvalidArgument, "model_dir is empty",
                  "set model.path in cluster.yaml or start glm-agent with --model-dir");
   }
-  if (req.first_layer() < 0 || req.last_layer() < req.first_layer()) {
+  if (req.layer_begin() < 0 || req.layer_end() <= req.layer_begin()) {
     return error(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("layer range ", req.first_layer(), "-", req.last_layer(),
-                              " is empty or negative"),
+                 absl::StrCat("layer range [", req.layer_begin(), ", ", req.layer_end(),
+                              ") is empty or negative"),
                  "re-run glmctl up so the plan assigns this node its PP stage's layers");
   }
   absl::StatusOr<pagecache::Policy> policy = pagecache::ParsePolicy(policy_name);
@@ -259,9 +288,9 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
                               "--model-dir at a complete copy"));
   }
   const int num_layers = config->num_hidden_layers;
-  if (req.last_layer() >= num_layers) {
+  if (req.layer_end() > num_layers) {
     return error(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("layers ", req.first_layer(), "-", req.last_layer(),
+                 absl::StrCat("layers [", req.layer_begin(), ", ", req.layer_end(), ")",
                               " were asked for, but ", model_dir, "/config.json has ", num_layers,
                               " decoder layers"),
                  "the plan was made for another checkpoint; re-run glmctl up so it is made "
@@ -270,19 +299,25 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
 
   engine::ModelLoadOptions mo;
   mo.model_dir = model_dir;
-  mo.first_layer = req.first_layer();
-  mo.last_layer = req.last_layer();
+  mo.first_layer = first_layer;
+  mo.last_layer = last_layer;
   mo.load_mtp = req.load_mtp();
   mo.num_threads = options_.num_threads;
+  mo.backend = backend_kind;
+  mo.weight_dtype = weight_dtype;
   mo.kv.block_size = req.kv_block_size() > 0 ? req.kv_block_size() : kDefaultKvBlockSize;
-  const bool is_last = req.last_layer() == num_layers - 1;
+  if (absl::Status s = engine::ParseKvDType(kv_dtype, &mo.kv.dtype); !s.ok()) {
+    return error(s.code(), std::string(s.message()),
+                 "set model.kv_cache_dtype in cluster.yaml to fp8 or bf16");
+  }
+  const bool is_last = last_layer == num_layers - 1;
   const bool has_mtp = mo.load_mtp && is_last && config->num_nextn_predict_layers > 0;
 
   // Same selection as engine LoadGlmMoeDsa: the MTP layer needs the embedding and the head.
   engine::LayerSelection sel;
-  sel.first_layer = req.first_layer();
-  sel.last_layer = req.last_layer();
-  sel.embedding = req.first_layer() == 0 || has_mtp;
+  sel.first_layer = first_layer;
+  sel.last_layer = last_layer;
+  sel.embedding = first_layer == 0 || has_mtp;
   sel.head = is_last;
   sel.num_hidden_layers = num_layers;
   sel.mtp = mo.load_mtp;
@@ -320,21 +355,23 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
     return error(absl::StatusCode::kResourceExhausted,
                  absl::StrCat("KV cache of ", HumanBytes((kv_bytes)),
                               " holds no block of ", mo.kv.block_size, " tokens (",
-                              HumanBytes((per_block)), " per block for layers ",
-                              req.first_layer(), "-", req.last_layer(), ")"),
+                              HumanBytes((per_block)), " per block for layers [",
+                              req.layer_begin(), ", ", req.layer_end(), "))"),
                  "raise model.kv_cache_bytes (or the node's memory_budget_bytes) in cluster.yaml");
   }
   mo.kv.num_blocks = static_cast<int>(std::min<int64_t>(kv_bytes / per_block, 1 << 30));
   const uint64_t kv_alloc = static_cast<uint64_t>(mo.kv.num_blocks) * per_block;
 
-  // Memory the load will take (weights as fp32 on the CPU backend + KV) against what is free.
+  // Memory the load will take (weights as fp32, this rank's TP share of them, + KV) against
+  // what is free.
+  fp32_estimate /= static_cast<uint64_t>(tp_size);
   if (absl::StatusOr<uint64_t> available = MemAvailableBytes(options_.proc_root); available.ok()) {
     const uint64_t need = fp32_estimate + kv_alloc;
     if (need > *available) {
       return error(
           absl::StatusCode::kResourceExhausted,
-          absl::StrCat("not enough memory for the plan: layers ", req.first_layer(), "-",
-                       req.last_layer(), " need ", HumanBytes(need), " (weights ", HumanBytes(fp32_estimate),
+          absl::StrCat("not enough memory for the plan: layers [", req.layer_begin(), ", ",
+                       req.layer_end(), ") need ", HumanBytes(need), " (weights ", HumanBytes(fp32_estimate),
                        " as fp32 on the ", mo.backend, " backend + KV cache ", HumanBytes(kv_alloc),
                        ") but MemAvailable is ", HumanBytes(*available), " (", options_.proc_root,
                        "/meminfo)"),
@@ -345,6 +382,59 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   } else {
     GLM_LOG_WARN("shard load node={}: memory check skipped ({})", options_.node,
                  ToStd(available.status().message()));
+  }
+
+  // What Start gives the engine.
+  engine::EngineOptions eo;
+  eo.model_dir = model_dir;
+  eo.kv_block_size = mo.kv.block_size;
+  eo.kv_cache_bytes = kv_bytes;
+  eo.num_threads = options_.num_threads;
+  eo.backend = backend_kind;
+  eo.weight_dtype = weight_dtype;
+  eo.kv_dtype = kv_dtype;
+  eo.mtp_draft_tokens = 0;
+  if (req.max_num_seqs() > 0) eo.max_num_seqs = req.max_num_seqs();
+  if (req.max_model_len() > 0) eo.max_model_len = req.max_model_len();
+  eo.shard.pp_rank = req.shard().pp_rank();
+  eo.shard.pp_size = pp_size;
+  eo.shard.tp_rank = req.shard().tp_rank();
+  eo.shard.tp_size = tp_size;
+  eo.shard.first_layer = first_layer;
+  eo.shard.last_layer = last_layer;
+  eo.shard.host = options_.group_host;
+
+  const std::string what =
+      absl::StrCat("layers ", first_layer, "-", last_layer,
+                   sel.embedding ? " + embedding" : "", sel.head ? " + norm/lm_head" : "",
+                   has_mtp ? " + MTP" : "");
+  if (distributed) {
+    // The TP slice is read once the replica's groups exist (Start).
+    std::string summary = absl::StrFormat(
+        "prepared %s (pp %d/%d, tp %d/%d, %s backend, %s weights, %s KV): %d tensors, %s in "
+        "%s verified; the engine reads this rank's slice when the group starts; KV cache %s "
+        "(%d blocks)",
+        what, req.shard().pp_rank(), pp_size, req.shard().tp_rank(), tp_size, backend_kind,
+        weight_dtype, kv_dtype, tensors_total, HumanBytes(bytes_total), model_dir,
+        HumanBytes(kv_alloc), mo.kv.num_blocks);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      status_.set_state(glm::v1::SHARD_STATE_LOADED);
+      status_.set_bytes_total(static_cast<int64_t>(bytes_total));
+      status_.set_tensors_total(tensors_total);
+      status_.set_kv_cache_bytes(static_cast<int64_t>(kv_alloc));
+      status_.set_kv_capacity_tokens(static_cast<int64_t>(mo.kv.num_blocks) * mo.kv.block_size);
+      status_.set_load_time_ms(Millis(clock->Now() - start));
+      loaded_ = std::make_unique<Loaded>();
+      loaded_request_ = req;
+      engine_options_ = eo;
+    }
+    GLM_LOG_INFO("shard prepared node={} {}", options_.node, summary);
+    Publish();
+    glm::v1::Progress last = MakeProgress("done", summary, 0, 0, true);
+    *last.mutable_shard() = status();
+    emit(last);
+    return absl::OkStatus();
   }
 
   // Page cache: the cluster's policy runs while loading; each range is released once loaded.
@@ -368,10 +458,6 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
     status_.set_bytes_total(static_cast<int64_t>(bytes_total));
     status_.set_tensors_total(tensors_total);
   }
-  const std::string what =
-      absl::StrCat("layers ", req.first_layer(), "-", req.last_layer(),
-                   sel.embedding ? " + embedding" : "", sel.head ? " + norm/lm_head" : "",
-                   has_mtp ? " + MTP" : "");
   emit(MakeProgress("load",
                     absl::StrCat("load: ", what, " of ", model_dir, " (", tensors_total,
                                  " tensors, ", HumanBytes(bytes_total), "), page cache policy ",
@@ -418,7 +504,6 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   {
     PolicyTicker ticker(&pages, options_.tick_interval,
                         options_.tick_thread && po.policy != pagecache::Policy::kOff);
-    // The engine's default backend kind (ModelLoadOptions::backend: "cpu" today).
     absl::StatusOr<std::unique_ptr<engine::Backend>> backend =
         engine::CreateBackend(mo.backend, options_.num_threads, mo.device);
     if (backend.ok()) {
@@ -449,7 +534,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   loaded->model = *std::move(model);
 
   std::string summary = absl::StrFormat(
-      "loaded %s in %.2f s: %d tensors, %s read, %s of fp32 weights; KV cache %s (%d blocks, "
+      "loaded %s in %.2f s: %d tensors, %s read, %s as fp32; KV cache %s (%d blocks, "
       "%d tokens at %s/token); page cache: %s freed by fadvise over %d ranges, policy %s",
       what, std::chrono::duration<double>(took).count(), weights.tensors_read(),
       HumanBytes(weights.bytes_read()), HumanBytes(weights.fp32_bytes()), HumanBytes(kv_alloc),
@@ -461,7 +546,6 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
                                               HumanBytes((pc.drop_caches_bytes_freed()))));
   }
   if (pc.drop_not_permitted()) absl::StrAppend(&summary, ", drop_caches not permitted");
-  std::string tp_note;
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_.set_state(glm::v1::SHARD_STATE_LOADED);
@@ -470,11 +554,10 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
     status_.set_weight_memory_bytes(static_cast<int64_t>(weights.fp32_bytes()));
     status_.set_kv_cache_bytes(static_cast<int64_t>(kv_alloc));
     status_.set_kv_capacity_tokens(static_cast<int64_t>(mo.kv.num_blocks) * mo.kv.block_size);
-    tp_note = status_.tp_note();
     loaded_ = std::move(loaded);
     loaded_request_ = req;
+    engine_options_ = eo;
   }
-  if (!tp_note.empty()) absl::StrAppend(&summary, "; ", tp_note);
   GLM_LOG_INFO("shard loaded node={} {}", options_.node, summary);
   Publish();
   glm::v1::Progress last = MakeProgress("done", summary, static_cast<int64_t>(weights.bytes_read()),
@@ -484,21 +567,357 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   return absl::OkStatus();
 }
 
-absl::Status ShardHost::Start(const glm::v1::StartShardRequest&, const ProgressFn&) {
-  return absl::UnimplementedError(absl::StrCat(
-      "StartShard on node '", options_.node, "': serving is not implemented in this glm-agent "
-      "yet (joining the shard group through the rendezvous, the engine step loop and Generate "
-      "are missing); the shard stays ", glm::v1::ShardState_Name(state()),
-      " and nothing was changed"));
+absl::Status ShardHost::Start(const glm::v1::StartShardRequest& req, const ProgressFn& progress) {
+  const std::string prefix = absl::StrCat("StartShard on node '", options_.node, "': ");
+  auto emit = [&](const glm::v1::Progress& p) {
+    if (progress) progress(p);
+  };
+  engine::EngineOptions eo;
+  std::unique_ptr<Loaded> loaded;
+  std::shared_ptr<engine::Engine> previous;
+  std::string policy_name;
+  glm::v1::PageCachePolicy page_cache;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          prefix, "another operation on this shard is running; nothing was changed. Fix: wait "
+          "for it (glmctl status) and retry"));
+    }
+    const std::string group_key =
+        absl::StrCat("replica-", req.shard().replica(), "/epoch-", req.shard().epoch());
+    if (status_.state() == glm::v1::SHARD_STATE_RUNNING && status_.group_key() == group_key) {
+      glm::v1::Progress p = MakeProgress(
+          "done", absl::StrCat("shard already running in group ", group_key, "; nothing to do"),
+          0, 0, true);
+      *p.mutable_shard() = status_;
+      emit(p);
+      return absl::OkStatus();
+    }
+    // A previous group of this shard (running, drained, failed or stopped by its head) is torn
+    // down and the shard joins the new epoch's group; every rank of the replica gets the same
+    // start, so the whole group is re-formed.
+    const bool restart = engine_ != nullptr && !loaded_request_.model_dir().empty();
+    if (!restart && (status_.state() != glm::v1::SHARD_STATE_LOADED || loaded_ == nullptr)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          prefix, "the shard is ", glm::v1::ShardState_Name(status_.state()),
+          ", not Loaded; nothing was changed. Fix: load it first (glmctl up loads and starts "
+          "every shard; after a failure, glmctl down then up)"));
+    }
+    const glm::v1::ShardId& loaded_id = loaded_request_.shard();
+    if (loaded_id.replica() != req.shard().replica() ||
+        loaded_id.pp_rank() != req.shard().pp_rank() ||
+        loaded_id.tp_rank() != req.shard().tp_rank()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          prefix, "the request is for replica ", req.shard().replica(), " pp ",
+          req.shard().pp_rank(), " tp ", req.shard().tp_rank(), " but this node loaded replica ",
+          loaded_id.replica(), " pp ", loaded_id.pp_rank(), " tp ", loaded_id.tp_rank(),
+          "; nothing was changed. Fix: re-run glmctl up so load and start follow one plan"));
+    }
+    eo = engine_options_;
+    eo.shard.group_key = group_key;
+    if (req.connect_timeout_ms() > 0) {
+      eo.shard.connect_timeout = std::chrono::milliseconds(req.connect_timeout_ms());
+    }
+    if (req.op_timeout_ms() > 0) eo.shard.op_timeout = std::chrono::milliseconds(req.op_timeout_ms());
+    if (eo.shard.distributed() && req.rendezvous_address().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "rendezvous_address is empty but the replica has ", eo.shard.world_size(),
+          " ranks; nothing was changed. Fix: start shards through glm-controller (glmctl up)"));
+    }
+    previous = std::move(engine_);
+    loaded = std::move(loaded_);
+    if (loaded == nullptr) loaded = std::make_unique<Loaded>();
+    policy_name = loaded_request_.page_cache().policy().empty()
+                      ? "off"
+                      : loaded_request_.page_cache().policy();
+    page_cache = loaded_request_.page_cache();
+    busy_ = true;
+    status_.set_group_key(group_key);
+    status_.clear_last_error();
+  }
+  StopMonitor();  // the previous group's, if any (it stops by itself once engine_ moved)
+  if (previous != nullptr) {
+    // The old engine (and a single-rank model inside it) goes before the backend it ran on.
+    previous.reset();
+    loaded->model.reset();
+    loaded->backend.reset();
+  }
+  const std::string rank = engine::DescribeRank(eo.shard, eo.shard.world_rank());
+  emit(MakeProgress("start", absl::StrCat("start: ", rank, " of group ", eo.shard.group_key,
+                                          " (", eo.shard.world_size(), " ranks, group address ",
+                                          eo.shard.host, ", ", eo.backend, " backend)"),
+                    0, 0));
+  const Clock::TimePoint start = options_.clock->Now();
+  std::unique_ptr<ControllerRendezvous> rendezvous;
+  if (eo.shard.distributed()) {
+    rendezvous = std::make_unique<ControllerRendezvous>(
+        req.rendezvous_address(), options_.rendezvous_credentials, eo.shard.group_key);
+    eo.shard.rendezvous = rendezvous.get();
+  }
+  absl::StatusOr<std::unique_ptr<engine::Engine>> created;
+  if (loaded->model != nullptr) {
+    // A single-rank replica: the model Load read (with page-cache release) runs as is.
+    created = engine::Engine::CreateWithModel(std::move(loaded->model), eo);
+  } else {
+    // This rank reads its TP slice now; the cluster's page-cache policy runs meanwhile.
+    absl::StatusOr<pagecache::Policy> policy = pagecache::ParsePolicy(policy_name);
+    pagecache::Options po;
+    po.policy = policy.ok() ? *policy : pagecache::Policy::kOff;
+    if (page_cache.interval_s() > 0) {
+      po.period = std::chrono::duration_cast<Clock::Duration>(
+          std::chrono::duration<double>(page_cache.interval_s()));
+    }
+    if (page_cache.min_available_bytes() > 0) {
+      po.min_available_bytes = static_cast<uint64_t>(page_cache.min_available_bytes());
+    }
+    po.stall_timeout = options_.stall_timeout;
+    po.proc_root = options_.proc_root;
+    pagecache::PageCacheManager pages(
+        po, options_.clock, options_.make_kernel_ops ? options_.make_kernel_ops() : nullptr);
+    pages.BeginLoad();
+    {
+      PolicyTicker ticker(&pages, options_.tick_interval,
+                          options_.tick_thread && po.policy != pagecache::Policy::kOff);
+      created = engine::Engine::Create(eo);
+    }
+    pages.EndLoad();
+    glm::v1::PageCacheStatus pc = SummarizePageCache(pages, policy_name);
+    std::lock_guard<std::mutex> lock(mu_);
+    *status_.mutable_page_cache() = pc;
+  }
+  const Clock::Duration took = options_.clock->Now() - start;
+  if (!created.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
+    absl::Status failed(created.status().code(),
+                        absl::StrCat(prefix, rank, " of group ", eo.shard.group_key,
+                                     " could not start: ", created.status().message()));
+    if (rendezvous != nullptr) rendezvous->DeleteNamespace();
+    return Fail(failed);
+  }
+  std::shared_ptr<engine::Engine> eng = *std::move(created);
+  const engine::EngineStats stats = eng->Stats();
+  std::string summary = absl::StrFormat(
+      "running: %s of group %s (%s) in %.2f s on the %s backend; KV cache %d blocks of %d tokens",
+      rank, eo.shard.group_key, eng->is_head() ? "head: takes Generate" : "follows the head",
+      std::chrono::duration<double>(took).count(), eo.backend, stats.kv_num_blocks,
+      eo.kv_block_size);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+    engine_ = eng;
+    loaded_ = std::move(loaded);  // the backend a single-rank model lives on
+    status_.set_state(glm::v1::SHARD_STATE_RUNNING);
+    status_.set_head(eng->is_head());
+    // What this rank holds now (a distributed rank read only its slice in Create).
+    const engine::MemoryPlan plan = eng->memory_plan();
+    if (plan.weights_bytes > 0) status_.set_weight_memory_bytes(plan.weights_bytes);
+    if (plan.kv_bytes > 0) status_.set_kv_cache_bytes(plan.kv_bytes);
+    status_.set_load_time_ms(status_.load_time_ms() + Millis(took));
+    monitor_stop_ = false;
+  }
+  monitor_ = std::thread([this] { Monitor(); });
+  GLM_LOG_INFO("shard started node={} {}", options_.node, summary);
+  Publish();
+  glm::v1::Progress last = MakeProgress("done", summary, 0, 0, true);
+  *last.mutable_shard() = status();
+  emit(last);
+  return absl::OkStatus();
 }
 
-absl::Status ShardHost::Drain(const glm::v1::DrainShardRequest&, const ProgressFn&) {
-  return absl::UnimplementedError(absl::StrCat(
-      "DrainShard on node '", options_.node, "': serving is not implemented in this glm-agent "
-      "yet, so there is nothing in flight to drain; nothing was changed"));
+void ShardHost::Monitor() {
+  std::unique_lock<std::mutex> lock(mu_);
+  int64_t last_tokens = 0;
+  auto last_time = std::chrono::steady_clock::now();
+  bool first = true;
+  while (!monitor_stop_) {
+    std::shared_ptr<engine::Engine> eng = engine_;
+    if (eng == nullptr) break;
+    lock.unlock();
+    const engine::EngineStats st = eng->Stats();
+    const absl::Status health = eng->status();
+    const auto now = std::chrono::steady_clock::now();
+    const double secs = std::chrono::duration<double>(now - last_time).count();
+    const double tps = first || secs <= 0
+                           ? 0.0
+                           : static_cast<double>(st.num_generated_tokens - last_tokens) / secs;
+    first = false;
+    last_tokens = st.num_generated_tokens;
+    last_time = now;
+    bool changed = false;
+    lock.lock();
+    if (monitor_stop_ || engine_ != eng) break;
+    status_.set_steps(st.num_steps);
+    status_.set_group_messages(st.num_group_messages);
+    status_.set_kv_cache_usage(
+        st.kv_num_blocks > 0
+            ? 1.0 - static_cast<double>(st.kv_num_free_blocks) / st.kv_num_blocks
+            : 0.0);
+    status_.set_tokens_per_second(tps);
+    status_.set_requests_in_flight(st.num_running + st.num_waiting);
+    if (!health.ok() && status_.state() != glm::v1::SHARD_STATE_FAILED) {
+      status_.set_state(glm::v1::SHARD_STATE_FAILED);
+      status_.set_last_error(absl::StrCat("shard group ", status_.group_key(), " failed on node '",
+                                          options_.node, "': ", health.message()));
+      GLM_LOG_ERROR("shard group failed node={}: {}", options_.node, ToStd(health.message()));
+      changed = true;
+    } else if (health.ok() && st.group_done && status_.state() == glm::v1::SHARD_STATE_RUNNING) {
+      status_.set_state(glm::v1::SHARD_STATE_STOPPED);
+      status_.set_last_error(absl::StrCat("the head of group ", status_.group_key(),
+                                          " stopped the group"));
+      changed = true;
+    }
+    (void)changed;
+    lock.unlock();
+    Publish();  // the stats double as the progress heartbeat
+    lock.lock();
+    monitor_cv_.wait_for(lock, options_.monitor_interval, [this] { return monitor_stop_; });
+  }
+}
+
+void ShardHost::StopMonitor() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    monitor_stop_ = true;
+  }
+  monitor_cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+absl::Status ShardHost::Generate(const glm::v1::GenerateRequest& req,
+                                 const std::function<bool(const glm::v1::TokenEvent&)>& write,
+                                 const std::function<bool()>& cancelled) {
+  std::shared_ptr<engine::Engine> eng;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (engine_ == nullptr || status_.state() != glm::v1::SHARD_STATE_RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Generate on node '", options_.node, "': its shard is ",
+          glm::v1::ShardState_Name(status_.state()),
+          status_.last_error().empty() ? "" : absl::StrCat(" (", status_.last_error(), ")"),
+          ", not Running. Fix: send requests through glm-controller (glmctl generate), which "
+          "picks a Ready replica"));
+    }
+    if (!engine_->is_head()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Generate on node '", options_.node, "': this node hosts pp ", status_.pp_rank(),
+          ", tp ", status_.tp_rank(), " of group ", status_.group_key(),
+          ", not its head; requests go to the head shard (pp 0, tp 0) of that replica. Fix: "
+          "send them through glm-controller (glmctl generate)"));
+    }
+    eng = engine_;
+  }
+  engine::Request request;
+  request.prompt_ids.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
+  request.sampling.max_tokens = req.max_tokens() > 0 ? req.max_tokens() : 16;
+  request.sampling.temperature = req.temperature();
+  if (req.top_p() > 0) request.sampling.top_p = req.top_p();
+  request.sampling.top_k = req.top_k();
+  request.sampling.stop_token_ids.assign(req.stop_token_ids().begin(),
+                                         req.stop_token_ids().end());
+  if (req.seed() != 0) request.sampling.seed = static_cast<uint64_t>(req.seed());
+  absl::StatusOr<engine::RequestHandle> handle = eng->Submit(std::move(request));
+  if (!handle.ok()) {
+    return absl::Status(handle.status().code(),
+                        absl::StrCat("Generate on node '", options_.node, "' (head of group ",
+                                     status().group_key(), "): ", handle.status().message()));
+  }
+  int completion_tokens = 0;
+  engine::TokenEvent ev;
+  while (true) {
+    if (!handle->stream->TryNext(&ev)) {
+      if (cancelled && cancelled()) {
+        eng->Abort(handle->id);
+        handle->stream->CollectTokens();  // drains up to the aborted event
+        return absl::CancelledError("the client cancelled the request");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      continue;
+    }
+    glm::v1::TokenEvent out;
+    if (ev.token_id >= 0) {
+      out.add_token_ids(ev.token_id);
+      ++completion_tokens;
+    }
+    if (ev.finished) {
+      if (ev.finish_reason == engine::FinishReason::kError) {
+        return absl::Status(ev.error.code(),
+                            absl::StrCat("Generate on node '", options_.node, "' (head of group ",
+                                         status().group_key(), "): ", ev.error.message()));
+      }
+      out.set_finished(true);
+      switch (ev.finish_reason) {
+        case engine::FinishReason::kStop: out.set_finish_reason("stop"); break;
+        case engine::FinishReason::kLength: out.set_finish_reason("length"); break;
+        default: out.set_finish_reason("abort"); break;
+      }
+      out.set_prompt_tokens(req.prompt_token_ids_size());
+      out.set_completion_tokens(completion_tokens);
+    }
+    if (!write(out)) {
+      if (!ev.finished) {
+        eng->Abort(handle->id);
+        handle->stream->CollectTokens();
+      }
+      return absl::CancelledError("the client went away");
+    }
+    if (ev.finished) return absl::OkStatus();
+  }
+}
+
+absl::Status ShardHost::Drain(const glm::v1::DrainShardRequest& req, const ProgressFn& progress) {
+  const std::string prefix = absl::StrCat("DrainShard on node '", options_.node, "': ");
+  std::shared_ptr<engine::Engine> eng;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (engine_ == nullptr || (status_.state() != glm::v1::SHARD_STATE_RUNNING &&
+                               status_.state() != glm::v1::SHARD_STATE_DRAINING)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          prefix, "the shard is ", glm::v1::ShardState_Name(status_.state()),
+          ", not Running; nothing to drain"));
+    }
+    eng = engine_;
+    status_.set_state(glm::v1::SHARD_STATE_DRAINING);
+  }
+  Publish();
+  const engine::EngineStats before = eng->Stats();
+  const int in_flight = before.num_running + before.num_waiting;
+  if (progress) {
+    progress(MakeProgress("drain", absl::StrCat("drain: admitting nothing; ", in_flight,
+                                               " request(s) in flight"), 0, 0));
+  }
+  // Engine::Drain blocks until nothing is in flight; the wait here is bounded, the drain itself
+  // goes on in the background (it holds the engine) when the bound is hit.
+  auto done = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> result = done->get_future();
+  std::thread([eng, done] { done->set_value(eng->Drain()); }).detach();
+  const auto timeout = std::chrono::milliseconds(req.timeout_ms() > 0 ? req.timeout_ms() : 30'000);
+  if (result.wait_for(timeout) != std::future_status::ready) {
+    const engine::EngineStats now = eng->Stats();
+    return absl::DeadlineExceededError(absl::StrCat(
+        prefix, now.num_running + now.num_waiting, " request(s) still in flight after ",
+        timeout.count(), " ms; the shard admits nothing and they go on. Fix: wait longer "
+        "(timeout_ms) or stop the shard, which aborts them"));
+  }
+  absl::Status drained = result.get();
+  if (!drained.ok()) return Fail(drained);
+  const std::string line = absl::StrCat("drained: ", in_flight,
+                                        " request(s) finished; the shard admits nothing");
+  GLM_LOG_INFO("shard drain node={}: {}", options_.node, line);
+  if (progress) {
+    glm::v1::Progress p = MakeProgress("done", line, 0, 0, true);
+    *p.mutable_shard() = status();
+    progress(p);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ShardHost::Stop(const glm::v1::StopShardRequest&, const ProgressFn& progress) {
+  StopMonitor();
+  std::shared_ptr<engine::Engine> eng;
   std::unique_ptr<Loaded> freed;
   std::string line;
   {
@@ -512,10 +931,12 @@ absl::Status ShardHost::Stop(const glm::v1::StopShardRequest&, const ProgressFn&
     switch (status_.state()) {
       case glm::v1::SHARD_STATE_LOADED:
       case glm::v1::SHARD_STATE_RUNNING:
+      case glm::v1::SHARD_STATE_DRAINING:
+        eng = std::move(engine_);
         freed = std::move(loaded_);
         loaded_request_.Clear();
-        line = absl::StrCat("stopped: freed layers ", status_.first_layer(), "-",
-                            status_.last_layer(), " (",
+        line = absl::StrCat("stopped: freed layers [", status_.layer_begin(), ", ",
+                            status_.layer_end(), ") (",
                             HumanBytes((status_.weight_memory_bytes())),
                             " of weights, ", HumanBytes((status_.kv_cache_bytes())),
                             " of KV cache)");
@@ -525,7 +946,13 @@ absl::Status ShardHost::Stop(const glm::v1::StopShardRequest&, const ProgressFn&
         status_.set_kv_capacity_tokens(0);
         break;
       case glm::v1::SHARD_STATE_FAILED:
-        line = "stopped: the failed load left nothing loaded; state cleared";
+      case glm::v1::SHARD_STATE_STOPPED:
+        eng = std::move(engine_);
+        freed = std::move(loaded_);
+        loaded_request_.Clear();
+        line = status_.state() == glm::v1::SHARD_STATE_FAILED
+                   ? "stopped: the failed shard's engine and memory were freed; state cleared"
+                   : "no shard loaded (state SHARD_STATE_STOPPED); nothing to stop";
         status_.set_state(glm::v1::SHARD_STATE_STOPPED);
         break;
       default:
@@ -534,6 +961,9 @@ absl::Status ShardHost::Stop(const glm::v1::StopShardRequest&, const ProgressFn&
         break;
     }
   }
+  // Destroying the head's engine aborts its requests and stops the followers; a request still
+  // streaming holds the engine until its stream ends. The model goes before its backend.
+  eng.reset();
   freed.reset();  // model, KV cache and backend memory go here, outside the lock
   GLM_LOG_INFO("shard stop node={}: {}", options_.node, line);
   Publish();

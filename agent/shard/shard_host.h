@@ -23,15 +23,19 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "agent/pagecache/page_cache_manager.h"
 #include "common/clock.h"
+#include "engine/engine.h"
 #include "glm/v1/agent.pb.h"
+#include "grpcpp/security/credentials.h"
 
 namespace glm::engine {
 class Backend;
@@ -57,6 +61,14 @@ struct ShardHostOptions {
   // Adaptive policy: a load with no progress for this long counts as stalled.
   Clock::Duration stall_timeout = std::chrono::seconds(20);
   int num_threads = 0;  // CPU backend threads; 0 = hardware concurrency
+  // Numeric IP this node binds for its shard group's connections (its fabric IP, else the
+  // agent's listen IP; 127.0.0.1 on local clusters).
+  std::string group_host = "127.0.0.1";
+  // Client credentials for the controller's rendezvous (the node's certificate under mTLS);
+  // null = insecure.
+  std::shared_ptr<grpc::ChannelCredentials> rendezvous_credentials;
+  // How often the running engine's stats are copied into the status (and published).
+  std::chrono::milliseconds monitor_interval{500};
   // --model-dir: load from here instead of the request's model_dir (nodes keep their own copy).
   std::string model_dir;
   // Runs after each tensor is read (tests).
@@ -84,11 +96,22 @@ class ShardHost {
   absl::Status Drain(const glm::v1::DrainShardRequest& req, const ProgressFn& progress);
   absl::Status Stop(const glm::v1::StopShardRequest& req, const ProgressFn& progress);
 
-  // The loaded model (null unless Loaded). Owned by the host; valid until Stop.
+  // One request on the head shard: calls `write` for every event (token ids; the last one
+  // finished) until the stream ends, `write` returns false (the client went away) or
+  // `cancelled` returns true; both abort the request. FAILED_PRECONDITION when this shard is not
+  // a Running head; an engine failure returns its error (naming the failing rank).
+  absl::Status Generate(const glm::v1::GenerateRequest& req,
+                        const std::function<bool(const glm::v1::TokenEvent&)>& write,
+                        const std::function<bool()>& cancelled);
+
+  // The loaded model before Start (null otherwise, and always for a distributed replica's rank).
+  // Owned by the host; valid until Start or Stop.
   engine::Model* model() const;
 
  private:
   struct Loaded;
+  void Monitor();
+  void StopMonitor();
   absl::Status DoLoad(const glm::v1::LoadShardRequest& req, const ProgressFn& progress);
   absl::Status Fail(const absl::Status& status);
   void Publish();
@@ -100,6 +123,12 @@ class ShardHost {
   glm::v1::ShardStatus status_;              // guarded by mu_
   glm::v1::LoadShardRequest loaded_request_; // the request of the loaded shard
   std::unique_ptr<Loaded> loaded_;           // model + backend while Loaded
+  engine::EngineOptions engine_options_;     // prepared by Load
+  // The running engine; Generate holds a reference while its request runs.
+  std::shared_ptr<engine::Engine> engine_;
+  std::thread monitor_;
+  bool monitor_stop_ = false;                // guarded by mu_
+  std::condition_variable monitor_cv_;
 };
 
 }  // namespace glm::agent

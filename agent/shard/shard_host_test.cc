@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "agent/pagecache/testing/fake_kernel_cache_ops.h"
 #include "engine/model/forward_batch.h"
@@ -126,8 +127,8 @@ class ShardHostTest : public ::testing::Test {
                                            int64_t kv_bytes = 8 << 20) {
     glm::v1::LoadShardRequest r;
     r.set_model_dir(dir);
-    r.set_first_layer(first);
-    r.set_last_layer(last);
+    r.set_layer_begin(first);
+    r.set_layer_end(last + 1);
     r.set_kv_cache_bytes(kv_bytes);
     r.set_tp_size(1);
     r.set_pp_size(1);
@@ -144,7 +145,7 @@ class ShardHostTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s;
     glm::v1::ShardStatus st = host.status();
     std::cout << "[ measure ] load " << fs::path(r.model_dir()).filename().string() << " layers "
-              << r.first_layer() << "-" << r.last_layer() << ": " << ms << " ms wall, "
+              << r.layer_begin() << ".." << r.layer_end() << ": " << ms << " ms wall, "
               << st.bytes_loaded() << " B read, fadvise freed "
               << st.page_cache().fadvise_bytes_freed() << " B over "
               << st.page_cache().fadvise_ranges() << " ranges\n";
@@ -194,7 +195,6 @@ TEST_F(ShardHostTest, LoadsEachFixtureWholeAndStreamsProgress) {
     EXPECT_GT(st.kv_capacity_tokens(), 0);
     EXPECT_LE(st.kv_cache_bytes(), 8 << 20);
     EXPECT_EQ(st.backend(), "cpu");
-    EXPECT_FALSE(st.tp_replicated());
     EXPECT_TRUE(st.last_error().empty());
     // Progress: a first line with the total, byte progress, a final done line.
     ASSERT_GE(lines.size(), 3u);
@@ -220,8 +220,6 @@ TEST_F(ShardHostTest, PipelineSplitTwoHostsEachLoadHalfAndTogetherMatchTheWholeM
   glm::v1::LoadShardRequest r0 = Request(dir, 0, 1), r1 = Request(dir, 2, 2);
   r0.mutable_shard()->set_pp_rank(0);
   r1.mutable_shard()->set_pp_rank(1);
-  r0.set_pp_size(2);
-  r1.set_pp_size(2);
   std::vector<glm::v1::Progress> l0 = MustLoad(first, r0);
   std::vector<glm::v1::Progress> l1 = MustLoad(second, r1);
   EXPECT_THAT(l0.front().message(), AllOf(HasSubstr("layers 0-1 + embedding"),
@@ -229,8 +227,8 @@ TEST_F(ShardHostTest, PipelineSplitTwoHostsEachLoadHalfAndTogetherMatchTheWholeM
   EXPECT_THAT(l1.front().message(), AllOf(HasSubstr("layers 2-2 + norm/lm_head"),
                                           ::testing::Not(HasSubstr("embedding"))));
   glm::v1::ShardStatus s0 = first.status(), s1 = second.status(), sw = whole.status();
-  EXPECT_EQ(s0.first_layer(), 0);
-  EXPECT_EQ(s0.last_layer(), 1);
+  EXPECT_EQ(s0.layer_begin(), 0);
+  EXPECT_EQ(s0.layer_end(), 2);
   EXPECT_EQ(s1.pp_rank(), 1);
   // Disjoint halves that add up to the whole checkpoint.
   EXPECT_GT(s0.bytes_loaded(), 0);
@@ -280,7 +278,7 @@ TEST_F(ShardHostTest, SameRequestIsANoOpDifferentOneNeedsStopFirst) {
   EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(other.message()),
               AllOf(HasSubstr("node 'node-1'"), HasSubstr("already hosts a loaded shard"),
-                    HasSubstr("layers 0-2"), HasSubstr("layers 0-1"), HasSubstr("Stop")));
+                    HasSubstr("layers [0, 3)"), HasSubstr("layers [0, 2)"), HasSubstr("Stop")));
   EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_LOADED);  // still the first one
 
   std::vector<glm::v1::Progress> stop;
@@ -289,38 +287,110 @@ TEST_F(ShardHostTest, SameRequestIsANoOpDifferentOneNeedsStopFirst) {
   EXPECT_EQ(host.model(), nullptr);
   EXPECT_EQ(host.status().kv_cache_bytes(), 0);
   ASSERT_EQ(stop.size(), 1u);
-  EXPECT_THAT(stop[0].message(), HasSubstr("stopped: freed layers 0-2"));
+  EXPECT_THAT(stop[0].message(), HasSubstr("stopped: freed layers [0, 3)"));
   EXPECT_TRUE(host.Stop({}, nullptr).ok());  // idempotent
   EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_STOPPED);
 
   MustLoad(host, Request(dir, 0, 1));
-  EXPECT_EQ(host.status().last_layer(), 1);
+  EXPECT_EQ(host.status().layer_end(), 2);
 }
 
-TEST_F(ShardHostTest, StartAndDrainSayServingIsMissing) {
+// The recorded greedy ids of a fixture (reference.json: prompt_ids, greedy_ids).
+std::pair<std::vector<int32_t>, std::vector<int32_t>> GoldenGreedy(const std::string& dir) {
+  std::ifstream in(dir + "/reference.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  return {j["prompt_ids"].get<std::vector<int32_t>>(), j["greedy_ids"].get<std::vector<int32_t>>()};
+}
+
+glm::v1::GenerateRequest Greedy(const std::vector<int32_t>& prompt, int max_tokens) {
+  glm::v1::GenerateRequest g;
+  for (int32_t id : prompt) g.add_prompt_token_ids(id);
+  g.set_max_tokens(max_tokens);
+  return g;
+}
+
+TEST_F(ShardHostTest, StartGenerateDrainOnASingleRankReplica) {
+  const std::string dir = kGolden + "/tiny-sparse";
   ShardHost host(Options());
-  absl::Status start = host.Start({}, nullptr);
-  EXPECT_EQ(start.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(start.message()),
-              AllOf(HasSubstr("node-1"), HasSubstr("serving is not implemented")));
-  EXPECT_EQ(host.Drain({}, nullptr).code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_NONE);
+  EXPECT_EQ(host.Start({}, nullptr).code(), absl::StatusCode::kFailedPrecondition);  // not loaded
+  std::vector<glm::v1::TokenEvent> none;
+  absl::Status early = host.Generate(Greedy({1, 2}, 2), [&](auto& e) { none.push_back(e); return true; }, nullptr);
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(early.message()), HasSubstr("not Running"));
+
+  MustLoad(host, Request(dir, 0, NumLayers(dir) - 1));
+  std::vector<glm::v1::Progress> lines;
+  ASSERT_TRUE(host.Start({}, [&](const glm::v1::Progress& p) { lines.push_back(p); }).ok());
+  ASSERT_FALSE(lines.empty());
+  EXPECT_THAT(lines.back().message(), AllOf(HasSubstr("running"), HasSubstr("head")));
+  EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_RUNNING);
+  EXPECT_EQ(host.model(), nullptr);  // the engine owns it now
+  EXPECT_TRUE(host.status().head());
+
+  const auto [prompt, greedy] = GoldenGreedy(dir);
+  std::vector<int32_t> got;
+  glm::v1::TokenEvent last;
+  ASSERT_TRUE(host.Generate(Greedy(prompt, 12), [&](const glm::v1::TokenEvent& e) {
+                    got.insert(got.end(), e.token_ids().begin(), e.token_ids().end());
+                    last = e;
+                    return true;
+                  }, nullptr).ok());
+  EXPECT_EQ(got, std::vector<int32_t>(greedy.begin(), greedy.begin() + 12));
+  EXPECT_TRUE(last.finished());
+  EXPECT_EQ(last.finish_reason(), "length");
+  EXPECT_EQ(last.completion_tokens(), 12);
+  EXPECT_EQ(last.prompt_tokens(), static_cast<int>(prompt.size()));
+
+  // A writer that goes away after two tokens aborts the request; the engine serves on.
+  int writes = 0;
+  absl::Status gone = host.Generate(Greedy(prompt, 200), [&](const glm::v1::TokenEvent&) {
+    return ++writes < 2;
+  }, nullptr);
+  EXPECT_EQ(gone.code(), absl::StatusCode::kCancelled);
+  // A cancelled client aborts too.
+  absl::Status cancelled = host.Generate(Greedy(prompt, 200), [](auto&) { return true; },
+                                         [] { return true; });
+  EXPECT_EQ(cancelled.code(), absl::StatusCode::kCancelled);
+  // The heartbeat: steps served reach the status.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(5);
+  while (host.status().steps() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GT(host.status().steps(), 0);
+
+  glm::v1::DrainShardRequest drain;
+  drain.set_timeout_ms(5000);
+  std::vector<glm::v1::Progress> drained;
+  ASSERT_TRUE(host.Drain(drain, [&](const glm::v1::Progress& p) { drained.push_back(p); }).ok());
+  EXPECT_THAT(drained.back().message(), HasSubstr("drained"));
+  EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_DRAINING);
+  absl::Status refused = host.Generate(Greedy(prompt, 2), [](auto&) { return true; }, nullptr);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(host.Stop({}, nullptr).ok());
+  EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_STOPPED);
 }
 
-TEST_F(ShardHostTest, TensorParallelRanksSayTheyHoldTheFullLayers) {
+TEST_F(ShardHostTest, TensorParallelRankPreparesAndReadsItsSliceWhenTheGroupStarts) {
   ShardHost host(Options());
   glm::v1::LoadShardRequest r = Request(kGolden + "/tiny-dense", 0, 2);
   r.set_tp_size(4);
   r.mutable_shard()->set_tp_rank(2);
   std::vector<glm::v1::Progress> lines = MustLoad(host, r);
   glm::v1::ShardStatus st = host.status();
-  EXPECT_TRUE(st.tp_replicated());
+  EXPECT_EQ(st.state(), glm::v1::SHARD_STATE_LOADED);
+  EXPECT_FALSE(st.tp_replicated());
   EXPECT_EQ(st.tp_size(), 4);
   EXPECT_EQ(st.tp_rank(), 2);
-  EXPECT_THAT(st.tp_note(), AllOf(HasSubstr("not TP-sharded"), HasSubstr("TP rank 2 of 4"),
-                                  HasSubstr("full layers")));
-  EXPECT_THAT(lines.back().message(), HasSubstr("not TP-sharded"));
-  EXPECT_EQ(static_cast<uint64_t>(st.bytes_loaded()), HeaderTensorBytes(kGolden + "/tiny-dense"));
+  EXPECT_EQ(st.bytes_loaded(), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.bytes_total()), HeaderTensorBytes(kGolden + "/tiny-dense"));
+  EXPECT_EQ(host.model(), nullptr);
+  EXPECT_THAT(lines.back().message(), AllOf(HasSubstr("prepared"), HasSubstr("tp 2/4")));
+  // A group needs the controller's rendezvous.
+  glm::v1::StartShardRequest start_request;
+  start_request.mutable_shard()->set_tp_rank(2);
+  absl::Status start = host.Start(start_request, nullptr);
+  EXPECT_EQ(start.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(start.message()), HasSubstr("rendezvous_address"));
 }
 
 TEST_F(ShardHostTest, CorruptFileFailsNamingNodeFileAndFix) {

@@ -9,7 +9,11 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "cluster/spec/cluster_spec.h"
 #include "controller/cli/certs.h"
 #include "controller/cli/local_cluster.h"
@@ -282,6 +286,58 @@ int RunHealth(const std::string& config, const GlobalFlags& flags) {
               << resp.message() << "\n";
   }
   return resp.healthy() ? kOk : kFailed;
+}
+
+int RunGenerate(const std::string& config, const GlobalFlags& flags, const GenerateFlags& gen) {
+  glm::v1::GenerateRequest req;
+  for (absl::string_view part : absl::StrSplit(gen.tokens, ',', absl::SkipWhitespace())) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id) || id < 0) {
+      std::cerr << "glmctl generate: --tokens: '" << part
+                << "' is not a token id; give comma-separated non-negative integers, e.g. "
+                   "--tokens 1,2,3\n";
+      return kUsage;
+    }
+    req.add_prompt_token_ids(id);
+  }
+  if (req.prompt_token_ids_size() == 0) {
+    std::cerr << "glmctl generate: --tokens is empty; give the prompt's token ids, e.g. "
+                 "--tokens 1,2,3\n";
+    return kUsage;
+  }
+  if (gen.max_tokens < 1) {
+    std::cerr << "glmctl generate: --max-tokens must be >= 1\n";
+    return kUsage;
+  }
+  req.set_max_tokens(gen.max_tokens);
+  req.set_temperature(static_cast<float>(gen.temperature));
+  req.set_seed(gen.seed);
+  auto conn = ConnectForQuery(config, flags);
+  if (!conn.ok()) return ConfigError(conn.status());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(gen.timeout_s * 1000)));
+  auto reader = conn->stub->Generate(&ctx, req);
+  std::vector<int32_t> ids;
+  glm::v1::TokenEvent ev;
+  std::string reason;
+  while (reader->Read(&ev)) {
+    ids.insert(ids.end(), ev.token_ids().begin(), ev.token_ids().end());
+    if (ev.finished()) reason = ev.finish_reason();
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !WaitConnected(*conn, std::chrono::milliseconds(1))) {
+      return Unreachable(*conn, s.error_message());
+    }
+    std::cerr << "glmctl generate: " << s.error_message() << "\n";
+    if (!ids.empty()) std::cerr << "(" << ids.size() << " token(s) arrived before the error)\n";
+    return kFailed;
+  }
+  std::cout << "finish_reason=" << reason << " prompt_tokens=" << req.prompt_token_ids_size()
+            << " completion_tokens=" << ids.size() << "\n";
+  std::cout << absl::StrJoin(ids, ",") << "\n";
+  return kOk;
 }
 
 int RunDown(const std::string& config, const GlobalFlags& flags) {

@@ -3,6 +3,7 @@
 //   2 usage or configuration error (bad YAML, bad flags); 3 the controller cannot be reached.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace glm::cli {
@@ -15,6 +16,17 @@ struct GlobalFlags {
 int RunUp(const std::string& config, const GlobalFlags& flags, bool force);
 int RunStatus(const std::string& config, const GlobalFlags& flags);
 int RunHealth(const std::string& config, const GlobalFlags& flags);
+// One request through the controller to a Ready replica's head shard.
+struct GenerateFlags {
+  std::string tokens;        // "1,2,3": the prompt's token ids
+  int max_tokens = 16;
+  double temperature = 0.0;  // 0 = greedy
+  int64_t seed = 0;          // 0 = the engine picks one
+  double timeout_s = 600;
+};
+// Prints the generated ids, comma-separated, as the last stdout line (a summary line before it
+// says the finish reason and counts). kFailed when no replica is Ready or the request failed.
+int RunGenerate(const std::string& config, const GlobalFlags& flags, const GenerateFlags& gen);
 int RunDown(const std::string& config, const GlobalFlags& flags);
 int RunValidate(const std::string& config, const GlobalFlags& flags);
 // Runs every node's preflight through the controller (starting a local cluster's processes

@@ -1,5 +1,6 @@
 #include "controller/cli/local_cluster.h"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -118,6 +119,10 @@ std::vector<Daemon> LocalCluster::Daemons(const orchestrate::ClusterTopology& to
     d.log_file = run_dir_ + "/" + d.name + ".log";
     d.binary = binaries.agent;
     d.args = {"serve", "--listen", node.address, "--node", node.name};
+    // Every engine shard of the cluster shares this machine's cores.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const size_t per_node = std::max<size_t>(1, cores / std::max<size_t>(1, topology.nodes.size()));
+    d.args.insert(d.args.end(), {"--engine-threads", std::to_string(per_node)});
     d.listen = node.address;
     rpc::TlsFiles tls = orchestrate::NodeTlsFiles(topology, node.name);
     if (tls.enabled()) {

@@ -35,6 +35,17 @@ int main(int argc, char** argv) {
   add_config(health, false);
   health->add_flag("--json", flags.json, "one JSON object");
 
+  glm::cli::GenerateFlags gen;
+  auto* generate = app.add_subcommand(
+      "generate", "one request through a Ready replica; prints the generated token ids last");
+  add_config(generate, false);
+  generate->add_option("--tokens", gen.tokens, "prompt token ids, comma-separated (1,2,3)")
+      ->required();
+  generate->add_option("--max-tokens", gen.max_tokens, "tokens to generate (default 16)");
+  generate->add_option("--temperature", gen.temperature, "0 = greedy (default)");
+  generate->add_option("--seed", gen.seed, "sampling seed (0 = the engine picks one)");
+  generate->add_option("--timeout", gen.timeout_s, "seconds before giving up (default 600)");
+
   auto* down = app.add_subcommand("down", "stop the cluster (and its local processes)");
   add_config(down, false);
 
@@ -68,6 +79,7 @@ int main(int argc, char** argv) {
   if (preflight->parsed()) return glm::cli::RunPreflight(config, flags);
   if (status->parsed()) return glm::cli::RunStatus(config, flags);
   if (health->parsed()) return glm::cli::RunHealth(config, flags);
+  if (generate->parsed()) return glm::cli::RunGenerate(config, flags, gen);
   if (down->parsed()) return glm::cli::RunDown(config, flags);
   if (validate->parsed()) return glm::cli::RunValidate(config, flags);
   if (plan->parsed()) return glm::cli::RunPlan(config, flags);

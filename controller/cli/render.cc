@@ -143,6 +143,7 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
   for (const auto& r : s.replicas()) {
     j["replicas"].push_back({{"index", r.index()},
                              {"state", ReplicaStateName(r.state())},
+                             {"message", r.message()},
                              {"nodes", std::vector<std::string>(r.nodes().begin(),
                                                                 r.nodes().end())}});
   }
@@ -194,6 +195,7 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
         << ReplicaStateName(r.state())
         << absl::StrJoin(std::vector<std::string>(r.nodes().begin(), r.nodes().end()), ",")
         << "\n";
+    if (!r.message().empty()) out << "  " << r.message() << "\n";
   }
 }
 

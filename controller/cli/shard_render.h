@@ -10,7 +10,7 @@
 
 namespace glm::cli {
 
-// {"state", "layers": [first, last], "pp_rank", "tp_rank", "tp_size", "tp_replicated",
+// {"state", "layers": [first, last] (inclusive, for people; the wire is half-open), "pp_rank", "tp_rank", "tp_size", "tp_replicated",
 //  "tp_note", "bytes_loaded", "bytes_total", "tensors_loaded", "tensors_total", "load_time_ms",
 //  "weight_memory_bytes", "kv_cache_bytes", "kv_capacity_tokens", "backend", "last_error",
 //  "page_cache": {"policy", "fadvise_bytes_freed", "fadvise_ranges", "drop_caches_count",

@@ -23,8 +23,8 @@ glm::v1::ClusterStatus TwoNodes() {
     n->set_state(glm::v1::NODE_STATE_READY);
     glm::v1::ShardStatus* sh = n->mutable_shard();
     sh->set_state(glm::v1::SHARD_STATE_LOADED);
-    sh->set_first_layer(0);
-    sh->set_last_layer(2);
+    sh->set_layer_begin(0);
+    sh->set_layer_end(3);
     sh->set_tp_rank(i);
     sh->set_tp_size(2);
     sh->set_tp_replicated(true);

@@ -33,6 +33,10 @@ class AgentClient {
                                  const ProgressFn& on_progress, Clock::Duration timeout) = 0;
   virtual absl::Status StopShard(const glm::v1::StopShardRequest& request,
                                  const ProgressFn& on_progress, Clock::Duration timeout) = 0;
+  // Starts the loaded shard's engine; returns once the agent's rank has joined its group (every
+  // rank of the replica must be started concurrently) or failed.
+  virtual absl::Status StartShard(const glm::v1::StartShardRequest& request,
+                                  const ProgressFn& on_progress, Clock::Duration timeout) = 0;
 };
 
 // Makes a client for a node (cheap: no I/O; connecting happens on the first call).

@@ -108,15 +108,34 @@ void ClusterState::RecordStatus(const std::string& node, const glm::v1::AgentSta
   n.last_heartbeat = clock_->Now();
 }
 
-glm::v1::ReplicaState ClusterState::DeriveReplicaLocked(
-    const std::vector<std::string>& names) const {
+glm::v1::ReplicaState ClusterState::DeriveReplicaLocked(const std::vector<std::string>& names,
+                                                        std::string* why) const {
   bool all_ready = !names.empty();
   bool degraded = false;
+  // A failed shard group fails the replica: the rank that saw it names the failing rank.
+  for (const auto& name : names) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) continue;
+    const glm::v1::NodeStatus& st = it->second.status;
+    if (st.shard().state() == glm::v1::SHARD_STATE_FAILED) {
+      if (why) {
+        *why = absl::StrCat("node ", name, ": ",
+                            st.shard().last_error().empty() ? "its shard failed"
+                                                            : st.shard().last_error());
+      }
+      return glm::v1::REPLICA_STATE_FAILED;
+    }
+  }
   for (const auto& name : names) {
     auto it = nodes_.find(name);
     if (it == nodes_.end()) return glm::v1::REPLICA_STATE_FAILED;
     auto s = it->second.status.state();
     if (s == glm::v1::NODE_STATE_UNREACHABLE || s == glm::v1::NODE_STATE_FAILED) {
+      if (why) {
+        *why = absl::StrCat("node ", name, " is ", glm::v1::NodeState_Name(s).substr(11),
+                            it->second.status.last_error().empty() ? "" : ": ",
+                            it->second.status.last_error());
+      }
       return glm::v1::REPLICA_STATE_FAILED;
     }
     if (s == glm::v1::NODE_STATE_DEGRADED) degraded = true;
@@ -146,7 +165,9 @@ glm::v1::ClusterStatus ClusterState::Snapshot() const {
   for (size_t r = 0; r < replicas_.size(); ++r) {
     glm::v1::ReplicaStatus* rs = out.add_replicas();
     rs->set_index(static_cast<int32_t>(r));
-    rs->set_state(DeriveReplicaLocked(replicas_[r]));
+    std::string why;
+    rs->set_state(DeriveReplicaLocked(replicas_[r], &why));
+    rs->set_message(why);
     for (const auto& name : replicas_[r]) rs->add_nodes(name);
   }
   return out;
@@ -174,7 +195,8 @@ bool ClusterState::Healthy(std::string* why) const {
     }
     problems.push_back(absl::StrCat("replica ", r.index(), " is ",
                                     glm::v1::ReplicaState_Name(r.state()).substr(14), " (",
-                                    absl::StrJoin(bad, ", "), ")"));
+                                    absl::StrJoin(bad, ", "), ")",
+                                    r.message().empty() ? "" : ": ", r.message()));
   }
   if (why) *why = absl::StrJoin(problems, "; ");
   return problems.empty();

@@ -55,7 +55,9 @@ class ClusterState {
     bool has_heartbeat = false;
     Clock::TimePoint last_heartbeat{};
   };
-  glm::v1::ReplicaState DeriveReplicaLocked(const std::vector<std::string>& nodes) const;
+  // `why` (optional): the reason when the replica is Failed.
+  glm::v1::ReplicaState DeriveReplicaLocked(const std::vector<std::string>& nodes,
+                                            std::string* why = nullptr) const;
 
   Clock* const clock_;
   mutable std::mutex mu_;

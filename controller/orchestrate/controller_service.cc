@@ -256,6 +256,68 @@ grpc::Status ControllerService::Preflight(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status ControllerService::Generate(grpc::ServerContext* ctx,
+                                         const glm::v1::GenerateRequest* req,
+                                         grpc::ServerWriter<glm::v1::TokenEvent>* writer) {
+  // A Ready replica whose head shard (pp 0, tp 0) runs.
+  const glm::v1::ClusterStatus snap = state_.Snapshot();
+  struct Head {
+    int replica;
+    std::string node;
+    std::string address;
+  };
+  std::vector<Head> heads;
+  for (const glm::v1::ReplicaStatus& r : snap.replicas()) {
+    if (r.state() != glm::v1::REPLICA_STATE_READY) continue;
+    for (const glm::v1::NodeStatus& n : snap.nodes()) {
+      if (n.replica() != r.index()) continue;
+      const glm::v1::ShardStatus& sh = n.shard();
+      if (sh.state() == glm::v1::SHARD_STATE_RUNNING && sh.pp_rank() == 0 && sh.tp_rank() == 0) {
+        heads.push_back({r.index(), n.name(), n.address()});
+      }
+    }
+  }
+  if (heads.empty()) {
+    std::string why;
+    state_.Healthy(&why);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("no replica of cluster '", cluster_name_,
+                                     "' is Ready to serve", why.empty() ? "" : ": ", why,
+                                     ". Fix: run `glmctl up` (and see `glmctl status`)"));
+  }
+  const Head head = heads[next_replica_.fetch_add(1) % heads.size()];
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = factory_.Channel(head.address);
+  if (!channel.ok()) return rpc::ToGrpc(channel.status());
+  auto stub = glm::v1::Agent::NewStub(*channel);
+  grpc::ClientContext client;
+  // The caller's cancel (or deadline) aborts the request on the head.
+  std::atomic<bool> done{false};
+  std::thread cancel_watch([&] {
+    while (!done.load()) {
+      if (ctx->IsCancelled()) {
+        client.TryCancel();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto reader = stub->Generate(&client, *req);
+  glm::v1::TokenEvent ev;
+  while (reader->Read(&ev)) {
+    if (!writer->Write(ev)) {
+      client.TryCancel();
+      break;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  done.store(true);
+  cancel_watch.join();
+  if (s.ok()) return s;
+  return grpc::Status(s.error_code(),
+                      absl::StrCat("replica ", head.replica, " (head shard on node ", head.node,
+                                   " at ", head.address, "): ", s.error_message()));
+}
+
 grpc::Status ControllerService::RendezvousPut(grpc::ServerContext*,
                                               const glm::v1::RendezvousPutRequest* req,
                                               glm::v1::RendezvousPutResponse*) {

@@ -63,6 +63,9 @@ class ControllerService final : public glm::v1::Controller::Service {
                         glm::v1::ValidateResponse* resp) override;
   grpc::Status Preflight(grpc::ServerContext* ctx, const glm::v1::ClusterPreflightRequest* req,
                          glm::v1::ClusterPreflightResponse* resp) override;
+  // Forwards to the head shard of a Ready replica (round robin over the Ready ones).
+  grpc::Status Generate(grpc::ServerContext* ctx, const glm::v1::GenerateRequest* req,
+                        grpc::ServerWriter<glm::v1::TokenEvent>* writer) override;
   grpc::Status RendezvousPut(grpc::ServerContext* ctx, const glm::v1::RendezvousPutRequest* req,
                              glm::v1::RendezvousPutResponse* resp) override;
   grpc::Status RendezvousGet(grpc::ServerContext* ctx, const glm::v1::RendezvousGetRequest* req,
@@ -83,6 +86,7 @@ class ControllerService final : public glm::v1::Controller::Service {
   GrpcAgentClientFactory factory_;
   StatusWatchers watchers_;
   rendezvous::RendezvousStore rendezvous_;
+  std::atomic<uint64_t> next_replica_{0};  // Generate's round robin
   std::unique_ptr<BringUpMachine> machine_;
   // The topology of the last bring-up (Down stops the shards of its nodes).
   std::mutex topology_mu_;

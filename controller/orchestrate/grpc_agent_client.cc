@@ -121,6 +121,15 @@ absl::Status GrpcAgentClient::StopShard(const glm::v1::StopShardRequest& request
   return Describe(rpc::ToGrpc(st), node_, address_);
 }
 
+absl::Status GrpcAgentClient::StartShard(const glm::v1::StartShardRequest& request,
+                                         const ProgressFn& on_progress, Clock::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  absl::Status st = Drain(stub_->StartShard(&ctx, request), &ctx, on_progress);
+  if (st.ok()) return st;
+  return Describe(rpc::ToGrpc(st), node_, address_);
+}
+
 StatusWatchers::StatusWatchers(GrpcAgentClientFactory* factory, HealthMonitor* monitor,
                                std::chrono::milliseconds heartbeat,
                                std::chrono::milliseconds tick)

@@ -43,6 +43,8 @@ class GrpcAgentClient : public AgentClient {
                          Clock::Duration timeout) override;
   absl::Status StopShard(const glm::v1::StopShardRequest& request, const ProgressFn& on_progress,
                          Clock::Duration timeout) override;
+  absl::Status StartShard(const glm::v1::StartShardRequest& request, const ProgressFn& on_progress,
+                          Clock::Duration timeout) override;
 
  private:
   const std::string node_;

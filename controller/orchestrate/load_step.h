@@ -1,4 +1,5 @@
-// The Load phase (after Stage): LoadShard on every node in parallel with its PP stage's layer
+// The Load phase (after Stage): LoadShard on every node in parallel, then StartShard on every
+// rank (StartReplicas), after which the replicas serve. LoadShard with its PP stage's layer
 // range, its place in the TP x PP grid, the plan's per-node KV cache bytes and cluster.yaml's
 // page_cache: policy. Byte progress is forwarded into the Up stream as per-node UpEvents; the
 // agent's shard status (bytes, load time, page-cache actions) is recorded in ClusterState. A
@@ -28,6 +29,11 @@ class LoadStep : public BringUpStep {
 // The LoadShard request for `node`; InvalidArgument when the plan gave it no layers.
 absl::StatusOr<glm::v1::LoadShardRequest> BuildLoadShardRequest(const ClusterTopology& topology,
                                                                 const NodeEndpoint& node);
+
+// StartShard on every node, each replica's workers first and its head last, concurrently (a
+// rank's start returns once the replica's groups formed), with a fresh epoch for the rendezvous
+// namespaces and the controller's own address as the rendezvous. A failure names the node.
+absl::Status StartReplicas(BringUpContext& ctx, Clock::Duration timeout);
 
 // StopShard on every node of `topology` in parallel (what `glmctl down` asks the controller
 // for). Returns one line per node: "node-1: stopped: freed ..." or "node-2: <error>"; never

@@ -91,8 +91,8 @@ TEST_F(LoadStepTest, LoadsEveryNodeWithItsStageAndForwardsProgress) {
     EXPECT_EQ(a->CallCount("LoadShard"), 1);
     const glm::v1::LoadShardRequest r = a->last_load_shard();
     EXPECT_EQ(r.model_dir(), "/models/tiny");
-    EXPECT_EQ(r.first_layer(), i < 2 ? 0 : 2);
-    EXPECT_EQ(r.last_layer(), i < 2 ? 1 : 3);  // inclusive
+    EXPECT_EQ(r.layer_begin(), i < 2 ? 0 : 2);
+    EXPECT_EQ(r.layer_end(), i < 2 ? 2 : 4);  // half-open
     EXPECT_EQ(r.shard().pp_rank(), i / 2);
     EXPECT_EQ(r.shard().tp_rank(), i % 2);
     EXPECT_EQ(r.tp_size(), 2);
@@ -122,6 +122,29 @@ TEST_F(LoadStepTest, LoadsEveryNodeWithItsStageAndForwardsProgress) {
     EXPECT_EQ(n.shard().load_time_ms(), 100);
     EXPECT_EQ(n.shard().page_cache().fadvise_bytes_freed(), 4096);
   }
+  // Then every rank was started once (after every load).
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(factory_.agents["n" + std::to_string(i + 1)]->CallCount("StartShard"), 1);
+  }
+}
+
+TEST_F(LoadStepTest, AFailedLoadStartsNothingAndAFailedStartNamesTheNode) {
+  ScriptShard(*factory_.agents["n2"], absl::DataLossError("bad file"));
+  LoadStep step;
+  EXPECT_FALSE(step.Run(ctx_).ok());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(factory_.agents["n" + std::to_string(i + 1)]->CallCount("StartShard"), 0);
+  }
+  ScriptShard(*factory_.agents["n2"]);
+  factory_.agents["n4"]->start_shard.status = absl::DeadlineExceededError(
+      "StartShard on node 'n4': world rank 3 (pp 1, tp 1) of group replica-0/epoch-1 could not "
+      "start: rendezvous key did not appear");
+  absl::Status s = step.Run(ctx_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("node n4: starting its shard (replica 0, pp 1, tp 1) failed"),
+                    HasSubstr("rendezvous key did not appear")));
+  EXPECT_EQ(state_.node_state("n4"), glm::v1::NODE_STATE_FAILED);
 }
 
 TEST_F(LoadStepTest, AFailureNamesNodeAndMessageAndMarksTheNodeFailed) {
@@ -132,7 +155,7 @@ TEST_F(LoadStepTest, AFailureNamesNodeAndMessageAndMarksTheNodeFailed) {
   absl::Status s = step.Run(ctx_);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr("node n3: loading its shard (layers 2-3) failed"),
+              AllOf(HasSubstr("node n3: loading its shard (layers [2, 4)) failed"),
                     HasSubstr("model-00002.safetensors"), HasSubstr("Fix: re-stage")));
   EXPECT_EQ(state_.node_state("n3"), glm::v1::NODE_STATE_FAILED);
   EXPECT_EQ(factory_.agents["n1"]->CallCount("LoadShard"), 1);  // the others loaded in parallel

@@ -52,6 +52,9 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.page_cache.policy = std::string(cluster::PageCachePolicyName(spec.page_cache.policy));
   t.page_cache.interval_s = spec.page_cache.interval_s;
   t.page_cache.min_available_bytes = spec.page_cache.min_available_bytes.value_or(0);
+  t.kv_dtype = spec.model.kv_cache_dtype == cluster::KvCacheDtype::kFp8 ? "fp8" : "fp32";
+  t.max_num_seqs = spec.model.max_num_seqs;
+  t.max_model_len = static_cast<int>(spec.model.max_model_len);
   return t;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "proto/rpc/credentials.h"
 
 namespace glm::orchestrate {
@@ -67,6 +68,14 @@ struct ClusterTopology {
   int pipeline = 1;
   bool mtp = false;
   PageCacheSettings page_cache;
+  // Engine settings the Load phase sends (model: in cluster.yaml). kv_dtype is the engine's
+  // name for model.kv_cache_dtype: "fp8", or "fp32" for bf16 (the engine keeps no bf16 KV).
+  std::string kv_dtype = "fp8";
+  int max_num_seqs = 0;
+  int max_model_len = 0;
+  // Start: bound on forming a replica's groups, and on one group operation.
+  Clock::Duration connect_timeout = std::chrono::seconds(60);
+  Clock::Duration op_timeout = std::chrono::seconds(30);
 
   const NodeEndpoint* FindNode(const std::string& name) const {
     for (const auto& n : nodes)

@@ -1,8 +1,9 @@
 // The Load phase through the daemons: a local TP2 x PP2 cluster on loopback (glmctl starts the
 // controller and four agents) over tests/golden/tiny-dense. `glmctl up` passes Stage -> Load ->
-// Ready; every agent holds its PP stage's layers (TP ranks say they are full copies), and
+// Ready; every agent validates its PP stage, then the group forms and each rank reads its TP slice;
 // `glmctl status` shows the shards with bytes loaded, load time and page-cache figures. A second
-// `up --force` finds the shards loaded (no-op), and `glmctl down` stops them.
+// `up --force` finds the shards loaded and re-forms the group in a new epoch, and `glmctl down`
+// stops them.
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -41,14 +42,17 @@ TEST_F(LoadClusterTest, UpLoadsEveryShardAndStatusShowsThem) {
   const size_t load = up.output.find("[Load]");
   ASSERT_NE(load, std::string::npos) << up.output;
   EXPECT_LT(stage, load) << up.output;
+  // Each rank validates and prepares its stage, then reads its TP slice as the group forms.
   for (int i = 1; i <= 4; ++i) {
-    EXPECT_NE(up.output.find(absl::StrCat("[Load] node-", i, ": Connected: loaded layers ")),
+    EXPECT_NE(up.output.find(absl::StrCat("[Load] node-", i, ": Connected: prepared layers ")),
               std::string::npos)
         << up.output;
   }
-  EXPECT_NE(up.output.find("loaded layers 0-1 + embedding"), std::string::npos) << up.output;
-  EXPECT_NE(up.output.find("loaded layers 2-2 + norm/lm_head"), std::string::npos) << up.output;
-  EXPECT_NE(up.output.find("not TP-sharded"), std::string::npos) << up.output;
+  EXPECT_NE(up.output.find("prepared layers 0-1 + embedding"), std::string::npos) << up.output;
+  EXPECT_NE(up.output.find("prepared layers 2-2 + norm/lm_head"), std::string::npos)
+      << up.output;
+  EXPECT_NE(up.output.find("running: world rank 3 (pp 1, tp 1)"), std::string::npos)
+      << up.output;
 
   // Status: every node Ready with its shard Loaded and page-cache figures (the status stream
   // keeps them current; the Load phase recorded them already).
@@ -62,14 +66,13 @@ TEST_F(LoadClusterTest, UpLoadsEveryShardAndStatusShowsThem) {
     EXPECT_EQ(n["state"], "Ready");
     const nlohmann::json& shard = n["shard"];
     ASSERT_TRUE(shard.is_object());
-    EXPECT_EQ(shard["state"], "Loaded");
+    EXPECT_EQ(shard["state"], "Running");
     const bool first = n["name"] == "node-1" || n["name"] == "node-2";
     EXPECT_EQ(shard["layers"], nlohmann::json(first ? std::vector<int>{0, 1}
                                                     : std::vector<int>{2, 2}));
     EXPECT_EQ(shard["tp_size"], 2);
-    EXPECT_EQ(shard["tp_replicated"], true);
-    EXPECT_GT(shard["bytes_loaded"].get<int64_t>(), 0);
-    EXPECT_EQ(shard["bytes_loaded"], shard["bytes_total"]);
+    EXPECT_EQ(shard["tp_replicated"], false);
+    EXPECT_GT(shard["bytes_total"].get<int64_t>(), 0);
     EXPECT_GE(shard["load_time_ms"].get<int64_t>(), 0);
     EXPECT_GT(shard["kv_cache_bytes"].get<int64_t>(), 0);
     EXPECT_EQ(shard["page_cache"]["policy"], "periodic");
@@ -83,8 +86,7 @@ TEST_F(LoadClusterTest, UpLoadsEveryShardAndStatusShowsThem) {
   EXPECT_GE(freed, 0);
   CommandResult table = Glmctl({"status", yaml_}, seconds(10));
   ASSERT_EQ(table.exit_code, 0) << table.output;
-  for (const char* want : {"SHARD", "LOAD TIME", "PAGE CACHE", "Loaded", "periodic: fadvise freed",
-                           "full copy", "note: TP is not sharded yet"}) {
+  for (const char* want : {"SHARD", "LOAD TIME", "PAGE CACHE", "Running"}) {
     EXPECT_NE(table.output.find(want), std::string::npos) << want << "\n" << table.output;
   }
 
@@ -92,13 +94,14 @@ TEST_F(LoadClusterTest, UpLoadsEveryShardAndStatusShowsThem) {
   CommandResult again = Glmctl({"up", "--force", yaml_}, seconds(120));
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("shard already loaded"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("running: world rank 0"), std::string::npos) << again.output;
 
   // Down stops the shards before the processes go.
   CommandResult down = Glmctl({"down", yaml_}, seconds(30));
   EXPECT_EQ(down.exit_code, 0) << down.output;
   EXPECT_NE(down.output.find("shards stopped on 4 of 4 node(s)"), std::string::npos)
       << down.output;
-  EXPECT_NE(down.output.find("stopped: freed layers 0-1"), std::string::npos) << down.output;
+  EXPECT_NE(down.output.find("stopped: freed layers [0, 2)"), std::string::npos) << down.output;
 }
 
 }  // namespace

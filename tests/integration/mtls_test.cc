@@ -41,6 +41,10 @@ TEST_F(MtlsTest, ClusterComesUpAndStrangersAreRefused) {
   ASSERT_EQ(up.exit_code, 0) << up.output;
   EXPECT_NE(up.output.find("mTLS"), std::string::npos) << up.output;
   EXPECT_EQ(Glmctl({"health", yaml_}).exit_code, 0);
+  // The TP 2 group formed through the controller's rendezvous over mTLS, and serves.
+  CommandResult gen = Glmctl({"generate", yaml_, "--tokens", "1,2,3", "--max-tokens", "4"});
+  EXPECT_EQ(gen.exit_code, 0) << gen.output;
+  EXPECT_NE(gen.output.find("completion_tokens=4"), std::string::npos) << gen.output;
 
   const std::string c = dir_->path() + "/certs/";
   // The controller's identity is accepted by the agent...

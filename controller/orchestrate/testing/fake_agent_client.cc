@@ -71,6 +71,11 @@ absl::Status FakeAgentClient::StopShard(const glm::v1::StopShardRequest&,
   return Play("StopShard", stop_shard, on_progress);
 }
 
+absl::Status FakeAgentClient::StartShard(const glm::v1::StartShardRequest&,
+                                         const ProgressFn& on_progress, Clock::Duration) {
+  return Play("StartShard", start_shard, on_progress);
+}
+
 absl::Status FakeAgentClient::Play(const char* method, const StreamReply& reply,
                                    const ProgressFn& on_progress) {
   {

@@ -44,6 +44,7 @@ class FakeAgentClient : public AgentClient {
   StreamReply stage_weights;
   StreamReply load_shard;
   StreamReply stop_shard;
+  StreamReply start_shard;
 
   absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration timeout) override;
   absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest& request,
@@ -56,6 +57,8 @@ class FakeAgentClient : public AgentClient {
                          Clock::Duration timeout) override;
   absl::Status StopShard(const glm::v1::StopShardRequest& request, const ProgressFn& on_progress,
                          Clock::Duration timeout) override;
+  absl::Status StartShard(const glm::v1::StartShardRequest& request, const ProgressFn& on_progress,
+                          Clock::Duration timeout) override;
 
   // The RPCs received, in order, by method name ("Info", "StageWeights", ...).
   std::vector<std::string> calls() const;

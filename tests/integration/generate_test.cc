@@ -1,0 +1,200 @@
+// The cluster serves tokens: local clusters on loopback (glmctl starts the controller and the
+// agents), `glmctl up` loads and starts every shard (the replica's groups form through the
+// controller's rendezvous), and `glmctl generate` answers with exactly the greedy tokens the
+// fixture recorded from transformers (which the single-process engine reproduces,
+// engine_golden_test): PP 2, an uneven PP 3 whose boundaries fall before shared-indexer layers,
+// TP 2 and TP 2 x PP 2; requests of different lengths at once; and a killed non-head agent fails
+// the request within 3 s and shows the replica Failed.
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_fixture.h"
+
+namespace glm::testing {
+namespace {
+
+using std::chrono::seconds;
+
+struct Golden {
+  std::vector<int32_t> prompt, greedy;
+};
+
+// The fixture's main case and its extra cases (reference.json).
+std::vector<Golden> LoadGolden(const std::string& fixture) {
+  std::ifstream in(absl::StrCat(GLM_TEST_SOURCE_DIR_FOR_GOLDEN, "/tests/golden/", fixture,
+                                "/reference.json"));
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<Golden> out;
+  out.push_back({j["prompt_ids"].get<std::vector<int32_t>>(),
+                 j["greedy_ids"].get<std::vector<int32_t>>()});
+  for (const auto& c : j["extra_cases"]) {
+    out.push_back({c["prompt_ids"].get<std::vector<int32_t>>(),
+                   c["greedy_ids"].get<std::vector<int32_t>>()});
+  }
+  return out;
+}
+
+std::vector<int32_t> Prefix(const std::vector<int32_t>& v, size_t n) {
+  return std::vector<int32_t>(v.begin(), v.begin() + std::min(n, v.size()));
+}
+
+// The ids on the last non-empty line of glmctl's output.
+std::vector<int32_t> LastLineIds(const std::string& output) {
+  std::vector<std::string> lines = absl::StrSplit(output, '\n', absl::SkipWhitespace());
+  std::vector<int32_t> ids;
+  if (lines.empty()) return ids;
+  for (absl::string_view part : absl::StrSplit(lines.back(), ',')) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id)) return {};
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+struct Layout {
+  std::string name;
+  std::string fixture;
+  int nodes;
+  std::string parallel;  // lines under parallel:
+};
+
+class GenerateClusterTest : public LoopbackClusterTest {
+ protected:
+  GenerateClusterTest() : LoopbackClusterTest("gentest") {}
+
+  void Bring(const Layout& layout) {
+    ClusterYaml cluster;
+    cluster.local = true;
+    cluster.model_path = absl::StrCat(GLM_TEST_SOURCE_DIR_FOR_GOLDEN, "/tests/golden/",
+                                      layout.fixture);
+    cluster.kv_cache_bytes = "8MiB";
+    cluster.parallel_lines = layout.parallel;
+    for (int i = 1; i <= layout.nodes; ++i) {
+      cluster.nodes.push_back({absl::StrCat("node-", i), ""});
+    }
+    WriteClusterYaml(cluster);
+    const auto t0 = std::chrono::steady_clock::now();
+    CommandResult up = Glmctl({"up", yaml_}, seconds(120));
+    ASSERT_EQ(up.exit_code, 0) << up.output;
+    std::cout << "[ measure ] glmctl up (" << layout.name << ", " << layout.fixture << "): "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+              << " s\n";
+    EXPECT_NE(up.output.find("running: world rank 0 (pp 0, tp 0)"), std::string::npos)
+        << up.output;
+  }
+
+  CommandResult Generate(const std::vector<int32_t>& prompt, int max_tokens,
+                         std::chrono::milliseconds timeout = seconds(60)) {
+    return Glmctl({"generate", yaml_, "--tokens", absl::StrJoin(prompt, ","), "--max-tokens",
+                   std::to_string(max_tokens)},
+                  timeout);
+  }
+};
+
+class GenerateLayoutTest : public GenerateClusterTest,
+                           public ::testing::WithParamInterface<Layout> {};
+
+TEST_P(GenerateLayoutTest, GreedyTokensEqualTheFixtures) {
+  const Layout& layout = GetParam();
+  Bring(layout);
+  const std::vector<Golden> golden = LoadGolden(layout.fixture);
+  const auto t0 = std::chrono::steady_clock::now();
+  CommandResult gen = Generate(golden[0].prompt, 16);
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  std::cout << "[ measure ] glmctl generate 16 tokens (" << layout.name << "): "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+            << " s\n";
+  EXPECT_EQ(LastLineIds(gen.output), Prefix(golden[0].greedy, 16)) << gen.output;
+  EXPECT_NE(gen.output.find("finish_reason=length"), std::string::npos) << gen.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, GenerateLayoutTest,
+    ::testing::Values(
+        // Stage 1 starts on layer 2, a shared-indexer layer: the top-k crosses the boundary.
+        Layout{"PP2", "tiny-sparse", 2, "  tensor: 1\n  pipeline: 2\n  layer_partition: [2, 3]\n"},
+        // Uneven, boundaries before layers 2 and 4 (both shared-indexer layers).
+        Layout{"PP3", "tiny-sparse", 3,
+               "  tensor: 1\n  pipeline: 3\n  layer_partition: [2, 2, 1]\n"},
+        Layout{"TP2", "tiny-moe", 2, "  tensor: 2\n  pipeline: 1\n"},
+        Layout{"TP2xPP2", "tiny-sparse", 4,
+               "  tensor: 2\n  pipeline: 2\n  layer_partition: [2, 3]\n"}),
+    [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
+
+TEST_F(GenerateClusterTest, ConcurrentRequestsThenAKilledRankFailsTheReplica) {
+  const Layout layout{"PP2", "tiny-sparse", 2,
+                      "  tensor: 1\n  pipeline: 2\n  layer_partition: [2, 3]\n"};
+  Bring(layout);
+  const std::vector<Golden> golden = LoadGolden(layout.fixture);
+  ASSERT_GE(golden.size(), 2u);
+
+  // Two requests of different prompt and output lengths at once.
+  auto a = std::async(std::launch::async, [&] { return Generate(golden[0].prompt, 24); });
+  auto b = std::async(std::launch::async, [&] { return Generate(golden[1].prompt, 9); });
+  CommandResult ra = a.get(), rb = b.get();
+  ASSERT_EQ(ra.exit_code, 0) << ra.output;
+  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  EXPECT_EQ(LastLineIds(ra.output), Prefix(golden[0].greedy, 24)) << ra.output;
+  EXPECT_EQ(LastLineIds(rb.output), Prefix(golden[1].greedy, 9)) << rb.output;
+
+  // kill -9 the non-head stage while a long request runs: the request fails within 3 s, with
+  // an error, and the replica shows Failed.
+  const int pid = RunDirPid("agent-node-2");
+  ASSERT_GT(pid, 0);
+  auto long_request = std::async(std::launch::async, [&] {
+    return Generate(golden[0].prompt, 480, seconds(30));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  CommandResult failed = long_request.get();
+  if (failed.exit_code == 0) {
+    // It finished before the kill landed: the next request must fail instead.
+    failed = Generate(golden[0].prompt, 8, seconds(30));
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_NE(failed.exit_code, 0) << failed.output;
+  EXPECT_LT(took, 3.0) << failed.output;
+  std::cout << "[ measure ] kill -9 of pp 1 to the request's error: " << took << " s\n";
+  EXPECT_NE(failed.output.find("glmctl generate:"), std::string::npos) << failed.output;
+  EXPECT_NE(failed.output.find("rank"), std::string::npos) << failed.output;  // names the rank
+
+  nlohmann::json status;
+  std::string replica_state, message;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    status = StatusJson();
+    if (!status.is_null() && status["replicas"].is_array() && !status["replicas"].empty()) {
+      replica_state = status["replicas"][0].value("state", "");
+      message = status["replicas"][0].value("message", "");
+      if (replica_state == "Failed") break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(replica_state, "Failed") << status.dump(2);
+  // The reason names the failed rank (the head's group error) or the node that went away.
+  EXPECT_TRUE(message.find("rank") != std::string::npos ||
+              message.find("node-2") != std::string::npos)
+      << status.dump(2);
+  CommandResult table = Glmctl({"status", yaml_}, seconds(10));
+  EXPECT_NE(table.output.find("Failed"), std::string::npos) << table.output;
+
+  // No Ready replica: generate says so and exits non-zero.
+  CommandResult refused = Generate(golden[0].prompt, 4, seconds(10));
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("no replica"), std::string::npos) << refused.output;
+}
+
+}  // namespace
+}  // namespace glm::testing
