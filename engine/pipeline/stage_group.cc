@@ -83,7 +83,8 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
   wo.op_timeout = t.op_timeout;
   auto world = GlooCommunicator::Create(t.rendezvous, wo);
   if (!world.ok()) {
-    return Annotate(world.status(), absl::StrCat("forming the replica's world group on ", me));
+    return g->PeerFailureOr(
+        Annotate(world.status(), absl::StrCat("forming the replica's world group on ", me)));
   }
   g->world_ = *std::move(world);
   if (t.tp_size > 1) {
@@ -93,8 +94,8 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
     to.key_prefix = absl::StrCat(t.group_key, "/pipeline/tp", t.pp_rank);
     auto tp = GlooCommunicator::Create(t.rendezvous, to);
     if (!tp.ok()) {
-      return Annotate(tp.status(), absl::StrCat("forming the TP group of pp stage ", t.pp_rank,
-                                                " on ", me));
+      return g->PeerFailureOr(Annotate(
+          tp.status(), absl::StrCat("forming the TP group of pp stage ", t.pp_rank, " on ", me)));
     }
     g->tp_ = *std::move(tp);
   }
@@ -105,6 +106,26 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
     return s;
   }
   return g;
+}
+
+absl::Status StageGroup::PeerFailureOr(const absl::Status& symptom) const {
+  // A rank that fails its checks posts why (AgreeKvBlocks) and closes its connections, which the
+  // others may see first as a broken group formation: the posted reason is the one to report.
+  // The failing rank posts right after it closes, so wait a moment for the first peer only.
+  const ShardTopology& t = topology_;
+  const std::string kFailed = "failed: ";
+  std::chrono::milliseconds wait(std::min<int64_t>(1000, t.connect_timeout.count()));
+  for (int r = 0; r < t.world_size(); ++r) {
+    if (r == t.world_rank()) continue;
+    absl::StatusOr<std::string> v = t.rendezvous->Get(KvBlocksKey(t, r), wait);
+    wait = std::chrono::milliseconds(0);
+    if (v.ok() && absl::StartsWith(*v, kFailed)) {
+      return absl::AbortedError(absl::StrCat(DescribeRank(t, r), " failed to load: ",
+                                             v->substr(kFailed.size()), " (seen as: ",
+                                             symptom.message(), ")"));
+    }
+  }
+  return symptom;
 }
 
 absl::Status StageGroup::CheckNeighbours() const {

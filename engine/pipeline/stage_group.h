@@ -93,6 +93,9 @@ class StageGroup {
   absl::Status Usable() const;
   // The TP ranks of this stage hold the same layers; this stage starts where the previous ends.
   absl::Status CheckNeighbours() const;
+  // `symptom` (a failed group formation), unless another rank posted that it failed: then that
+  // rank's reason, which is the cause.
+  absl::Status PeerFailureOr(const absl::Status& symptom) const;
   absl::Status RecvActivations(ForwardBatch& batch);
   absl::Status SendActivations(const ForwardBatch& batch, const ForwardResult& local);
   absl::Status SendResult(const ForwardBatch& batch, const ForwardResult& local);
