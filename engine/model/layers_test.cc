@@ -17,6 +17,7 @@
 #include "engine/backend/backend.h"
 #include "engine/config/model_config.h"
 #include "engine/dist/communicator.h"
+#include "engine/dist/testing/fake_communicator.h"
 
 namespace glm::engine {
 namespace {
@@ -337,29 +338,7 @@ TEST_F(MoeFoldTest, WiderSharedExpertIsNotFolded) {
 
 // A TP group member whose all-reduce leaves the data as it is, so that a test sees each rank's
 // partial output (and sums the ranks itself).
-class PartialsComm : public Communicator {
- public:
-  PartialsComm(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  absl::Status AllReduceSum(float*, size_t) override {
-    ++num_all_reduce;
-    return absl::OkStatus();
-  }
-  absl::Status Send(const float*, size_t, int) override { return Unused(); }
-  absl::Status Recv(float*, size_t, int) override { return Unused(); }
-  absl::Status SendRecv(const float*, size_t, int, float*, size_t, int) override {
-    return Unused();
-  }
-  absl::Status Broadcast(float*, size_t, int) override { return Unused(); }
-  absl::Status Barrier() override { return Unused(); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  int num_all_reduce = 0;
-
- private:
-  static absl::Status Unused() { return absl::UnimplementedError("not used by the layers"); }
-  int rank_, size_;
-};
+using PartialsComm = FakeCommunicator;
 
 TEST_F(MoeFoldTest, TpRanksPartialOutputsSumToTheWholeLayer) {
   MakeWeights(/*n_shared=*/1, /*fp8=*/false);

@@ -24,6 +24,7 @@
 #include "common/status_util.h"
 #include "engine/backend/backend.h"
 #include "engine/dist/communicator.h"
+#include "engine/dist/testing/fake_communicator.h"
 #include "engine/dist/gloo_communicator.h"
 #include "engine/dist/in_process_rendezvous.h"
 #include "engine/model/glm_moe_dsa.h"
@@ -309,32 +310,12 @@ INSTANTIATE_TEST_SUITE_P(
                       TpParam{"tiny-sharded", 2}, TpParam{"tiny-moe", 2, "bf16"}),
     ParamName);
 
-// A group member whose collectives fail, or (fail = false) are never reached.
-class StubComm : public Communicator {
- public:
-  StubComm(int rank, int size, bool fail) : rank_(rank), size_(size), fail_(fail) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  absl::Status AllReduceSum(float*, size_t) override {
-    ++num_all_reduce;
-    return fail_ ? absl::UnavailableError("peer rank 1 closed the connection")
-                 : absl::OkStatus();
-  }
-  absl::Status Send(const float*, size_t, int) override { return Unused(); }
-  absl::Status Recv(float*, size_t, int) override { return Unused(); }
-  absl::Status SendRecv(const float*, size_t, int, float*, size_t, int) override {
-    return Unused();
-  }
-  absl::Status Broadcast(float*, size_t, int) override { return Unused(); }
-  absl::Status Barrier() override { return Unused(); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-  int num_all_reduce = 0;
-
- private:
-  static absl::Status Unused() { return absl::UnimplementedError("not used by the model"); }
-  int rank_, size_;
-  bool fail_;
-};
+// A group member whose all-reduce fails (fail), or (fail = false) is never reached.
+FakeCommunicator StubComm(int rank, int size, bool fail) {
+  return FakeCommunicator(
+      rank, size,
+      fail ? absl::UnavailableError("peer rank 1 closed the connection") : absl::OkStatus());
+}
 
 absl::Status LoadStatus(const ModelLoadOptions& o) { return LoadGlmMoeDsa(o).status(); }
 
@@ -346,7 +327,7 @@ TEST(TpOptionsTest, BadOptionsNameTheFieldAndTheFix) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("tp_comm is null"), std::string::npos) << st;
 
-  StubComm three(0, 3, false);
+  auto three = StubComm(0, 3, false);
   o.tp_size = 3;
   o.tp_comm = &three;
   st = LoadStatus(o);
@@ -355,12 +336,13 @@ TEST(TpOptionsTest, BadOptionsNameTheFieldAndTheFix) {
   EXPECT_NE(st.message().find("tp_size=3"), std::string::npos) << st;
   EXPECT_NE(st.message().find("1, 2, 4"), std::string::npos) << st;
 
-  StubComm eight(0, 8, false);  // heads 4 do not split 8 ways either; the first check fires
+  // heads 4 do not split 8 ways either; the first check fires.
+  auto eight = StubComm(0, 8, false);
   o.tp_size = 8;
   o.tp_comm = &eight;
   EXPECT_NE(LoadStatus(o).message().find("num_attention_heads"), std::string::npos);
 
-  StubComm other_rank(1, 2, false);
+  auto other_rank = StubComm(1, 2, false);
   o.tp_size = 2;
   o.tp_rank = 0;
   o.tp_comm = &other_rank;
@@ -382,7 +364,7 @@ TEST(TpOptionsTest, IntermediateSizesOfTheLayersHeldMustSplit) {
   c.moe_intermediate_size = 30;
   InMemoryWeights none;  // the options are checked before any tensor is read
   std::unique_ptr<Backend> backend = CreateCpuBackend(1);
-  StubComm comm(0, 4, false);
+  auto comm = StubComm(0, 4, false);
   ModelLoadOptions o;
   o.kv = {4, 16};
   o.tp_size = 4;
@@ -409,7 +391,7 @@ TEST(TpOptionsTest, IntermediateSizesOfTheLayersHeldMustSplit) {
 
 TEST(TpOptionsTest, FailedAllReduceFailsTheStepAndEveryLaterOne) {
   const fs::path dir = GoldenDir() / "tiny-moe";
-  StubComm comm(0, 2, /*fail=*/true);
+  auto comm = StubComm(0, 2, /*fail=*/true);
   ModelLoadOptions o = BaseOptions(dir, "fp32");
   o.tp_size = 2;
   o.tp_comm = &comm;
