@@ -80,7 +80,7 @@ struct EngineOptions {
   uint64_t seed = 0;              // seeds requests without SamplingParams::seed (0 = random)
   // Decode steps as CUDA graphs on the cuda backend (ModelLoadOptions::cuda_graphs).
   bool cuda_graphs = true;
-  // Memory planning (ModelLoadOptions, issue 4): with kv_num_blocks 0 and a fraction > 0 the KV
+  // Memory planning (ModelLoadOptions): with kv_num_blocks 0 and a fraction > 0 the KV
   // cache takes what is left of gpu_memory_fraction of the device after weights, warm-up
   // activations at max_num_seqs / max_num_batched_tokens and reserves (cuda backend only).
   double gpu_memory_fraction = 0.0;

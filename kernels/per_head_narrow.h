@@ -69,7 +69,7 @@ struct PerHeadNarrowArgs {
   // (PdlEnter; not gemv_narrow, which lets them launch first), and it neither reads nor writes x
   // or y. The kernel then lets the next kernel launch at once, reads x from L2, writes y, and
   // waits for the previous kernel only before it exits: the next kernel's wait covers both, and
-  // y is the same as without (the MLA W_UK product beside the indexer's last kernel: issue 4).
+  // y is the same as without (the MLA W_UK product beside the indexer's last kernel).
   bool beside_previous = false;
 };
 

@@ -1,4 +1,4 @@
-// Decode steps on a device backend as CUDA graphs (issue 4): persistent device tables for the
+// Decode steps on a device backend as CUDA graphs: persistent device tables for the
 // step's [B] int inputs, and a cache of captured graphs keyed by (batch size, key-count bucket).
 // The key slots of the cached positions are not copied here: they live in the model's SlotArena
 // (slot_arena.h), whose address Upload is told; a different address drops every graph.

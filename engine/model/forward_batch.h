@@ -99,7 +99,7 @@ class Model {
                                   const std::vector<std::vector<float>>& hidden,
                                   ForwardResult* result) = 0;
 
-  // Runtime reports (engine/model/model_runtime.h; issue 4). The memory plan is fixed at load;
+  // Runtime reports (engine/model/model_runtime.h). The memory plan is fixed at load;
   // the graph counters may be read from any thread. Defaults for models without them.
   virtual MemoryPlan memory_plan() const { return {}; }
   virtual DecodeGraphStats decode_graph_stats() const { return {}; }

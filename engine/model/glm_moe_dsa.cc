@@ -147,7 +147,7 @@ class GlmMoeDsaModel : public Model {
   bool DecodePathApplies(const ForwardBatch& batch) const;
   absl::Status ForwardDecode(const ForwardBatch& batch, const StepPlan& plan,
                              ForwardResult* result);
-  // Sizes (memory planning, issue 4) and allocates the paged KV storage of `kv_layers`.
+  // Sizes (memory planning) and allocates the paged KV storage of `kv_layers`.
   // weight_bytes: what the loader allocated for parameters (the free-memory delta is coarse).
   absl::Status AllocateKv(const std::vector<int>& kv_layers, int64_t weight_bytes);
   // One prefill of `tokens` tokens and one decode of `num_seqs` sequences on the current kv_

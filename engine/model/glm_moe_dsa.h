@@ -31,7 +31,7 @@
 //   (bad block ids, short block tables, token ids outside the vocabulary), and the backend's
 //   sticky error (Backend::status(): a CUDA fault, out of memory) after a step that hit one;
 //   every later step returns it too.
-// - Device backends (issue 4): a step allocates nothing once its workspace has grown to the
+// - Device backends: a step allocates nothing once its workspace has grown to the
 //   step's size; per-step host work is O(new tokens + blocks): the [T] int tables (tokens,
 //   positions, new slots, row offsets, key counts) are built and copied in, while the key slots
 //   of the cached positions live in a persistent per-sequence SlotArena (slot_arena.h) that only
@@ -113,7 +113,7 @@ struct ModelLoadOptions {
   // that was never prefilled sees distinct indexer scores (a zero cache ties them all, which
   // the exact top-k resolves in its cheapest way) and non-uniform attention.
   bool random_kv = false;
-  // Memory planning on a device backend (issue 4). After the weights are loaded the model runs
+  // Memory planning on a device backend. After the weights are loaded the model runs
   // warm-up steps at the largest step sizes (a prefill of plan_max_batched_tokens tokens, a decode
   // of plan_max_num_seqs sequences) so workspace and op scratch reach their peak, measures what
   // they took, and then sizes the KV cache when kv.num_blocks is 0: kv_cache_bytes when > 0,

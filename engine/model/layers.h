@@ -19,7 +19,7 @@ namespace glm::engine {
 // Scratch memory for one forward step, carved from backend buffers that persist across steps:
 // after the first step of a given size no allocation happens. Reset() at the start of a step.
 // Carving is deterministic, so two steps of the same shape get the same addresses for every
-// view: what a CUDA graph captured for one decode step stays valid on replay (issue 4).
+// view: what a CUDA graph captured for one decode step stays valid on replay.
 class Workspace {
  public:
   explicit Workspace(Backend* backend) : backend_(backend) {}

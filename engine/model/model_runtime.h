@@ -1,4 +1,4 @@
-// What a loaded model reports about its device at run time (issue 4): the memory plan made at
+// What a loaded model reports about its device at run time: the memory plan made at
 // load (weights / activations / KV) and the decode CUDA-graph counters. Plain values; a Model
 // returns them by value (engine/model/forward_batch.h).
 #pragma once

@@ -1,4 +1,4 @@
-// The KV key-slot table of a step, kept in backend memory and updated incrementally (issue 4).
+// The KV key-slot table of a step, kept in backend memory and updated incrementally.
 //
 // The ops read the cached keys of a query row t as slots[row_offset[t] + p], p < row_num_keys[t]
 // (KeyTable, engine/backend/backend.h). The slot of position p of a sequence is a function of its
