@@ -25,6 +25,7 @@
 #include "engine/backend/backend.h"
 #include "engine/dist/communicator.h"
 #include "engine/dist/testing/fake_communicator.h"
+#include "engine/golden_fixtures_test_util.h"
 #include "engine/dist/gloo_communicator.h"
 #include "engine/dist/in_process_rendezvous.h"
 #include "engine/model/glm_moe_dsa.h"
@@ -69,11 +70,9 @@ Reference LoadReference(const fs::path& dir) {
   }
   const auto shape = j.at("logits_shape").get<std::vector<int64_t>>();
   r.vocab = shape.at(1);
-  std::ifstream lf(dir / j.at("logits_file").get<std::string>(), std::ios::binary);
-  r.logits.resize(shape.at(0) * shape.at(1));
-  lf.read(reinterpret_cast<char*>(r.logits.data()),
-          static_cast<std::streamsize>(r.logits.size() * sizeof(float)));
-  EXPECT_TRUE(lf.good()) << "short logits file in " << dir;
+  r.logits = golden::ReadF32((dir / j.at("logits_file").get<std::string>()).string());
+  EXPECT_EQ(r.logits.size(), static_cast<size_t>(shape.at(0) * shape.at(1)))
+      << "logits file size in " << dir;
   return r;
 }
 
