@@ -21,7 +21,10 @@
 //    slice, and agrees on the KV block count (the smallest over the ranks).
 //  - The head (pp 0, tp 0) returns an engine that works exactly as a single-process one: its
 //    scheduler drives a PipelinedModel that broadcasts every step to the other ranks and returns
-//    the last stage's result. Every decision is the head's; the other ranks follow it.
+//    the last stage's result. Every decision is the head's; the other ranks follow it. The last
+//    stage returns sampled ids, or logits rows where the head needs them (MTP verification,
+//    prompt logits, min_tokens masking); a request with SamplingParams::logprobs has its token
+//    drawn and its logprobs computed on the last stage, which sends the (id, logprob) pairs.
 //  - Every other rank returns a follower engine: its loop serves the head's steps until the head
 //    stops (destroying the head engine tells followers to stop cleanly) or the group fails.
 //    Submit returns FailedPrecondition "not the head shard"; Stats().num_steps counts the steps

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -214,6 +215,132 @@ INSTANTIATE_TEST_SUITE_P(
         // MTP drafts: the MTP layer lives on the last stage; hidden rows travel to the head
         // and back.
         PipelineCase{"tiny-mtp", {{0, 1}, {2, 2}}, 2}),
+    CaseName);
+
+// A request's stream with its logprobs.
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> top;
+  std::vector<float> prompt_logits;
+  FinishReason reason = FinishReason::kNone;
+};
+
+Collected Collect(const RequestHandle& h) {
+  Collected c;
+  TokenEvent ev;
+  while (h.stream->Next(&ev)) {
+    if (ev.token_id >= 0) {
+      c.tokens.push_back(ev.token_id);
+      c.logprobs.push_back(ev.logprob);
+      c.top.push_back(ev.top_logprobs);
+    }
+    if (!ev.prompt_logits.empty()) c.prompt_logits = ev.prompt_logits;
+    if (ev.finished) {
+      c.reason = ev.finish_reason;
+      EXPECT_TRUE(ev.error.ok()) << ev.error;
+      break;
+    }
+  }
+  return c;
+}
+
+// Greedy with logprobs (and the prompt's logits, to check the first token's row by hand),
+// seeded sampling with 20 alternatives, and greedy without logprobs, all at once.
+std::vector<Collected> RunLogprobRequests(Engine& engine, const golden::Fixture& fx) {
+  std::vector<Request> rs;
+  rs.push_back(golden::GreedyRequest(fx.main().prompt, 16));
+  rs.back().sampling.logprobs = 5;
+  rs.back().return_prompt_logits = true;
+  const golden::Case& other = fx.cases.size() > 1 ? fx.cases[1] : fx.main();
+  rs.push_back(golden::GreedyRequest(other.prompt, 16));
+  rs.back().sampling.temperature = 0.9f;
+  rs.back().sampling.top_p = 0.95f;
+  rs.back().sampling.seed = 7;
+  rs.back().sampling.logprobs = 20;
+  rs.push_back(golden::GreedyRequest(fx.main().prompt, 16));
+  std::vector<RequestHandle> hs;
+  for (Request& r : rs) {
+    auto h = engine.Submit(std::move(r));
+    EXPECT_TRUE(h.ok()) << h.status();
+    if (h.ok()) hs.push_back(*h);
+  }
+  std::vector<Collected> out;
+  for (const RequestHandle& h : hs) out.push_back(Collect(h));
+  return out;
+}
+
+class PipelineLogprobsTest : public ::testing::TestWithParam<PipelineCase> {};
+
+// Asking for logprobs changes no greedy token; a greedy token's logprob is the max of its row's
+// log_softmax (the first row checked by hand against the prompt logits); a PP replica, whose
+// last stage draws the token and sends only the (id, logprob) pairs to the head, returns the
+// single-process engine's tokens and logprobs.
+TEST_P(PipelineLogprobsTest, EqualTheSingleProcessEngine) {
+  const PipelineCase& pc = GetParam();
+  const golden::Fixture fx = FixtureNamed(pc.fixture);
+  ASSERT_FALSE(fx.name.empty());
+  const EngineOptions options = SmallChunks(fx.dir, pc.mtp);
+  std::vector<Collected> want;
+  {
+    auto single = Engine::Create(options);
+    ASSERT_TRUE(single.ok()) << single.status();
+    want = RunLogprobRequests(**single, fx);
+  }
+  ASSERT_EQ(want.size(), 3u);
+  const Collected& greedy = want[0];
+  EXPECT_EQ(greedy.tokens, std::vector<int32_t>(fx.main().greedy.begin(),
+                                                fx.main().greedy.begin() + 16));
+  EXPECT_EQ(greedy.tokens, want[2].tokens);
+  ASSERT_EQ(greedy.logprobs.size(), greedy.tokens.size());
+  for (size_t i = 0; i < greedy.tokens.size(); ++i) {
+    ASSERT_EQ(greedy.top[i].size(), 5u) << i;
+    EXPECT_EQ(greedy.top[i][0].first, greedy.tokens[i]) << i;
+    EXPECT_EQ(greedy.top[i][0].second, greedy.logprobs[i]) << i;
+    for (size_t j = 1; j < 5; ++j) EXPECT_GE(greedy.top[i][j - 1].second, greedy.top[i][j].second);
+  }
+  // The first token's row is the prompt's last logits row: log_softmax by hand.
+  const size_t num_prompt = fx.main().prompt.size();
+  const size_t vocab = greedy.prompt_logits.size() / num_prompt;
+  ASSERT_GT(vocab, 0u);
+  const float* row = greedy.prompt_logits.data() + (num_prompt - 1) * vocab;
+  double max = row[0], sum = 0;
+  for (size_t v = 0; v < vocab; ++v) max = std::max<double>(max, row[v]);
+  for (size_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - max);
+  double best = -1e30;
+  for (size_t v = 0; v < vocab; ++v) best = std::max(best, row[v] - max - std::log(sum));
+  EXPECT_NEAR(greedy.logprobs[0], best, 1e-5);
+  EXPECT_NEAR(greedy.logprobs[0], row[greedy.tokens[0]] - max - std::log(sum), 1e-5);
+  // Sampling: a token the seed picked, with 20 alternatives.
+  ASSERT_EQ(want[1].tokens.size(), 16u);
+  for (const auto& top : want[1].top) EXPECT_EQ(top.size(), 20u);
+  for (const auto& top : want[2].top) EXPECT_TRUE(top.empty());
+
+  auto replica = StartReplica(options, pc.stages);
+  ExpectStarted(*replica);
+  const std::vector<Collected> got = RunLogprobRequests(replica->head(), fx);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < want.size(); ++r) {
+    EXPECT_EQ(got[r].tokens, want[r].tokens) << "request " << r;
+    ASSERT_EQ(got[r].logprobs.size(), want[r].logprobs.size()) << "request " << r;
+    for (size_t i = 0; i < want[r].logprobs.size(); ++i) {
+      EXPECT_NEAR(got[r].logprobs[i], want[r].logprobs[i], 1e-5) << r << " token " << i;
+      ASSERT_EQ(got[r].top[i].size(), want[r].top[i].size()) << "request " << r << " token " << i;
+      for (size_t j = 0; j < want[r].top[i].size(); ++j) {
+        EXPECT_EQ(got[r].top[i][j].first, want[r].top[i][j].first) << r << " " << i << " " << j;
+        EXPECT_NEAR(got[r].top[i][j].second, want[r].top[i][j].second, 1e-5)
+            << r << " " << i << " " << j;
+      }
+    }
+  }
+  ASSERT_TRUE(replica->head().Drain().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Partitions, PipelineLogprobsTest,
+    ::testing::Values(PipelineCase{"tiny-dense", {{0, 1}, {2, 2}}},
+                      // MTP: every row comes back as logits; accepted drafts get logprobs too.
+                      PipelineCase{"tiny-mtp", {{0, 1}, {2, 2}}, 2}),
     CaseName);
 
 TEST(PipelineEngineTest, FollowersRefuseRequestsReportProgressAndStopWithTheHead) {

@@ -6,12 +6,14 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/preflight/verbs.h"
+#include "xxhash.h"
 
 namespace glm::preflight {
 namespace {
@@ -136,6 +138,20 @@ absl::StatusOr<std::vector<GidEntry>> ReadGidTable(const SystemRoots& roots, con
   std::sort(table.begin(), table.end(),
             [](const GidEntry& a, const GidEntry& b) { return a.index < b.index; });
   return table;
+}
+
+std::string GidTableFingerprint(std::vector<GidEntry> table) {
+  if (table.empty()) return "";
+  std::sort(table.begin(), table.end(), [](const GidEntry& a, const GidEntry& b) {
+    return std::tie(a.hca, a.port, a.index) < std::tie(b.hca, b.port, b.index);
+  });
+  std::string text;
+  for (const GidEntry& e : table) {
+    absl::StrAppend(&text, e.hca, " ", e.port, " ", e.index, " ", e.gid, " ", e.type, " ",
+                    e.netdev, "\n");
+  }
+  const XXH64_hash_t h = XXH64(text.data(), text.size(), 0);
+  return absl::StrCat("xxh64:", absl::Hex(h, absl::kZeroPad16));
 }
 
 std::optional<GidEntry> ResolveGidIndex(const std::vector<GidEntry>& table,

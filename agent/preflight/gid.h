@@ -30,6 +30,13 @@ bool GidIsLinkLocal(const std::string& sysfs_gid);
 absl::StatusOr<std::vector<GidEntry>> ReadGidTable(const SystemRoots& roots, const std::string& hca,
                                                    int port);
 
+// A stable fingerprint of a GID table (AgentStatus.gid_fingerprint): "xxh64:" + 16 lowercase
+// hex digits of XXH64 (seed 0) over the entries sorted by (hca, port, index), one line each,
+// "<hca> <port> <index> <gid> <type> <netdev>\n" in their sysfs spellings. Independent of the
+// order the entries come in; any changed, added or removed entry changes it. "" for an empty
+// table.
+std::string GidTableFingerprint(std::vector<GidEntry> table);
+
 // Lowest-index entry that is RoCE v2, on `netdev`, and carries `fabric_ip`. Nullopt when none.
 std::optional<GidEntry> ResolveGidIndex(const std::vector<GidEntry>& table,
                                         const std::string& fabric_ip, const std::string& netdev);

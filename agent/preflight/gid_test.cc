@@ -1,7 +1,12 @@
 #include "agent/preflight/gid.h"
 
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "xxhash.h"
 
 namespace glm::preflight {
 namespace {
@@ -37,6 +42,40 @@ TEST(GidTableTest, ReadsHealthyTableSkippingZeroEntries) {
   ASSERT_TRUE(right.has_value());
   EXPECT_EQ(right->index, 3);  // index 2 carries the IP too, but as RoCE v1.
   EXPECT_FALSE(ResolveGidIndex(*table, "192.168.100.1", "other0").has_value());
+}
+
+TEST(GidTableTest, FingerprintIsStableAndFollowsEveryEntry) {
+  auto healthy = ReadGidTable(Roots("healthy"), "rocep1s0f0", 1);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  const std::string fp = GidTableFingerprint(*healthy);
+  // The documented spelling: XXH64 of one "<hca> <port> <index> <gid> <type> <netdev>" line per
+  // non-zero entry, in index order.
+  std::string text;
+  const char* kRows[] = {"0 fe80:0000:0000:0000:0e42:a1ff:fe00:0001 IB/RoCE v1",
+                         "1 fe80:0000:0000:0000:0e42:a1ff:fe00:0001 RoCE v2",
+                         "2 0000:0000:0000:0000:0000:ffff:c0a8:6401 IB/RoCE v1",
+                         "3 0000:0000:0000:0000:0000:ffff:c0a8:6401 RoCE v2"};
+  for (const char* row : kRows) text += std::string("rocep1s0f0 1 ") + row + " enp1s0f0np0\n";
+  char want[40];
+  std::snprintf(want, sizeof(want), "xxh64:%016llx",
+                static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));
+  EXPECT_EQ(fp, want);
+
+  // Order-independent; any changed, added or removed entry changes it.
+  std::vector<GidEntry> shuffled(healthy->rbegin(), healthy->rend());
+  EXPECT_EQ(GidTableFingerprint(shuffled), fp);
+  auto moved = ReadGidTable(Roots("gid_linklocal_at_3"), "rocep1s0f0", 1);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_NE(GidTableFingerprint(*moved), fp);
+  std::vector<GidEntry> retyped = *healthy;
+  retyped[3].type = "IB/RoCE v1";
+  EXPECT_NE(GidTableFingerprint(retyped), fp);
+  std::vector<GidEntry> fewer(healthy->begin(), healthy->end() - 1);
+  EXPECT_NE(GidTableFingerprint(fewer), fp);
+  std::vector<GidEntry> renetdev = *healthy;
+  renetdev[0].netdev = "other0";
+  EXPECT_NE(GidTableFingerprint(renetdev), fp);
+  EXPECT_EQ(GidTableFingerprint({}), "");
 }
 
 TEST(GidCheckTest, HealthyConfiguredIndexPasses) {

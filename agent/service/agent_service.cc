@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "agent/preflight/gid.h"
 #include "agent/service/node_preflight.h"
 #include "agent/shard/progress.h"
 #include "agent/stage/nccl_stage.h"
@@ -239,6 +240,10 @@ grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::Prefli
       RunAgentNodePreflight(options_.node, *req, options_.roots, host_req.require_gpu);
   for (auto& c : node.checks) checks.push_back(std::move(c));
   if (node.nccl) *resp->mutable_nccl() = *node.nccl;
+  {
+    std::lock_guard<std::mutex> lock(gid_mu_);
+    gid_input_ = node.gid_input;
+  }
   if (node.gid) {
     *resp->mutable_gid() = ToProto(*node.gid);
     if (node.gid_input) ArmGidWatch(*node.gid_input, *node.gid);
@@ -436,9 +441,33 @@ grpc::Status AgentService::LoadShard(grpc::ServerContext*, const glm::v1::LoadSh
   return RunShardOp(writer, [&](auto progress) { return shard_.Load(*req, progress); });
 }
 
+std::string AgentService::GidFingerprintNow() const {
+  std::optional<preflight::GidCheckInput> input;
+  {
+    std::lock_guard<std::mutex> lock(gid_mu_);
+    input = gid_input_;
+  }
+  if (!input) return "";  // no RDMA fabric configured for this node
+  absl::StatusOr<std::vector<preflight::GidEntry>> table =
+      preflight::ReadGidTable(options_.roots, input->hca, input->port);
+  if (!table.ok()) {
+    GLM_LOG_WARN("gid fingerprint node={}: {}", options_.node,
+                 glm::ToStd(table.status().message()));
+    return "";
+  }
+  return preflight::GidTableFingerprint(*std::move(table));
+}
+
 grpc::Status AgentService::StartShard(grpc::ServerContext*, const glm::v1::StartShardRequest* req,
                                       grpc::ServerWriter<glm::v1::Progress>* writer) {
-  return RunShardOp(writer, [&](auto progress) { return shard_.Start(*req, progress); });
+  // The table the shard's group forms over (NCCL takes its GID from it), read as it starts.
+  const std::string fingerprint = GidFingerprintNow();
+  grpc::Status s =
+      RunShardOp(writer, [&](auto progress) { return shard_.Start(*req, progress); });
+  if (s.ok()) {
+    publisher_.Update([&](glm::v1::AgentStatus& st) { st.set_gid_fingerprint(fingerprint); });
+  }
+  return s;
 }
 
 grpc::Status AgentService::DrainShard(grpc::ServerContext*, const glm::v1::DrainShardRequest* req,
@@ -448,7 +477,9 @@ grpc::Status AgentService::DrainShard(grpc::ServerContext*, const glm::v1::Drain
 
 grpc::Status AgentService::StopShard(grpc::ServerContext*, const glm::v1::StopShardRequest* req,
                                      grpc::ServerWriter<glm::v1::Progress>* writer) {
-  return RunShardOp(writer, [&](auto progress) { return shard_.Stop(*req, progress); });
+  grpc::Status s = RunShardOp(writer, [&](auto progress) { return shard_.Stop(*req, progress); });
+  if (s.ok()) publisher_.Update([](glm::v1::AgentStatus& st) { st.clear_gid_fingerprint(); });
+  return s;
 }
 
 grpc::Status AgentService::WatchStatus(grpc::ServerContext* ctx,

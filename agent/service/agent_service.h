@@ -137,9 +137,13 @@ class AgentService final : public glm::v1::Agent::Service {
   // GID watch: armed by a preflight that resolved an entry (the entry bring-up validated).
   void ArmGidWatch(const preflight::GidCheckInput& input, const preflight::GidEntry& validated);
   void OnGidChange(const preflight::GidChangeEvent& event);
-  std::mutex gid_mu_;
+  // AgentStatus.gid_fingerprint of the GID table of the HCA port the last preflight checked
+  // (preflight::GidTableFingerprint), read now; "" without RDMA or when it cannot be read (logged).
+  std::string GidFingerprintNow() const;
+  mutable std::mutex gid_mu_;
   std::shared_ptr<preflight::GidWatcher> gid_watcher_;
   std::optional<preflight::GidEntry> gid_validated_;
+  std::optional<preflight::GidCheckInput> gid_input_;  // the last preflight's RDMA port, if any
   std::atomic<bool> gid_stop_{false};
   std::thread gid_thread_;
 };

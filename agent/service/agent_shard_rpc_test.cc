@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "agent/preflight/gid.h"
 #include "agent/service/agent_service.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -28,6 +29,10 @@ class AgentShardRpcTest : public ::testing::Test {
     options.version = "9.9.9";
     options.heartbeat = std::chrono::milliseconds(50);
     options.probe_paths.proc_root = proc_.string();
+    // RDMA as the preflight sees it (used by the tests that run a fabric preflight).
+    const std::string fixture = std::string(GLM_PREFLIGHT_FIXTURES) + "/healthy";
+    options.roots = {fixture + "/sys", fixture + "/proc", fixture + "/dev"};
+    options.gid_netlink = false;
     options.shard.tick_thread = false;
     options.shard.num_threads = 1;
     options.shard.tick_interval = std::chrono::milliseconds(0);  // tick after every tensor
@@ -142,6 +147,8 @@ TEST_F(AgentShardRpcTest, LoadStreamsProgressAndStatusCarriesTheShard) {
   ASSERT_TRUE(started.ok()) << started.error_message();
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back().shard().state(), glm::v1::SHARD_STATE_RUNNING);
+  // No preflight configured RDMA on this node: no GID table to fingerprint.
+  EXPECT_EQ(service_->publisher().Snapshot().gid_fingerprint(), "");
   // Generate streams token events; the last one finishes with the reason and counts.
   {
     grpc::ClientContext c;
@@ -182,6 +189,41 @@ TEST_F(AgentShardRpcTest, LoadStreamsProgressAndStatusCarriesTheShard) {
   st = service_->publisher().Snapshot();
   EXPECT_EQ(st.shard_state(), glm::v1::SHARD_STATE_STOPPED);
   EXPECT_EQ(st.shard().kv_cache_bytes(), 0);
+}
+
+// A preflight that checked an RDMA port: the shard's start records the fingerprint of that
+// port's GID table in the status (AgentStatus.gid_fingerprint); Stop clears it.
+TEST_F(AgentShardRpcTest, StartRecordsTheGidTableFingerprintOfThePreflightedPort) {
+  glm::v1::PreflightRequest pre;
+  pre.set_fabric_ip("192.168.100.1");
+  pre.set_hca("rocep1s0f0");
+  pre.set_hca_port(1);
+  pre.set_gid_index_auto(true);
+  pre.set_netdev("enp1s0f0np0");
+  grpc::ServerContext ctx;
+  glm::v1::PreflightResponse resp;
+  ASSERT_TRUE(service_->Preflight(&ctx, &pre, &resp).ok());
+  ASSERT_TRUE(resp.has_gid());
+  EXPECT_EQ(service_->publisher().Snapshot().gid_fingerprint(), "");  // not started yet
+
+  std::vector<glm::v1::Progress> lines;
+  ASSERT_TRUE(Load(Request(), &lines).ok());
+  glm::v1::StartShardRequest start;
+  grpc::Status started =
+      Stream([&](grpc::ClientContext* c) { return stub_->StartShard(c, start); }, &lines);
+  ASSERT_TRUE(started.ok()) << started.error_message();
+  const std::string fixture = std::string(GLM_PREFLIGHT_FIXTURES) + "/healthy";
+  auto table = preflight::ReadGidTable({fixture + "/sys", fixture + "/proc", fixture + "/dev"},
+                                       "rocep1s0f0", 1);
+  ASSERT_TRUE(table.ok()) << table.status();
+  const std::string want = preflight::GidTableFingerprint(*table);
+  EXPECT_THAT(want, ::testing::StartsWith("xxh64:"));
+  EXPECT_EQ(service_->publisher().Snapshot().gid_fingerprint(), want);
+
+  glm::v1::StopShardRequest stop;
+  ASSERT_TRUE(
+      Stream([&](grpc::ClientContext* c) { return stub_->StopShard(c, stop); }, &lines).ok());
+  EXPECT_EQ(service_->publisher().Snapshot().gid_fingerprint(), "");
 }
 
 TEST_F(AgentShardRpcTest, FailedLoadIsInvalidArgumentNamingNodeAndSetsLastError) {

@@ -810,6 +810,16 @@ absl::Status ShardHost::Generate(const glm::v1::GenerateRequest& req,
     }
     eng = engine_;
   }
+  if (req.top_logprobs() < 0 || req.top_logprobs() > engine::kMaxLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Generate on node '", options_.node, "': GenerateRequest.top_logprobs = ",
+        req.top_logprobs(), " is outside [0, ", engine::kMaxLogprobs, "]"));
+  }
+  if (req.top_logprobs() > 0 && !req.return_logprobs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Generate on node '", options_.node, "': GenerateRequest.top_logprobs = ",
+        req.top_logprobs(), " needs return_logprobs = true"));
+  }
   engine::Request request;
   request.prompt_ids.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
   request.sampling.max_tokens = req.max_tokens() > 0 ? req.max_tokens() : 16;
@@ -819,6 +829,9 @@ absl::Status ShardHost::Generate(const glm::v1::GenerateRequest& req,
   request.sampling.stop_token_ids.assign(req.stop_token_ids().begin(),
                                          req.stop_token_ids().end());
   if (req.seed() != 0) request.sampling.seed = static_cast<uint64_t>(req.seed());
+  request.sampling.min_tokens = req.min_tokens();
+  request.sampling.ignore_eos = req.ignore_eos();
+  if (req.return_logprobs()) request.sampling.logprobs = req.top_logprobs();
   absl::StatusOr<engine::RequestHandle> handle = eng->Submit(std::move(request));
   if (!handle.ok()) {
     return absl::Status(handle.status().code(),
@@ -841,6 +854,14 @@ absl::Status ShardHost::Generate(const glm::v1::GenerateRequest& req,
     if (ev.token_id >= 0) {
       out.add_token_ids(ev.token_id);
       ++completion_tokens;
+      if (req.return_logprobs()) {
+        glm::v1::TokenLogprob* lp = out.add_logprobs();
+        lp->set_logprob(ev.logprob);
+        for (const auto& [id, logprob] : ev.top_logprobs) {
+          lp->add_top_ids(id);
+          lp->add_top_logprobs(logprob);
+        }
+      }
     }
     if (ev.finished) {
       if (ev.finish_reason == engine::FinishReason::kError) {

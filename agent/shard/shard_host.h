@@ -96,10 +96,12 @@ class ShardHost {
   absl::Status Drain(const glm::v1::DrainShardRequest& req, const ProgressFn& progress);
   absl::Status Stop(const glm::v1::StopShardRequest& req, const ProgressFn& progress);
 
-  // One request on the head shard: calls `write` for every event (token ids; the last one
-  // finished) until the stream ends, `write` returns false (the client went away) or
-  // `cancelled` returns true; both abort the request. FAILED_PRECONDITION when this shard is not
-  // a Running head; an engine failure returns its error (naming the failing rank).
+  // One request on the head shard: calls `write` for every event (token ids, with their logprobs
+  // when req.return_logprobs; the last one finished) until the stream ends, `write` returns
+  // false (the client went away) or `cancelled` returns true; both abort the request.
+  // FAILED_PRECONDITION when this shard is not a Running head; INVALID_ARGUMENT naming the field
+  // for a bad request (top_logprobs outside [0, 20], ...); an engine failure returns its error
+  // (naming the failing rank).
   absl::Status Generate(const glm::v1::GenerateRequest& req,
                         const std::function<bool(const glm::v1::TokenEvent&)>& write,
                         const std::function<bool()>& cancelled);

@@ -341,6 +341,76 @@ TEST_F(ShardHostTest, StartGenerateDrainOnASingleRankReplica) {
   EXPECT_EQ(last.completion_tokens(), 12);
   EXPECT_EQ(last.prompt_tokens(), static_cast<int>(prompt.size()));
 
+  // Logprobs: one entry per token; greedy picks the row's most likely token, so it leads the
+  // top list and its logprob is the list's first. Asking for them changes no token.
+  glm::v1::GenerateRequest with_logprobs = Greedy(prompt, 6);
+  with_logprobs.set_return_logprobs(true);
+  with_logprobs.set_top_logprobs(3);
+  got.clear();
+  int num_entries = 0;
+  ASSERT_TRUE(host.Generate(with_logprobs, [&](const glm::v1::TokenEvent& e) {
+                    EXPECT_EQ(e.logprobs_size(), e.token_ids_size());
+                    for (int i = 0; i < e.token_ids_size() && i < e.logprobs_size(); ++i) {
+                      const glm::v1::TokenLogprob& lp = e.logprobs(i);
+                      EXPECT_LT(lp.logprob(), 0.0f);
+                      EXPECT_EQ(lp.top_ids_size(), 3);
+                      EXPECT_EQ(lp.top_logprobs_size(), 3);
+                      if (lp.top_ids_size() == 3 && lp.top_logprobs_size() == 3) {
+                        EXPECT_EQ(lp.top_ids(0), e.token_ids(i));
+                        EXPECT_EQ(lp.top_logprobs(0), lp.logprob());
+                        EXPECT_GE(lp.top_logprobs(1), lp.top_logprobs(2));
+                      }
+                      ++num_entries;
+                    }
+                    got.insert(got.end(), e.token_ids().begin(), e.token_ids().end());
+                    return true;
+                  }, nullptr).ok());
+  EXPECT_EQ(got, std::vector<int32_t>(greedy.begin(), greedy.begin() + 6));
+  EXPECT_EQ(num_entries, 6);
+  // Without return_logprobs the events carry none.
+  ASSERT_TRUE(host.Generate(Greedy(prompt, 2), [&](const glm::v1::TokenEvent& e) {
+                    EXPECT_EQ(e.logprobs_size(), 0);
+                    return true;
+                  }, nullptr).ok());
+  // min_tokens reaches the engine: the stop token (greedy[2]) cannot end the request before
+  // 5 tokens, so the third token differs from the greedy one and the request runs on.
+  glm::v1::GenerateRequest stop_early = Greedy(prompt, 8);
+  stop_early.add_stop_token_ids(greedy[2]);
+  got.clear();
+  ASSERT_TRUE(host.Generate(stop_early, [&](const glm::v1::TokenEvent& e) {
+                    got.insert(got.end(), e.token_ids().begin(), e.token_ids().end());
+                    return true;
+                  }, nullptr).ok());
+  EXPECT_EQ(got.size(), 3u);
+  stop_early.set_min_tokens(5);
+  stop_early.set_ignore_eos(true);
+  got.clear();
+  ASSERT_TRUE(host.Generate(stop_early, [&](const glm::v1::TokenEvent& e) {
+                    got.insert(got.end(), e.token_ids().begin(), e.token_ids().end());
+                    return true;
+                  }, nullptr).ok());
+  ASSERT_GE(got.size(), 5u);
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + 2),
+            std::vector<int32_t>(greedy.begin(), greedy.begin() + 2));
+  EXPECT_NE(got[2], greedy[2]);
+  // Out of range: INVALID_ARGUMENT naming the field.
+  for (int bad : {-1, 21}) {
+    glm::v1::GenerateRequest r = with_logprobs;
+    r.set_top_logprobs(bad);
+    absl::Status st = host.Generate(r, [](auto&) { return true; }, nullptr);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("top_logprobs")) << st;
+  }
+  glm::v1::GenerateRequest no_flag = Greedy(prompt, 2);
+  no_flag.set_top_logprobs(2);
+  EXPECT_EQ(host.Generate(no_flag, [](auto&) { return true; }, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  glm::v1::GenerateRequest too_few = Greedy(prompt, 2);
+  too_few.set_min_tokens(3);
+  absl::Status min_status = host.Generate(too_few, [](auto&) { return true; }, nullptr);
+  EXPECT_EQ(min_status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(min_status.message()), HasSubstr("min_tokens"));
+
   // A writer that goes away after two tokens aborts the request; the engine serves on.
   int writes = 0;
   absl::Status gone = host.Generate(Greedy(prompt, 200), [&](const glm::v1::TokenEvent&) {

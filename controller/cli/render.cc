@@ -137,6 +137,7 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
                           {"last_error", n.last_error()},
                           {"replica", n.replica()},
                           {"gid", n.has_gid() ? GidToJson(n.gid()) : nlohmann::json(nullptr)},
+                          {"gid_fingerprint", n.gid_fingerprint()},
                           {"shard", ShardToJson(n)}});
   }
   j["replicas"] = nlohmann::json::array();

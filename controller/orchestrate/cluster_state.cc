@@ -104,6 +104,7 @@ void ClusterState::RecordStatus(const std::string& node, const glm::v1::AgentSta
   if (!status.last_error().empty()) n.status.set_last_error(status.last_error());
   if (status.has_gid()) *n.status.mutable_gid() = status.gid();
   if (status.has_shard()) *n.status.mutable_shard() = status.shard();
+  n.status.set_gid_fingerprint(status.gid_fingerprint());
   n.has_heartbeat = true;
   n.last_heartbeat = clock_->Now();
 }

@@ -51,11 +51,13 @@ TEST_F(ClusterStateTest, HeartbeatAgeComesFromTheClock) {
   glm::v1::AgentStatus s;
   s.set_version(3);
   s.set_instance_id("x");
+  s.set_gid_fingerprint("xxh64:00112233aabbccdd");
   state_.RecordStatus("a", s);
   clock_.Advance(std::chrono::milliseconds(1500));
   auto snap = state_.Snapshot();
   EXPECT_EQ(snap.nodes(0).last_heartbeat_age_ms(), 1500);
   EXPECT_EQ(snap.nodes(0).status_version(), 3);
+  EXPECT_EQ(snap.nodes(0).gid_fingerprint(), "xxh64:00112233aabbccdd");
 }
 
 TEST_F(ClusterStateTest, NoReplicasIsNotHealthy) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,6 +43,13 @@ struct SequenceSlice {
   // engine/sample SampleToken without banned tokens): only for a slice with one output row
   // (!all_logits). The model then leaves SequenceOutput::logits empty and sets sampled_token; a
   // model that does not sample returns logits as usual (the caller samples on the host).
+  //
+  // logprobs >= 0 (then enabled is false): the caller draws this row's token on the host with the
+  // parameters below and needs its raw logprobs (engine/sample/logprobs.h) with that many
+  // alternatives, so a model returns the logits row as usual. Except a pipeline whose last stage
+  // is another process (engine/pipeline): that stage draws the token with the same rule
+  // (SampleToken) and returns sampled_token plus SequenceOutput::sampled_logprob /
+  // top_logprobs instead of the vocab row, so only ids and the pairs cross ranks.
   struct DeviceSample {
     bool enabled = false;
     float temperature = 0.0f;
@@ -49,6 +57,7 @@ struct SequenceSlice {
     float top_p = 1.0f;
     uint64_t seed = 0;
     int64_t index = 0;  // the draw number: tokens the request generated before this one
+    int32_t logprobs = -1;
   };
   DeviceSample sample;
   // Pipeline parallelism (a Model holding layers [first_layer, last_layer] only):
@@ -67,6 +76,11 @@ struct ForwardBatch {
 struct SequenceOutput {
   std::vector<float> logits;  // [num_rows, vocab_size]; num_rows = n if all_logits else 1
   int32_t sampled_token = -1;  // SequenceSlice::sample was honoured: the token (logits empty)
+  // sampled_token drawn for a slice with sample.logprobs = k: the raw log_softmax of its row at
+  // sampled_token and the min(k, vocab_size) most likely (id, logprob), logprob descending, ties
+  // lower id first (engine/sample/logprobs.h).
+  float sampled_logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
   std::vector<float> hidden;  // [num_rows, hidden_size] when want_hidden, else empty
   // On a stage without the last layer (no logits then): the residual stream after its last layer
   // for every new token, [num_new_tokens, hidden_size], and the current DSA top-k

@@ -12,6 +12,8 @@
 #include "common/status_util.h"
 #include "engine/dist/gloo_communicator.h"
 #include "engine/dist/rendezvous.h"
+#include "engine/sample/logprobs.h"
+#include "engine/sample/sampler.h"
 
 namespace glm::engine::pipeline {
 namespace {
@@ -47,6 +49,9 @@ uint32_t Unbits(float f) {
   std::memcpy(&v, &f, sizeof(v));
   return v;
 }
+
+// The last stage's result descriptor per slice: sampled_token, logits, hidden and logprob floats.
+constexpr size_t kResultDescFloats = 4;
 
 size_t NumTokens(const ForwardBatch& batch) {
   size_t n = 0;
@@ -323,20 +328,41 @@ absl::Status StageGroup::SendResult(const ForwardBatch& batch, const ForwardResu
                                                  " outputs for ", batch.seqs.size(), " slices")),
                 "sending the result");
   }
-  std::vector<float> desc;  // [num_seqs, 3]
-  desc.reserve(batch.seqs.size() * 3);
-  size_t total = 0;
-  for (const SequenceOutput& out : local.seqs) {
-    desc.push_back(Bits(static_cast<uint32_t>(out.sampled_token)));
-    desc.push_back(Bits(static_cast<uint32_t>(out.logits.size())));
-    desc.push_back(Bits(static_cast<uint32_t>(out.hidden.size())));
-    total += out.logits.size() + out.hidden.size();
-  }
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  std::vector<float> desc;  // [num_seqs, kResultDescFloats]
+  desc.reserve(batch.seqs.size() * kResultDescFloats);
   std::vector<float> data;
-  data.reserve(total);
-  for (const SequenceOutput& out : local.seqs) {
-    data.insert(data.end(), out.logits.begin(), out.logits.end());
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const SequenceSlice& slice = batch.seqs[i];
+    const SequenceOutput& out = local.seqs[i];
+    int32_t token = out.sampled_token;
+    size_t num_logits = out.logits.size();
+    std::vector<float> logprobs;  // logprob, then (id bits, logprob) per alternative
+    if (slice.sample.logprobs >= 0 && !slice.sample.enabled && !slice.all_logits &&
+        token < 0 && num_logits == vocab) {
+      // The head would draw this row on its host and compute its logprobs: do both here with
+      // the same rule and send the pairs instead of the vocab row.
+      SamplingParams p;
+      p.temperature = slice.sample.temperature;
+      p.top_k = slice.sample.top_k;
+      p.top_p = slice.sample.top_p;
+      const absl::Span<const float> row(out.logits);
+      token = SampleToken(row, p, slice.sample.seed, slice.sample.index);
+      const TokenLogprobs lp = ComputeLogprobs(row, token, slice.sample.logprobs);
+      logprobs.push_back(lp.logprob);
+      for (const auto& [id, value] : lp.top) {
+        logprobs.push_back(Bits(static_cast<uint32_t>(id)));
+        logprobs.push_back(value);
+      }
+      num_logits = 0;
+    }
+    desc.push_back(Bits(static_cast<uint32_t>(token)));
+    desc.push_back(Bits(static_cast<uint32_t>(num_logits)));
+    desc.push_back(Bits(static_cast<uint32_t>(out.hidden.size())));
+    desc.push_back(Bits(static_cast<uint32_t>(logprobs.size())));
+    data.insert(data.end(), out.logits.begin(), out.logits.begin() + num_logits);
     data.insert(data.end(), out.hidden.begin(), out.hidden.end());
+    data.insert(data.end(), logprobs.begin(), logprobs.end());
   }
   absl::Status s = world_->Send(desc.data(), desc.size(), 0);
   if (s.ok() && !data.empty()) s = world_->Send(data.data(), data.size(), 0);
@@ -348,13 +374,20 @@ absl::Status StageGroup::RecvResult(const ForwardBatch& batch, ForwardResult* re
   const int from = last_tp0();
   const std::string what = absl::StrCat("receiving the result from the last pp stage (",
                                         DescribeRank(topology_, from), ")");
-  std::vector<float> desc(batch.seqs.size() * 3);
+  constexpr size_t D = kResultDescFloats;
+  std::vector<float> desc(batch.seqs.size() * D);
   if (absl::Status s = world_->Recv(desc.data(), desc.size(), from); !s.ok()) {
     return Fail(s, what);
   }
   size_t total = 0;
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
-    total += Unbits(desc[i * 3 + 1]) + Unbits(desc[i * 3 + 2]);
+    const size_t num_logprobs = Unbits(desc[i * D + 3]);
+    if (num_logprobs > 0 && num_logprobs % 2 != 1) {
+      return Fail(absl::DataLossError(absl::StrCat("sequence ", batch.seqs[i].seq_id, ": ",
+                                                   num_logprobs, " logprob values (not 1 + 2k)")),
+                  what);
+    }
+    total += Unbits(desc[i * D + 1]) + Unbits(desc[i * D + 2]) + num_logprobs;
   }
   std::vector<float> data(total);
   if (total > 0) {
@@ -366,12 +399,21 @@ absl::Status StageGroup::RecvResult(const ForwardBatch& batch, ForwardResult* re
   size_t off = 0;
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     SequenceOutput& out = result->seqs[i];
-    out.sampled_token = static_cast<int32_t>(Unbits(desc[i * 3]));
-    const size_t num_logits = Unbits(desc[i * 3 + 1]), num_hidden = Unbits(desc[i * 3 + 2]);
+    out.sampled_token = static_cast<int32_t>(Unbits(desc[i * D]));
+    const size_t num_logits = Unbits(desc[i * D + 1]), num_hidden = Unbits(desc[i * D + 2]);
+    const size_t num_logprobs = Unbits(desc[i * D + 3]);
     out.logits.assign(data.begin() + off, data.begin() + off + num_logits);
     off += num_logits;
     out.hidden.assign(data.begin() + off, data.begin() + off + num_hidden);
     off += num_hidden;
+    if (num_logprobs > 0) {
+      out.sampled_logprob = data[off];
+      for (size_t j = 1; j + 1 < num_logprobs; j += 2) {
+        out.top_logprobs.emplace_back(static_cast<int32_t>(Unbits(data[off + j])),
+                                      data[off + j + 1]);
+      }
+      off += num_logprobs;
+    }
   }
   return absl::OkStatus();
 }

@@ -18,9 +18,12 @@
 //  4. a stage before the last sends its activations on the same way (all TP ranks of a stage
 //     hold the full residual, so tp rank r sends to tp rank r of the next stage);
 //  5. the last stage's tp 0 (when it is not the head) sends the head the result: first a
-//     descriptor of 3 floats per slice (as bits: i32 sampled_token, u32 logits floats, u32
-//     hidden floats), then, when any is non-empty, their logits and hidden rows concatenated in
-//     slice order.
+//     descriptor of 4 floats per slice (as bits: i32 sampled_token, u32 logits floats, u32
+//     hidden floats, u32 logprob floats), then, when any is non-empty, per slice in order its
+//     logits, hidden rows and logprobs. A slice that asks for logprobs (sample.logprobs = k,
+//     forward_batch.h) with one logits row is drawn here (SampleToken, the head's rule) and
+//     sends the token and 1 + 2k logprob floats (the token's logprob, then (i32 id as bits,
+//     logprob) per alternative) instead of its vocab row.
 // An MTP step (kMtpStep) is step 1 then, on the last stage only, Model::ForwardMtp and step 5.
 //
 // Failure: any error (a peer that closed its sockets, a timeout, a size mismatch, a model

@@ -3,6 +3,7 @@
 // op_timeout, one whose model fails fails it at once, and both errors name the rank.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -171,6 +172,35 @@ TEST(StageGroupTest, StepsCrossTheStagesAndTheFollowerStopsWithTheHead) {
   EXPECT_TRUE(s->follower->status().ok()) << s->follower->status();
   EXPECT_EQ(s->follower->num_steps(), 3);
   EXPECT_EQ(s->follower->num_messages(), 4);  // 3 steps and the stop
+}
+
+// A slice that asks for logprobs is drawn on the last stage: the head gets the token, its logprob
+// and the k pairs, not the vocab row; slices without stay logits; a greedy draw is the argmax.
+TEST(StageGroupTest, LogprobSlicesComeBackAsTokenAndPairsNotTheRow) {
+  auto s = Start(std::chrono::seconds(5));
+  ASSERT_NE(s, nullptr);
+  ForwardBatch batch = OneSlice(2, 0);
+  batch.seqs.push_back(OneSlice(3, 0).seqs[0]);
+  batch.seqs[1].seq_id = 2;
+  batch.seqs[1].block_table = {2, 3};
+  batch.seqs[0].sample.logprobs = 2;  // greedy (temperature 0)
+  ForwardResult r;
+  ASSERT_TRUE(s->head->Forward(batch, &r).ok());
+  ASSERT_EQ(r.seqs.size(), 2u);
+  const SequenceOutput& drawn = r.seqs[0];
+  EXPECT_TRUE(drawn.logits.empty());
+  EXPECT_EQ(drawn.sampled_token, 3);  // the stage's argmax: (2 + 0 + 1) % vocab
+  // Logits {0, 0, 0, 1, 0}: log_softmax = 1 - log(4 + e) at the peak, -log(4 + e) elsewhere.
+  const double lse = std::log(4.0 + std::exp(1.0));
+  EXPECT_NEAR(drawn.sampled_logprob, 1.0 - lse, 1e-6);
+  ASSERT_EQ(drawn.top_logprobs.size(), 2u);
+  EXPECT_EQ(drawn.top_logprobs[0].first, 3);
+  EXPECT_EQ(drawn.top_logprobs[0].second, drawn.sampled_logprob);
+  EXPECT_EQ(drawn.top_logprobs[1].first, 0);  // the ties below it: lowest id first
+  EXPECT_NEAR(drawn.top_logprobs[1].second, -lse, 1e-6);
+  EXPECT_EQ(Argmax(r.seqs[1].logits), (3 + 1) % kVocab);
+  EXPECT_EQ(r.seqs[1].sampled_token, -1);
+  EXPECT_TRUE(r.seqs[1].top_logprobs.empty());
 }
 
 TEST(StageGroupTest, AStalledFollowerFailsTheStepAfterOpTimeout) {

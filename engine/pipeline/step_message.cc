@@ -105,6 +105,7 @@ std::string EncodePayload(const StepMessage& m) {
     w.Put<float>(s.sample.top_p);
     w.Put<uint64_t>(s.sample.seed);
     w.Put<int64_t>(s.sample.index);
+    w.Put<int32_t>(s.sample.logprobs);
     w.PutArray(s.token_ids);
     w.PutArray(s.block_table);
   }
@@ -124,9 +125,9 @@ absl::StatusOr<StepMessage> DecodePayload(MessageKind kind, std::string_view pay
   m.released = r.GetArray<int64_t>("released");
   if (kind == MessageKind::kStep || kind == MessageKind::kMtpStep) {
     const uint32_t num_seqs = r.Get<uint32_t>("num_seqs");
-    // Each slice takes at least 49 bytes: a count beyond that is corrupt, not a reason to
+    // Each slice takes at least 53 bytes: a count beyond that is corrupt, not a reason to
     // allocate.
-    if (r.status().ok() && num_seqs > payload.size() / 49) {
+    if (r.status().ok() && num_seqs > payload.size() / 53) {
       return absl::DataLossError(absl::StrCat("pipeline step message: num_seqs=", num_seqs,
                                               " cannot fit a payload of ", payload.size(),
                                               " bytes"));
@@ -144,6 +145,7 @@ absl::StatusOr<StepMessage> DecodePayload(MessageKind kind, std::string_view pay
       s.sample.top_p = r.Get<float>("top_p");
       s.sample.seed = r.Get<uint64_t>("seed");
       s.sample.index = r.Get<int64_t>("index");
+      s.sample.logprobs = r.Get<int32_t>("logprobs");
       s.token_ids = r.GetArray<int32_t>("token_ids");
       s.block_table = r.GetArray<int32_t>("block_table");
       if (!r.status().ok()) break;

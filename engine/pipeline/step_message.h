@@ -19,7 +19,7 @@
 //   kStep / kMtpStep only:
 //   u32 num_seqs, then per slice:
 //     i64 seq_id | i32 start_pos | u8 flags (1 all_logits, 2 want_hidden, 4 sample.enabled) |
-//     f32 temperature | i32 top_k | f32 top_p | u64 seed | i64 index |
+//     f32 temperature | i32 top_k | f32 top_p | u64 seed | i64 index | i32 logprobs |
 //     u32 num_tokens, [num_tokens] i32 token_ids | u32 num_blocks, [num_blocks] i32 block_table
 //   kMtpStep only, per slice: u32 n, [n] f32 hidden (the main model's post-norm hidden rows)
 //

@@ -32,6 +32,8 @@ StepMessage SampleStep() {
   b.sample.top_p = 0.9f;
   b.sample.seed = 0xdeadbeefcafef00dULL;
   b.sample.index = 12;
+  a.sample.logprobs = 20;
+  a.sample.temperature = 1.5f;
   m.batch.seqs = {a, b};
   return m;
 }
@@ -49,6 +51,7 @@ void ExpectSameSlice(const SequenceSlice& x, const SequenceSlice& y) {
   EXPECT_EQ(x.sample.top_p, y.sample.top_p);
   EXPECT_EQ(x.sample.seed, y.sample.seed);
   EXPECT_EQ(x.sample.index, y.sample.index);
+  EXPECT_EQ(x.sample.logprobs, y.sample.logprobs);
 }
 
 TEST(StepMessageTest, StepRoundTripsThroughTheFloatBuffer) {

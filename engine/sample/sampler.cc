@@ -48,6 +48,11 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size)
     return absl::InvalidArgumentError(absl::StrCat("sampling min_tokens ", p.min_tokens,
                                                    " must be in [0, max_tokens=", p.max_tokens, "]"));
   }
+  if (p.logprobs.has_value() && (*p.logprobs < 0 || *p.logprobs > kMaxLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling logprobs ", *p.logprobs, " is outside [0, ", kMaxLogprobs,
+        "]: ask for at most ", kMaxLogprobs, " alternatives (0 = the sampled token's only)"));
+  }
   for (int32_t t : p.stop_token_ids) {
     if (t < 0 || t >= vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("stop token id ", t, " is outside [0, ",

@@ -153,6 +153,20 @@ TEST(SamplerTest, ValidateRejectsBadValues) {
   EXPECT_NE(s.message().find("vocab_size"), std::string::npos);
 }
 
+TEST(SamplerTest, ValidateBoundsLogprobs) {
+  SamplingParams p;
+  for (int k : {0, 1, 20}) {
+    p.logprobs = k;
+    EXPECT_TRUE(ValidateSamplingParams(p, 10).ok()) << k;
+  }
+  for (int k : {-1, 21}) {
+    p.logprobs = k;
+    const absl::Status s = ValidateSamplingParams(p, 10);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k;
+    EXPECT_NE(s.message().find("logprobs"), std::string::npos) << s;
+  }
+}
+
 
 // The rule's exp (bit-identical on host and device) is accurate to ~1e-15 relative.
 TEST(SampleRuleTest, DetExpIsAccurate) {

@@ -10,6 +10,9 @@
 
 namespace glm::engine {
 
+// The most alternatives a request may ask for (SamplingParams::logprobs, OpenAI top_logprobs).
+inline constexpr int kMaxLogprobs = 20;
+
 struct SamplingParams {
   // 0 (or below 1e-5) = greedy argmax (ties: lowest token id). Otherwise logits / temperature.
   float temperature = 0.0f;
@@ -23,12 +26,16 @@ struct SamplingParams {
   int min_tokens = 0;                   // stop tokens (and EOS) are masked until this many
   std::vector<int32_t> stop_token_ids;  // finish on any of these (the token is emitted)
   bool ignore_eos = false;              // do not stop on the model's eos_token_ids
+  // Unset: off. k in [0, kMaxLogprobs]: every token event carries the sampled token's raw
+  // logprob and the k most likely alternatives (engine/sample/logprobs.h).
+  std::optional<int> logprobs;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAborted, kError };
 std::string_view FinishReasonName(FinishReason reason);
 
-// Checks ranges; `vocab_size` bounds stop_token_ids. The message names the field and the fix.
+// Checks ranges (logprobs in [0, kMaxLogprobs]); `vocab_size` bounds stop_token_ids. The
+// message names the field and the fix.
 absl::Status ValidateSamplingParams(const SamplingParams& params, int64_t vocab_size);
 
 }  // namespace glm::engine

@@ -154,6 +154,16 @@ class FakeModel : public Model {
     return out;
   }
 
+  // Reference: the logits row the model gives for the position after `tokens` (prompt +
+  // generated so far), computed directly, for tests.
+  std::vector<float> LogitsAfter(const std::vector<int32_t>& tokens) const {
+    uint64_t state = kSeed;
+    for (size_t q = 0; q < tokens.size(); ++q) state = Next(state, tokens[q], static_cast<int>(q));
+    std::vector<float> l;
+    AppendLogits(state, &l);
+    return l;
+  }
+
   // Model::ReleaseSequence: the ids in call order (the scheduler releases on finish, abort and
   // preemption).
   void ReleaseSequence(int64_t seq_id) override { released_.push_back(seq_id); }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,6 +27,11 @@ struct TokenEvent {
   absl::Status error;  // set when finish_reason == kError
   // First event only, when Request::return_prompt_logits: [num_prompt_tokens, vocab_size].
   std::vector<float> prompt_logits;
+  // Token events of a request with SamplingParams::logprobs = k (engine/sample/logprobs.h): the
+  // raw log_softmax of the row token_id was drawn from, at token_id, and the k most likely
+  // (id, logprob), logprob descending, ties lower id first. Untouched otherwise.
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
 }  // namespace glm::engine

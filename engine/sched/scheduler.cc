@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_util.h"
+#include "engine/sample/logprobs.h"
 #include "engine/sample/sampler.h"
 #include "engine/spec/mtp_drafter.h"
 
@@ -162,7 +164,7 @@ int64_t Scheduler::PositionsToReserve(const Sequence& seq, int num_new, int num_
                                                    seq.num_computed + num_new + num_drafts));
 }
 
-bool Scheduler::AppendToken(Sequence* seq, int32_t token) {
+bool Scheduler::AppendToken(Sequence* seq, int32_t token, TokenLogprobs* logprobs) {
   const int generated_before = seq->num_generated();
   seq->tokens.push_back(token);
   ++stats_.num_generated_tokens;
@@ -184,6 +186,10 @@ bool Scheduler::AppendToken(Sequence* seq, int32_t token) {
   ev.token_id = token;
   ev.finished = reason != FinishReason::kNone;
   ev.finish_reason = reason;
+  if (logprobs != nullptr) {
+    ev.logprob = logprobs->logprob;
+    ev.top_logprobs = std::move(logprobs->top);
+  }
   if (!seq->sent_first) {
     seq->sent_first = true;
     ev.prompt_logits = std::move(seq->prompt_logits);
@@ -296,10 +302,13 @@ absl::Status Scheduler::Step() {
     slice.want_hidden = k > 0;
     // The next token is drawn in this step and nothing needs its logits on the host (no MTP
     // verification, no prompt logits, no banned tokens): let the model sample on its backend.
+    // A request with logprobs draws on the host (the row's log_softmax is needed), or on a
+    // pipeline's remote last stage, which returns the token with its logprobs (forward_batch.h).
     if (!slice.all_logits && sc.num_drafts == 0 &&
         end == static_cast<int64_t>(s->tokens.size()) &&
         s->num_generated() >= s->sampling.min_tokens) {
-      slice.sample.enabled = true;
+      slice.sample.enabled = !s->sampling.logprobs.has_value();
+      slice.sample.logprobs = s->sampling.logprobs.value_or(-1);
       slice.sample.temperature = s->sampling.temperature;
       slice.sample.top_k = s->sampling.top_k;
       slice.sample.top_p = s->sampling.top_p;
@@ -342,12 +351,21 @@ absl::Status Scheduler::Step() {
     const SequenceSlice& slice = batch.seqs[j];
     SequenceOutput& out = result.seqs[j];
     const int rows = slice.all_logits ? static_cast<int>(slice.token_ids.size()) : 1;
-    const bool sampled = slice.sample.enabled && out.sampled_token >= 0 && out.logits.empty();
+    const bool sampled = (slice.sample.enabled || slice.sample.logprobs >= 0) &&
+                         out.sampled_token >= 0 && out.logits.empty();
+    const std::optional<int> want_logprobs = s->sampling.logprobs;
     if ((!sampled && static_cast<int64_t>(out.logits.size()) != rows * vocab_size_) ||
         (k > 0 && static_cast<int64_t>(out.hidden.size()) != rows * hidden_size_)) {
       return absl::InternalError(absl::StrCat("Model::Forward output for seq ", s->id, " has ",
                                               out.logits.size(), " logits / ", out.hidden.size(),
                                               " hidden values for ", rows, " rows"));
+    }
+    if (sampled && want_logprobs.has_value() &&
+        static_cast<int64_t>(out.top_logprobs.size()) !=
+            std::min<int64_t>(*want_logprobs, vocab_size_)) {
+      return absl::InternalError(absl::StrCat(
+          "Model::Forward sampled seq ", s->id, " with ", out.top_logprobs.size(),
+          " top logprobs; the request asked for ", *want_logprobs));
     }
     const int64_t start = s->num_computed;
     stats_.num_computed_tokens += sc.num_new + sc.num_drafts;
@@ -377,11 +395,18 @@ absl::Status Scheduler::Step() {
           if (!s->sampling.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
         }
         int32_t token = out.sampled_token;
+        TokenLogprobs logprobs;
         if (!sampled) {
           auto row = absl::MakeConstSpan(out.logits).subspan((base + d) * vocab_size_, vocab_size_);
           token = SampleToken(row, s->sampling, s->seed, s->num_generated(), banned);
+          // Raw logprobs: the row as the model gave it, before any masking.
+          if (want_logprobs.has_value()) logprobs = ComputeLogprobs(row, token, *want_logprobs);
+        } else if (want_logprobs.has_value()) {
+          logprobs.logprob = out.sampled_logprob;
+          logprobs.top = std::move(out.top_logprobs);
         }
-        finished = AppendToken(s, token);  // may destroy *s
+        // May destroy *s.
+        finished = AppendToken(s, token, want_logprobs.has_value() ? &logprobs : nullptr);
         if (finished) break;
         if (d < sc.num_drafts && drafts[d] == token) {
           ++accepted;

@@ -16,6 +16,8 @@
 //     a block's last position depends on the next token).
 //  3. One Model::Forward over all scheduled slices; sampling; with MTP, verification (accept the
 //     longest run of drafts equal to the tokens the target emits) and drafting for the next step.
+//     A request with SamplingParams::logprobs gets the raw logprobs of every token it is given,
+//     accepted drafts included (each from the row it was verified against).
 //
 // Not thread-safe: one thread (the engine's step loop) calls everything except Validate(), which
 // reads only immutable state and may be called from any thread.
@@ -31,6 +33,7 @@
 #include "absl/status/status.h"
 #include "engine/kv/block_manager.h"
 #include "engine/model/forward_batch.h"
+#include "engine/sample/logprobs.h"
 #include "engine/sched/request.h"
 
 namespace glm::engine {
@@ -105,8 +108,9 @@ class Scheduler {
   bool TrySchedule(Sequence* seq, int budget, bool admitting, Scheduled* out);
   void Preempt(Sequence* seq);
   void Finish(Sequence* seq, FinishReason reason);
-  // Appends a sampled token, emits it; returns true if the sequence finished.
-  bool AppendToken(Sequence* seq, int32_t token);
+  // Appends a sampled token, emits it (with `logprobs`, moved from, when the request asked for
+  // them); returns true if the sequence finished.
+  bool AppendToken(Sequence* seq, int32_t token, TokenLogprobs* logprobs);
   int64_t PositionsToReserve(const Sequence& seq, int num_new, int num_drafts) const;
 
   Model* model_;

@@ -1,6 +1,7 @@
 #include "engine/sched/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -19,6 +20,9 @@ struct Output {
   int num_finished_events = 0;
   absl::Status error;
   std::vector<float> prompt_logits;
+  // Per token event (requests with SamplingParams::logprobs).
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
 };
 
 // Drives a Scheduler over a FakeModel, collecting events and checking block-manager integrity
@@ -29,7 +33,11 @@ class Harness {
     sched_ = std::make_unique<Scheduler>(&model_, so, [this](int64_t id, TokenEvent ev) {
       Output& o = out_[id];
       EXPECT_EQ(o.num_finished_events, 0) << "event after finish for " << id;
-      if (ev.token_id >= 0) o.tokens.push_back(ev.token_id);
+      if (ev.token_id >= 0) {
+        o.tokens.push_back(ev.token_id);
+        o.logprobs.push_back(ev.logprob);
+        o.top_logprobs.push_back(std::move(ev.top_logprobs));
+      }
       if (!ev.prompt_logits.empty()) o.prompt_logits = std::move(ev.prompt_logits);
       if (ev.finished) {
         ++o.num_finished_events;
@@ -328,6 +336,84 @@ TEST(SchedulerTest, PromptLogitsCoverEveryPosition) {
   EXPECT_EQ(h.out()[1].tokens, h.out()[0].tokens);
 }
 
+// log_softmax of a row by hand, in double.
+std::vector<double> LogSoftmax(const std::vector<float>& row) {
+  double max = row[0];
+  for (float x : row) max = std::max<double>(max, x);
+  double sum = 0;
+  for (float x : row) sum += std::exp(x - max);
+  std::vector<double> out;
+  for (float x : row) out.push_back(x - max - std::log(sum));
+  return out;
+}
+
+// Every token of `o` carries the raw log_softmax of the row it was drawn from (the fake's logits
+// after prompt + the tokens before it) and the k most likely ids, logprob descending, ties lower
+// id first.
+void ExpectRawLogprobs(const FakeModel& model, const std::vector<int32_t>& prompt,
+                       const Output& o, int k) {
+  ASSERT_EQ(o.logprobs.size(), o.tokens.size());
+  ASSERT_EQ(o.top_logprobs.size(), o.tokens.size());
+  std::vector<int32_t> context = prompt;
+  for (size_t i = 0; i < o.tokens.size(); ++i) {
+    const std::vector<double> want = LogSoftmax(model.LogitsAfter(context));
+    EXPECT_NEAR(o.logprobs[i], want[o.tokens[i]], 1e-5) << "token " << i;
+    std::vector<int32_t> order(want.size());
+    for (size_t v = 0; v < order.size(); ++v) order[v] = static_cast<int32_t>(v);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return want[a] > want[b]; });
+    ASSERT_EQ(o.top_logprobs[i].size(), static_cast<size_t>(k)) << "token " << i;
+    for (int j = 0; j < k; ++j) {
+      EXPECT_EQ(o.top_logprobs[i][j].first, order[j]) << "token " << i << " rank " << j;
+      EXPECT_NEAR(o.top_logprobs[i][j].second, want[order[j]], 1e-5) << "token " << i;
+    }
+    context.push_back(o.tokens[i]);
+  }
+}
+
+TEST(SchedulerTest, LogprobsAreTheRawLogSoftmaxOfEachTokensRow) {
+  FakeModel::Options mo;
+  const auto p_greedy = Prompt(9, 1), p_sampled = Prompt(14, 2), p_masked = Prompt(6, 3);
+  const auto greedy_masked = FakeModel(mo).Greedy(p_masked, 1);
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 6;  // chunked prefill, requests sharing steps
+  Harness h(mo, so);
+  Request greedy = MakeRequest(p_greedy, 12);
+  greedy.sampling.logprobs = 3;
+  Request sampled = MakeRequest(p_sampled, 15, 0.8f, 1234);
+  sampled.sampling.top_k = 6;
+  sampled.sampling.logprobs = 5;
+  // The first two tokens are drawn with the greedy choice masked (min_tokens); the logprobs are
+  // still those of the unmasked row, so the top-1 is a token that was not emitted.
+  Request masked = MakeRequest(p_masked, 6);
+  masked.sampling.stop_token_ids = {greedy_masked[0]};
+  masked.sampling.min_tokens = 2;
+  masked.sampling.logprobs = 0;
+  Request sampled_plain = sampled;
+  sampled_plain.sampling.logprobs.reset();
+  h.Add(0, greedy);
+  h.Add(1, sampled);
+  h.Add(2, masked);
+  h.Add(3, sampled_plain);
+  h.RunToCompletion();
+
+  ExpectRawLogprobs(h.model(), p_greedy, h.out()[0], 3);
+  ExpectRawLogprobs(h.model(), p_sampled, h.out()[1], 5);
+  ExpectRawLogprobs(h.model(), p_masked, h.out()[2], 0);
+  // Greedy: the token is the row's most likely, so its logprob is the row's max.
+  EXPECT_EQ(h.out()[0].tokens, h.model().Greedy(p_greedy, 12));
+  for (size_t i = 0; i < h.out()[0].tokens.size(); ++i) {
+    EXPECT_EQ(h.out()[0].top_logprobs[i][0].first, h.out()[0].tokens[i]);
+    EXPECT_EQ(h.out()[0].top_logprobs[i][0].second, h.out()[0].logprobs[i]);
+  }
+  // Asking for logprobs changes no token; requests without them carry none.
+  EXPECT_EQ(h.out()[1].tokens, h.out()[3].tokens);
+  EXPECT_NE(h.out()[2].tokens[0], greedy_masked[0]);
+  const std::vector<double> first_row = LogSoftmax(h.model().LogitsAfter(p_masked));
+  EXPECT_LT(h.out()[2].logprobs[0], first_row[greedy_masked[0]]);
+  for (const auto& top : h.out()[3].top_logprobs) EXPECT_TRUE(top.empty());
+}
+
 TEST(SchedulerTest, ValidateRejectsWhatCanNeverRun) {
   FakeModel::Options mo;
   mo.num_blocks = 4;
@@ -343,6 +429,11 @@ TEST(SchedulerTest, ValidateRejectsWhatCanNeverRun) {
   EXPECT_EQ(h.sched().Validate(MakeRequest(Prompt(8, 1), 20)).code(),
             absl::StatusCode::kResourceExhausted);  // 28 tokens > 16 cache positions
   EXPECT_TRUE(h.sched().Validate(MakeRequest(Prompt(8, 1), 8)).ok());
+  Request too_many = MakeRequest(Prompt(8, 1), 8);
+  too_many.sampling.logprobs = 21;
+  const absl::Status s = h.sched().Validate(too_many);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("logprobs"));
 }
 
 // MTP: outputs identical to no-MTP for greedy and seeded sampling, KV of the draft layer exact.
@@ -425,6 +516,28 @@ TEST_P(MtpTest, PrefixCacheHitsKeepDraftKvExact) {
   EXPECT_GT(h.sched().Stats().num_cached_prompt_tokens, 0);
   EXPECT_EQ(h.out()[1].tokens, h.model().Greedy(b, 12));
   EXPECT_EQ(h.out()[2].tokens, h.out()[0].tokens);
+}
+
+// Accepted drafts carry the logprobs of the rows they were verified against: the same values as
+// plain decoding.
+TEST_P(MtpTest, LogprobsOfAcceptedDraftsEqualPlainDecoding) {
+  SchedulerOptions so;
+  so.num_draft_tokens = GetParam();
+  so.max_num_batched_tokens = 9;
+  Harness h({}, so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) {
+    rs[i].sampling.logprobs = static_cast<int>(i % 3) * 2;
+    h.Add(i, rs[i]);
+  }
+  h.RunToCompletion();
+  EXPECT_GT(h.sched().Stats().num_accepted_draft_tokens, 0);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    ExpectRawLogprobs(h.model(), rs[i].prompt_ids, h.out()[i], *rs[i].sampling.logprobs);
+    const Output alone = RunAlone(rs[i]);
+    EXPECT_EQ(h.out()[i].tokens, alone.tokens) << "request " << i;
+    EXPECT_EQ(h.out()[i].logprobs, alone.logprobs) << "request " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DraftTokens, MtpTest, ::testing::Values(1, 2, 3, 5));
