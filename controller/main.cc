@@ -5,6 +5,8 @@
 // changed): --state-dir, default <cluster.yaml dir>/.glmctl/<cluster>/source-hashes.json.
 // Serves glm.v1.Controller on controller.listen (mTLS when controller.tls is set), drives
 // bring-up on `Up`, watches every agent's status stream, and is the shard groups' rendezvous.
+// Serves the OpenAI-compatible gateway on controller.gateway (API keys from
+// controller.api_key_file, re-read on SIGHUP) over the replicas' head shards.
 // Only this file wires concrete implementations together (DESIGN.md §2).
 #include <signal.h>
 
@@ -16,7 +18,9 @@
 #include "cluster/manifest/hash_cache.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "controller/gateway/gateway.h"
 #include "controller/orchestrate/controller_service.h"
+#include "controller/orchestrate/grpc_replica_backend.h"
 #include "controller/orchestrate/spec_adapter.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
@@ -49,6 +53,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -112,9 +117,80 @@ int main(int argc, char** argv) {
                topology->cluster_name, listen, port, topology->tls.enabled(),
                topology->nodes.size(), GLM_VERSION);
 
+  // The gateway: the checkpoint's tokenizer and chat template from model.path, the replicas
+  // from the controller's live state. A gateway that cannot listen stops the controller (a
+  // cluster nobody can reach is a failure to see at once, not in a log).
+  glm::orchestrate::GrpcReplicaBackend backend(&service.state(), &service.channels(),
+                                               glm::Clock::Real(),
+                                               {std::chrono::milliseconds(heartbeat_ms) * 5,
+                                                std::chrono::seconds(30)});
+  glm::gateway::GatewayMetrics metrics(topology->served_name, topology->max_model_len);
+  std::shared_ptr<glm::gateway::ApiKeys> api_keys;
+  if (!topology->api_key_file.empty()) {
+    auto keys = glm::gateway::ApiKeys::Load(topology->api_key_file);
+    if (!keys.ok()) {
+      std::cerr << "glm-controller: " << config_path << ": controller.api_key_file: "
+                << keys.status().message() << "\n";
+      return 2;
+    }
+    api_keys = std::move(*keys);
+    if (!api_keys->warning().empty()) GLM_LOG_WARN("{}", api_keys->warning());
+  }
+  std::unique_ptr<glm::gateway::Gateway> gateway;
+  std::unique_ptr<glm::http::Server> http_server;
+  if (!topology->gateway_listen.empty()) {
+    auto model = glm::gateway::ModelFiles::Load(topology->model_dir);
+    if (!model.ok()) {
+      GLM_LOG_WARN("gateway: no text routes: {}", std::string(model.status().message()));
+      model = glm::gateway::ModelFiles::Missing(topology->model_dir,
+                                                std::string(model.status().message()));
+    }
+    glm::gateway::GatewayOptions gateway_options;
+    gateway_options.served_name = topology->served_name;
+    gateway_options.max_model_len = topology->max_model_len;
+    gateway_options.version = GLM_VERSION;
+    gateway = std::make_unique<glm::gateway::Gateway>(gateway_options, std::move(*model),
+                                                      &backend, api_keys, &metrics,
+                                                      glm::Clock::Real());
+    glm::http::ServerOptions http_options;
+    http_options.listen = topology->gateway_listen;
+    http_options.io_threads = 2;
+    auto started = glm::http::Server::Start(
+        http_options,
+        [g = gateway.get()](std::shared_ptr<glm::http::Exchange> ex) { g->Handle(ex); });
+    if (!started.ok()) {
+      std::cerr << "glm-controller: " << config_path << ": controller.gateway: "
+                << started.status().message() << "\n";
+      return 1;
+    }
+    http_server = std::move(*started);
+    GLM_LOG_INFO("gateway started listen={} port={} model={} api_keys={}",
+                 topology->gateway_listen, http_server->port(), topology->served_name,
+                 api_keys ? api_keys->size() : 0);
+  }
+
   int sig = 0;
-  sigwait(&signals, &sig);
+  for (;;) {
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) break;
+    if (!api_keys) {
+      GLM_LOG_INFO("SIGHUP: no controller.api_key_file to reload");
+      continue;
+    }
+    absl::Status reloaded = api_keys->Reload();
+    if (reloaded.ok()) {
+      GLM_LOG_INFO("api keys reloaded file={} keys={}", api_keys->path(), api_keys->size());
+    } else {
+      GLM_LOG_ERROR("api keys not reloaded, the previous keys stay in force: {}",
+                    std::string(reloaded.message()));
+    }
+  }
   GLM_LOG_INFO("controller stopping signal={}", strsignal(sig));
+  if (gateway) {
+    // Finish what is streaming (new requests get 503), then stop serving HTTP.
+    gateway->StopAdmitting();
+    http_server->Shutdown(std::chrono::seconds(10));
+  }
   service.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();

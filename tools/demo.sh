@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Main job: installs what the build needs, builds glmctl and the two daemons, and brings up the
+# Main job: installs what the build needs, builds glmctl and the two daemons, brings up the
 # local 4-node demo cluster (controller + 4 agents on 127.0.0.1, started by glmctl as background
-# processes). Leaves it running; `build/glmctl down configs/local-demo.yaml` stops it.
+# processes) and sends one chat completion through its OpenAI-compatible gateway. Leaves it
+# running for curl and OpenAI clients; `build/glmctl down configs/local-demo.yaml` stops it.
 # Env: BUILD_DIR (default build), JOBS (default 2), CONFIG (default configs/local-demo.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,5 +26,23 @@ echo
 echo "== glmctl generate $config --tokens 123,134,242,46 --max-tokens 8"
 "$glmctl" generate "$config" --tokens 123,134,242,46 --max-tokens 8
 echo
+
+gateway="http://$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["controller"]["gateway"])' "$config")"
+model=$(curl -sS --max-time 10 "$gateway/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
+request='{"model": "'"$model"'", "messages": [{"role": "user", "content": "What is glmctl?"}], "max_tokens": 24, "chat_template_kwargs": {"enable_thinking": false}}'
+echo "== POST $gateway/v1/chat/completions  $request"
+curl -sS --max-time 120 "$gateway/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d "$request" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+if "error" in r:
+    sys.exit("gateway error: " + json.dumps(r["error"]))
+m = r["choices"][0]["message"]
+print("reasoning:", json.dumps(m.get("reasoning_content")))
+print("answer:   ", json.dumps(m.get("content")))
+print("finish:   ", r["choices"][0]["finish_reason"], " usage:", json.dumps(r["usage"]))'
+echo
 echo "The demo cluster keeps running (logs and pid files under $(dirname "$config")/.glmctl/)."
+echo "Its OpenAI-compatible API: $gateway/v1 (model \"$model\"), for example"
+echo "  curl $gateway/v1/chat/completions -H 'Content-Type: application/json' -d '$request'"
 echo "Stop it with:   $glmctl down $config"

@@ -9,6 +9,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libxxhash-dev libpcre2-dev libboost-dev libssl-dev openssl libibverbs-dev libgloo-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  python3 python3-jinja2 python3-yaml curl
   clang libclang-rt-14-dev iproute2
 )
 # Node.js runs the reference tokenizer in tests; any install of it will do (a machine may carry

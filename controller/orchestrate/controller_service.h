@@ -75,6 +75,8 @@ class ControllerService final : public glm::v1::Controller::Service {
                                 glm::v1::RendezvousDeleteResponse* resp) override;
 
   ClusterState& state() { return state_; }
+  // Channels to the agents, with the controller's client credentials (the gateway's backend).
+  GrpcAgentClientFactory& channels() { return factory_; }
 
  private:
   const ControllerServiceOptions options_;

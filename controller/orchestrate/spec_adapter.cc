@@ -22,6 +22,9 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.cluster_name = spec.name;
   t.config_path = path;
   t.controller_listen = spec.controller.listen;
+  t.gateway_listen = spec.controller.gateway;
+  t.api_key_file =
+      spec.controller.api_key_file.empty() ? "" : spec.ResolvePath(spec.controller.api_key_file);
   t.local = spec.local;
   for (const auto& n : spec.nodes) {
     NodeEndpoint e;
@@ -55,6 +58,7 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.kv_dtype = spec.model.kv_cache_dtype == cluster::KvCacheDtype::kFp8 ? "fp8" : "fp32";
   t.max_num_seqs = spec.model.max_num_seqs;
   t.max_model_len = static_cast<int>(spec.model.max_model_len);
+  t.served_name = spec.model.served_name;  // the spec defaults it to the path's last element
   return t;
 }
 

@@ -50,6 +50,11 @@ struct ClusterTopology {
   std::string cluster_name;
   std::string config_path;     // cluster.yaml this was read from
   std::string controller_listen;
+  // The OpenAI-compatible gateway (controller.gateway, controller.api_key_file resolved; empty
+  // key file: no key required) and the name clients ask for (model.served_name).
+  std::string gateway_listen;
+  std::string api_key_file;
+  std::string served_name;
   bool local = false;          // every node runs on this machine (glmctl starts the processes)
   std::vector<NodeEndpoint> nodes;
   // Node names of each replica, in replica order; filled by the plan step (empty before).

@@ -48,13 +48,17 @@ void LoopbackClusterTest::TearDown() {
 
 void LoopbackClusterTest::WriteClusterYaml(const ClusterYaml& cluster) {
   local_ = cluster.local;
-  if (ports_.size() != cluster.nodes.size() + 1) {
-    ports_ = FreePorts(static_cast<int>(cluster.nodes.size()) + 1);
+  if (ports_.size() != cluster.nodes.size() + 2) {
+    ports_ = FreePorts(static_cast<int>(cluster.nodes.size()) + 2);
   }
   node_names_.clear();
   std::string text = absl::StrCat(
       "name: ", name_, "\nlocal: ", cluster.local ? "true" : "false",
-      "\ncontroller:\n  listen: 127.0.0.1:", ports_[0], "\n", cluster.controller_lines,
+      "\ncontroller:\n  listen: 127.0.0.1:", ports_[0], "\n",
+      cluster.controller_lines.find("gateway:") == std::string::npos
+          ? absl::StrCat("  gateway: 127.0.0.1:", ports_.back(), "\n")
+          : "",
+      cluster.controller_lines,
       "model:\n  path: ",
       cluster.model_path.empty() ? SourceDir() + "/tests/golden/tiny-dense" : cluster.model_path,
       "\n  max_model_len: 512\n  kv_cache_dtype: bf16\n  kv_cache_bytes: ", cluster.kv_cache_bytes,
@@ -89,7 +93,8 @@ int LoopbackClusterTest::StartController() {
 }
 
 void LoopbackClusterTest::WaitForPorts() {
-  for (int port : ports_) {
+  for (size_t i = 0; i + 1 < ports_.size(); ++i) {
+    const int port = ports_[i];
     ASSERT_GE(PollUntil([&] { return LoopbackPortOpen(port); }, seconds(20)).count(), 0)
         << "port " << port << " never opened";
   }

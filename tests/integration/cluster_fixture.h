@@ -43,7 +43,8 @@ class LoopbackClusterTest : public ::testing::Test {
   void TearDown() override;
 
   // Writes yaml_. The first call (or one with another number of nodes) picks free ports: the
-  // controller listens on ports_[0], node i's agent on ports_[i + 1].
+  // controller listens on ports_[0], node i's agent on ports_[i + 1], the gateway on the last
+  // port (unless controller_lines names its own gateway:).
   void WriteClusterYaml(const ClusterYaml& cluster);
 
   // Starts `glm-agent serve --listen <node i's address> --node <name> <args>`, logging to
@@ -71,6 +72,7 @@ class LoopbackClusterTest : public ::testing::Test {
   std::string name_;     // the cluster's name
   std::string yaml_;     // <dir>/cluster.yaml
   std::string run_dir_;  // where glmctl keeps a local cluster's pids and logs
+  int GatewayPort() const { return ports_.back(); }
   std::vector<int> ports_;
   std::map<std::string, std::string> env_;  // glmctl's environment
   std::vector<int> pids_;                   // started by the test; SIGKILLed at TearDown
