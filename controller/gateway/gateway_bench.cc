@@ -783,10 +783,11 @@ int Main(int argc, char** argv) {
 
   Stepper stepper;
   BenchBackend backend(&stepper, prefix, filler);
-  GatewayMetrics metrics("tiny-chat", 4096);
+  const int max_model_len = std::max(4096, args.tokens + 1024);  // room for --tokens
+  GatewayMetrics metrics("tiny-chat", max_model_len);
   GatewayOptions options;
   options.served_name = "tiny-chat";
-  options.max_model_len = 4096;
+  options.max_model_len = max_model_len;
   options.version = "bench";
   options.max_in_flight = args.open + 2 * args.concurrency + 64;
   Gateway gateway(options, *model, &backend, nullptr, &metrics, Clock::Real());
@@ -879,7 +880,7 @@ int Main(int argc, char** argv) {
           },
           &gw1, &base1);
   std::printf("1. per request: %d x POST /v1/completions (%zu prompt ids, max_tokens %d, %zu-byte "
-              "answer), %d keep-alive connections; median of %d runs\n",
+              "answer), %d keep-alive connections; median of %d run(s)\n",
               args.requests, prompt_ids.size(), kCompletionTokens, answer_bytes, args.concurrency,
               args.repeats);
   std::printf("   %-22s %10s %9s %9s %14s\n", "", "req/s", "p50 ms", "p99 ms", "server CPU/req");
@@ -924,7 +925,7 @@ int Main(int argc, char** argv) {
           &gw2, &base2);
   const double events_per_stream = gw2.completed > 0 ? gw2.events / gw2.completed : 0.0;
   std::printf("2. per streamed token: %d x streamed chat (tiny-chat template), %d tokens each, one "
-              "event per token (%.1f SSE events, %zu bytes per stream); median of %d runs\n",
+              "event per token (%.1f SSE events, %zu bytes per stream); median of %d run(s)\n",
               args.streams, args.tokens, events_per_stream, stream_bytes, args.repeats);
   std::printf("   %-22s %10s %12s %14s %16s\n", "", "tokens/s", "stream p50", "stream p99",
               "server CPU/token");

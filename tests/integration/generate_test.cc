@@ -4,7 +4,7 @@
 // fixture recorded from transformers (which the single-process engine reproduces,
 // engine_golden_test): PP 2, an uneven PP 3 whose boundaries fall before shared-indexer layers,
 // TP 2 and TP 2 x PP 2; requests of different lengths at once; and a killed non-head agent fails
-// the request within 3 s and shows the replica Failed.
+// the request within 3 s and shows the replica Failed, until `glmctl up` heals it.
 #include <signal.h>
 
 #include <chrono>
@@ -194,6 +194,14 @@ TEST_F(GenerateClusterTest, ConcurrentRequestsThenAKilledRankFailsTheReplica) {
   CommandResult refused = Generate(golden[0].prompt, 4, seconds(10));
   EXPECT_NE(refused.exit_code, 0) << refused.output;
   EXPECT_NE(refused.output.find("no replica"), std::string::npos) << refused.output;
+
+  // `glmctl up` heals it: the dead agent is started again, the group re-forms in a new epoch
+  // and serves the fixture's tokens.
+  CommandResult healed = Glmctl({"up", yaml_}, seconds(120));
+  ASSERT_EQ(healed.exit_code, 0) << healed.output;
+  CommandResult again = Generate(golden[0].prompt, 8);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(LastLineIds(again.output), Prefix(golden[0].greedy, 8)) << again.output;
 }
 
 }  // namespace
