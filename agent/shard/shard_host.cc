@@ -280,6 +280,31 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
                  "set page_cache.policy in cluster.yaml to off, periodic or adaptive");
   }
 
+  // model.backend / model.weight_dtype as the plan states them ("" = this agent's choice).
+  if (const std::string& b = req.backend();
+      !b.empty() && b != "auto" && b != "cpu" && b != "cuda") {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("model.backend: ", b, " is not a backend this agent knows"),
+                 "set model.backend in cluster.yaml to auto, cpu or cuda");
+  }
+  if (backend_kind == "cuda") {
+    // Asked for by name: a node without a usable GPU fails here instead of running on the cpu.
+    if (absl::Status cuda = engine::CudaBackendAvailable(); !cuda.ok()) {
+      return error(absl::StatusCode::kFailedPrecondition,
+                   absl::StrCat("model.backend: cuda, but CUDA is not usable on this node: ",
+                                cuda.message()),
+                   "check the node's GPU (nvidia-smi sees it, the driver is loaded, glm-agent was "
+                   "built with CUDA), or set model.backend to auto or cpu in cluster.yaml");
+    }
+  }
+  if (!req.weight_dtype().empty() && weight_dtype != "auto" && weight_dtype != "bf16" &&
+      weight_dtype != "fp32") {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("model.weight_dtype: ", weight_dtype,
+                              " is not a weight storage this agent knows"),
+                 "set model.weight_dtype in cluster.yaml to auto, bf16 or fp32");
+  }
+
   absl::StatusOr<engine::ModelConfig> config = engine::LoadModelConfig(model_dir);
   if (!config.ok()) {
     return error(config.status().code(), std::string(config.status().message()),

@@ -17,7 +17,9 @@
 #include <thread>
 
 #include "agent/pagecache/testing/fake_kernel_cache_ops.h"
+#include "engine/backend/create_backend.h"
 #include "engine/model/forward_batch.h"
+#include "engine/model/glm_moe_dsa.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -501,6 +503,74 @@ TEST_F(ShardHostTest, TensorMissingFromItsShardIsNamed) {
   EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("node 'node-1'"), HasSubstr(tensor),
                                               HasSubstr(".safetensors"), HasSubstr("Fix:")));
   EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_FAILED);
+}
+
+TEST_F(ShardHostTest, BackendAndWeightDtypeFromThePlanReachTheEngine) {
+  ShardHost host(Options());
+  glm::v1::LoadShardRequest r = Request(kGolden + "/tiny-dense", 0, 2);
+  r.set_backend("cpu");
+  r.set_weight_dtype("bf16");
+  MustLoad(host, r);
+  glm::v1::ShardStatus st = host.status();
+  EXPECT_EQ(st.backend(), "cpu");
+  EXPECT_EQ(st.weight_dtype(), "bf16");
+  // The model stores its Linear weights as asked.
+  ASSERT_NE(host.model(), nullptr);
+  std::optional<engine::ModelWeightMemory> bf16 = engine::WeightMemoryOf(*host.model());
+  ASSERT_TRUE(bf16.has_value());
+  EXPECT_GT(bf16->num_linear_bf16, 0);
+  EXPECT_EQ(bf16->num_linear_f32, 0);
+  // Unset: the agent's choice, fp32 on the cpu backend.
+  ShardHost defaults(Options());
+  MustLoad(defaults, Request(kGolden + "/tiny-dense", 0, 2));
+  if (defaults.status().backend() == "cpu") {
+    EXPECT_EQ(defaults.status().weight_dtype(), "fp32");
+    std::optional<engine::ModelWeightMemory> fp32 = engine::WeightMemoryOf(*defaults.model());
+    ASSERT_TRUE(fp32.has_value());
+    EXPECT_EQ(fp32->num_linear_bf16, 0);
+    EXPECT_EQ(fp32->num_linear_f32, bf16->num_linear_bf16);
+  }
+}
+
+TEST_F(ShardHostTest, BackendCudaWithoutAUsableGpuFailsNamingNodeFieldAndFix) {
+  if (engine::CudaBackendAvailable().ok()) {
+    GTEST_SKIP() << "a CUDA device is usable here; the refusal is not reachable";
+  }
+  // A tensor-parallel rank too: without the check it would "prepare" and fail only at Start.
+  for (int tp_size : {1, 2}) {
+    SCOPED_TRACE(tp_size);
+    ShardHost host(Options("spark-4"));
+    glm::v1::LoadShardRequest r = Request(kGolden + "/tiny-dense", 0, 2);
+    r.set_tp_size(tp_size);
+    r.set_backend("cuda");
+    absl::Status s = host.Load(r, nullptr);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(s.message()),
+                AllOf(HasSubstr("node 'spark-4'"), HasSubstr("model.backend: cuda"),
+                      HasSubstr("CUDA is not usable"), HasSubstr("Fix: check the node's GPU"),
+                      HasSubstr("model.backend to auto or cpu")));
+    EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_FAILED);
+    EXPECT_EQ(host.status().tensors_loaded(), 0);
+    EXPECT_EQ(host.model(), nullptr);
+  }
+}
+
+TEST_F(ShardHostTest, UnknownBackendOrWeightDtypeIsRefused) {
+  ShardHost host(Options("spark-5"));
+  glm::v1::LoadShardRequest r = Request(kGolden + "/tiny-dense", 0, 2);
+  r.set_backend("tpu");
+  absl::Status s = host.Load(r, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("node 'spark-5'"), HasSubstr("model.backend: tpu"),
+                    HasSubstr("auto, cpu or cuda")));
+  EXPECT_TRUE(host.Stop({}, nullptr).ok());
+  r.set_backend("cpu");
+  r.set_weight_dtype("fp8");
+  s = host.Load(r, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("model.weight_dtype: fp8"), HasSubstr("auto, bf16 or fp32")));
 }
 
 TEST_F(ShardHostTest, NotEnoughMemoryForThePlanFailsBeforeLoading) {

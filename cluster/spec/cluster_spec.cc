@@ -149,9 +149,9 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() 
             "nodes", "page_cache"}},
       {"controller", {"listen", "gateway", "tls", "api_key_file"}},
       {"controller.tls", {"ca", "cert", "key"}},
-      {"model", {"path", "served_name", "max_model_len", "kv_cache_dtype", "kv_cache_bytes",
-                 "kv_cache_memory_fraction", "activation_reserve_bytes", "max_num_seqs",
-                 "mtp_draft_tokens"}},
+      {"model", {"path", "served_name", "max_model_len", "kv_cache_dtype", "backend",
+                 "weight_dtype", "kv_cache_bytes", "kv_cache_memory_fraction",
+                 "activation_reserve_bytes", "max_num_seqs", "mtp_draft_tokens"}},
       {"parallel", {"tensor", "pipeline", "replicas", "layer_partition"}},
       {"nccl", {"library", "source", "expected_version", "env"}},
       {"fabric", {"mtu", "subnet"}},
@@ -421,10 +421,12 @@ class Parser {
     return true;
   }
 
-  // Picks one of `choices` (exact match); reports a did-you-mean otherwise.
+  // Picks one of `choices` (exact match); otherwise reports the accepted values, then `note`
+  // (what they mean, when a wrong value is a likely mix-up).
   bool Enum(const MapView& m, std::string_view key, const std::vector<std::string>& choices,
-            std::string* out) {
+            std::string* out, std::string_view note = "") {
     std::string expected = absl::StrCat("one of: ", absl::StrJoin(choices, ", "));
+    if (!note.empty()) absl::StrAppend(&expected, " (", ToAbsl(note), ")");
     const Field* f;
     if (!Present(m, key, false, expected, &f)) return false;
     if (f == nullptr) return true;
@@ -565,6 +567,18 @@ void ParseModel(Parser& p, const Field* f, ModelSpec* model) {
   std::string dtype = "fp8";
   p.Enum(m, "kv_cache_dtype", {"fp8", "bf16"}, &dtype);
   model->kv_cache_dtype = dtype == "bf16" ? KvCacheDtype::kBf16 : KvCacheDtype::kFp8;
+  std::string backend = "auto";
+  p.Enum(m, "backend", {"auto", "cpu", "cuda"}, &backend,
+         "auto: cuda where the node has a usable GPU, else cpu");
+  model->backend = backend == "cuda"  ? EngineBackend::kCuda
+                   : backend == "cpu" ? EngineBackend::kCpu
+                                      : EngineBackend::kAuto;
+  std::string weight_dtype = "auto";
+  p.Enum(m, "weight_dtype", {"auto", "bf16", "fp32"}, &weight_dtype,
+         "auto keeps an fp8 checkpoint's weights fp8 with block scales");
+  model->weight_dtype = weight_dtype == "bf16"   ? WeightDtype::kBf16
+                        : weight_dtype == "fp32" ? WeightDtype::kFp32
+                                                 : WeightDtype::kAuto;
   p.Size(m, "kv_cache_bytes", false, &model->kv_cache_bytes);
   p.Double(m, "kv_cache_memory_fraction", 0.0, 1.0, /*lo_open=*/true,
            &model->kv_cache_memory_fraction);
@@ -840,6 +854,28 @@ void CrossCheck(Parser& p, const YAML::Node& nodes_node, bool check_count, Clust
 
 std::string_view KvCacheDtypeName(KvCacheDtype dtype) {
   return dtype == KvCacheDtype::kBf16 ? "bf16" : "fp8";
+}
+
+std::string_view EngineBackendName(EngineBackend backend) {
+  switch (backend) {
+    case EngineBackend::kCpu:
+      return "cpu";
+    case EngineBackend::kCuda:
+      return "cuda";
+    default:
+      return "auto";
+  }
+}
+
+std::string_view WeightDtypeName(WeightDtype dtype) {
+  switch (dtype) {
+    case WeightDtype::kBf16:
+      return "bf16";
+    case WeightDtype::kFp32:
+      return "fp32";
+    default:
+      return "auto";
+  }
 }
 
 std::string_view PageCachePolicyName(PageCachePolicy policy) {

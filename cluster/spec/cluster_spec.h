@@ -17,6 +17,12 @@
 //     served_name: glm-5.2                # name clients ask for (default: last path element)
 //     max_model_len*: 200000
 //     kv_cache_dtype: fp8                 # fp8 (656 B/token-layer) | bf16 (1152)
+//     backend: auto                       # auto | cpu | cuda. auto: cuda where the node's agent
+//                                         #   has a usable GPU, else cpu; cuda: a node without
+//                                         #   one fails its shard load instead of running on cpu
+//     weight_dtype: auto                  # auto | bf16 | fp32: Linear weight storage. auto: fp8
+//                                         #   checkpoints stay fp8 (128x128 block scales), others
+//                                         #   bf16, on cuda; fp32 on the cpu backend
 //     kv_cache_bytes: 40GiB               # per node; at most one of kv_cache_bytes and
 //     kv_cache_memory_fraction: 0.9       #   kv_cache_memory_fraction (default fraction 0.9)
 //     activation_reserve_bytes: 4GiB      # per node; default computed by the planner
@@ -90,11 +96,20 @@ struct ControllerSpec {
 enum class KvCacheDtype { kFp8, kBf16 };
 std::string_view KvCacheDtypeName(KvCacheDtype dtype);
 
+// model.backend / model.weight_dtype. Names are the engine's ("auto", "cpu", "cuda"; "auto",
+// "bf16", "fp32"); kAuto leaves the choice to each node's agent.
+enum class EngineBackend { kAuto, kCpu, kCuda };
+std::string_view EngineBackendName(EngineBackend backend);
+enum class WeightDtype { kAuto, kBf16, kFp32 };
+std::string_view WeightDtypeName(WeightDtype dtype);
+
 struct ModelSpec {
   std::string path;          // as written
   std::string served_name;
   int64_t max_model_len = 0;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kFp8;
+  EngineBackend backend = EngineBackend::kAuto;
+  WeightDtype weight_dtype = WeightDtype::kAuto;
   std::optional<int64_t> kv_cache_bytes;              // per node
   std::optional<double> kv_cache_memory_fraction;     // of the node's memory budget
   std::optional<int64_t> activation_reserve_bytes;    // per node

@@ -62,6 +62,8 @@ TEST(ClusterSpec, MinimalDefaults) {
   EXPECT_EQ(spec->ResolvePath("/abs/m"), "/abs/m");
   EXPECT_EQ(spec->model.served_name, "m");
   EXPECT_EQ(spec->model.kv_cache_dtype, KvCacheDtype::kFp8);
+  EXPECT_EQ(spec->model.backend, EngineBackend::kAuto);
+  EXPECT_EQ(spec->model.weight_dtype, WeightDtype::kAuto);
   EXPECT_EQ(spec->model.max_model_len, 1024);
   EXPECT_EQ(spec->model.max_model_len_location.line, 4);
   EXPECT_EQ(spec->world_size(), 1);
@@ -114,6 +116,29 @@ TEST(ClusterSpec, FullSchema) {
   EXPECT_EQ(spec->nodes[3].gid_index, 3);
   EXPECT_EQ(spec->nodes[1].name, "n1");
   EXPECT_EQ(spec->nodes[1].location.line, 19);  // 14 + 5 inserted model lines
+}
+
+TEST(ClusterSpec, BackendAndWeightDtypeValues) {
+  const std::vector<std::pair<std::string, EngineBackend>> backends = {
+      {"auto", EngineBackend::kAuto}, {"cpu", EngineBackend::kCpu}, {"cuda", EngineBackend::kCuda}};
+  for (const auto& [name, want] : backends) {
+    SCOPED_TRACE(name);
+    auto spec = ParseClusterSpec(
+        Replace(kMinimal, "  path: m\n", "  path: m\n  backend: " + name + "\n"), "b.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->model.backend, want);
+    EXPECT_EQ(EngineBackendName(spec->model.backend), name);
+  }
+  const std::vector<std::pair<std::string, WeightDtype>> dtypes = {
+      {"auto", WeightDtype::kAuto}, {"bf16", WeightDtype::kBf16}, {"fp32", WeightDtype::kFp32}};
+  for (const auto& [name, want] : dtypes) {
+    SCOPED_TRACE(name);
+    auto spec = ParseClusterSpec(
+        Replace(kMinimal, "  path: m\n", "  path: m\n  weight_dtype: " + name + "\n"), "w.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->model.weight_dtype, want);
+    EXPECT_EQ(WeightDtypeName(spec->model.weight_dtype), name);
+  }
 }
 
 TEST(ClusterSpec, PolicyOffStaysAString) {
@@ -204,6 +229,16 @@ std::vector<BadYaml> BadCases() {
        "an integer"},
       {"bad_kv_dtype", Replace(min, "  path: m\n", "  path: m\n  kv_cache_dtype: fp16\n"), 4, 19,
        "model.kv_cache_dtype", "one of: fp8, bf16"},
+      {"bad_backend", Replace(min, "  path: m\n", "  path: m\n  backend: gpu\n"), 4, 12,
+       "model.backend", "got \"gpu\"; expected one of: auto, cpu, cuda"},
+      {"backend_list", Replace(min, "  path: m\n", "  path: m\n  backend: [cuda]\n"), 4, 12,
+       "model.backend", "got a list; expected one of: auto, cpu, cuda"},
+      {"bad_weight_dtype", Replace(min, "  path: m\n", "  path: m\n  weight_dtype: fp8\n"), 4, 17,
+       "model.weight_dtype", "got \"fp8\"; expected one of: auto, bf16, fp32 (auto keeps an fp8"},
+      {"weight_dtype_typo", Replace(min, "  path: m\n", "  path: m\n  weight_dtpye: bf16\n"), 4, 3,
+       "model.weight_dtpye", "did you mean `weight_dtype`?"},
+      {"backend_in_wrong_section", min + "parallel:\n  backend: cuda\n", 9, 3, "parallel.backend",
+       "belongs under `model`"},
       {"both_kv_sizes", Replace(min, "  path: m\n",
                                 "  path: m\n  kv_cache_bytes: 1GiB\n  kv_cache_memory_fraction: 0.5\n"),
        5, 3, "model.kv_cache_memory_fraction", "at most one of"},

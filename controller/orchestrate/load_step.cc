@@ -33,6 +33,9 @@ absl::StatusOr<glm::v1::LoadShardRequest> BuildLoadShardRequest(const ClusterTop
   r.mutable_page_cache()->set_policy(topology.page_cache.policy);
   r.mutable_page_cache()->set_interval_s(topology.page_cache.interval_s);
   r.mutable_page_cache()->set_min_available_bytes(topology.page_cache.min_available_bytes);
+  // "auto" goes as "": the agent picks (cuda when usable, else cpu; fp32 weights on cpu).
+  r.set_backend(topology.backend == "auto" ? "" : topology.backend);
+  r.set_weight_dtype(topology.weight_dtype == "auto" ? "" : topology.weight_dtype);
   r.set_kv_dtype(topology.kv_dtype);
   r.set_max_num_seqs(topology.max_num_seqs);
   r.set_max_model_len(topology.max_model_len);

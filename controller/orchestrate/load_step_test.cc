@@ -128,6 +128,33 @@ TEST_F(LoadStepTest, LoadsEveryNodeWithItsStageAndForwardsProgress) {
   }
 }
 
+TEST_F(LoadStepTest, RequestCarriesThePlansBackendAndWeightDtype) {
+  // Unset (the topology's "auto"): empty fields, the agent's choice.
+  absl::StatusOr<glm::v1::LoadShardRequest> r =
+      BuildLoadShardRequest(ctx_.topology, ctx_.topology.nodes[0]);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->backend(), "");
+  EXPECT_EQ(r->weight_dtype(), "");
+  ctx_.topology.backend = "cuda";
+  ctx_.topology.weight_dtype = "bf16";
+  ctx_.topology.kv_dtype = "fp8";
+  LoadStep step;
+  ASSERT_TRUE(step.Run(ctx_).ok());
+  for (const auto& [name, agent] : factory_.agents) {
+    SCOPED_TRACE(name);
+    const glm::v1::LoadShardRequest sent = agent->last_load_shard();
+    EXPECT_EQ(sent.backend(), "cuda");
+    EXPECT_EQ(sent.weight_dtype(), "bf16");
+    EXPECT_EQ(sent.kv_dtype(), "fp8");
+  }
+  ctx_.topology.backend = "cpu";
+  ctx_.topology.weight_dtype = "fp32";
+  r = BuildLoadShardRequest(ctx_.topology, ctx_.topology.nodes[3]);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->backend(), "cpu");
+  EXPECT_EQ(r->weight_dtype(), "fp32");
+}
+
 TEST_F(LoadStepTest, AFailedLoadStartsNothingAndAFailedStartNamesTheNode) {
   ScriptShard(*factory_.agents["n2"], absl::DataLossError("bad file"));
   LoadStep step;

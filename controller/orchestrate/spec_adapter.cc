@@ -47,8 +47,9 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
     t.tls.key = spec.ResolvePath(spec.controller.tls->key);
   }
   t.model_dir = spec.ResolvePath(spec.model.path);
-  // Production clusters need a GPU on every node; the local demo runs on the CPU backend.
-  t.require_gpu = !spec.local;
+  // Production clusters need a GPU on every node unless model.backend is cpu; the local demo
+  // runs on the CPU backend (with backend cuda, a GPU-less node fails its load, naming the field).
+  t.require_gpu = !spec.local && spec.model.backend != cluster::EngineBackend::kCpu;
   t.tensor = spec.parallel.tensor;
   t.pipeline = spec.parallel.pipeline;
   t.mtp = spec.model.mtp_draft_tokens > 0;
@@ -56,6 +57,8 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.page_cache.interval_s = spec.page_cache.interval_s;
   t.page_cache.min_available_bytes = spec.page_cache.min_available_bytes.value_or(0);
   t.kv_dtype = spec.model.kv_cache_dtype == cluster::KvCacheDtype::kFp8 ? "fp8" : "fp32";
+  t.backend = std::string(cluster::EngineBackendName(spec.model.backend));
+  t.weight_dtype = std::string(cluster::WeightDtypeName(spec.model.weight_dtype));
   t.max_num_seqs = spec.model.max_num_seqs;
   t.max_model_len = static_cast<int>(spec.model.max_model_len);
   t.served_name = spec.model.served_name;  // the spec defaults it to the path's last element

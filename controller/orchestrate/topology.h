@@ -76,6 +76,10 @@ struct ClusterTopology {
   // Engine settings the Load phase sends (model: in cluster.yaml). kv_dtype is the engine's
   // name for model.kv_cache_dtype: "fp8", or "fp32" for bf16 (the engine keeps no bf16 KV).
   std::string kv_dtype = "fp8";
+  // model.backend ("auto" | "cpu" | "cuda") and model.weight_dtype ("auto" | "bf16" | "fp32"),
+  // named as the engine names them; "auto" leaves the choice to each node's agent.
+  std::string backend = "auto";
+  std::string weight_dtype = "auto";
   int max_num_seqs = 0;
   int max_model_len = 0;
   // Start: bound on forming a replica's groups, and on one group operation.

@@ -38,6 +38,10 @@ TEST(Configs, EveryExampleParsesAndPlans) {
     ++checked;
     auto spec = cluster::LoadClusterSpec(entry.path().string());
     ASSERT_TRUE(spec.ok()) << spec.status();
+    // GPU clusters name their backend, so a node without a usable GPU fails instead of crawling.
+    if (file.rfind("spark-", 0) == 0) {
+      EXPECT_EQ(spec->model.backend, cluster::EngineBackend::kCuda);
+    }
     auto plan = PlanFromFiles(entry.path().string());
     auto refusal = ExpectedRefusals().find(file);
     if (refusal != ExpectedRefusals().end()) {
@@ -68,6 +72,7 @@ TEST(Configs, LocalDemoIsLoopbackTp4) {
   EXPECT_TRUE(spec->local);
   ASSERT_EQ(spec->nodes.size(), 4u);
   EXPECT_EQ(spec->nodes[3].agent, "127.0.0.1:47104");
+  EXPECT_EQ(spec->model.backend, cluster::EngineBackend::kAuto);  // cuda where usable, else cpu
   auto plan = PlanFromFiles(SourceDir() + "/configs/local-demo.yaml");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->tensor, 4);

@@ -314,6 +314,8 @@ absl::StatusOr<Plan> MakePlan(const cluster::ClusterSpec& spec, const ModelConfi
   plan.replicas = par.replicas;
   plan.world_size = tp * pp * par.replicas;
   plan.kv_cache_dtype = m.kv_cache_dtype;
+  plan.backend = m.backend;
+  plan.weight_dtype = m.weight_dtype;
   plan.mtp = mtp;
   plan.weight_source = weights.source;
   plan.total_weight_bytes = weights.total_bytes();

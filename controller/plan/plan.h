@@ -110,6 +110,10 @@ struct Plan {
   std::vector<int> layer_partition;
   bool partition_proposed = false;  // true when the planner chose layer_partition
   cluster::KvCacheDtype kv_cache_dtype = cluster::KvCacheDtype::kFp8;
+  // model.backend / model.weight_dtype, sent to every node's engine as stated ("auto": each
+  // node's agent picks). Weight bytes above are the checkpoint's, whatever the storage.
+  cluster::EngineBackend backend = cluster::EngineBackend::kAuto;
+  cluster::WeightDtype weight_dtype = cluster::WeightDtype::kAuto;
   bool mtp = false;                 // MTP drafting on (and the checkpoint has the layer)
   WeightSizes::Source weight_source = WeightSizes::Source::kEstimated;
   int64_t total_weight_bytes = 0;   // whole checkpoint (one replica)

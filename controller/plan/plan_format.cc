@@ -1,5 +1,6 @@
 // Plan → human table and JSON.
 #include <algorithm>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +38,16 @@ std::string PlanToText(const Plan& plan) {
                   ToAbsl(cluster::KvCacheDtypeName(plan.kv_cache_dtype)), ", ",
                   plan.model_kv_bytes_per_token, " B/token for all layers",
                   plan.mtp ? " incl. MTP" : "", "\n");
+  // What "auto" weights become on the backend (the agent's choice, shard_host.cc).
+  std::string_view auto_weights = " (cuda: fp8 stays fp8, else bf16; cpu: fp32)";
+  if (plan.backend == cluster::EngineBackend::kCpu) auto_weights = " (fp32 on cpu)";
+  if (plan.backend == cluster::EngineBackend::kCuda) auto_weights = " (fp8 stays fp8, else bf16)";
+  absl::StrAppend(&out, "engine: backend ", ToAbsl(cluster::EngineBackendName(plan.backend)),
+                  plan.backend == cluster::EngineBackend::kAuto ? " (cuda where usable, else cpu)"
+                                                                : "",
+                  ", weights ", ToAbsl(cluster::WeightDtypeName(plan.weight_dtype)),
+                  plan.weight_dtype == cluster::WeightDtype::kAuto ? ToAbsl(auto_weights) : "",
+                  "\n");
   absl::StrAppend(&out, "layer partition [", absl::StrJoin(plan.layer_partition, ", "), "]",
                   plan.partition_proposed ? " (proposed)" : " (from cluster.yaml)", "\n\n");
   const std::vector<std::pair<std::string, size_t>> columns = {
@@ -100,6 +111,8 @@ nlohmann::json PlanToJson(const Plan& plan) {
   j["layer_partition"] = plan.layer_partition;
   j["partition_proposed"] = plan.partition_proposed;
   j["kv_cache_dtype"] = std::string(cluster::KvCacheDtypeName(plan.kv_cache_dtype));
+  j["backend"] = std::string(cluster::EngineBackendName(plan.backend));
+  j["weight_dtype"] = std::string(cluster::WeightDtypeName(plan.weight_dtype));
   j["mtp"] = plan.mtp;
   j["weight_source"] = std::string(WeightSourceName(plan.weight_source));
   j["total_weight_bytes"] = plan.total_weight_bytes;

@@ -222,6 +222,33 @@ TEST(MakePlan, MtpLayerOnLastStage) {
   EXPECT_EQ(plan->model_kv_bytes_per_token, 53940 + 788);
 }
 
+TEST(MakePlan, StatesBackendAndWeightDtype) {
+  ModelConfig model = Glm52();
+  auto weights = EstimateWeightSizes(model);
+  cluster::ClusterSpec spec = Spec(1, 8, 1, 112 * kGiB);
+  spec.parallel.layer_partition = {11, 10, 10, 10, 10, 10, 10, 7};
+  auto plan = MakePlan(spec, model, *weights);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->backend, cluster::EngineBackend::kAuto);
+  EXPECT_EQ(plan->weight_dtype, cluster::WeightDtype::kAuto);
+  EXPECT_THAT(PlanToText(*plan),
+              HasSubstr("engine: backend auto (cuda where usable, else cpu), weights auto (cuda: "
+                        "fp8 stays fp8, else bf16; cpu: fp32)\n"));
+  spec.model.backend = cluster::EngineBackend::kCuda;
+  plan = MakePlan(spec, model, *weights);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(PlanToText(*plan),
+              HasSubstr("engine: backend cuda, weights auto (fp8 stays fp8, else bf16)\n"));
+  spec.model.backend = cluster::EngineBackend::kCuda;
+  spec.model.weight_dtype = cluster::WeightDtype::kBf16;
+  plan = MakePlan(spec, model, *weights);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(PlanToText(*plan), HasSubstr("engine: backend cuda, weights bf16\n"));
+  nlohmann::json j = PlanToJson(*plan);
+  EXPECT_EQ(j["backend"], "cuda");
+  EXPECT_EQ(j["weight_dtype"], "bf16");
+}
+
 TEST(MakePlan, TensorParallelShardsWeightsNotKv) {
   ModelConfig model = Glm5();
   auto weights = EstimateWeightSizes(model);
