@@ -3,6 +3,7 @@
 //
 //   glm-gateway-bench [--requests N] [--concurrency C] [--streams S] [--tokens T] [--open K]
 //                     [--model DIR] [--io-threads I] [--repeats R]
+//                     [--serve-baseline PORT [--serve-seconds S] | --target HOST:PORT]
 //
 //   1. per request   N non-streamed POST /v1/completions (token-id prompt, max_tokens 8) over C
 //                    keep-alive connections; the backend answers 8 tokens at once from the calling
@@ -22,9 +23,23 @@
 // starts), a single-threaded epoll loop driven over a socketpair. So getrusage(RUSAGE_SELF) and
 // VmRSS here are the server side only. Every phase has a request count and a wall-clock cap.
 // The last line of stdout is every figure as one JSON object.
+//
+// Against another proxy (tools/bench/gateway_vs_nginx.sh puts nginx in front of the baseline):
+//   --serve-baseline PORT  only the baseline server, on 127.0.0.1:PORT, until SIGTERM/SIGINT or
+//                          --serve-seconds S (default 120). Its bytes are captured from one
+//                          request of each kind through the in-process gateway first, as above;
+//                          stream frames go out one per Stepper step, the same (unthrottled)
+//                          round-robin pacing as the in-process baseline.
+//   --target HOST:PORT     phases 1 and 2's client load (same requests, warm-up, R runs) against
+//                          that server, from this process; no server is started, so no server
+//                          CPU is reported. --tokens must match the server's (its frames).
+// Streams also report, at the client, the time to the first event and the gap between events.
+#include <arpa/inet.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -50,6 +65,7 @@
 #include <vector>
 
 #include "controller/gateway/gateway.h"
+#include "controller/gateway/testing/http_client.h"
 #include "nlohmann/json.hpp"
 
 namespace glm::gateway {
@@ -57,6 +73,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
+// Requests are a few hundred bytes: a blocking send on loopback never waits.
+using testing::SendAll;
 
 constexpr double kLoadCapS = 20.0;    // phases 1 and 2: each load (gateway, baseline)
 constexpr double kOpenCapS = 30.0;    // phase 3: opening K streams
@@ -74,6 +92,10 @@ struct Args {
   int io_threads = 2;
   int repeats = 5;
   std::string model;
+  int serve_baseline = 0;  // port; 0: not this mode
+  int serve_seconds = 120;
+  std::string target_host;  // empty: not this mode
+  int target_port = 0;
 };
 
 double Now() {
@@ -132,6 +154,28 @@ struct Conn {
   double started = 0;
   bool open = false;  // phase 3: first body bytes seen
   bool done = false;  // phase 3: response complete
+  size_t scanned = 0;       // streams: body bytes already searched for event ends
+  size_t seen_events = 0;   // streams: events of the current response seen so far
+  double last_event = 0;    // streams: when the latest of them arrived
+
+  // Streams: times the events that arrived since the last call (`now`: this read) into
+  // `first_ms` (request sent → first event) and `gap_ms` (previous event → this one; 0 when both
+  // came in one read). Call after each Parse(), before the next request is sent.
+  void NoteEvents(double now, std::vector<double>* first_ms, std::vector<double>* gap_ms) {
+    for (size_t at = body.find("\n\n", scanned); at != std::string::npos;
+         at = body.find("\n\n", scanned)) {
+      scanned = at + 2;
+      if (seen_events++ == 0) first_ms->push_back((now - started) * 1e3);
+      else gap_ms->push_back((now - last_event) * 1e3);
+      last_event = now;
+    }
+  }
+  // After a complete response: its body is dropped, the next one's events counted afresh.
+  void ResetEvents() {
+    body.clear();
+    scanned = 0;
+    seen_events = 0;
+  }
 
   // 1: a response is complete (status, body), 0: needs more bytes, -1: malformed.
   int Parse() {
@@ -188,14 +232,15 @@ struct Conn {
   }
 };
 
-// A blocking connect to 127.0.0.1:port (loopback completes in the kernel) with TCP_NODELAY.
-int Connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+// A blocking connect to host:port (an IPv4 literal; loopback completes in the kernel) with
+// TCP_NODELAY.
+int Connect(const std::string& host, int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return -1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     ::close(fd);
     return -1;
@@ -203,17 +248,6 @@ int Connect(int port) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
-}
-
-// Requests are a few hundred bytes: a blocking send on loopback never waits.
-bool SendAll(int fd, const std::string& data) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    sent += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 // Reads what is there; false when the peer closed or failed.
@@ -250,20 +284,22 @@ size_t CountEvents(const std::string& body) {
 // Closed loop: `total` requests over `concurrency` keep-alive connections, each sending its next
 // request when the previous answer is complete. A streamed answer counts only when it ends with
 // [DONE].
-Json RunLoad(int port, const std::string& request, int total, int concurrency, bool stream,
-             double cap_s) {
+Json RunLoad(const std::string& host, int port, const std::string& request, int total,
+             int concurrency, bool stream, double cap_s) {
   const int ep = ::epoll_create1(EPOLL_CLOEXEC);
   std::vector<Conn> conns(static_cast<size_t>(std::max(1, std::min(concurrency, total))));
   int sent = 0, completed = 0, errors = 0, live = 0;
   size_t events = 0;
   std::vector<double> latencies;
   latencies.reserve(static_cast<size_t>(total));
+  std::vector<double> first_event_ms, gap_ms;  // streams only
   std::string last_body;
   const double start = Now();
   for (size_t i = 0; i < conns.size(); ++i) {
     Conn& c = conns[i];
-    c.fd = Connect(port);
+    c.fd = Connect(host, port);
     if (c.fd < 0) {
+      if (last_body.empty()) last_body = std::string("connect: ") + std::strerror(errno);
       ++errors;
       continue;
     }
@@ -283,8 +319,11 @@ Json RunLoad(int port, const std::string& request, int total, int concurrency, b
       Conn& c = conns[ready[static_cast<size_t>(k)].data.u64];
       if (c.fd < 0) continue;
       bool alive = Drain(c);
-      int parsed;
-      while (alive && (parsed = c.Parse()) != 0) {
+      const double read_at = Now();
+      while (alive) {
+        const int parsed = c.Parse();
+        if (stream && parsed >= 0) c.NoteEvents(read_at, &first_event_ms, &gap_ms);
+        if (parsed == 0) break;
         if (parsed < 0) {
           alive = false;
           break;
@@ -302,6 +341,7 @@ Json RunLoad(int port, const std::string& request, int total, int concurrency, b
           ++errors;
           if (last_body.empty()) last_body = c.body;
         }
+        c.ResetEvents();
         if (sent < total) {
           c.started = Now();
           ++sent;
@@ -330,6 +370,10 @@ Json RunLoad(int port, const std::string& request, int total, int concurrency, b
   out["p99_ms"] = Percentile(latencies, 0.99) * 1e3;
   out["events"] = events;
   out["last_body"] = last_body;
+  if (stream) {
+    out["first_event_ms"] = first_event_ms;
+    out["gap_ms"] = gap_ms;
+  }
   for (double& l : latencies) l *= 1e3;
   out["latencies_ms"] = latencies;
   return out;
@@ -359,7 +403,7 @@ void RunOpen(int port, const std::string& request, int total, int ipc) {
         Conn& c = conns[static_cast<size_t>(created)];
         ++created;
         ++opening;
-        c.fd = Connect(port);
+        c.fd = Connect("127.0.0.1", port);
         if (c.fd < 0) {
           fail(c, std::string("connect: ") + std::strerror(errno));
           continue;
@@ -440,7 +484,7 @@ bool ReadLine(int fd, std::string* buffer, std::string* line) {
     const Json cmd = Json::parse(line);
     const std::string what = cmd["cmd"];
     if (what == "load") {
-      Json out = RunLoad(cmd["port"].get<int>(), cmd["request"].get<std::string>(),
+      Json out = RunLoad("127.0.0.1", cmd["port"].get<int>(), cmd["request"].get<std::string>(),
                          cmd["total"].get<int>(), cmd["concurrency"].get<int>(),
                          cmd["stream"].get<bool>(), cmd["cap_s"].get<double>());
       SendAll(ipc, Line(out));
@@ -645,20 +689,57 @@ double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 
 // The measured runs of one server in one phase.
 struct Runs {
-  std::vector<double> rates;         // requests/s or tokens/s, per run
-  std::vector<double> cpu_us;        // server CPU per request or token, per run
-  std::vector<double> latencies_ms;  // every request of every run
+  std::vector<double> rates;           // requests/s or tokens/s, per run
+  std::vector<double> cpu_us;          // server CPU per request or token, per run (if measured)
+  std::vector<double> latencies_ms;    // every request of every run
+  std::vector<double> first_event_ms;  // streams: request sent → first event, every stream
+  std::vector<double> gap_ms;          // streams: between consecutive events, every event
   int completed = 0;
   double events = 0;
   int errors = 0;
   bool capped = false;
 
+  // Adds one RunLoad answer: `units` per completed request (1, or T tokens); `cpu_s` the server
+  // CPU it cost, negative when not measured (an external server).
+  void Add(const Json& r, double units, double cpu_s) {
+    const double done_units = r["completed"].get<double>() * units;
+    rates.push_back(done_units / r["wall_s"].get<double>());
+    if (cpu_s >= 0) cpu_us.push_back(done_units > 0 ? cpu_s / done_units * 1e6 : 0.0);
+    for (double l : r["latencies_ms"]) latencies_ms.push_back(l);
+    if (r.contains("first_event_ms")) {
+      for (double l : r["first_event_ms"]) first_event_ms.push_back(l);
+      for (double l : r["gap_ms"]) gap_ms.push_back(l);
+    }
+    completed += r["completed"].get<int>();
+    events += r["events"].get<double>();
+    errors += r["errors"].get<int>();
+    capped = capped || r["capped"].get<bool>();
+  }
   double P(double p) const { return Percentile(latencies_ms, p); }
+  double FirstEventP(double p) const { return Percentile(first_event_ms, p); }
+  double GapP(double p) const { return Percentile(gap_ms, p); }
+  // `cpu` null: CPU was not measured and is left out.
   Json ToJson(const char* rate, const char* cpu) const {
-    return Json{{rate, Median(rates)}, {cpu, Median(cpu_us)},   {"p50_ms", P(0.50)},
-                {"p99_ms", P(0.99)},   {"errors", errors},      {"capped", capped}};
+    Json j{{rate, Median(rates)}, {"p50_ms", P(0.50)}, {"p99_ms", P(0.99)},
+           {"errors", errors},    {"capped", capped}};
+    if (cpu != nullptr) j[cpu] = Median(cpu_us);
+    if (!first_event_ms.empty()) {
+      j["first_event_p50_ms"] = FirstEventP(0.50);
+      j["first_event_p99_ms"] = FirstEventP(0.99);
+      j["gap_p50_ms"] = GapP(0.50);
+      j["gap_p99_ms"] = GapP(0.99);
+    }
+    return j;
   }
 };
+
+// A load that failed in part is reported, with the body of a failed answer.
+void WarnIfFailed(const std::string& where, const Json& r) {
+  if (r["errors"].get<int>() == 0 && !r["capped"].get<bool>()) return;
+  std::printf("WARNING: %s: %d errors%s; last body: %.300s\n", where.c_str(),
+              r["errors"].get<int>(), r["capped"].get<bool>() ? ", hit the wall-clock cap" : "",
+              r["last_body"].get<std::string>().c_str());
+}
 
 std::vector<std::string> SplitEvents(const std::string& body) {
   std::vector<std::string> frames;
@@ -699,6 +780,21 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       a->model = value;
       continue;
     }
+    if (flag == "--target") {
+      const std::string target = value;
+      const size_t colon = target.rfind(':');
+      in_addr unused{};
+      a->target_host = colon == std::string::npos ? "" : target.substr(0, colon);
+      if (a->target_host == "localhost") a->target_host = "127.0.0.1";
+      a->target_port = colon == std::string::npos ? 0 : std::atoi(target.c_str() + colon + 1);
+      if (::inet_pton(AF_INET, a->target_host.c_str(), &unused) != 1 || a->target_port <= 0 ||
+          a->target_port > 65535) {
+        std::fprintf(stderr, "--target %s: expected IPV4:PORT, e.g. --target 127.0.0.1:8080\n",
+                     value);
+        return false;
+      }
+      continue;
+    }
     const int n = std::atoi(value);
     if (n <= 0) {
       std::fprintf(stderr, "%s %s: expected a positive integer\n", flag.c_str(), value);
@@ -711,16 +807,27 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     else if (flag == "--open") a->open = n;
     else if (flag == "--io-threads") a->io_threads = n;
     else if (flag == "--repeats") a->repeats = n;
+    else if (flag == "--serve-baseline" && n <= 65535) a->serve_baseline = n;
+    else if (flag == "--serve-baseline") {
+      std::fprintf(stderr, "--serve-baseline %s: expected a port, 1 to 65535\n", value);
+      return false;
+    }
+    else if (flag == "--serve-seconds") a->serve_seconds = n;
     else {
       std::fprintf(stderr,
                    "unknown flag %s\nusage: glm-gateway-bench [--requests N] [--concurrency C] "
                    "[--streams S] [--tokens T] [--open K] [--model DIR] [--io-threads I] "
-                   "[--repeats R]\n",
+                   "[--repeats R] [--serve-baseline PORT [--serve-seconds S] | --target "
+                   "HOST:PORT]\n",
                    flag.c_str());
       return false;
     }
   }
   if (a->model.empty()) a->model = DefaultModelDir();
+  if (a->serve_baseline > 0 && !a->target_host.empty()) {
+    std::fprintf(stderr, "--serve-baseline and --target exclude each other: run two processes\n");
+    return false;
+  }
   return true;
 }
 
@@ -744,9 +851,258 @@ int RaiseFileLimit(int wanted_open, int concurrency) {
   return fits;
 }
 
+// What the clients send and the backend's token ids; the same in every mode.
+struct Workload {
+  std::vector<int32_t> prefix, filler;  // BenchBackend's tokens
+  size_t num_prompt_ids = 0;
+  std::string completion_request;  // POST /v1/completions, token-id prompt, max_tokens 8
+  Json chat_body;                  // streamed chat, max_tokens --tokens
+  std::string chat_request;        // POST /v1/chat/completions with chat_body
+};
+
+Workload MakeWorkload(const tokenizer::Tokenizer& tok, int tokens) {
+  Workload w;
+  w.prefix = tok.Encode("Fine, a short answer.</think>", false);
+  w.filler = tok.Encode(" The quick brown fox jumps over the lazy dog, and then it rests.", false);
+  const std::vector<int32_t> prompt_ids =
+      tok.Encode("Write a sentence about a fox and a dog.", false);
+  w.num_prompt_ids = prompt_ids.size();
+  const Json completion_body{{"model", "tiny-chat"}, {"prompt", prompt_ids},
+                             {"max_tokens", kCompletionTokens}};
+  w.completion_request = PostText("/v1/completions", completion_body.dump());
+  const Json messages =
+      Json::array({Json{{"role", "system"}, {"content", "Be brief."}},
+                   Json{{"role", "user"}, {"content", "Write a sentence about a fox."}}});
+  w.chat_body = Json{
+      {"model", "tiny-chat"}, {"messages", messages}, {"max_tokens", tokens}, {"stream", true}};
+  w.chat_request = PostText("/v1/chat/completions", w.chat_body.dump());
+  return w;
+}
+
+GatewayOptions BenchGatewayOptions(const Args& args) {
+  GatewayOptions options;
+  options.served_name = "tiny-chat";
+  options.max_model_len = std::max(4096, args.tokens + 1024);  // room for --tokens
+  options.version = "bench";
+  options.max_in_flight = args.open + 2 * args.concurrency + 64;
+  return options;
+}
+
+http::ServerOptions BenchServerOptions(const Args& args) {
+  http::ServerOptions server_options;
+  server_options.io_threads = args.io_threads;
+  server_options.max_connections = args.open + 2 * args.concurrency + 64;
+  return server_options;
+}
+
+absl::StatusOr<ModelFiles> LoadModel(const Args& args) {
+  absl::StatusOr<ModelFiles> model = ModelFiles::Load(args.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "glm-gateway-bench: %s (pass --model DIR or set GLM_SOURCE_DIR)\n",
+                 model.status().ToString().c_str());
+  }
+  return model;
+}
+
+// One request to 127.0.0.1:port, blocking, within cap_s: the (de-chunked) body of a 200 answer.
+absl::StatusOr<std::string> FetchOnce(int port, const std::string& request, double cap_s) {
+  Conn c;
+  c.fd = Connect("127.0.0.1", port);
+  if (c.fd < 0) {
+    return absl::UnavailableError("connect to 127.0.0.1:" + std::to_string(port) + ": " +
+                                  std::strerror(errno));
+  }
+  const double deadline = Now() + cap_s;
+  bool alive = SendAll(c.fd, request);
+  int parsed = 0;
+  for (;;) {
+    parsed = c.Parse();
+    if (parsed != 0 || !alive || Now() >= deadline) break;
+    pollfd p{c.fd, POLLIN, 0};
+    ::poll(&p, 1, 100);
+    alive = Drain(c);
+  }
+  ::close(c.fd);
+  if (parsed != 1) {
+    return absl::DeadlineExceededError("no complete answer from 127.0.0.1:" +
+                                       std::to_string(port) + " within " +
+                                       std::to_string(cap_s) + " s");
+  }
+  if (c.status != 200) {
+    return absl::InternalError("answer " + std::to_string(c.status) + ": " + c.body.substr(0, 300));
+  }
+  return c.body;
+}
+
+// --serve-baseline: the baseline server alone on 127.0.0.1:PORT. Its bytes are the in-process
+// gateway's answers to one request of each kind (a gateway server on port 0, stopped before the
+// baseline starts). Returns when SIGTERM/SIGINT arrives or after --serve-seconds.
+int ServeBaseline(const Args& args) {
+  // Taken by sigtimedwait below; blocked before any thread starts, so every thread inherits it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<ModelFiles> model = LoadModel(args);
+  if (!model.ok()) return 1;
+  const Workload work = MakeWorkload(*model->tokenizer, args.tokens);
+  Stepper stepper;
+  BenchBackend backend(&stepper, work.prefix, work.filler);
+  const GatewayOptions options = BenchGatewayOptions(args);
+  GatewayMetrics metrics("tiny-chat", options.max_model_len);
+  Gateway gateway(options, *model, &backend, nullptr, &metrics, Clock::Real());
+  http::ServerOptions server_options = BenchServerOptions(args);
+
+  absl::StatusOr<std::string> body, stream;
+  {
+    auto gateway_server = http::Server::Start(
+        server_options, [&gateway](std::shared_ptr<http::Exchange> ex) { gateway.Handle(ex); });
+    if (!gateway_server.ok()) {
+      std::fprintf(stderr, "glm-gateway-bench: cannot start the gateway: %s\n",
+                   gateway_server.status().ToString().c_str());
+      return 1;
+    }
+    backend.set_instant(true);
+    body = FetchOnce((*gateway_server)->port(), work.completion_request, 10.0);
+    backend.set_instant(false);
+    if (body.ok()) stream = FetchOnce((*gateway_server)->port(), work.chat_request, 10.0);
+    (*gateway_server)->Shutdown(std::chrono::milliseconds(0));
+  }
+  if (!body.ok() || !stream.ok()) {
+    std::fprintf(stderr, "glm-gateway-bench: capturing the gateway's answers failed: %s\n",
+                 (body.ok() ? stream.status() : body.status()).ToString().c_str());
+    return 1;
+  }
+  std::vector<std::string> frames = SplitEvents(*stream);
+  const size_t num_frames = frames.size();
+  BaselineHandler baseline(&stepper);
+  baseline.SetBody(*body);
+  baseline.SetFrames(std::move(frames));
+
+  server_options.listen = "127.0.0.1:" + std::to_string(args.serve_baseline);
+  auto server = http::Server::Start(
+      server_options, [&baseline](std::shared_ptr<http::Exchange> ex) { baseline.Handle(ex); });
+  if (!server.ok()) {
+    std::fprintf(stderr, "glm-gateway-bench: cannot serve the baseline: %s\n",
+                 server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("glm-gateway-bench: baseline on 127.0.0.1:%d (%d I/O threads) for at most %d s, "
+              "until SIGTERM/SIGINT: POST /v1/completions -> the gateway's %zu-byte answer; any "
+              "other request -> the gateway's stream of --tokens %d, %zu SSE frames (%zu bytes), "
+              "one per backend step, unthrottled\n",
+              (*server)->port(), args.io_threads, args.serve_seconds, body->size(), args.tokens,
+              num_frames, stream->size());
+  std::fflush(stdout);
+
+  const double started = Now();
+  const double deadline = started + args.serve_seconds;
+  std::string why = "--serve-seconds passed";
+  for (double left = deadline - Now(); left > 0; left = deadline - Now()) {
+    timespec wait{};
+    wait.tv_sec = static_cast<time_t>(left);
+    wait.tv_nsec = static_cast<long>((left - static_cast<double>(wait.tv_sec)) * 1e9);
+    const int sig = ::sigtimedwait(&stop_signals, nullptr, &wait);
+    if (sig > 0) {
+      why = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      break;
+    }
+    if (errno != EINTR) break;  // EAGAIN: the deadline
+  }
+  std::printf("glm-gateway-bench: baseline stopped (%s) after %.1f s\n", why.c_str(),
+              Now() - started);
+  std::fflush(stdout);
+  (*server)->Shutdown(std::chrono::milliseconds(0));
+  stepper.Stop();
+  return 0;
+}
+
+// --target: phases 1 and 2's load against an external server, the client in this process.
+// Returns 1 when a request failed or a run hit its cap (the figures are printed all the same).
+int RunTarget(const Args& args) {
+  absl::StatusOr<ModelFiles> model = LoadModel(args);
+  if (!model.ok()) return 1;
+  const Workload work = MakeWorkload(*model->tokenizer, args.tokens);
+  const std::string where = args.target_host + ":" + std::to_string(args.target_port);
+
+  std::printf("glm-gateway-bench: machine: %ld CPUs (nproc), %s\n", ::sysconf(_SC_NPROCESSORS_ONLN),
+              CpuModel().c_str());
+  std::printf("parameters: --target %s --requests %d --concurrency %d --streams %d --tokens %d "
+              "--repeats %d --model %s\n",
+              where.c_str(), args.requests, args.concurrency, args.streams, args.tokens,
+              args.repeats, args.model.c_str());
+  std::printf("server: external (its CPU is not measured); client: this process, one epoll "
+              "thread\n\n");
+  std::fflush(stdout);
+  Json figures;
+  figures["machine"] = {{"nproc", ::sysconf(_SC_NPROCESSORS_ONLN)}, {"cpu", CpuModel()}};
+  figures["params"] = {{"target", where},         {"requests", args.requests},
+                       {"concurrency", args.concurrency}, {"streams", args.streams},
+                       {"tokens", args.tokens},   {"repeats", args.repeats}};
+
+  bool failed = false;
+  std::string last_body;
+  // A warm-up, then `repeats` measured runs; `units` per completed request (1, or T tokens).
+  auto measure = [&](const std::string& request, int total, bool stream, double units) {
+    Runs runs;
+    const int warm = std::max(1, std::min(200, total / 10));
+    const Json w = RunLoad(args.target_host, args.target_port, request, warm, args.concurrency,
+                           stream, kLoadCapS);
+    WarnIfFailed(where + " (warm-up)", w);
+    for (int i = 0; i < args.repeats; ++i) {
+      const Json r = RunLoad(args.target_host, args.target_port, request, total,
+                             args.concurrency, stream, kLoadCapS);
+      runs.Add(r, units, -1.0);
+      WarnIfFailed(where, r);
+      last_body = r["last_body"].get<std::string>();
+    }
+    failed = failed || runs.errors > 0 || runs.capped || runs.completed == 0;
+    return runs;
+  };
+
+  // 1. Per request.
+  const Runs r1 = measure(work.completion_request, args.requests, false, 1.0);
+  std::printf("1. per request: %d x POST /v1/completions (%zu prompt ids, max_tokens %d, %zu-byte "
+              "answer), %d keep-alive connections; median of %d run(s)\n",
+              args.requests, work.num_prompt_ids, kCompletionTokens, last_body.size(),
+              args.concurrency, args.repeats);
+  std::printf("   %-22s %10s %9s %9s %7s\n", "", "req/s", "p50 ms", "p99 ms", "errors");
+  std::printf("   %-22s %10.0f %9.3f %9.3f %7d\n\n", where.c_str(), Median(r1.rates), r1.P(0.50),
+              r1.P(0.99), r1.errors);
+  std::fflush(stdout);
+  figures["per_request"] = {{"target", r1.ToJson("rps", nullptr)},
+                            {"answer_bytes", last_body.size()}};
+
+  // 2. Per streamed token.
+  const Runs r2 = measure(work.chat_request, args.streams, true, static_cast<double>(args.tokens));
+  const double events_per_stream = r2.completed > 0 ? r2.events / r2.completed : 0.0;
+  std::printf("2. per streamed token: %d x streamed chat, %d tokens each (%.1f SSE events, %zu "
+              "bytes per stream at the client); median of %d run(s)\n",
+              args.streams, args.tokens, events_per_stream, last_body.size(), args.repeats);
+  std::printf("   %-22s %10s %12s %12s %15s %15s %7s\n", "", "tokens/s", "stream p50",
+              "stream p99", "1st event p50", "event gap p50", "errors");
+  std::printf("   %-22s %10.0f %9.2f ms %9.2f ms %12.3f ms %12.3f ms %7d\n", where.c_str(),
+              Median(r2.rates), r2.P(0.50), r2.P(0.99), r2.FirstEventP(0.50), r2.GapP(0.50),
+              r2.errors);
+  std::printf("   p99: first event %.3f ms, event gap %.3f ms\n", r2.FirstEventP(0.99),
+              r2.GapP(0.99));
+  std::fflush(stdout);
+  figures["per_token"] = {{"target", r2.ToJson("tokens_per_s", nullptr)},
+                          {"events_per_stream", events_per_stream},
+                          {"bytes_per_stream", last_body.size()}};
+  figures["ok"] = !failed;
+  std::printf("%s", Line(figures).c_str());
+  std::fflush(stdout);
+  return failed ? 1 : 0;
+}
+
 int Main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) return 2;
+  if (args.serve_baseline > 0) return ServeBaseline(args);
+  if (!args.target_host.empty()) return RunTarget(args);
   const int wanted_open = args.open;
   args.open = RaiseFileLimit(args.open, args.concurrency);
 
@@ -769,33 +1125,18 @@ int Main(int argc, char** argv) {
   ::close(pair[1]);
   ClientProcess client(pair[0], pid);
 
-  absl::StatusOr<ModelFiles> model = ModelFiles::Load(args.model);
-  if (!model.ok()) {
-    std::fprintf(stderr, "glm-gateway-bench: %s (pass --model DIR or set GLM_SOURCE_DIR)\n",
-                 model.status().ToString().c_str());
-    return 1;
-  }
-  const tokenizer::Tokenizer& tok = *model->tokenizer;
-  std::vector<int32_t> prefix = tok.Encode("Fine, a short answer.</think>", false);
-  std::vector<int32_t> filler =
-      tok.Encode(" The quick brown fox jumps over the lazy dog, and then it rests.", false);
-  std::vector<int32_t> prompt_ids = tok.Encode("Write a sentence about a fox and a dog.", false);
+  absl::StatusOr<ModelFiles> model = LoadModel(args);
+  if (!model.ok()) return 1;
+  const Workload work = MakeWorkload(*model->tokenizer, args.tokens);
 
   Stepper stepper;
-  BenchBackend backend(&stepper, prefix, filler);
-  const int max_model_len = std::max(4096, args.tokens + 1024);  // room for --tokens
-  GatewayMetrics metrics("tiny-chat", max_model_len);
-  GatewayOptions options;
-  options.served_name = "tiny-chat";
-  options.max_model_len = max_model_len;
-  options.version = "bench";
-  options.max_in_flight = args.open + 2 * args.concurrency + 64;
+  BenchBackend backend(&stepper, work.prefix, work.filler);
+  const GatewayOptions options = BenchGatewayOptions(args);
+  GatewayMetrics metrics("tiny-chat", options.max_model_len);
   Gateway gateway(options, *model, &backend, nullptr, &metrics, Clock::Real());
   BaselineHandler baseline(&stepper);
 
-  http::ServerOptions server_options;
-  server_options.io_threads = args.io_threads;
-  server_options.max_connections = args.open + 2 * args.concurrency + 64;
+  const http::ServerOptions server_options = BenchServerOptions(args);
   auto gateway_server = http::Server::Start(
       server_options, [&gateway](std::shared_ptr<http::Exchange> ex) { gateway.Handle(ex); });
   auto baseline_server = http::Server::Start(
@@ -838,19 +1179,8 @@ int Main(int argc, char** argv) {
     const Json r = client.Receive();
     const double cpu_s = CpuSeconds() - cpu0;
     if (into == nullptr) return r;  // warm-up
-    const double done_units = r["completed"].get<double>() * units;
-    into->rates.push_back(done_units / r["wall_s"].get<double>());
-    into->cpu_us.push_back(done_units > 0 ? cpu_s / done_units * 1e6 : 0.0);
-    for (double l : r["latencies_ms"]) into->latencies_ms.push_back(l);
-    into->completed += r["completed"].get<int>();
-    into->events += r["events"].get<double>();
-    into->errors += r["errors"].get<int>();
-    into->capped = into->capped || r["capped"].get<bool>();
-    if (r["errors"].get<int>() > 0 || r["capped"].get<bool>()) {
-      std::printf("WARNING: port %d: %d errors%s; last body: %.300s\n", port,
-                  r["errors"].get<int>(), r["capped"].get<bool>() ? ", hit the wall-clock cap" : "",
-                  r["last_body"].get<std::string>().c_str());
-    }
+    into->Add(r, units, cpu_s);
+    WarnIfFailed("port " + std::to_string(port), r);
     return r;
   };
   // Warm-up of both servers, then `repeats` measured runs, gateway and baseline interleaved.
@@ -867,9 +1197,7 @@ int Main(int argc, char** argv) {
   };
 
   // 1. Per request.
-  Json completion_body{{"model", "tiny-chat"}, {"prompt", prompt_ids},
-                       {"max_tokens", kCompletionTokens}};
-  const std::string completion_request = PostText("/v1/completions", completion_body.dump());
+  const std::string& completion_request = work.completion_request;
   backend.set_instant(true);
   Runs gw1, base1;
   size_t answer_bytes = 0;
@@ -881,7 +1209,7 @@ int Main(int argc, char** argv) {
           &gw1, &base1);
   std::printf("1. per request: %d x POST /v1/completions (%zu prompt ids, max_tokens %d, %zu-byte "
               "answer), %d keep-alive connections; median of %d run(s)\n",
-              args.requests, prompt_ids.size(), kCompletionTokens, answer_bytes, args.concurrency,
+              args.requests, work.num_prompt_ids, kCompletionTokens, answer_bytes, args.concurrency,
               args.repeats);
   std::printf("   %-22s %10s %9s %9s %14s\n", "", "req/s", "p50 ms", "p99 ms", "server CPU/req");
   for (const auto& [name, r] : {std::pair<const char*, Runs*>{"gateway", &gw1},
@@ -906,13 +1234,7 @@ int Main(int argc, char** argv) {
                             {"added_cpu_us_per_request", added_cpu_us}};
 
   // 2. Per streamed token.
-  Json chat_body{{"model", "tiny-chat"},
-                 {"messages", Json::array({Json{{"role", "system"}, {"content", "Be brief."}},
-                                           Json{{"role", "user"},
-                                                {"content", "Write a sentence about a fox."}}})},
-                 {"max_tokens", args.tokens},
-                 {"stream", true}};
-  const std::string chat_request = PostText("/v1/chat/completions", chat_body.dump());
+  const std::string& chat_request = work.chat_request;
   backend.set_instant(false);
   Runs gw2, base2;
   size_t stream_bytes = 0;
@@ -934,6 +1256,11 @@ int Main(int argc, char** argv) {
     std::printf("   %-22s %10.0f %9.2f ms %11.2f ms %13.2f us\n", name, Median(r->rates),
                 r->P(0.50), r->P(0.99), Median(r->cpu_us));
   }
+  std::printf("   at the client, first event p50/p99: gateway %.2f/%.2f ms, baseline %.2f/%.2f ms; "
+              "gap between events p50/p99: gateway %.3f/%.3f ms, baseline %.3f/%.3f ms\n",
+              gw2.FirstEventP(0.50), gw2.FirstEventP(0.99), base2.FirstEventP(0.50),
+              base2.FirstEventP(0.99), gw2.GapP(0.50), gw2.GapP(0.99), base2.GapP(0.50),
+              base2.GapP(0.99));
   const double tps_ratio = Median(gw2.rates) / Median(base2.rates);
   const double added_token_cpu_us = Median(gw2.cpu_us) - Median(base2.cpu_us);
   std::printf("   gateway/baseline tokens/s %.2f; added server CPU %.2f us/token\n\n", tps_ratio,
@@ -947,7 +1274,7 @@ int Main(int argc, char** argv) {
                           {"added_cpu_us_per_token", added_token_cpu_us}};
 
   // 3. Open streams.
-  Json hold_body = chat_body;
+  Json hold_body = work.chat_body;
   hold_body["max_tokens"] = 1;
   backend.set_hold(true);
   ::malloc_trim(0);  // freed heap of phases 1-2 goes back, so the delta is the streams' own

@@ -108,7 +108,8 @@ class MtuDaemonsNetnsTest : public ::testing::Test {
     }
     controller_port_ = FreePorts(1, control_ + ".1").at(0);
     WriteFile(yaml_, absl::StrCat("name: mtu-netns-", tag_, "\ncontroller:\n  listen: ", control_,
-                                  ".1:", controller_port_, "\nmodel:\n  path: ", SourceDir(),
+                                  ".1:", controller_port_, "\n  gateway: ", control_,
+                                  ".1:0\nmodel:\n  path: ", SourceDir(),
                                   "/tests/golden/tiny-dense\n  max_model_len: 512\n"
                                   "  kv_cache_dtype: bf16\n  kv_cache_bytes: 64MiB\n"
                                   "  activation_reserve_bytes: 256MiB\n  max_num_seqs: 4\n"

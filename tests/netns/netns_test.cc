@@ -74,7 +74,8 @@ class NetnsClusterTest : public ::testing::Test {
     int controller_port = FreePorts(1, subnet_ + ".1").at(0);
     controller_addr_ = absl::StrCat(subnet_, ".1:", controller_port);
     WriteFile(yaml_, absl::StrCat("name: netns-", tag_, "\ncontroller:\n  listen: ",
-                                  controller_addr_, "\nmodel:\n  path: ", SourceDir(),
+                                  controller_addr_, "\n  gateway: ", subnet_,
+                                  ".1:0\nmodel:\n  path: ", SourceDir(),
                                   "/tests/golden/tiny-dense\n  max_model_len: 512\n  kv_cache_dtype: bf16\n"
                                   "  kv_cache_bytes: 64MiB\n  activation_reserve_bytes: 256MiB\n"
                                   "  max_num_seqs: 4\nnode_defaults:\n  memory_budget_bytes: 1GiB\n",

@@ -126,7 +126,11 @@ ExchangeImpl::ExchangeImpl(std::shared_ptr<ServerCore> core,
   request = std::move(request_in);
 }
 
-ExchangeImpl::~ExchangeImpl() {
+ExchangeImpl::~ExchangeImpl() { Answer(std::nullopt); }
+
+void ExchangeImpl::Respond(Response response) { Answer(std::move(response)); }
+
+void ExchangeImpl::Answer(std::optional<Response> given) {
   {
     std::lock_guard lock(state_->mu);
     if (state_->answered) return;
@@ -136,23 +140,12 @@ ExchangeImpl::~ExchangeImpl() {
     if (state_->closed) return;
   }
   Response response;
-  response.status = 500;
-  response.headers = {{"Content-Type", "application/json"}};
-  response.body = ErrorBody(500, "the server dropped the request without a reply");
-  core_->PostIfRunning(connection_->strand(), [connection = connection_, state = state_,
-                                               response = std::move(response)]() mutable {
-    connection->WriteResponse(state, std::move(response));
-  });
-}
-
-void ExchangeImpl::Respond(Response response) {
-  {
-    std::lock_guard lock(state_->mu);
-    if (state_->answered) return;
-    state_->answered = true;
-    state_->done = true;
-    state_->on_close = nullptr;
-    if (state_->closed) return;
+  if (given) {
+    response = std::move(*given);
+  } else {
+    response.status = 500;
+    response.headers = {{"Content-Type", "application/json"}};
+    response.body = ErrorBody(500, "the server dropped the request without a reply");
   }
   core_->PostIfRunning(connection_->strand(), [connection = connection_, state = state_,
                                                response = std::move(response)]() mutable {

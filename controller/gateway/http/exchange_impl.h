@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "controller/gateway/http/connection.h"
@@ -47,6 +48,10 @@ class ExchangeImpl final : public Exchange {
   bool client_gone() const override;
 
  private:
+  // The first answer wins: it is written on the connection's strand unless the client is gone.
+  // nullopt: the handler dropped the exchange unanswered, the client gets 500.
+  void Answer(std::optional<Response> response);
+
   const std::shared_ptr<ServerCore> core_;
   const std::shared_ptr<Connection> connection_;
   const std::shared_ptr<ExchangeState> state_;
