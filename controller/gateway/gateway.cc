@@ -151,10 +151,19 @@ struct Gateway::Request {
     if (done) return;
     done = true;
     gateway->Release(replica, reserved_tokens);
+    // The text still held: the decoder's incomplete bytes, then the stop matcher's tail (a stop
+    // string may complete only there).
+    std::string tail;
+    if (status.ok() && !stopped_by_string) {
+      openai::StopMatcher::Result last = stop->Feed(decoder->Flush());
+      tail = last.text;
+      if (!last.stopped) tail += stop->Flush();
+      stopped_by_string = stop->stopped();
+    }
     std::string reason = stopped_by_string ? "stop" : engine_reason;
     if (reason.empty()) reason = status.ok() ? "stop" : "error";
-    timer->Finish(status.ok() ? reason : "error", static_cast<int64_t>(params.prompt_token_ids.size()),
-                  completion_tokens);
+    timer->Finish(status.ok() ? reason : "error",
+                  static_cast<int64_t>(params.prompt_token_ids.size()), completion_tokens);
     if (client_gone) return;  // nobody to answer
     if (!status.ok()) {
       const openai::ApiError error = FromStatus(status);
@@ -167,13 +176,6 @@ struct Gateway::Request {
         gateway->ReplyError(exchange, route, error);
       }
       return;
-    }
-    // The text still held: the decoder's incomplete bytes, then the stop matcher's tail.
-    std::string tail;
-    if (!stopped_by_string) {
-      openai::StopMatcher::Result last = stop->Feed(decoder->Flush());
-      tail = last.text;
-      if (!last.stopped) tail += stop->Flush();
     }
     const openai::Usage usage{static_cast<int64_t>(params.prompt_token_ids.size()),
                               completion_tokens};
