@@ -2,8 +2,10 @@
 // fixture (TP 2 over two agent processes), then HTTP on the controller's gateway port. The
 // greedy completion of the fixture's prompt is exactly transformers' greedy continuation
 // (reference.json), a chat renders the checkpoint's template and streams SSE to [DONE], /health
-// follows the replica, and /metrics counts the requests.
+// follows the replica, and /metrics counts the requests. API keys come from the YAML's
+// controller.api_key_file and are re-read on SIGHUP.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <fstream>
@@ -26,13 +28,14 @@ class GatewayClusterTest : public LoopbackClusterTest {
  protected:
   GatewayClusterTest() : LoopbackClusterTest("gwtest") {}
 
-  void Bring() {
+  void Bring(int tensor = 2, const std::string& controller_lines = "") {
     ClusterYaml cluster;
     cluster.local = true;
     cluster.model_path = absl::StrCat(GLM_TEST_SOURCE_DIR_FOR_GOLDEN, "/tests/golden/tiny-chat");
     cluster.kv_cache_bytes = "8MiB";
-    cluster.parallel_lines = "  tensor: 2\n  pipeline: 1\n";
-    cluster.nodes = {{"node-1", ""}, {"node-2", ""}};
+    cluster.parallel_lines = absl::StrCat("  tensor: ", tensor, "\n  pipeline: 1\n");
+    cluster.controller_lines = controller_lines;
+    for (int i = 1; i <= tensor; ++i) cluster.nodes.push_back({absl::StrCat("node-", i), ""});
     WriteClusterYaml(cluster);
     CommandResult up = Glmctl({"up", yaml_}, seconds(120));
     ASSERT_EQ(up.exit_code, 0) << up.output;
@@ -115,6 +118,35 @@ TEST_F(GatewayClusterTest, CompletionsChatHealthAndMetricsOverARealCluster) {
   HttpResult refused = Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 2}});
   EXPECT_EQ(refused.status, 503) << refused.body;
   EXPECT_EQ(refused.Header("retry-after"), "5");
+}
+
+TEST_F(GatewayClusterTest, ApiKeysFromTheYamlAreReloadedOnSighup) {
+  const std::string keys = dir_->path() + "/api-keys";
+  WriteFile(keys, "# gateway keys\nsk-first-0123456789abcdef\n");
+  ASSERT_EQ(::chmod(keys.c_str(), 0600), 0);
+  Bring(1, absl::StrCat("  api_key_file: ", keys, "\n"));
+  auto models = [&](const std::string& key) {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!key.empty()) headers.emplace_back("Authorization", "Bearer " + key);
+    return Http(GatewayPort(), "GET", "/v1/models", "", headers).status;
+  };
+  EXPECT_EQ(models(""), 401);
+  EXPECT_EQ(models("sk-first-0123456789abcdef"), 200);
+  EXPECT_EQ(Http(GatewayPort(), "GET", "/health").status, 200);  // probes need no key
+
+  WriteFile(keys, "sk-second-0123456789abcdef\n");
+  const int controller = RunDirPid("controller");
+  ASSERT_GT(controller, 0);
+  ASSERT_EQ(::kill(controller, SIGHUP), 0);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    status = models("sk-second-0123456789abcdef");
+    if (status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(models("sk-first-0123456789abcdef"), 401);
 }
 
 }  // namespace
