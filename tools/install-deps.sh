@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 python3-jinja2 python3-yaml curl
   clang libclang-rt-14-dev iproute2
+  systemd shellcheck procps  # tests/deploy: systemd-analyze verify, shellcheck, /bin/kill
 )
 # Node.js runs the reference tokenizer in tests; any install of it will do (a machine may carry
 # a newer one than Debian's, which apt's npm package would conflict with).
