@@ -12,6 +12,7 @@
 // Only this file wires concrete implementations together (DESIGN.md §2).
 #include <arpa/inet.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -147,6 +148,13 @@ int Serve(const ServeFlags& flags) {
   // it through this cell.
   auto stage_port_cell = std::make_shared<std::atomic<int>>(0);
   options.stage_port_fn = [stage_port_cell] { return stage_port_cell->load(); };
+  // RestartProcess: leave through the signal wait below with exit status 75 (EX_TEMPFAIL), which
+  // systemd's Restart=on-failure and the local launcher's supervisor answer with a fresh agent.
+  std::atomic<bool> restart_requested{false};
+  options.request_process_restart = [&restart_requested] {
+    restart_requested.store(true);
+    kill(getpid(), SIGTERM);
+  };
   glm::agent::AgentService service(options, glm::Clock::Real());
   service.StartGidWatchThread();
   builder.RegisterService(&service);
@@ -179,8 +187,9 @@ int Serve(const ServeFlags& flags) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   echo.reset();
-  GLM_LOG_INFO("agent stopped node={}", flags.node);
-  return 0;
+  GLM_LOG_INFO("agent stopped node={}{}", flags.node,
+               restart_requested.load() ? " (exit status 75: restart requested)" : "");
+  return restart_requested.load() ? 75 : 0;
 }
 
 }  // namespace

@@ -10,7 +10,8 @@ namespace glm {
 
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
 
-// Configures the process logger: `program` prefixes each line; logs go to stderr.
+// Configures the process logger: `program` prefixes each line; logs go to stderr and into
+// ProcessLogRing() (common/log_ring.h), the last lines the daemons serve through their Logs RPC.
 void InitLogging(std::string_view program, LogLevel level = LogLevel::kInfo);
 
 // Parses "debug" | "info" | "warn" | "error"; anything else yields kInfo.

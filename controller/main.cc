@@ -10,6 +10,7 @@
 // Only this file wires concrete implementations together (DESIGN.md §2).
 #include <signal.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -94,6 +95,25 @@ int main(int argc, char** argv) {
     return glm::orchestrate::ControllerNcclSource(t, hashes.get());
   };
   options.heartbeat = std::chrono::milliseconds(heartbeat_ms);
+  // The checkpoint's tokenizer and chat template (model.path on this host): the gateway's text
+  // routes and the canary's text prompt and readable diffs. Without them both still serve ids.
+  auto model = glm::gateway::ModelFiles::Load(topology->model_dir);
+  if (!model.ok()) {
+    GLM_LOG_WARN("no tokenizer on this host: the gateway serves no text routes and "
+                 "model.canary needs ids: {}", std::string(model.status().message()));
+    model = glm::gateway::ModelFiles::Missing(topology->model_dir,
+                                              std::string(model.status().message()));
+  }
+  if (model->tokenizer) {
+    std::shared_ptr<const glm::tokenizer::Tokenizer> tok = model->tokenizer;
+    options.canary_tokenizer.encode =
+        [tok](const std::string& text) -> absl::StatusOr<std::vector<int32_t>> {
+      return tok->Encode(text);
+    };
+    options.canary_tokenizer.decode = [tok](const std::vector<int32_t>& ids) {
+      return tok->Decode(ids, /*skip_special_tokens=*/false);
+    };
+  }
   glm::orchestrate::ControllerService service(options, *topology, glm::Clock::Real());
 
   grpc::ServerBuilder builder;
@@ -139,16 +159,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<glm::gateway::Gateway> gateway;
   std::unique_ptr<glm::http::Server> http_server;
   if (!topology->gateway_listen.empty()) {
-    auto model = glm::gateway::ModelFiles::Load(topology->model_dir);
-    if (!model.ok()) {
-      GLM_LOG_WARN("gateway: no text routes: {}", std::string(model.status().message()));
-      model = glm::gateway::ModelFiles::Missing(topology->model_dir,
-                                                std::string(model.status().message()));
-    }
     glm::gateway::GatewayOptions gateway_options;
     gateway_options.served_name = topology->served_name;
     gateway_options.max_model_len = topology->max_model_len;
     gateway_options.version = GLM_VERSION;
+    gateway_options.max_queued = topology->gateway_queue_max;
+    gateway_options.queue_timeout = std::chrono::milliseconds(
+        std::llround(topology->gateway_queue_timeout_s * 1000.0));
     gateway = std::make_unique<glm::gateway::Gateway>(gateway_options, std::move(*model),
                                                       &backend, api_keys, &metrics,
                                                       glm::Clock::Real());
@@ -164,9 +181,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     http_server = std::move(*started);
-    GLM_LOG_INFO("gateway started listen={} port={} model={} api_keys={}",
+    GLM_LOG_INFO("gateway started listen={} port={} model={} api_keys={} queue_max={} "
+                 "queue_timeout_s={}",
                  topology->gateway_listen, http_server->port(), topology->served_name,
-                 api_keys ? api_keys->size() : 0);
+                 api_keys ? api_keys->size() : 0, topology->gateway_queue_max,
+                 topology->gateway_queue_timeout_s);
   }
 
   int sig = 0;

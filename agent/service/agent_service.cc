@@ -1,6 +1,8 @@
 #include "agent/service/agent_service.h"
 
+#include <algorithm>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -83,6 +85,7 @@ AgentService::~AgentService() { Shutdown(); }
 
 void AgentService::Shutdown() {
   publisher_.Shutdown();
+  logs_stop_.store(true);
   gid_stop_.store(true);
   if (gid_thread_.joinable()) gid_thread_.join();
 }
@@ -482,6 +485,33 @@ grpc::Status AgentService::StopShard(grpc::ServerContext*, const glm::v1::StopSh
   return s;
 }
 
+grpc::Status AgentService::RestartProcess(grpc::ServerContext*,
+                                          const glm::v1::RestartProcessRequest* req,
+                                          glm::v1::RestartProcessResponse* resp) {
+  if (!options_.request_process_restart) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("agent on node '", options_.node,
+                                     "' cannot restart its process here (embedded without a "
+                                     "supervisor hook); nothing was changed"));
+  }
+  // Free the shard first: its engine threads and memory go with a clean stop, not an exit.
+  absl::Status stopped = shard_.Stop(glm::v1::StopShardRequest(), nullptr);
+  if (!stopped.ok() && stopped.code() != absl::StatusCode::kFailedPrecondition) {
+    GLM_LOG_WARN("restart process node={}: stopping the shard: {}", options_.node,
+                 glm::ToStd(stopped.message()));
+  }
+  const auto delay = std::chrono::milliseconds(
+      std::clamp<int64_t>(req->delay_ms() > 0 ? req->delay_ms() : 200, 0, 10'000));
+  GLM_LOG_INFO("restart process node={} instance={}: exiting in {} ms for the supervisor to "
+               "start a fresh agent", options_.node, instance_id_, delay.count());
+  resp->set_instance_id(instance_id_);
+  std::thread([hook = options_.request_process_restart, delay] {
+    std::this_thread::sleep_for(delay);
+    hook();
+  }).detach();
+  return grpc::Status::OK;
+}
+
 grpc::Status AgentService::WatchStatus(grpc::ServerContext* ctx,
                                        const glm::v1::WatchStatusRequest* req,
                                        grpc::ServerWriter<glm::v1::AgentStatus>* writer) {
@@ -510,6 +540,28 @@ grpc::Status AgentService::Generate(grpc::ServerContext* ctx, const glm::v1::Gen
       *req, [writer](const glm::v1::TokenEvent& e) { return writer->Write(e); },
       [ctx] { return ctx->IsCancelled(); });
   return rpc::ToGrpc(s);
+}
+
+grpc::Status AgentService::Logs(grpc::ServerContext* ctx, const glm::v1::LogsRequest* req,
+                                grpc::ServerWriter<glm::v1::LogLine>* writer) {
+  if (req->tail_lines() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("logs of node '", options_.node, "': tail_lines ",
+                                     req->tail_lines(), " is negative; give 0 (the last ",
+                                     kDefaultLogTailLines, " lines) or a positive count"));
+  }
+  const LogRing& ring = options_.log_ring != nullptr ? *options_.log_ring : ProcessLogRing();
+  StreamLogRing(
+      ring, {.tail_lines = req->tail_lines(), .follow = req->follow()},
+      [writer](const LogRing::Line& line, int64_t dropped_before) {
+        glm::v1::LogLine out;
+        out.set_seq(line.seq);
+        out.set_text(line.text);
+        out.set_dropped_before(dropped_before);
+        return writer->Write(out);
+      },
+      [&] { return ctx->IsCancelled() || logs_stop_.load(); });
+  return grpc::Status::OK;
 }
 
 }  // namespace glm::agent

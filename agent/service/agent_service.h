@@ -24,6 +24,7 @@
 #include "agent/shard/shard_host.h"
 #include "agent/stage/stage_server.h"
 #include "common/clock.h"
+#include "common/log_ring.h"
 #include "glm/v1/agent.grpc.pb.h"
 
 namespace glm::agent {
@@ -72,6 +73,12 @@ struct AgentServiceOptions {
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
   // At most one byte-progress message per interval per staging stream (plus the final one).
   Clock::Duration stage_progress_interval = std::chrono::milliseconds(250);
+  // What Logs serves; null: ProcessLogRing() (the lines this process logged).
+  const LogRing* log_ring = nullptr;
+  // RestartProcess ends the process through this (main: exit status 75 so that systemd's
+  // Restart=on-failure or the local launcher starts a fresh agent). Null: RestartProcess is
+  // refused (FAILED_PRECONDITION).
+  std::function<void()> request_process_restart;
 };
 
 class AgentService final : public glm::v1::Agent::Service {
@@ -108,12 +115,18 @@ class AgentService final : public glm::v1::Agent::Service {
                           grpc::ServerWriter<glm::v1::Progress>* writer) override;
   grpc::Status StopShard(grpc::ServerContext* ctx, const glm::v1::StopShardRequest* req,
                          grpc::ServerWriter<glm::v1::Progress>* writer) override;
+  grpc::Status RestartProcess(grpc::ServerContext* ctx, const glm::v1::RestartProcessRequest* req,
+                              glm::v1::RestartProcessResponse* resp) override;
   grpc::Status WatchStatus(grpc::ServerContext* ctx, const glm::v1::WatchStatusRequest* req,
                            grpc::ServerWriter<glm::v1::AgentStatus>* writer) override;
   grpc::Status Generate(grpc::ServerContext* ctx, const glm::v1::GenerateRequest* req,
                         grpc::ServerWriter<glm::v1::TokenEvent>* writer) override;
   grpc::Status FetchFile(grpc::ServerContext* ctx, const glm::v1::FetchFileRequest* req,
                          grpc::ServerWriter<glm::v1::FileChunk>* writer) override;
+  // The last lines of this process's log ring, then (follow) new ones until the client cancels
+  // or Shutdown(). Serves the ring only: no file, no command.
+  grpc::Status Logs(grpc::ServerContext* ctx, const glm::v1::LogsRequest* req,
+                    grpc::ServerWriter<glm::v1::LogLine>* writer) override;
   uint64_t bytes_served() const { return files_.bytes_served(); }
 
  private:
@@ -146,6 +159,7 @@ class AgentService final : public glm::v1::Agent::Service {
   std::optional<preflight::GidCheckInput> gid_input_;  // the last preflight's RDMA port, if any
   std::atomic<bool> gid_stop_{false};
   std::thread gid_thread_;
+  std::atomic<bool> logs_stop_{false};  // ends following Logs streams (Shutdown)
 };
 
 // A random 16-hex-digit id.

@@ -146,12 +146,14 @@ std::string FormatIpv4(uint32_t ip) {
 const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() {
   static const auto* sections = new std::vector<std::pair<std::string, std::vector<std::string>>>{
       {"", {"name", "local", "controller", "model", "parallel", "nccl", "fabric", "node_defaults",
-            "nodes", "page_cache"}},
-      {"controller", {"listen", "gateway", "tls", "api_key_file"}},
+            "nodes", "page_cache", "lifecycle"}},
+      {"controller", {"listen", "gateway", "tls", "api_key_file", "gateway_queue"}},
       {"controller.tls", {"ca", "cert", "key"}},
+      {"controller.gateway_queue", {"max_requests", "timeout_s"}},
       {"model", {"path", "served_name", "max_model_len", "kv_cache_dtype", "backend",
                  "weight_dtype", "kv_cache_bytes", "kv_cache_memory_fraction",
-                 "activation_reserve_bytes", "max_num_seqs", "mtp_draft_tokens"}},
+                 "activation_reserve_bytes", "max_num_seqs", "mtp_draft_tokens", "canary"}},
+      {"model.canary", {"prompt", "prompt_ids", "expect", "expect_ids", "max_tokens"}},
       {"parallel", {"tensor", "pipeline", "replicas", "layer_partition"}},
       {"nccl", {"library", "source", "expected_version", "env"}},
       {"fabric", {"mtu", "subnet"}},
@@ -159,6 +161,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() 
       {"nodes[]", {"name", "agent", "fabric_ip", "hca", "port", "gid_index", "netdev",
                    "memory_budget_bytes"}},
       {"page_cache", {"policy", "interval_s", "min_available_bytes"}},
+      {"lifecycle", {"restart_budget", "restart_window_s", "drain_timeout_s"}},
   };
   return *sections;
 }
@@ -539,6 +542,16 @@ void ParseController(Parser& p, const Field* f, ControllerSpec* c) {
     }
   }
   p.String(m, "api_key_file", false, &c->api_key_file);
+  const Field* queue = m.valid() ? m.Get("gateway_queue") : nullptr;
+  if (queue != nullptr && !queue->value.IsNull()) {
+    MapView q = p.Map(queue->value, "controller.gateway_queue", "controller.gateway_queue",
+                      queue->key_loc);
+    p.Int32(q, "max_requests", false, 1, 1 << 20, &c->gateway_queue.max_requests);
+    std::optional<double> timeout;
+    if (p.Double(q, "timeout_s", 0.0, 3600.0, /*lo_open=*/false, &timeout) && timeout) {
+      c->gateway_queue.timeout_s = *timeout;
+    }
+  }
   const Field* tls = m.valid() ? m.Get("tls") : nullptr;
   if (tls != nullptr && !tls->value.IsNull()) {
     MapView t = p.Map(tls->value, "controller.tls", "controller.tls", tls->key_loc);
@@ -547,6 +560,65 @@ void ParseController(Parser& p, const Field* f, ControllerSpec* c) {
     ok = p.String(t, "cert", true, &files.cert) && ok;
     ok = p.String(t, "key", true, &files.key) && ok;
     if (ok && t.valid()) c->tls = files;
+  }
+}
+
+// A list of token ids (each 0 .. 2^31-1) at `path`; false after reporting an error.
+bool TokenIds(Parser& p, const Field& f, const std::string& path, std::vector<int32_t>* out) {
+  if (!f.value.IsSequence() || f.value.size() == 0) {
+    p.Error(f.value_loc, path, absl::StrCat("got ", Describe(f.value)),
+            "a non-empty list of token ids, e.g. [9707, 11, 1879]");
+    return false;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < f.value.size(); ++i) {
+    const YAML::Node& e = f.value[i];
+    std::optional<int64_t> v =
+        e.IsScalar() ? Parser::ParseInteger(e.Scalar()) : std::optional<int64_t>();
+    if (!v.has_value() || *v < 0 || *v > INT32_MAX) {
+      SourceLocation loc = LocOf(e);
+      if (loc.line == 0) loc = f.value_loc;
+      p.Error(loc, absl::StrCat(path, "[", i, "]"), absl::StrCat("got ", Describe(e)),
+              "a token id >= 0");
+      ok = false;
+      continue;
+    }
+    out->push_back(static_cast<int32_t>(*v));
+  }
+  return ok;
+}
+
+void ParseCanary(Parser& p, const Field* f, CanarySpec* canary) {
+  if (f == nullptr || f->value.IsNull()) return;
+  MapView m = p.Map(f->value, "model.canary", "model.canary", f->key_loc);
+  if (!m.valid()) return;
+  canary->present = true;
+  p.String(m, "prompt", false, &canary->prompt);
+  p.String(m, "expect", false, &canary->expect);
+  for (const auto& [key, ids] : {std::pair<const char*, std::vector<int32_t>*>{
+                                     "prompt_ids", &canary->prompt_ids},
+                                 {"expect_ids", &canary->expect_ids}}) {
+    if (const Field* list = m.Get(key)) TokenIds(p, *list, m.Path(key), ids);
+  }
+  p.Int32(m, "max_tokens", false, 1, 4096, &canary->max_tokens);
+  for (const auto& [text, ids] : {std::pair<const char*, const char*>{"prompt", "prompt_ids"},
+                                  {"expect", "expect_ids"}}) {
+    const Field* a = m.Get(text);
+    const Field* b = m.Get(ids);
+    if (a != nullptr && b != nullptr) {
+      p.Error(b->key_loc, m.Path(ids), absl::StrCat("is given together with `", m.Path(text), "`"),
+              absl::StrCat("one of ", text, " (text) and ", ids, " (token ids)"));
+    }
+  }
+  if (m.Get("prompt") != nullptr && canary->prompt.empty()) {
+    p.Error(m.Get("prompt")->value_loc, m.Path("prompt"), "is empty", "some prompt text");
+  }
+  if (!canary->expect_ids.empty() && canary->max_tokens > 0 &&
+      canary->max_tokens < static_cast<int>(canary->expect_ids.size())) {
+    p.Error(m.Get("max_tokens")->value_loc, m.Path("max_tokens"),
+            absl::StrCat("is ", canary->max_tokens, ", fewer than the ",
+                         canary->expect_ids.size(), " expect_ids"),
+            "at least len(expect_ids), or leave it out");
   }
 }
 
@@ -597,6 +669,7 @@ void ParseModel(Parser& p, const Field* f, ModelSpec* model) {
   p.Size(m, "activation_reserve_bytes", true, &model->activation_reserve_bytes);
   p.Int32(m, "max_num_seqs", false, 1, 1 << 20, &model->max_num_seqs);
   p.Int32(m, "mtp_draft_tokens", false, 0, 16, &model->mtp_draft_tokens);
+  ParseCanary(p, m.valid() ? m.Get("canary") : nullptr, &model->canary);
 }
 
 void ParseParallel(Parser& p, const Field* f, ParallelSpec* par) {
@@ -738,6 +811,20 @@ void ParsePageCache(Parser& p, const Field* f, PageCacheSpec* pc) {
     pc->interval_s = *interval;
   }
   p.Size(m, "min_available_bytes", true, &pc->min_available_bytes);
+}
+
+void ParseLifecycle(Parser& p, const Field* f, LifecycleSpec* lc) {
+  if (f == nullptr || f->value.IsNull()) return;
+  MapView m = p.Map(f->value, "lifecycle", "lifecycle", f->key_loc);
+  p.Int32(m, "restart_budget", false, 0, 1000, &lc->restart_budget);
+  std::optional<double> window;
+  if (p.Double(m, "restart_window_s", 0.0, 7 * 86400.0, /*lo_open=*/true, &window) && window) {
+    lc->restart_window_s = *window;
+  }
+  std::optional<double> drain;
+  if (p.Double(m, "drain_timeout_s", 0.0, 86400.0, /*lo_open=*/false, &drain) && drain) {
+    lc->drain_timeout_s = *drain;
+  }
 }
 
 void ParseNodes(Parser& p, const Field* f, const NodeDefaults& defaults, ClusterSpec* spec) {
@@ -983,6 +1070,7 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(std::string_view text, std::string_
       ParseNccl(p, top.Get("nccl"), &spec.nccl);
       ParseFabric(p, top.Get("fabric"), &spec.fabric);
       ParsePageCache(p, top.Get("page_cache"), &spec.page_cache);
+      ParseLifecycle(p, top.Get("lifecycle"), &spec.lifecycle);
       NodeDefaults defaults;
       if (const Field* d = top.Get("node_defaults"); d != nullptr && !d->value.IsNull()) {
         MapView dm = p.Map(d->value, "node_defaults", "node_defaults", d->key_loc);

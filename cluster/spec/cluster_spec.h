@@ -12,6 +12,9 @@
 //     gateway: 0.0.0.0:8000               # OpenAI-compatible HTTP gateway
 //     tls: {ca*: ca.pem, cert*: c.pem, key*: c.key}   # mTLS between controller and agents
 //     api_key_file: keys.txt              # gateway API keys, one per line
+//     gateway_queue:                      # requests wait in the gateway for a ready replica
+//       max_requests: 256                 #   (restarts, drains); beyond this many: 503 at once
+//       timeout_s: 30                     #   at most this long, then 503; 0: no queue, 503 at once
 //   model*:
 //     path*: /models/GLM-5.2-FP8          # HF checkpoint dir (config.json, *.safetensors)
 //     served_name: glm-5.2                # name clients ask for (default: last path element)
@@ -28,6 +31,13 @@
 //     activation_reserve_bytes: 4GiB      # per node; default computed by the planner
 //     max_num_seqs: 8
 //     mtp_draft_tokens: 0                 # 0 disables MTP speculative decoding
+//     canary:                             # checked on every replica before it is admitted (bring-up,
+//       prompt: "Hello"                   #   restarts, self-healing). The prompt as text (the
+//       prompt_ids: [1, 2, 3]             #   model's tokenizer on the controller host) or ids
+//       expect: " world"                  # expected greedy output: text it starts with, or its
+//       expect_ids: [5, 6]                #   exact first ids. Neither: finite logits, the same
+//                                         #   output twice and on every replica
+//       max_tokens: 8                     # default: len(expect_ids), else 8
 //   parallel:
 //     tensor: 4
 //     pipeline: 1
@@ -57,6 +67,11 @@
 //       gid_index: auto                   # integer 0..255 or auto
 //       netdev: enp1s0f1np1
 //       memory_budget_bytes: 110GiB       # memory the engine may use on this node
+//   lifecycle:
+//     restart_budget: 3                   # automatic restarts of one replica per window (the
+//     restart_window_s: 600               #   controller re-forms a group whose agents are back);
+//                                         #   beyond it the replica stays Failed. 0: none
+//     drain_timeout_s: 30                 # `glmctl restart --rolling`'s bound on draining
 //   page_cache:
 //     policy: off                         # off | periodic | adaptive
 //     interval_s: 30
@@ -86,11 +101,18 @@ struct TlsFiles {
   std::string key;
 };
 
+// controller.gateway_queue: the gateway's admission queue (requests waiting for a ready replica).
+struct GatewayQueueSpec {
+  int max_requests = 256;
+  double timeout_s = 30.0;  // 0: no queue
+};
+
 struct ControllerSpec {
   std::string listen = "0.0.0.0:47100";
   std::string gateway = "0.0.0.0:8000";
   std::optional<TlsFiles> tls;
   std::string api_key_file;  // empty: no API keys required
+  GatewayQueueSpec gateway_queue;
 };
 
 enum class KvCacheDtype { kFp8, kBf16 };
@@ -102,6 +124,16 @@ enum class EngineBackend { kAuto, kCpu, kCuda };
 std::string_view EngineBackendName(EngineBackend backend);
 enum class WeightDtype { kAuto, kBf16, kFp32 };
 std::string_view WeightDtypeName(WeightDtype dtype);
+
+// model.canary: the request every replica must answer before it is admitted.
+struct CanarySpec {
+  bool present = false;
+  std::string prompt;               // text; empty when prompt_ids are given
+  std::vector<int32_t> prompt_ids;
+  std::string expect;               // the greedy output's text starts with this
+  std::vector<int32_t> expect_ids;  // the greedy output's first ids are these
+  int max_tokens = 0;               // 0: len(expect_ids), else 8
+};
 
 struct ModelSpec {
   std::string path;          // as written
@@ -115,6 +147,7 @@ struct ModelSpec {
   std::optional<int64_t> activation_reserve_bytes;    // per node
   int max_num_seqs = 8;
   int mtp_draft_tokens = 0;
+  CanarySpec canary;
   SourceLocation location;                // of the `model` mapping
   SourceLocation max_model_len_location;
 };
@@ -164,6 +197,13 @@ struct PageCacheSpec {
   std::optional<int64_t> min_available_bytes;
 };
 
+// lifecycle: how the controller restarts replicas.
+struct LifecycleSpec {
+  int restart_budget = 3;
+  double restart_window_s = 600.0;
+  double drain_timeout_s = 30.0;
+};
+
 struct ClusterSpec {
   std::string source;                     // file name used in messages
   std::string base_dir;                   // directory relative paths resolve against
@@ -176,6 +216,7 @@ struct ClusterSpec {
   FabricSpec fabric;
   std::vector<NodeSpec> nodes;
   PageCacheSpec page_cache;
+  LifecycleSpec lifecycle;
   SourceLocation nodes_location;
 
   // "cluster.yaml:12:5" (or just the source when `loc` is unknown), for messages.

@@ -73,6 +73,8 @@ TEST(ClusterSpec, MinimalDefaults) {
   EXPECT_FALSE(spec->nodes[0].gid_index.has_value());
   EXPECT_EQ(spec->nodes[0].location.line, 6);
   EXPECT_EQ(spec->page_cache.policy, PageCachePolicy::kOff);
+  EXPECT_EQ(spec->controller.gateway_queue.max_requests, 256);
+  EXPECT_DOUBLE_EQ(spec->controller.gateway_queue.timeout_s, 30.0);
 }
 
 TEST(ClusterSpec, FullSchema) {
@@ -83,6 +85,7 @@ TEST(ClusterSpec, FullSchema) {
                      "  gateway: '[::1]:8000'\n"
                      "  tls: {ca: ca.pem, cert: c.pem, key: c.key}\n"
                      "  api_key_file: keys\n"
+                     "  gateway_queue: {max_requests: 8, timeout_s: 2.5}\n"
                      "nccl:\n"
                      "  library: /opt/nccl/libnccl.so.2\n"
                      "  source: /srv/nccl/libnccl.so.2\n"
@@ -99,6 +102,8 @@ TEST(ClusterSpec, FullSchema) {
   EXPECT_EQ(spec->controller.listen, "0.0.0.0:0");
   ASSERT_TRUE(spec->controller.tls.has_value());
   EXPECT_EQ(spec->controller.tls->key, "c.key");
+  EXPECT_EQ(spec->controller.gateway_queue.max_requests, 8);
+  EXPECT_DOUBLE_EQ(spec->controller.gateway_queue.timeout_s, 2.5);
   EXPECT_EQ(spec->model.kv_cache_dtype, KvCacheDtype::kBf16);
   EXPECT_EQ(spec->model.kv_cache_bytes, int64_t{20} << 30);
   EXPECT_EQ(spec->model.served_name, "glm");
@@ -151,6 +156,14 @@ TEST(ClusterSpec, PolicyOffStaysAString) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->page_cache.policy, PageCachePolicy::kPeriodic);
   EXPECT_DOUBLE_EQ(spec->page_cache.interval_s, 2.5);
+}
+
+TEST(ClusterSpec, GatewayQueueTimeoutZeroTurnsTheQueueOff) {
+  auto spec = ParseClusterSpec(
+      std::string(kMinimal) + "controller:\n  gateway_queue:\n    timeout_s: 0\n", "q.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->controller.gateway_queue.timeout_s, 0.0);
+  EXPECT_EQ(spec->controller.gateway_queue.max_requests, 256);
 }
 
 TEST(ClusterSpec, ByteSizes) {
@@ -242,6 +255,24 @@ std::vector<BadYaml> BadCases() {
       {"both_kv_sizes", Replace(min, "  path: m\n",
                                 "  path: m\n  kv_cache_bytes: 1GiB\n  kv_cache_memory_fraction: 0.5\n"),
        5, 3, "model.kv_cache_memory_fraction", "at most one of"},
+      {"canary_not_a_map", Replace(min, "  path: m\n", "  path: m\n  canary: hello\n"), 4, 11,
+       "model.canary", "a mapping with keys: prompt, prompt_ids"},
+      {"canary_negative_id", Replace(min, "  path: m\n", "  path: m\n  canary: {prompt_ids: [1, -2]}\n"),
+       4, 30, "model.canary.prompt_ids[1]", "a token id >= 0"},
+      {"canary_empty_ids", Replace(min, "  path: m\n", "  path: m\n  canary: {expect_ids: []}\n"),
+       4, 25, "model.canary.expect_ids", "a non-empty list of token ids"},
+      {"canary_text_and_ids",
+       Replace(min, "  path: m\n", "  path: m\n  canary: {prompt: hi, prompt_ids: [1]}\n"), 4, 25,
+       "model.canary.prompt_ids", "one of prompt (text) and prompt_ids (token ids)"},
+      {"canary_max_tokens_short",
+       Replace(min, "  path: m\n", "  path: m\n  canary: {expect_ids: [1, 2], max_tokens: 1}\n"),
+       4, 45, "model.canary.max_tokens", "at least len(expect_ids)"},
+      {"canary_key_typo", Replace(min, "  path: m\n", "  path: m\n  canary: {expect_idz: [1]}\n"),
+       4, 13, "model.canary.expect_idz", "did you mean `expect_ids`?"},
+      {"lifecycle_negative_budget", min + "lifecycle: {restart_budget: -1}\n", 8, 29,
+       "lifecycle.restart_budget", "got -1"},
+      {"lifecycle_zero_window", min + "lifecycle: {restart_window_s: 0}\n", 8, 31,
+       "lifecycle.restart_window_s", "(0, 604800]"},
       {"kv_fraction_range", Replace(min, "  path: m\n", "  path: m\n  kv_cache_memory_fraction: 1.5\n"),
        4, 29, "model.kv_cache_memory_fraction", "(0, 1]"},
       {"kv_bytes_unit", Replace(min, "  path: m\n", "  path: m\n  kv_cache_bytes: 96XB\n"), 4, 19,
@@ -297,6 +328,20 @@ std::vector<BadYaml> BadCases() {
        "controller.tls.key", "is missing"},
       {"listen_bad", min + "controller:\n  listen: localhost\n", 9, 11, "controller.listen",
        "has no `:port`"},
+      {"gateway_queue_negative_max", min + "controller:\n  gateway_queue: {max_requests: -1}\n",
+       9, 33, "controller.gateway_queue.max_requests", "got -1; expected an integer in 1..1048576"},
+      {"gateway_queue_max_text", min + "controller:\n  gateway_queue: {max_requests: many}\n", 9,
+       33, "controller.gateway_queue.max_requests", "got \"many\""},
+      {"gateway_queue_negative_timeout",
+       min + "controller:\n  gateway_queue:\n    timeout_s: -5\n", 10, 16,
+       "controller.gateway_queue.timeout_s", "got -5; expected a number in [0, 3600]"},
+      {"gateway_queue_timeout_text",
+       min + "controller:\n  gateway_queue:\n    timeout_s: soon\n", 10, 16,
+       "controller.gateway_queue.timeout_s", "got \"soon\""},
+      {"gateway_queue_scalar", min + "controller:\n  gateway_queue: 5\n", 9, 18,
+       "controller.gateway_queue", "a mapping with keys: max_requests, timeout_s"},
+      {"gateway_queue_typo", min + "controller:\n  gateway_queue: {max_request: 3}\n", 9, 19,
+       "controller.gateway_queue.max_request", "did you mean `max_requests`?"},
       {"nccl_version", min + "nccl:\n  expected_version: \"2.30\"\n", 9, 21, "nccl.expected_version",
        "MAJOR.MINOR.PATCH"},
       {"nccl_env_list", min + "nccl:\n  env: [A, B]\n", 9, 8, "nccl.env", "a mapping"},
@@ -352,6 +397,25 @@ INSTANTIATE_TEST_SUITE_P(Table, ClusterSpecBad, ::testing::ValuesIn(BadCases()),
                          [](const ::testing::TestParamInfo<BadYaml>& param_info) {
                            return std::string(param_info.param.name);
                          });
+
+TEST(ClusterSpec, CanaryAndLifecycle) {
+  auto spec = ParseClusterSpec(
+      Replace(kMinimal, "  path: m\n",
+              "  path: m\n  canary:\n    prompt: Hello\n    expect_ids: [5, 6]\n") +
+          "lifecycle:\n  restart_budget: 0\n  restart_window_s: 60\n  drain_timeout_s: 5\n",
+      "c.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->model.canary.present);
+  EXPECT_EQ(spec->model.canary.prompt, "Hello");
+  EXPECT_THAT(spec->model.canary.expect_ids, ::testing::ElementsAre(5, 6));
+  EXPECT_EQ(spec->lifecycle.restart_budget, 0);
+  EXPECT_DOUBLE_EQ(spec->lifecycle.restart_window_s, 60.0);
+  EXPECT_DOUBLE_EQ(spec->lifecycle.drain_timeout_s, 5.0);
+  auto plain = ParseClusterSpec(kMinimal, "m.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->model.canary.present);
+  EXPECT_EQ(plain->lifecycle.restart_budget, 3);
+}
 
 TEST(ClusterSpec, TableHasAtLeastThirtyCases) { EXPECT_GE(BadCases().size(), 30u); }
 

@@ -1,16 +1,21 @@
 #include "controller/cli/commands.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -120,7 +125,7 @@ absl::Status EnsureLocalProcesses(const ClusterTopology& topology) {
   auto local = LocalCluster::Open(topology);
   if (!local.ok()) return local.status();
   for (const auto& d : local->Daemons(topology, *binaries)) {
-    if (int pid = LocalCluster::RunningPid(d); pid != 0) continue;
+    if (LocalCluster::Running(d)) continue;  // an agent's supervisor counts: it restarts it
     if (LocalCluster::Served(d)) {
       // Not ours (an agent restarted by hand, say): a second one could not bind the port.
       std::cout << d.name << ": " << d.listen
@@ -278,14 +283,55 @@ int RunHealth(const std::string& config, const GlobalFlags& flags) {
   if (flags.json) {
     std::cout << nlohmann::json{{"cluster", resp.cluster_name()},
                                 {"healthy", resp.healthy()},
+                                {"health", ClusterHealthName(resp.health())},
                                 {"message", resp.message()}}
                      .dump()
               << "\n";
   } else {
-    std::cout << (resp.healthy() ? "healthy: " : "unhealthy: ") << resp.cluster_name() << ": "
-              << resp.message() << "\n";
+    // Degraded still serves (some replicas are Ready); the exit status says "not all".
+    const char* word = resp.healthy() ? "healthy: "
+                       : resp.health() == glm::v1::CLUSTER_HEALTH_DEGRADED ? "degraded: "
+                                                                          : "unhealthy: ";
+    std::cout << word << resp.cluster_name() << ": " << resp.message() << "\n";
   }
   return resp.healthy() ? kOk : kFailed;
+}
+
+int RunRestart(const std::string& config, const GlobalFlags& flags, const RestartFlags& restart) {
+  std::optional<ClusterTopology> topology;
+  std::optional<Connection> conn;
+  if (int code = OpenCluster(config, flags, &topology, &conn); code != kOk) return code;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(6));
+  glm::v1::RestartRequest req;
+  req.set_cluster_name(topology->cluster_name);
+  req.set_rolling(restart.rolling);
+  for (int r : restart.replicas) req.add_replicas(r);
+  req.set_drain_timeout_ms(static_cast<int64_t>(restart.drain_timeout_s * 1000));
+  req.set_processes(restart.processes);
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = conn->stub->Restart(&ctx, req);
+  glm::v1::UpEvent event;
+  bool got_events = false;
+  while (reader->Read(&event)) {
+    got_events = true;
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << absl::StrFormat("[%6.1fs] ", t);
+    if (!event.node().empty() && !absl::StrContains(event.message(), event.node())) {
+      std::cout << event.node() << ": ";
+    }
+    std::cout << event.message() << "\n" << std::flush;
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) {
+    if (!got_events && s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return Unreachable(*conn, s.error_message());
+    }
+    std::cerr << "glmctl restart: " << s.error_message() << "\n";
+    return kFailed;
+  }
+  return kOk;
 }
 
 int RunGenerate(const std::string& config, const GlobalFlags& flags, const GenerateFlags& gen) {
@@ -338,6 +384,117 @@ int RunGenerate(const std::string& config, const GlobalFlags& flags, const Gener
             << " completion_tokens=" << ids.size() << "\n";
   std::cout << absl::StrJoin(ids, ",") << "\n";
   return kOk;
+}
+
+namespace {
+
+// Set by SIGINT/SIGTERM while `glmctl logs --follow` runs: the stream is cancelled and glmctl
+// exits 0 (the operator ended it).
+std::atomic<bool> logs_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+extern "C" void OnLogsSignal(int) { logs_interrupted.store(true); }
+
+}  // namespace
+
+int RunLogs(const std::string& config, const GlobalFlags& flags, const LogsFlags& logs) {
+  if (logs.args.empty() || logs.args.size() > 2 || logs.args.back().empty()) {
+    std::cerr << "glmctl logs: give the node: glmctl logs [cluster.yaml] NODE (a node name from "
+                 "cluster.yaml, or controller)\n";
+    return kUsage;
+  }
+  if (logs.tail < 0) {
+    std::cerr << "glmctl logs: --tail " << logs.tail
+              << " is negative; give a line count (0 or none: the last 200 lines)\n";
+    return kUsage;
+  }
+  const std::string yaml = logs.args.size() == 2 ? logs.args[0] : config;
+  const std::string& node = logs.args.back();
+  auto conn = ConnectForQuery(yaml, flags);
+  if (!conn.ok()) return ConfigError(conn.status());
+  if (!WaitConnected(*conn, std::chrono::seconds(5))) return Unreachable(*conn, "");
+
+  grpc::ClientContext ctx;
+  if (!logs.follow) Deadline(&ctx, std::chrono::seconds(30));
+  glm::v1::ClusterLogsRequest req;
+  req.set_node(node);
+  req.set_tail_lines(logs.tail);
+  req.set_follow(logs.follow);
+
+  // Ctrl-C ends a follow cleanly: the handler only sets a flag; this thread cancels the call.
+  struct sigaction old_int {}, old_term {};
+  std::atomic<bool> done{false};
+  std::thread interrupt_watch;
+  if (logs.follow) {
+    logs_interrupted.store(false);
+    struct sigaction sa {};
+    sa.sa_handler = OnLogsSignal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int);
+    ::sigaction(SIGTERM, &sa, &old_term);
+    interrupt_watch = std::thread([&] {
+      while (!done.load()) {
+        if (logs_interrupted.load()) {
+          ctx.TryCancel();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+  auto reader = conn->stub->Logs(&ctx, req);
+  glm::v1::LogLine line;
+  int64_t printed = 0;
+  while (reader->Read(&line)) {
+    if (line.dropped_before() > 0) {
+      std::cout << std::flush;
+      std::cerr << "glmctl logs: " << line.dropped_before() << " line(s) of " << node
+                << " before this point are no longer in its log ring (it keeps the newest 10000 "
+                   "lines, 4 MiB)\n";
+    }
+    std::cout << line.text() << "\n";
+    if (logs.follow) std::cout << std::flush;
+    ++printed;
+  }
+  grpc::Status s = reader->Finish();
+  std::cout << std::flush;
+  if (logs.follow) {
+    done.store(true);
+    interrupt_watch.join();
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+    if (logs_interrupted.load()) return kOk;
+  }
+  if (s.ok()) {
+    if (logs.follow) {
+      std::cerr << "glmctl logs: the log stream of " << node
+                << " ended (the daemon is shutting down)\n";
+    } else if (printed == 0) {
+      std::cerr << "glmctl logs: " << node << " has logged nothing yet\n";
+    }
+    return kOk;
+  }
+  switch (s.error_code()) {
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      std::cerr << "glmctl logs: " << s.error_message() << "\n";
+      return kUsage;
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      if (!WaitConnected(*conn, std::chrono::milliseconds(1))) {
+        return Unreachable(*conn, s.error_message());
+      }
+      break;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      if (!s.error_message().empty()) break;  // the agent's (the controller names the node)
+      std::cerr << "glmctl logs: the controller at " << conn->address
+                << " has no Logs RPC (an older glm-controller); fix: upgrade glm-controller\n";
+      return kFailed;
+    default:
+      break;
+  }
+  std::cerr << "glmctl logs: " << s.error_message() << "\n";
+  return kFailed;
 }
 
 int RunDown(const std::string& config, const GlobalFlags& flags) {

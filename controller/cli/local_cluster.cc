@@ -55,6 +55,100 @@ std::string ProcessExe(int pid) {
   return ec ? "" : exe.string();
 }
 
+// The pid in `pid_file` if that process is alive and runs a binary named like `binary`'s file
+// name; 0 otherwise.
+int LivePid(const std::string& pid_file, const std::string& binary) {
+  int pid = ReadPid(pid_file);
+  if (pid == 0) return 0;
+  std::string exe = ProcessExe(pid);
+  if (exe.empty()) return 0;
+  // The binary may have been rebuilt (exe shows "(deleted)"); compare by file name.
+  if (fs::path(exe).filename().string().rfind(fs::path(binary).filename().string(), 0) != 0) {
+    return 0;
+  }
+  return pid;
+}
+
+// argv[1] of a process ("" when unreadable).
+std::string ProcessArg1(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+  std::string arg0, arg1;
+  std::getline(in, arg0, '\0');
+  std::getline(in, arg1, '\0');
+  return arg1;
+}
+
+// Double fork, setsid, stdio to `log_file`, all other fds closed, exec; writes `pid_file`.
+absl::StatusOr<int> StartDetached(const std::string& name, const std::string& pid_file,
+                                  const std::string& log_file, const std::string& binary,
+                                  const std::vector<std::string>& args) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  pid_t child = ::fork();
+  if (child < 0) return absl::InternalError(absl::StrCat("fork failed: ", strerror(errno)));
+  if (child == 0) {
+    // Intermediate child: new session, fork the daemon, report its pid, exit.
+    ::setsid();
+    pid_t daemon_pid = ::fork();
+    if (daemon_pid != 0) {
+      (void)!::write(pipefd[1], &daemon_pid, sizeof(daemon_pid));
+      ::_exit(daemon_pid > 0 ? 0 : 1);
+    }
+    int devnull = ::open("/dev/null", O_RDONLY);
+    int log = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (devnull < 0 || log < 0) ::_exit(127);
+    ::dup2(devnull, 0);
+    ::dup2(log, 1);
+    ::dup2(log, 2);
+    // Nothing else leaks into the daemon (a caller's pipe must not stay open for its lifetime).
+    for (int fd = 3; fd < 1024; ++fd) ::close(fd);
+    ::umask(022);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execv(binary.c_str(), argv.data());
+    dprintf(2, "glmctl: exec %s failed: %s\n", binary.c_str(), strerror(errno));
+    ::_exit(127);
+  }
+  ::close(pipefd[1]);
+  pid_t daemon_pid = 0;
+  ssize_t n = ::read(pipefd[0], &daemon_pid, sizeof(daemon_pid));
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (n != sizeof(daemon_pid) || daemon_pid <= 0) {
+    return absl::InternalError(absl::StrCat("could not start ", name));
+  }
+  std::ofstream(pid_file) << daemon_pid << "\n";
+  return daemon_pid;
+}
+
+bool Alive(int pid) { return !ProcessExe(pid).empty(); }
+
+// Polls (every 20 ms) until `pid` is gone or `timeout` passed; true when gone.
+bool WaitGone(int pid, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (Alive(pid)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// SIGTERM, SIGKILL after `grace` (then waits up to 2 s for it to go). Returns "stopped" or
+// "killed (...)".
+std::string Terminate(int pid, std::chrono::milliseconds grace) {
+  ::kill(pid, SIGTERM);
+  if (WaitGone(pid, grace)) return "stopped";
+  ::kill(pid, SIGKILL);
+  WaitGone(pid, std::chrono::seconds(2));
+  return absl::StrCat("killed (no exit within ", grace.count(), " ms of SIGTERM)");
+}
+
 }  // namespace
 
 std::string DialAddress(const std::string& listen) {
@@ -73,7 +167,13 @@ absl::StatusOr<Binaries> FindBinaries() {
     for (auto part : absl::StrSplit(path, ':', absl::SkipEmpty())) dirs.emplace_back(std::string(part));
   }
   Binaries out;
+  out.glmctl.clear();
+  // The running glmctl itself, unless it was rebuilt meanwhile ("glmctl (deleted)").
+  if (!ec && self.filename() == "glmctl") out.glmctl = self.string();
   for (const auto& d : dirs) {
+    if (out.glmctl.empty() && Executable(d / "glmctl")) {
+      out.glmctl = fs::absolute(d / "glmctl").string();
+    }
     if (out.controller.empty() && Executable(d / "glm-controller")) {
       out.controller = fs::absolute(d / "glm-controller").string();
     }
@@ -81,10 +181,10 @@ absl::StatusOr<Binaries> FindBinaries() {
       out.agent = fs::absolute(d / "glm-agent").string();
     }
   }
-  if (out.controller.empty() || out.agent.empty()) {
+  if (out.controller.empty() || out.agent.empty() || out.glmctl.empty()) {
     return absl::NotFoundError(absl::StrCat(
         "cannot find ", out.controller.empty() ? "glm-controller " : "",
-        out.agent.empty() ? "glm-agent " : "",
+        out.agent.empty() ? "glm-agent " : "", out.glmctl.empty() ? "glmctl " : "",
         "next to glmctl, in $GLM_BIN_DIR or on $PATH: build them (cmake --build build --target "
         "glm-controller glm-agent) or set GLM_BIN_DIR"));
   }
@@ -124,6 +224,8 @@ std::vector<Daemon> LocalCluster::Daemons(const orchestrate::ClusterTopology& to
     const size_t per_node = std::max<size_t>(1, cores / std::max<size_t>(1, topology.nodes.size()));
     d.args.insert(d.args.end(), {"--engine-threads", std::to_string(per_node)});
     d.listen = node.address;
+    d.supervisor = binaries.glmctl;
+    d.supervisor_pid_file = run_dir_ + "/" + d.name + ".supervisor.pid";
     rpc::TlsFiles tls = orchestrate::NodeTlsFiles(topology, node.name);
     if (tls.enabled()) {
       d.args.insert(d.args.end(),
@@ -144,83 +246,73 @@ std::vector<Daemon> LocalCluster::Daemons(const orchestrate::ClusterTopology& to
 }
 
 int LocalCluster::RunningPid(const Daemon& daemon) {
-  int pid = ReadPid(daemon.pid_file);
-  if (pid == 0) return 0;
-  std::string exe = ProcessExe(pid);
-  if (exe.empty()) return 0;
-  // The binary may have been rebuilt (exe shows "(deleted)"); compare by file name.
-  if (fs::path(exe).filename().string().rfind(fs::path(daemon.binary).filename().string(), 0) != 0) {
-    return 0;
-  }
-  return pid;
+  return LivePid(daemon.pid_file, daemon.binary);
+}
+
+int LocalCluster::SupervisorPid(const Daemon& daemon) {
+  if (daemon.supervisor.empty()) return 0;
+  int pid = LivePid(daemon.supervisor_pid_file, daemon.supervisor);
+  return pid != 0 && ProcessArg1(pid) == "supervise" ? pid : 0;
+}
+
+bool LocalCluster::Running(const Daemon& daemon) {
+  return RunningPid(daemon) != 0 || SupervisorPid(daemon) != 0;
 }
 
 absl::StatusOr<int> LocalCluster::Start(const Daemon& daemon) {
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  pid_t child = ::fork();
-  if (child < 0) return absl::InternalError(absl::StrCat("fork failed: ", strerror(errno)));
-  if (child == 0) {
-    // Intermediate child: new session, fork the daemon, report its pid, exit.
-    ::setsid();
-    pid_t daemon_pid = ::fork();
-    if (daemon_pid != 0) {
-      (void)!::write(pipefd[1], &daemon_pid, sizeof(daemon_pid));
-      ::_exit(daemon_pid > 0 ? 0 : 1);
-    }
-    int devnull = ::open("/dev/null", O_RDONLY);
-    int log = ::open(daemon.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (devnull < 0 || log < 0) ::_exit(127);
-    ::dup2(devnull, 0);
-    ::dup2(log, 1);
-    ::dup2(log, 2);
-    // Nothing else leaks into the daemon (a caller's pipe must not stay open for its lifetime).
-    for (int fd = 3; fd < 1024; ++fd) ::close(fd);
-    ::umask(022);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(daemon.binary.c_str()));
-    for (const auto& a : daemon.args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execv(daemon.binary.c_str(), argv.data());
-    dprintf(2, "glmctl: exec %s failed: %s\n", daemon.binary.c_str(), strerror(errno));
-    ::_exit(127);
+  if (daemon.supervisor.empty()) {
+    return StartDetached(daemon.name, daemon.pid_file, daemon.log_file, daemon.binary,
+                         daemon.args);
   }
-  ::close(pipefd[1]);
-  pid_t daemon_pid = 0;
-  ssize_t n = ::read(pipefd[0], &daemon_pid, sizeof(daemon_pid));
-  ::close(pipefd[0]);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  if (n != sizeof(daemon_pid) || daemon_pid <= 0) {
-    return absl::InternalError(absl::StrCat("could not start ", daemon.name));
+  std::error_code ec;
+  fs::remove(daemon.pid_file, ec);  // so the wait below sees the supervisor's child
+  std::vector<std::string> args = {"supervise",  "--name", daemon.name, "--pid-file",
+                                   daemon.pid_file, "--log", daemon.log_file, "--",
+                                   daemon.binary};
+  args.insert(args.end(), daemon.args.begin(), daemon.args.end());
+  absl::StatusOr<int> supervisor = StartDetached(
+      daemon.name + " supervisor", daemon.supervisor_pid_file, daemon.log_file, daemon.supervisor,
+      args);
+  if (!supervisor.ok()) return supervisor.status();
+  // The supervisor writes the pid file right after its first fork.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    if (int pid = ReadPid(daemon.pid_file); pid != 0) return pid;
+    if (!Alive(*supervisor) || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::ofstream(daemon.pid_file) << daemon_pid << "\n";
-  return daemon_pid;
+  return absl::InternalError(absl::StrCat(
+      "the supervisor of ", daemon.name, " (", daemon.supervisor, " supervise, pid ", *supervisor,
+      ") did not start it within 5 s; see ", daemon.log_file));
 }
 
 std::string LocalCluster::Stop(const Daemon& daemon, std::chrono::milliseconds grace) {
-  int pid = RunningPid(daemon);
-  if (pid == 0) {
-    std::error_code ec;
-    fs::remove(daemon.pid_file, ec);
-    return "";
-  }
-  ::kill(pid, SIGTERM);
-  auto deadline = std::chrono::steady_clock::now() + grace;
-  while (std::chrono::steady_clock::now() < deadline && !ProcessExe(pid).empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  std::string how = "stopped";
-  if (!ProcessExe(pid).empty()) {
-    ::kill(pid, SIGKILL);
-    how = absl::StrCat("killed (no exit within ", grace.count(), " ms of SIGTERM)");
-  }
   std::error_code ec;
+  // The supervisor first, so nothing restarts the daemon; stopping, it stops the daemon (giving
+  // it its own grace of 5 s) and removes the daemon's pid file.
+  const int supervisor = SupervisorPid(daemon);
+  const int first_pid = RunningPid(daemon);
+  std::string supervisor_how;
+  if (supervisor != 0) {
+    supervisor_how = Terminate(supervisor, grace + std::chrono::seconds(2));
+  }
+  fs::remove(daemon.supervisor_pid_file, ec);
+  // A daemon still alive: the supervisor was killed, or it was never supervised.
+  const int pid = RunningPid(daemon);
+  std::string how = "stopped";
+  if (pid != 0) how = Terminate(pid, grace);
   fs::remove(daemon.pid_file, ec);
-  return absl::StrCat(daemon.name, " (pid ", pid, ") ", how);
+
+  const int shown = pid != 0 ? pid : first_pid;
+  if (supervisor == 0) {
+    return shown == 0 ? "" : absl::StrCat(daemon.name, " (pid ", shown, ") ", how);
+  }
+  if (shown == 0) {
+    return absl::StrCat(daemon.name, " supervisor (pid ", supervisor, ") ", supervisor_how, " (",
+                        daemon.name, " was not running)");
+  }
+  return absl::StrCat(daemon.name, " (pid ", shown, ", supervisor pid ", supervisor, ") ", how,
+                      supervisor_how == "stopped" ? "" : "; supervisor " + supervisor_how);
 }
 
 bool LocalCluster::Served(const Daemon& daemon) {

@@ -3,12 +3,17 @@
 
 #include "CLI/CLI.hpp"
 #include "controller/cli/commands.h"
+#include "controller/cli/supervisor.h"
 
 #ifndef GLM_VERSION
 #define GLM_VERSION "0.0.0"
 #endif
 
 int main(int argc, char** argv) {
+  // Hidden: `glmctl up` runs each local agent under `glmctl supervise` (supervisor.h).
+  if (argc > 1 && std::string(argv[1]) == "supervise") {
+    return glm::cli::SuperviseMain(argc - 2, argv + 2);
+  }
   CLI::App app{"glmctl: bring a GLM-5 serving cluster up with one command"};
   app.set_version_flag("--version", GLM_VERSION);
   app.require_subcommand(1);
@@ -46,6 +51,31 @@ int main(int argc, char** argv) {
   generate->add_option("--seed", gen.seed, "sampling seed (0 = the engine picks one)");
   generate->add_option("--timeout", gen.timeout_s, "seconds before giving up (default 600)");
 
+  glm::cli::LogsFlags logs_flags;
+  auto* logs = app.add_subcommand(
+      "logs", "a node's recent log lines (or the controller's), through the controller");
+  logs->add_option("[cluster.yaml] NODE", logs_flags.args,
+                   "cluster.yaml (optional), then a node name from it or `controller`")
+      ->expected(1, 2)
+      ->required();
+  logs->add_flag("-f,--follow", logs_flags.follow, "keep printing new lines until Ctrl-C");
+  logs->add_option("--tail", logs_flags.tail, "lines to print first (default 200, at most 10000)");
+
+  glm::cli::RestartFlags restart_flags;
+  auto* restart = app.add_subcommand(
+      "restart", "restart replicas' shard groups (drain, reload, canary, re-admit)");
+  add_config(restart, false);
+  restart->add_flag("--rolling", restart_flags.rolling,
+                    "one replica at a time; the others keep serving");
+  restart->add_option("--replica", restart_flags.replicas, "replica index (repeatable; default all)");
+  restart->add_option("--drain-timeout", restart_flags.drain_timeout_s,
+                      "seconds to wait for a replica's requests in flight (default "
+                      "lifecycle.drain_timeout_s, 30)")
+      ->check(CLI::Range(0.0, 86400.0));
+  restart->add_flag("--processes", restart_flags.processes,
+                    "restart the agent daemons too (systemd, or the local launcher, starts "
+                    "them again)");
+
   auto* down = app.add_subcommand("down", "stop the cluster (and its local processes)");
   add_config(down, false);
 
@@ -80,6 +110,8 @@ int main(int argc, char** argv) {
   if (status->parsed()) return glm::cli::RunStatus(config, flags);
   if (health->parsed()) return glm::cli::RunHealth(config, flags);
   if (generate->parsed()) return glm::cli::RunGenerate(config, flags, gen);
+  if (logs->parsed()) return glm::cli::RunLogs(config, flags, logs_flags);
+  if (restart->parsed()) return glm::cli::RunRestart(config, flags, restart_flags);
   if (down->parsed()) return glm::cli::RunDown(config, flags);
   if (validate->parsed()) return glm::cli::RunValidate(config, flags);
   if (plan->parsed()) return glm::cli::RunPlan(config, flags);

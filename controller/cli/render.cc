@@ -57,6 +57,9 @@ std::string ReplicaStateName(glm::v1::ReplicaState s) {
 std::string PhaseName(glm::v1::BringUpPhase p) {
   return Pascal(glm::v1::BringUpPhase_Name(p), strlen("BRING_UP_PHASE_"));
 }
+std::string ClusterHealthName(glm::v1::ClusterHealth h) {
+  return Pascal(glm::v1::ClusterHealth_Name(h), strlen("CLUSTER_HEALTH_"));
+}
 
 std::string HumanDuration(int64_t ms) {
   if (ms < 0) return "-";
@@ -122,6 +125,8 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
   j["config"] = s.config_path();
   j["phase"] = PhaseName(s.phase());
   j["phase_message"] = s.phase_message();
+  j["health"] = ClusterHealthName(s.health());
+  j["health_message"] = s.health_message();
   j["controller"] = {{"version", s.controller_version()},
                      {"uptime_ms", s.controller_uptime_ms()}};
   j["nodes"] = nlohmann::json::array();
@@ -145,6 +150,10 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
     j["replicas"].push_back({{"index", r.index()},
                              {"state", ReplicaStateName(r.state())},
                              {"message", r.message()},
+                             {"epoch", r.epoch()},
+                             {"auto_restarts", r.auto_restarts()},
+                             {"restart_budget", r.restart_budget()},
+                             {"budget_exhausted", r.budget_exhausted()},
                              {"nodes", std::vector<std::string>(r.nodes().begin(),
                                                                 r.nodes().end())}});
   }
@@ -152,8 +161,9 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
 }
 
 void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
-  out << "cluster " << s.cluster_name() << "  phase " << PhaseName(s.phase()) << "  controller "
-      << s.controller_version() << " up " << HumanDuration(s.controller_uptime_ms()) << "\n";
+  out << "cluster " << s.cluster_name() << "  " << ClusterHealthName(s.health()) << "  phase "
+      << PhaseName(s.phase()) << "  controller " << s.controller_version() << " up "
+      << HumanDuration(s.controller_uptime_ms()) << "\n";
   if (!s.phase_message().empty()) out << "  " << s.phase_message() << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"NODE", "ADDRESS", "STATE", "VERSION", "UPTIME", "HEARTBEAT", "GID", "LAST ERROR"}};
@@ -190,10 +200,15 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
     out << "no replicas planned yet (run glmctl up)\n";
     return;
   }
-  out << std::left << std::setw(9) << "REPLICA" << std::setw(10) << "STATE" << "NODES\n";
+  out << std::left << std::setw(9) << "REPLICA" << std::setw(12) << "STATE" << std::setw(10)
+      << "RESTARTS" << "NODES\n";
   for (const auto& r : s.replicas()) {
-    out << std::left << std::setw(9) << r.index() << std::setw(10)
-        << ReplicaStateName(r.state())
+    // Automatic restarts in the window / the budget ("-" before bring-up sets one).
+    std::string restarts = r.restart_budget() > 0 || r.auto_restarts() > 0
+                               ? absl::StrCat(r.auto_restarts(), "/", r.restart_budget())
+                               : "-";
+    out << std::left << std::setw(9) << r.index() << std::setw(12)
+        << ReplicaStateName(r.state()) << std::setw(10) << restarts
         << absl::StrJoin(std::vector<std::string>(r.nodes().begin(), r.nodes().end()), ",")
         << "\n";
     if (!r.message().empty()) out << "  " << r.message() << "\n";

@@ -16,6 +16,7 @@ namespace glm::cli {
 std::string NodeStateName(glm::v1::NodeState s);
 std::string ReplicaStateName(glm::v1::ReplicaState s);
 std::string PhaseName(glm::v1::BringUpPhase p);
+std::string ClusterHealthName(glm::v1::ClusterHealth h);  // "Degraded"
 // "3d4h", "5m12s", "41s", "-".
 std::string HumanDuration(int64_t ms);
 // Live per-node bring-up progress. On a terminal it keeps one line per node plus a phase line and

@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "controller/gateway/openai/ids.h"
 #include "controller/gateway/openai/output_parser.h"
 #include "controller/gateway/openai/requests.h"
@@ -25,8 +27,9 @@ int64_t UnixNow() {
       .count();
 }
 
-// An engine or transport error as the client sees it: 503 when the replica is unavailable (the
-// client may retry), 400 for a request the engine refused, 500 otherwise.
+// An engine or transport error as the client sees it: 503 when the replica is unavailable,
+// draining or not running (the client may retry), 400 for a request the engine refused, 500
+// otherwise.
 openai::ApiError FromStatus(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
@@ -34,6 +37,7 @@ openai::ApiError FromStatus(const absl::Status& status) {
       return openai::BadRequest("", std::string(status.message()));
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kFailedPrecondition:
       return openai::Unavailable(std::string(status.message()));
     default:
       return openai::InternalError(std::string(status.message()));
@@ -45,12 +49,36 @@ std::string TokenText(const tokenizer::Tokenizer& tok, int32_t id) {
   return tok.Decode(std::vector<int32_t>{id}, /*skip_special_tokens=*/false);
 }
 
+// A replica that failed, is draining or is not running: the same request may succeed on another.
+bool ReplicaFailure(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+double Seconds(Clock::Duration d) { return std::chrono::duration<double>(d).count(); }
+
+// "replica 0 is failed: <reason>; replica 1 is pending" for the replicas that are not ready, or
+// what to do when the cluster has none.
+std::string NotReadyText(const std::vector<ReplicaInfo>& replicas) {
+  std::vector<std::string> not_ready;
+  for (const ReplicaInfo& info : replicas) {
+    if (info.ready) continue;
+    not_ready.push_back(absl::StrCat("replica ", info.index, " is ", info.state,
+                                     info.reason.empty() ? "" : ": ", info.reason));
+  }
+  if (replicas.empty()) return "the cluster has none; run `glmctl up`";
+  if (not_ready.empty()) return "every ready replica already failed this request";
+  return absl::StrJoin(not_ready, "; ");
+}
+
+constexpr int kRetryAfterS = 5;  // Retry-After of the gateway's own 503s
+
 }  // namespace
 
 // One generation in flight: the HTTP exchange, the replica call and the text pipeline between
 // them (detokenizer → stop strings → reasoning / tool-call parser → JSON). Callbacks come from
 // the backend's threads one at a time; OnClose from an I/O thread; `mu` orders them.
-struct Gateway::Request {
+struct Gateway::Request : std::enable_shared_from_this<Gateway::Request> {
   Gateway* gateway = nullptr;
   std::shared_ptr<http::Exchange> exchange;
   std::string route;  // "/v1/chat/completions" | "/v1/completions"
@@ -65,7 +93,24 @@ struct Gateway::Request {
   std::unique_ptr<tokenizer::StreamDecoder> decoder;
   std::unique_ptr<openai::StopMatcher> stop;
   std::unique_ptr<openai::OutputParser> parser;  // chat only
-  std::unique_ptr<RequestTimer> timer;
+  std::unique_ptr<RequestTimer> timer;        // from the first dispatch
+  std::vector<std::string> stop_strings;     // to rebuild `stop` for a retry
+  openai::ParserOptions parser_options;      // chat: to rebuild `parser` for a retry
+  uint64_t seq = 0;                          // arrival order: the queue's order
+  Clock::TimePoint arrived{};
+
+  // Queue state, guarded by gateway->queue_mu_.
+  bool queued = false;
+  Clock::TimePoint queued_at{};
+  Clock::TimePoint deadline{};
+  // Retry state. Written only while the request is neither queued nor running (Start, Dispatch,
+  // the retry in OnDone); queue_mu_ orders those writes before the dispatcher's reads.
+  std::set<int> failed_replicas;             // replicas that failed it: never picked again
+  int attempts = 0;                          // generations started
+  int retried_attempt = 0;                   // under mu: the last attempt that ended in a retry
+  int num_replicas = 0;                      // replicas in the cluster at the last pick
+  absl::Status last_error;                   // why the last replica failed it
+  bool started = false;                      // first dispatch done (timer, SSE head)
 
   std::mutex mu;
   std::shared_ptr<http::Stream> sse;     // stream only
@@ -73,6 +118,7 @@ struct Gateway::Request {
   bool client_gone = false;
   bool stopped_by_string = false;
   bool done = false;
+  bool delivered = false;  // generated text or logprobs went to the client (stream only)
   int replica = -1;
   int64_t reserved_tokens = 0;
   int completion_tokens = 0;
@@ -123,6 +169,7 @@ struct Gateway::Request {
       }
       if (delta.empty() && chunk_logprobs.empty()) return;
       Json lp_json = logprobs ? openai::ChatLogprobsJson(chunk_logprobs) : Json();
+      delivered = true;
       sse->Send(openai::SseData(openai::ChatChunkJson(meta, delta, std::nullopt, lp_json)));
       return;
     }
@@ -136,6 +183,7 @@ struct Gateway::Request {
     choice.text = visible;
     if (logprobs) choice.logprobs = openai::CompletionLogprobsJson(chunk_logprobs, text_offset);
     text_offset += CodePoints(visible);
+    delivered = true;
     sse->Send(openai::SseData(openai::CompletionChunkJson(meta, choice)));
   }
 
@@ -145,10 +193,41 @@ struct Gateway::Request {
     return n;
   }
 
+  // Under mu: the replica failed the request before anything reached the client, and another
+  // replica may still take it.
+  bool MayRetry(const absl::Status& status) const {
+    return ReplicaFailure(status) && !delivered && !stopped_by_string && !client_gone &&
+           attempts < num_replicas && gateway->admitting_.load();
+  }
+
+  // Under mu: back to the state before the first token, for a retry on another replica.
+  void ResetPipeline() {
+    decoder = std::make_unique<tokenizer::StreamDecoder>(*gateway->model_.tokenizer);
+    stop = std::make_unique<openai::StopMatcher>(stop_strings);
+    if (chat) parser = std::make_unique<openai::OutputParser>(parser_options);
+    completion_tokens = 0;
+    text.clear();
+    logprob_log.clear();
+  }
+
   // The replica finished (or failed, or was cancelled).
   void OnDone(const absl::Status& status, const std::string& engine_reason) {
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
     if (done) return;
+    if (MayRetry(status)) {
+      gateway->Release(replica, reserved_tokens);
+      failed_replicas.insert(replica);
+      last_error = status;
+      retried_attempt = attempts;
+      call.reset();
+      ResetPipeline();
+      GLM_LOG_WARN("gateway retry request={} failed_replica={} attempt={} replicas={} error={}",
+                   meta.id, replica, attempts, num_replicas, status.ToString());
+      lock.unlock();
+      gateway->metrics_->OnRetry();
+      gateway->Requeue(shared_from_this());
+      return;
+    }
     done = true;
     gateway->Release(replica, reserved_tokens);
     // The text still held: the decoder's incomplete bytes, then the stop matcher's tail (a stop
@@ -226,7 +305,25 @@ struct Gateway::Request {
                    openai::DumpJson(openai::CompletionJson(meta, {choice}, usage)));
   }
 
-  // The client went away: cancel the generation on the replica.
+  // Ends a request that holds no replica (queue timeout, shutdown, no replica to retry on): the
+  // error as a 503 with Retry-After, or as an SSE error frame once the stream has started.
+  void Fail(const openai::ApiError& error, int retry_after_s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (done) return;
+    done = true;
+    if (timer) {
+      timer->Finish("error", static_cast<int64_t>(params.prompt_token_ids.size()),
+                    completion_tokens);
+    }
+    if (client_gone) return;
+    if (!sse) return gateway->ReplyError(exchange, route, error, retry_after_s);
+    sse->Send(openai::SseError(error));
+    sse->Send(openai::SseDone());
+    sse->Finish();
+    gateway->metrics_->OnHttp(route, 200);
+  }
+
+  // The client went away: cancel the generation on the replica, or leave the queue.
   void OnClientGone() {
     std::shared_ptr<GenerateCall> cancel;
     {
@@ -236,6 +333,7 @@ struct Gateway::Request {
       cancel = call;
     }
     if (cancel) cancel->Cancel();
+    gateway->Unqueue(this);
   }
 };
 
@@ -247,7 +345,27 @@ Gateway::Gateway(GatewayOptions options, ModelFiles model, ReplicaBackend* backe
       api_keys_(std::move(api_keys)),
       metrics_(metrics),
       clock_(clock),
-      created_unix_(UnixNow()) {}
+      created_unix_(UnixNow()) {
+  dispatcher_ = std::thread([this] { DispatchLoop(); });
+  backend_->SetReadinessListener([this] {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      queue_wake_ = true;
+    }
+    queue_cv_.notify_all();
+  });
+}
+
+Gateway::~Gateway() {
+  backend_->SetReadinessListener(nullptr);
+  StopAdmitting();  // answers what still waits
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  dispatcher_.join();
+}
 
 void Gateway::Handle(std::shared_ptr<http::Exchange> exchange) {
   const http::Request& req = exchange->request;
@@ -461,11 +579,13 @@ void Gateway::HandleChat(const std::shared_ptr<http::Exchange>& exchange) {
   parser.tools = req.tools_enabled();
   parser.tools_schema = req.tools;
   parser.parallel_tool_calls = req.parallel_tool_calls;
+  r->parser_options = parser;
   r->parser = std::make_unique<openai::OutputParser>(std::move(parser));
   r->stream = req.sampling.stream;
   r->include_usage = req.sampling.include_usage;
   r->logprobs = req.sampling.logprobs;
   r->meta = {openai::NewId("chatcmpl-"), UnixNow(), options_.served_name};
+  r->stop_strings = req.sampling.stop;
   r->stop = std::make_unique<openai::StopMatcher>(req.sampling.stop);
   Start(std::move(r));
 }
@@ -507,15 +627,16 @@ void Gateway::HandleCompletion(const std::shared_ptr<http::Exchange>& exchange) 
   r->include_usage = req.sampling.include_usage;
   r->logprobs = req.sampling.logprobs;
   r->meta = {openai::NewId("cmpl-"), UnixNow(), options_.served_name};
+  r->stop_strings = req.sampling.stop;
   r->stop = std::make_unique<openai::StopMatcher>(req.sampling.stop);
   Start(std::move(r));
 }
 
 void Gateway::Start(std::shared_ptr<Request> r) {
+  const std::string shutting_down = "the gateway is shutting down; retry on another one";
   if (!admitting_.load()) {
-    return ReplyError(r->exchange, r->route,
-                      openai::Unavailable("the gateway is shutting down; retry on another one"),
-                      5);
+    metrics_->OnUnavailable(GatewayMetrics::kUnavailableShuttingDown);
+    return ReplyError(r->exchange, r->route, openai::Unavailable(shutting_down), kRetryAfterS);
   }
   if (in_flight_.load() >= options_.max_in_flight) {
     return ReplyError(r->exchange, r->route,
@@ -524,77 +645,293 @@ void Gateway::Start(std::shared_ptr<Request> r) {
                           " requests in flight, its limit; retry after the Retry-After delay")),
                       1);
   }
+  r->seq = next_seq_.fetch_add(1);
+  r->arrived = clock_->Now();
+  // One slot for the whole life of the request: queued (leave the queue) or running (cancel).
+  std::weak_ptr<Request> weak = r;
+  r->exchange->OnClose([weak] {
+    if (auto req = weak.lock()) req->OnClientGone();
+  });
   const std::vector<ReplicaInfo> replicas = backend_->Replicas();
+  r->num_replicas = static_cast<int>(replicas.size());
+  const bool queue_on = options_.queue_timeout.count() > 0;
+  enum class Outcome { kStart, kQueued, kQueueFull, kNoReplica, kShuttingDown };
+  Outcome outcome;
+  int replica = -1;
+  size_t waiting = 0;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    waiting = queue_.size();
+    if (!admitting_.load()) {
+      outcome = Outcome::kShuttingDown;
+    } else if (((queue_.empty() && dispatching_ == 0) || !queue_on) &&
+               (replica = Pick(*r, replicas)) >= 0) {
+      // Nobody waits ahead of it (FIFO): straight to the replica.
+      Reserve(*r, replica);
+      outcome = Outcome::kStart;
+    } else if (!queue_on) {
+      outcome = Outcome::kNoReplica;
+    } else if (waiting >= static_cast<size_t>(std::max(options_.max_queued, 0))) {
+      outcome = Outcome::kQueueFull;
+    } else {
+      r->queued = true;
+      r->queued_at = r->arrived;
+      r->deadline = r->arrived + options_.queue_timeout;
+      queue_.push_back(r);  // newest arrival: the back
+      queue_wake_ = true;
+      metrics_->SetQueued(static_cast<int64_t>(queue_.size()));
+      outcome = Outcome::kQueued;
+    }
+  }
+  switch (outcome) {
+    case Outcome::kStart:
+      return Dispatch(r, replica);
+    case Outcome::kQueued:
+      queue_cv_.notify_all();
+      return;
+    case Outcome::kShuttingDown:
+      metrics_->OnUnavailable(GatewayMetrics::kUnavailableShuttingDown);
+      return ReplyError(r->exchange, r->route, openai::Unavailable(shutting_down), kRetryAfterS);
+    case Outcome::kNoReplica:
+      metrics_->OnUnavailable(GatewayMetrics::kUnavailableNoReplica);
+      return ReplyError(
+          r->exchange, r->route,
+          openai::Unavailable(absl::StrCat(
+              "no replica is ready to serve",
+              replicas.empty() ? " (the cluster has none; run `glmctl up`)"
+                               : absl::StrCat(": ", NotReadyText(replicas)))),
+          kRetryAfterS);
+    case Outcome::kQueueFull:
+      metrics_->OnUnavailable(GatewayMetrics::kUnavailableQueueFull);
+      return ReplyError(
+          r->exchange, r->route,
+          openai::Unavailable(absl::StrCat(
+              "no replica is ready to serve (", NotReadyText(replicas),
+              ") and the gateway's queue is full: ", waiting,
+              " requests already wait for one (controller.gateway_queue.max_requests); retry "
+              "after the Retry-After delay")),
+          kRetryAfterS);
+  }
+}
+
+int Gateway::Pick(const Request& r, const std::vector<ReplicaInfo>& replicas) {
   std::vector<ReplicaLoad> loads;
-  std::vector<std::string> not_ready;
   {
     std::lock_guard<std::mutex> lock(load_mu_);
     for (const ReplicaInfo& info : replicas) {
       ReplicaLoad load;
       load.replica = info.index;
-      load.ready = info.ready;
+      load.ready = info.ready && r.failed_replicas.count(info.index) == 0;
       load.outstanding_tokens = outstanding_tokens_[info.index];
       load.running_requests = info.requests_in_flight;
       loads.push_back(load);
-      if (!info.ready) {
-        not_ready.push_back(absl::StrCat("replica ", info.index, " is ", info.state,
-                                         info.reason.empty() ? "" : ": ", info.reason));
-      }
     }
   }
-  const int replica = router_.Pick(r->params.prompt_token_ids, loads);
-  if (replica < 0) {
-    return ReplyError(
-        r->exchange, r->route,
-        openai::Unavailable(absl::StrCat(
-            "no replica is ready to serve",
-            not_ready.empty() ? " (the cluster has none; run `glmctl up`)"
-                              : absl::StrCat(": ", absl::StrJoin(not_ready, "; ")))),
-        5);
-  }
-  router_.Record(replica, r->params.prompt_token_ids);
-  r->replica = replica;
-  r->reserved_tokens =
-      static_cast<int64_t>(r->params.prompt_token_ids.size()) + r->params.max_tokens;
+  return router_.Pick(r.params.prompt_token_ids, loads);
+}
+
+void Gateway::Reserve(Request& r, int replica) {
+  router_.Record(replica, r.params.prompt_token_ids);
+  r.reserved_tokens =
+      static_cast<int64_t>(r.params.prompt_token_ids.size()) + r.params.max_tokens;
   {
     std::lock_guard<std::mutex> lock(load_mu_);
-    outstanding_tokens_[replica] += r->reserved_tokens;
+    outstanding_tokens_[replica] += r.reserved_tokens;
   }
   in_flight_.fetch_add(1);
-  r->params.request_id = r->meta.id;
-  for (int32_t id : r->params.stop_token_ids) r->hidden_ids.insert(id);
-  r->decoder = std::make_unique<tokenizer::StreamDecoder>(*model_.tokenizer);
-  r->timer = std::make_unique<RequestTimer>(metrics_, clock_);
-  if (r->stream) {
-    r->sse = r->exchange->StartStream(200, {});
-    if (r->chat) {
-      r->sse->Send(openai::SseData(openai::ChatRoleChunkJson(r->meta)));
-    } else if (!r->echo_text.empty()) {
-      openai::CompletionChoice echo;
-      echo.text = r->echo_text;
-      r->text_offset = Request::CodePoints(r->echo_text);
-      r->sse->Send(openai::SseData(openai::CompletionChunkJson(r->meta, echo)));
+}
+
+void Gateway::Dispatch(const std::shared_ptr<Request>& r, int replica) {
+  int attempt = 0;
+  {
+    std::lock_guard<std::mutex> lock(r->mu);
+    if (r->client_gone || r->done) {
+      Release(replica, r->reserved_tokens);  // nobody to serve any more
+      if (!r->done && r->timer) {
+        r->timer->Finish("abort", static_cast<int64_t>(r->params.prompt_token_ids.size()), 0);
+      }
+      r->done = true;
+      return;
     }
+    r->replica = replica;
+    attempt = ++r->attempts;
   }
-  std::weak_ptr<Request> weak = r;
-  r->exchange->OnClose([weak] {
-    if (auto req = weak.lock()) req->OnClientGone();
-  });
+  if (!r->started) {
+    r->started = true;
+    r->params.request_id = r->meta.id;
+    for (int32_t id : r->params.stop_token_ids) r->hidden_ids.insert(id);
+    r->decoder = std::make_unique<tokenizer::StreamDecoder>(*model_.tokenizer);
+    // Counts from arrival: vLLM's queue time and TTFT include the wait in the gateway's queue.
+    r->timer = std::make_unique<RequestTimer>(metrics_, clock_, r->arrived);
+    if (r->stream) {
+      r->sse = r->exchange->StartStream(200, {});
+      if (r->chat) {
+        r->sse->Send(openai::SseData(openai::ChatRoleChunkJson(r->meta)));
+      } else if (!r->echo_text.empty()) {
+        openai::CompletionChoice echo;
+        echo.text = r->echo_text;
+        r->text_offset = Request::CodePoints(r->echo_text);
+        r->sse->Send(openai::SseData(openai::CompletionChunkJson(r->meta, echo)));
+      }
+    }
+    r->timer->OnScheduled();
+  }
   GenerateCallbacks callbacks;
   callbacks.on_tokens = [r](const std::vector<int32_t>& ids,
                             const std::vector<TokenLogprob>& lps) { r->OnTokens(ids, lps); };
   callbacks.on_done = [r](const absl::Status& status, const std::string& reason, int, int) {
     r->OnDone(status, reason);
   };
-  r->timer->OnScheduled();
   std::shared_ptr<GenerateCall> call = backend_->Generate(replica, r->params, std::move(callbacks));
   bool cancel_now = false;
   {
     std::lock_guard<std::mutex> lock(r->mu);
-    r->call = call;
+    // An attempt that failed at once may have been retried already: keep no stale call.
+    if (r->attempts == attempt && r->retried_attempt != attempt && !r->done) r->call = call;
     cancel_now = (r->client_gone || r->stopped_by_string) && !r->done;
   }
   if (cancel_now) call->Cancel();
+}
+
+void Gateway::Requeue(const std::shared_ptr<Request>& r) {
+  const Clock::TimePoint now = clock_->Now();
+  {
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    if (!admitting_.load()) {  // StopAdmitting has flushed the queue already
+      lock.unlock();
+      metrics_->OnUnavailable(GatewayMetrics::kUnavailableShuttingDown);
+      return r->Fail(openai::Unavailable("the gateway is shutting down; retry on another one"),
+                     kRetryAfterS);
+    }
+    r->queued = true;
+    r->queued_at = now;
+    // With the queue off (timeout 0) the dispatcher still tries the other replicas once.
+    r->deadline = now + options_.queue_timeout;
+    // Retries skip the max_queued bound (the request was admitted already) and keep their
+    // arrival order: they go ahead of requests that arrived after them.
+    auto at = std::upper_bound(
+        queue_.begin(), queue_.end(), r->seq,
+        [](uint64_t seq, const std::shared_ptr<Request>& q) { return seq < q->seq; });
+    queue_.insert(at, r);
+    queue_wake_ = true;
+    metrics_->SetQueued(static_cast<int64_t>(queue_.size()));
+  }
+  queue_cv_.notify_all();
+}
+
+void Gateway::Unqueue(Request* r) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (!r->queued) return;
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [r](const std::shared_ptr<Request>& q) { return q.get() == r; });
+    if (it == queue_.end()) return;
+    r->queued = false;
+    metrics_->OnQueueLeft(Seconds(clock_->Now() - r->queued_at));
+    queue_.erase(it);
+    metrics_->SetQueued(static_cast<int64_t>(queue_.size()));
+  }
+  std::lock_guard<std::mutex> lock(r->mu);
+  if (r->done) return;
+  r->done = true;
+  if (r->timer) {
+    r->timer->Finish("abort", static_cast<int64_t>(r->params.prompt_token_ids.size()), 0);
+  }
+}
+
+void Gateway::DispatchLoop() {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  while (!stopping_) {
+    if (queue_.empty()) {
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      continue;
+    }
+    queue_cv_.wait_for(lock, options_.queue_recheck, [this] { return stopping_ || queue_wake_; });
+    if (stopping_) break;
+    queue_wake_ = false;
+    lock.unlock();
+    PumpQueue();
+    lock.lock();
+  }
+}
+
+void Gateway::PumpQueue() {
+  const std::vector<ReplicaInfo> replicas = backend_->Replicas();
+  const Clock::TimePoint now = clock_->Now();
+  std::vector<std::pair<std::shared_ptr<Request>, int>> start;
+  std::vector<std::pair<std::shared_ptr<Request>, double>> expired;  // with the seconds waited
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    // In arrival order: an earlier request gets a ready replica first.
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      Request& r = **it;
+      r.num_replicas = static_cast<int>(replicas.size());
+      const int replica = Pick(r, replicas);
+      if (replica >= 0) {
+        Reserve(r, replica);
+        start.emplace_back(*it, replica);
+      } else if (now >= r.deadline) {
+        expired.emplace_back(*it, Seconds(now - r.queued_at));
+      } else {
+        ++it;
+        continue;
+      }
+      r.queued = false;
+      metrics_->OnQueueLeft(Seconds(now - r.queued_at));
+      it = queue_.erase(it);
+    }
+    metrics_->SetQueued(static_cast<int64_t>(queue_.size()));
+    dispatching_ += start.size();
+  }
+  for (const auto& [r, replica] : start) {
+    Dispatch(r, replica);
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    --dispatching_;
+  }
+  if (expired.empty()) return;
+  const std::string not_ready = NotReadyText(replicas);
+  for (const auto& [r, waited] : expired) {
+    std::string message;
+    if (!r->last_error.ok()) {
+      message = absl::StrCat("replica ", r->replica, " failed the request before its first token (",
+                             r->last_error.message(), ") and no other replica is ready");
+    } else {
+      message = "no replica became ready";
+    }
+    if (options_.queue_timeout.count() > 0) {
+      absl::StrAppend(&message, absl::StrFormat(" within %.1f s (waited %.1f s in the gateway's "
+                                                "queue; controller.gateway_queue.timeout_s)",
+                                                Seconds(options_.queue_timeout), waited));
+    }
+    absl::StrAppend(&message, ": ", not_ready, "; retry after the Retry-After delay");
+    metrics_->OnUnavailable(GatewayMetrics::kUnavailableQueueTimeout);
+    r->Fail(openai::Unavailable(message), kRetryAfterS);
+  }
+}
+
+void Gateway::StopAdmitting() {
+  std::deque<std::shared_ptr<Request>> flushed;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    admitting_.store(false);
+    flushed.swap(queue_);
+    const Clock::TimePoint now = clock_->Now();
+    for (const auto& r : flushed) {
+      r->queued = false;
+      metrics_->OnQueueLeft(Seconds(now - r->queued_at));
+    }
+    metrics_->SetQueued(0);
+  }
+  for (const auto& r : flushed) {
+    metrics_->OnUnavailable(GatewayMetrics::kUnavailableShuttingDown);
+    r->Fail(openai::Unavailable("the gateway is shutting down; retry on another one"),
+            kRetryAfterS);
+  }
+}
+
+int Gateway::queued() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return static_cast<int>(queue_.size());
 }
 
 void Gateway::Release(int replica, int64_t tokens) {
@@ -692,8 +1029,8 @@ void Gateway::HandleMetrics(const std::shared_ptr<http::Exchange>& exchange) {
   }
   metrics_->SetReplicaStates(replica_states);
   metrics_->SetNodeStates(backend_->NodeStates());
-  // Requests the gateway has sent to replicas. It holds none back: a request waits, if at all,
-  // in its replica's scheduler.
+  // Requests the gateway has sent to replicas. Engine-side waiting is not known here (0); the
+  // gateway's own queue is glmctl_gateway_requests_queued.
   metrics_->SetRunning(in_flight_.load());
   metrics_->SetWaiting(0);
   Reply(exchange, "/metrics", 200, metrics_->Render(), "text/plain; version=0.0.4");

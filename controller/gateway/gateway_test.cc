@@ -1,6 +1,7 @@
 // The gateway's routes over a real HTTP server on loopback and a scripted replica backend: the
 // OpenAI shapes (JSON and SSE), the GLM parsers in the loop, errors and their statuses, API keys,
-// health, metrics, and a disconnecting client cancelling its generation.
+// health, metrics, a disconnecting client cancelling its generation, the admission queue (no
+// replica ready) and the retry of a generation a replica failed before its first token.
 #include "controller/gateway/gateway.h"
 
 #include <unistd.h>
@@ -8,6 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
+#include <set>
 #include <thread>
 
 #include "controller/gateway/testing/fake_replica_backend.h"
@@ -72,8 +76,12 @@ class GatewayTest : public ::testing::Test {
     options.served_name = "tiny-chat";
     options.max_model_len = 256;
     options.version = "1.2.3";
+    options.max_queued = max_queued_;
+    options.queue_timeout = queue_timeout_;
+    options.queue_recheck = queue_recheck_;
+    gateway_.reset();  // one gateway (and readiness listener) at a time
     gateway_ = std::make_unique<Gateway>(options, *model, &backend_, std::move(keys), &metrics_,
-                                         Clock::Real());
+                                         clock_);
     http::ServerOptions server_options;
     server_options.io_threads = 2;
     auto server = http::Server::Start(
@@ -94,6 +102,42 @@ class GatewayTest : public ::testing::Test {
     return Http(server_->port(), "POST", path, body.dump(), headers);
   }
   testing::HttpResult Get(const std::string& path) { return Http(server_->port(), "GET", path); }
+  // A request from a thread of its own, for requests that wait in the gateway's queue.
+  std::future<testing::HttpResult> PostAsync(const std::string& path, const Json& body) {
+    const int port = server_->port();
+    return std::async(std::launch::async,
+                      [port, path, text = body.dump()] { return Http(port, "POST", path, text); });
+  }
+  // Polls `done` until it holds or 10 s pass.
+  static bool WaitFor(const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return true;
+  }
+  std::vector<int32_t> ChatPrompt(const std::string& user) {
+    return Ids("[gMASK]<sop><|user|>" + user + "<|assistant|><think>");
+  }
+  FakeReplicaBackend::Script Fails(absl::Status error, const std::string& text = "") {
+    FakeReplicaBackend::Script s;
+    s.tokens = text.empty() ? std::vector<int32_t>{} : Ids(text);
+    s.error = std::move(error);
+    return s;
+  }
+  FakeReplicaBackend::Script Answers(const std::string& text) {
+    FakeReplicaBackend::Script s;
+    s.tokens = Ids(text);
+    return s;
+  }
+
+  // Options of the next Start().
+  int max_queued_ = 256;
+  std::chrono::milliseconds queue_timeout_{30000};
+  std::chrono::milliseconds queue_recheck_{25};
+  Clock* clock_ = Clock::Real();
+  FakeClock fake_clock_;
 
   fs::path dir_;
   FakeReplicaBackend backend_{1};
@@ -279,6 +323,8 @@ TEST_F(GatewayTest, BadRequestsNameTheParameter) {
 }
 
 TEST_F(GatewayTest, NoReadyReplicaIs503WithRetryAfterAndHealthSaysWhy) {
+  queue_timeout_ = std::chrono::milliseconds(0);  // no queue: 503 at once
+  Start(nullptr);
   EXPECT_EQ(Get("/health").status, 200);
   backend_.SetReady(0, false);
   testing::HttpResult r = Post("/v1/chat/completions", ChatBody());
@@ -376,6 +422,282 @@ TEST_F(GatewayTest, MetricsUseVllmNamesAndCountRequests) {
   EXPECT_THAT(r.body, ::testing::ContainsRegex("vllm:request_success_total\\{[^}]*finished_reason=\"stop\"[^}]*\\} 1"));
   EXPECT_THAT(r.body, HasSubstr("vllm:kv_cache_usage_perc"));
   EXPECT_THAT(r.body, HasSubstr("glmctl_replica_state"));
+}
+
+
+// The content deltas of a chat stream, joined.
+std::string StreamedContent(const testing::HttpResult& r) {
+  std::string content;
+  for (const std::string& event : r.Events()) {
+    if (event == "[DONE]") continue;
+    Json c = Json::parse(event);
+    if (!c.contains("choices") || c["choices"].empty()) continue;
+    const Json& d = c["choices"][0]["delta"];
+    if (d.contains("content")) content += d["content"].get<std::string>();
+  }
+  return content;
+}
+
+Json ChatSays(const std::string& user, bool stream = false) {
+  Json body = ChatBody(stream);
+  body["messages"][0]["content"] = user;
+  return body;
+}
+
+TEST_F(GatewayTest, QueuedRequestStartsWhenAReplicaBecomesReady) {
+  backend_.SetReady(0, false);
+  Script("</think>later");
+  auto pending = PostAsync("/v1/chat/completions", ChatBody());
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 1; }));
+  EXPECT_TRUE(backend_.requests().empty());
+  EXPECT_THAT(Get("/metrics").body,
+              HasSubstr("glmctl_gateway_requests_queued{model_name=\"tiny-chat\"} 1\n"));
+  backend_.SetReady(0, true);  // the readiness listener wakes the queue
+  testing::HttpResult r = pending.get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["choices"][0]["message"]["content"], "later");
+  EXPECT_EQ(backend_.requests().size(), 1u);
+  EXPECT_EQ(gateway_->queued(), 0);
+  const std::string metrics = Get("/metrics").body;
+  EXPECT_THAT(metrics, HasSubstr("glmctl_gateway_requests_queued{model_name=\"tiny-chat\"} 0\n"));
+  EXPECT_THAT(metrics,
+              HasSubstr("glmctl_gateway_queue_time_seconds_count{model_name=\"tiny-chat\"} 1\n"));
+}
+
+TEST_F(GatewayTest, QueueRechecksReadinessWithoutANotification) {
+  backend_.SetReady(0, false);
+  Script("</think>polled");
+  auto pending = PostAsync("/v1/chat/completions", ChatBody(true));
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 1; }));
+  backend_.SetReady(0, true, "", /*notify=*/false);  // seen at the next periodic re-check
+  testing::HttpResult r = pending.get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(StreamedContent(r), "polled");
+  EXPECT_EQ(r.Events().back(), "[DONE]");
+}
+
+TEST_F(GatewayTest, QueueTimeoutIs503WithRetryAfterSayingWhyAndHowLong) {
+  clock_ = &fake_clock_;
+  Start(nullptr);
+  backend_.SetReady(0, false);
+  auto first = PostAsync("/v1/chat/completions", ChatBody());
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 1; }));
+  fake_clock_.Advance(std::chrono::seconds(15));
+  auto second = PostAsync("/v1/completions", Json{{"prompt", "Hello"}});
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 2; }));
+  fake_clock_.Advance(std::chrono::seconds(15));
+  // The first has waited 30 s and expires; the second (15 s) is judged at the same moment and
+  // still waits.
+  testing::HttpResult r = first.get();
+  EXPECT_EQ(gateway_->queued(), 1);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(r.Header("retry-after"), "5");
+  const std::string message = Json::parse(r.body)["error"]["message"];
+  EXPECT_THAT(message, HasSubstr("no replica became ready within 30.0 s (waited 30.0 s"));
+  EXPECT_THAT(message, HasSubstr("replica 0 is failed: replica 0 is down"));
+  fake_clock_.Advance(std::chrono::seconds(15));
+  EXPECT_EQ(second.get().status, 503);
+  EXPECT_TRUE(backend_.requests().empty());
+  EXPECT_EQ(gateway_->queued(), 0);
+  EXPECT_THAT(Get("/metrics").body,
+              HasSubstr("glmctl_gateway_unavailable_total{model_name=\"tiny-chat\","
+                        "reason=\"queue_timeout\"} 2\n"));
+}
+
+TEST_F(GatewayTest, FullQueueIs503AtOnce) {
+  max_queued_ = 1;
+  Start(nullptr);
+  backend_.SetReady(0, false);
+  Script("</think>first");
+  auto first = PostAsync("/v1/chat/completions", ChatBody());
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 1; }));
+  testing::HttpResult full = Post("/v1/chat/completions", ChatBody());
+  EXPECT_EQ(full.status, 503) << full.body;
+  EXPECT_EQ(full.Header("retry-after"), "5");
+  EXPECT_THAT(full.body, HasSubstr("queue is full: 1 requests already wait"));
+  EXPECT_THAT(full.body, HasSubstr("replica 0 is failed"));
+  backend_.SetReady(0, true);
+  EXPECT_EQ(first.get().status, 200);
+  EXPECT_EQ(backend_.requests().size(), 1u);
+}
+
+TEST_F(GatewayTest, ClientThatLeavesWhileQueuedIsRemovedAndNeverGenerates) {
+  backend_.SetReady(0, false);
+  const int fd = testing::ConnectLoopback(server_->port(), std::chrono::seconds(5));
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(testing::SendAll(
+      fd, testing::RequestText("POST", "/v1/chat/completions", ChatSays("gone").dump(), {})));
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 1; }));
+  ::close(fd);
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 0; }));
+  backend_.SetReady(0, true);
+  Script("</think>ok");
+  // A later request runs; the one that left never reached a replica.
+  ASSERT_EQ(Post("/v1/chat/completions", ChatSays("stays")).status, 200);
+  auto requests = backend_.requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].second.prompt_token_ids, ChatPrompt("stays"));
+  EXPECT_EQ(gateway_->in_flight(), 0);
+}
+
+TEST_F(GatewayTest, StopAdmittingAnswersEveryQueuedRequest) {
+  backend_.SetReady(0, false);
+  auto a = PostAsync("/v1/chat/completions", ChatBody());
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 1; }));
+  auto b = PostAsync("/v1/completions", Json{{"prompt", "Hello"}});
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 2; }));
+  gateway_->StopAdmitting();
+  for (auto* pending : {&a, &b}) {
+    testing::HttpResult r = pending->get();
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_EQ(r.Header("retry-after"), "5");
+    EXPECT_THAT(r.body, HasSubstr("shutting down"));
+  }
+  EXPECT_EQ(gateway_->queued(), 0);
+  backend_.SetReady(0, true);
+  EXPECT_EQ(Post("/v1/chat/completions", ChatBody()).status, 503);
+  EXPECT_TRUE(backend_.requests().empty());
+}
+
+TEST_F(GatewayTest, QueuedRequestsStartInArrivalOrderAndNewOnesDoNotOvertake) {
+  queue_recheck_ = std::chrono::hours(1);  // only enqueues and notifications wake the queue
+  Start(nullptr);
+  backend_.SetReady(0, false);
+  Script("</think>ok");
+  auto one = PostAsync("/v1/chat/completions", ChatSays("one"));
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 1; }));
+  auto two = PostAsync("/v1/chat/completions", ChatSays("two"));
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 2; }));
+  // The replica is ready but the queue has not looked yet: a new request must queue behind.
+  backend_.SetReady(0, true, "", /*notify=*/false);
+  testing::HttpResult three = Post("/v1/chat/completions", ChatSays("three"));
+  EXPECT_EQ(three.status, 200) << three.body;
+  EXPECT_EQ(one.get().status, 200);
+  EXPECT_EQ(two.get().status, 200);
+  auto requests = backend_.requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[0].second.prompt_token_ids, ChatPrompt("one"));
+  EXPECT_EQ(requests[1].second.prompt_token_ids, ChatPrompt("two"));
+  EXPECT_EQ(requests[2].second.prompt_token_ids, ChatPrompt("three"));
+}
+
+TEST_F(GatewayTest, ReplicaFailureBeforeTheFirstTokenIsRetriedOnAnotherReplica) {
+  backend_.AddReplica();
+  backend_.SetReplicaScript(0, Fails(absl::FailedPreconditionError("replica 0 is not Running")));
+  backend_.SetReplicaScript(1, Answers("</think>fine"));
+  testing::HttpResult r = Post("/v1/chat/completions", ChatBody());
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json j = Json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "fine");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], Ids("</think>fine").size());
+  auto requests = backend_.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0].first, 0);
+  EXPECT_EQ(requests[1].first, 1);
+  EXPECT_EQ(requests[1].second.prompt_token_ids, requests[0].second.prompt_token_ids);
+  EXPECT_EQ(gateway_->in_flight(), 0);
+  EXPECT_THAT(Get("/metrics").body,
+              HasSubstr("glmctl_gateway_request_retries_total{model_name=\"tiny-chat\"} 1\n"));
+}
+
+TEST_F(GatewayTest, StreamRetryWaitsInTheQueueAndTheClientSeesOneNormalStream) {
+  backend_.AddReplica();
+  backend_.SetReady(1, false, "draining");
+  backend_.SetReplicaScript(0, Fails(absl::UnavailableError("replica 0 is draining")));
+  backend_.SetReplicaScript(1, Answers("a</think>bc"));
+  auto pending = PostAsync("/v1/chat/completions", ChatBody(true));
+  // Replica 0 failed it; replica 1 is not ready yet: back in the queue.
+  ASSERT_TRUE(WaitFor([&] { return gateway_->queued() == 1 && backend_.requests().size() == 1; }));
+  backend_.SetReady(1, true);
+  testing::HttpResult r = pending.get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> events = r.Events();
+  ASSERT_GE(events.size(), 3u) << r.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string reasoning, content, finish;
+  int roles = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    Json c = Json::parse(events[i]);
+    ASSERT_FALSE(c.contains("error")) << events[i];
+    const Json& d = c["choices"][0]["delta"];
+    if (d.contains("role")) ++roles;
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content")) content += d["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(roles, 1);
+  EXPECT_EQ(reasoning, "a");
+  EXPECT_EQ(content, "bc");
+  EXPECT_EQ(finish, "stop");
+  auto requests = backend_.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].first, 1);
+}
+
+TEST_F(GatewayTest, NonStreamedTokensOfAFailedAttemptAreDiscardedOnRetry) {
+  // Nothing of a non-streamed answer has reached the client before the end: a replica that
+  // failed after some tokens is retried, and only the new attempt's text is answered.
+  backend_.AddReplica();
+  backend_.SetReplicaScript(
+      0, Fails(absl::UnavailableError("replica 0: rank 1 died"), "</think>partial"));
+  backend_.SetReplicaScript(1, Answers("</think>whole"));
+  testing::HttpResult r = Post("/v1/chat/completions", ChatBody());
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json j = Json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "whole");
+  EXPECT_EQ(j["usage"]["completion_tokens"], Ids("</think>whole").size());
+  EXPECT_EQ(backend_.requests().size(), 2u);
+}
+
+TEST_F(GatewayTest, StreamFailureAfterTheFirstTokenIsNotRetried) {
+  backend_.AddReplica();
+  backend_.SetReplicaScript(
+      0, Fails(absl::UnavailableError("replica 0: rank 1 died"), "</think>partial"));
+  backend_.SetReplicaScript(1, Answers("</think>never"));
+  testing::HttpResult r = Post("/v1/chat/completions", ChatBody(true));
+  ASSERT_EQ(r.status, 200);
+  std::vector<std::string> events = r.Events();
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  Json error = Json::parse(events[events.size() - 2]);
+  EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("rank 1 died"));
+  EXPECT_EQ(StreamedContent(r), "partial");
+  EXPECT_EQ(backend_.requests().size(), 1u);
+  EXPECT_THAT(Get("/metrics").body,
+              HasSubstr("glmctl_gateway_request_retries_total{model_name=\"tiny-chat\"} 0\n"));
+}
+
+TEST_F(GatewayTest, RetriesAreBoundedByTheNumberOfReplicas) {
+  backend_.AddReplica();
+  backend_.AddReplica();
+  backend_.SetScript(Fails(absl::UnavailableError("draining")));
+  testing::HttpResult r = Post("/v1/chat/completions", ChatBody());
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("draining"));
+  auto requests = backend_.requests();
+  ASSERT_EQ(requests.size(), 3u);  // each replica once
+  std::set<int> replicas;
+  for (const auto& [replica, params] : requests) replicas.insert(replica);
+  EXPECT_EQ(replicas, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(gateway_->in_flight(), 0);
+  EXPECT_EQ(gateway_->queued(), 0);
+  EXPECT_THAT(Get("/metrics").body,
+              HasSubstr("glmctl_gateway_request_retries_total{model_name=\"tiny-chat\"} 2\n"));
+}
+
+TEST_F(GatewayTest, RetryWithTheQueueOffFailsWhenNoOtherReplicaIsReady) {
+  queue_timeout_ = std::chrono::milliseconds(0);
+  Start(nullptr);
+  backend_.AddReplica();
+  backend_.SetReady(1, false);
+  backend_.SetReplicaScript(0, Fails(absl::UnavailableError("replica 0 is draining")));
+  testing::HttpResult r = Post("/v1/chat/completions", ChatBody());
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(r.Header("retry-after"), "5");
+  EXPECT_THAT(r.body, HasSubstr("replica 0 failed the request before its first token"));
+  EXPECT_THAT(r.body, HasSubstr("replica 1 is failed"));
+  EXPECT_EQ(backend_.requests().size(), 1u);
 }
 
 }  // namespace

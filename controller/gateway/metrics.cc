@@ -433,6 +433,23 @@ GatewayMetrics::GatewayMetrics(std::string model_name, int64_t max_model_len)
   http_requests_ = &registry_.AddCounter("glmctl_http_requests_total",
                                          "HTTP responses by route and status code.",
                                          {"route", "code"});
+  queued_ = &registry_.AddGauge("glmctl_gateway_requests_queued",
+                                "Requests waiting in the gateway for a ready replica.", m)
+                 .With(mv);
+  gateway_queue_time_ =
+      &registry_.AddHistogram("glmctl_gateway_queue_time_seconds",
+                              "Time requests waited in the gateway for a ready replica.",
+                              TtftBuckets(), m).With(mv);
+  retries_ = &registry_.AddCounter("glmctl_gateway_request_retries_total",
+                                   "Requests re-routed after their replica failed them before "
+                                   "the first token.", m).With(mv);
+  unavailable_ = &registry_.AddCounter("glmctl_gateway_unavailable_total",
+                                       "503 answers of the gateway itself, by reason.",
+                                       {"model_name", "reason"});
+  for (const char* reason : {kUnavailableNoReplica, kUnavailableQueueFull,
+                             kUnavailableQueueTimeout, kUnavailableShuttingDown}) {
+    unavailable_->With({model_name_, reason});
+  }
 }
 
 void GatewayMetrics::OnRequestAdmitted() { requests_admitted_->Inc(); }
@@ -498,10 +515,22 @@ void GatewayMetrics::OnHttp(std::string_view route, int code) {
   http_requests_->With({route, std::to_string(code)}).Inc();
 }
 
+void GatewayMetrics::SetQueued(int64_t num_requests) {
+  queued_->Set(static_cast<double>(num_requests));
+}
+void GatewayMetrics::OnQueueLeft(double seconds) { gateway_queue_time_->Observe(seconds); }
+void GatewayMetrics::OnRetry() { retries_->Inc(); }
+void GatewayMetrics::OnUnavailable(std::string_view reason) {
+  unavailable_->With({model_name_, reason}).Inc();
+}
+
 // ---- RequestTimer ----------------------------------------------------------------------------
 
 RequestTimer::RequestTimer(GatewayMetrics* metrics, Clock* clock)
-    : metrics_(metrics), clock_(clock), admitted_(clock->Now()) {
+    : RequestTimer(metrics, clock, clock->Now()) {}
+
+RequestTimer::RequestTimer(GatewayMetrics* metrics, Clock* clock, Clock::TimePoint admitted)
+    : metrics_(metrics), clock_(clock), admitted_(admitted) {
   metrics_->OnRequestAdmitted();
 }
 

@@ -202,6 +202,19 @@ class GatewayMetrics {
   // "other" for 404s), never the raw request path: every distinct value is a new series.
   void OnHttp(std::string_view route, int code);
 
+  // The gateway's admission queue (requests waiting for a ready replica; engine-side waiting is
+  // vllm:num_requests_waiting). All carry `model_name`.
+  void SetQueued(int64_t num_requests);     // glmctl_gateway_requests_queued
+  void OnQueueLeft(double seconds);         // glmctl_gateway_queue_time_seconds (started or not)
+  void OnRetry();                           // glmctl_gateway_request_retries_total
+  // glmctl_gateway_unavailable_total{reason}: 503s the gateway answered itself. `reason` is one
+  // of kUnavailable* below (a fixed set: each value is a series).
+  void OnUnavailable(std::string_view reason);
+  static constexpr char kUnavailableNoReplica[] = "no_replica";       // queue off, none ready
+  static constexpr char kUnavailableQueueFull[] = "queue_full";
+  static constexpr char kUnavailableQueueTimeout[] = "queue_timeout";
+  static constexpr char kUnavailableShuttingDown[] = "shutting_down";
+
  private:
   const std::string model_name_;
   MetricsRegistry registry_;
@@ -227,6 +240,10 @@ class GatewayMetrics {
   Histogram* prompt_tokens_hist_;
   Histogram* generation_tokens_hist_;
   Histogram* iteration_tokens_;
+  Gauge* queued_;
+  Histogram* gateway_queue_time_;
+  Counter* retries_;
+  CounterFamily* unavailable_;
 };
 
 // One request's timing on the injected clock, reported to GatewayMetrics; so the gateway never
@@ -235,6 +252,9 @@ class RequestTimer {
  public:
   // Counts the admission (OnRequestAdmitted) and starts the clock.
   RequestTimer(GatewayMetrics* metrics, Clock* clock);
+  // The same for a request that arrived at `admitted` (it waited in the gateway's queue since):
+  // queue time and TTFT count from then.
+  RequestTimer(GatewayMetrics* metrics, Clock* clock, Clock::TimePoint admitted);
 
   // The request left the queue (sent to a replica). Optional: the first token implies it.
   void OnScheduled();

@@ -79,6 +79,12 @@ class ReplicaBackend {
   // callbacks report it (an unreachable replica reports through on_done too). Thread-safe.
   virtual std::shared_ptr<GenerateCall> Generate(int replica, const GenerateParams& params,
                                                  GenerateCallbacks callbacks) = 0;
+  // Optional. `listener` runs whenever a replica's `ready` may have changed, so requests waiting
+  // for a ready replica start at once instead of at the gateway's next periodic re-check. It runs
+  // on a backend thread, outside the backend's locks, must be cheap and must not call back into
+  // the backend. An empty function clears it; once this returns, the previous listener is not
+  // running and never runs again. The default keeps none: callers must not depend on it.
+  virtual void SetReadinessListener(std::function<void()> /*listener*/) {}
 };
 
 }  // namespace glm::gateway

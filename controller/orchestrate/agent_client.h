@@ -37,6 +37,17 @@ class AgentClient {
   // rank of the replica must be started concurrently) or failed.
   virtual absl::Status StartShard(const glm::v1::StartShardRequest& request,
                                   const ProgressFn& on_progress, Clock::Duration timeout) = 0;
+  // Restarts: the shard admits nothing and its requests in flight finish (bounded by the
+  // request's timeout_ms; DEADLINE_EXCEEDED when some are left).
+  virtual absl::Status DrainShard(const glm::v1::DrainShardRequest& request,
+                                  const ProgressFn& on_progress, Clock::Duration timeout) = 0;
+  // One generation on a head shard (the canary): every token event to `on_event`, in order.
+  using TokenFn = std::function<void(const glm::v1::TokenEvent&)>;
+  virtual absl::Status Generate(const glm::v1::GenerateRequest& request, const TokenFn& on_event,
+                                Clock::Duration timeout) = 0;
+  // The agent process exits for its supervisor to start a fresh one (`restart --processes`).
+  virtual absl::StatusOr<glm::v1::RestartProcessResponse> RestartProcess(
+      const glm::v1::RestartProcessRequest& request, Clock::Duration timeout) = 0;
 };
 
 // Makes a client for a node (cheap: no I/O; connecting happens on the first call).

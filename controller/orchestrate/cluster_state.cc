@@ -1,6 +1,7 @@
 #include "controller/orchestrate/cluster_state.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 
 namespace glm::orchestrate {
@@ -14,6 +15,7 @@ void ClusterState::Reset(const ClusterTopology& topology) {
   order_.clear();
   nodes_.clear();
   replicas_.clear();
+  controls_.clear();
   for (const auto& n : topology.nodes) {
     order_.push_back(n.name);
     Node& node = nodes_[n.name];
@@ -28,6 +30,7 @@ void ClusterState::Reset(const ClusterTopology& topology) {
 void ClusterState::SetReplicas(const std::vector<std::vector<std::string>>& replicas) {
   std::lock_guard<std::mutex> lock(mu_);
   replicas_ = replicas;
+  controls_.assign(replicas.size(), ReplicaControl());
   for (auto& [name, node] : nodes_) node.status.set_replica(-1);
   for (size_t r = 0; r < replicas.size(); ++r) {
     for (const auto& name : replicas[r]) {
@@ -35,6 +38,38 @@ void ClusterState::SetReplicas(const std::vector<std::vector<std::string>>& repl
       if (it != nodes_.end()) it->second.status.set_replica(static_cast<int32_t>(r));
     }
   }
+}
+
+void ClusterState::SetReplicaMode(int index, ReplicaMode mode, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index < 0 || index >= static_cast<int>(controls_.size())) return;
+  controls_[index].mode = mode;
+  controls_[index].message = message;
+}
+
+ReplicaMode ClusterState::replica_mode(int index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index < 0 || index >= static_cast<int>(controls_.size())) return ReplicaMode::kServe;
+  return controls_[index].mode;
+}
+
+void ClusterState::SetReplicaRestarts(int index, int auto_restarts, int budget, bool exhausted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index < 0 || index >= static_cast<int>(controls_.size())) return;
+  controls_[index].auto_restarts = auto_restarts;
+  controls_[index].budget = budget;
+  controls_[index].exhausted = exhausted;
+}
+
+void ClusterState::SetReplicaEpoch(int index, int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index < 0 || index >= static_cast<int>(controls_.size())) return;
+  controls_[index].epoch = epoch;
+}
+
+int ClusterState::replica_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(replicas_.size());
 }
 
 void ClusterState::SetPhase(glm::v1::BringUpPhase phase, const std::string& message) {
@@ -103,7 +138,12 @@ void ClusterState::RecordStatus(const std::string& node, const glm::v1::AgentSta
   n.status.set_shard_state(status.shard_state());
   if (!status.last_error().empty()) n.status.set_last_error(status.last_error());
   if (status.has_gid()) *n.status.mutable_gid() = status.gid();
-  if (status.has_shard()) *n.status.mutable_shard() = status.shard();
+  // No shard in the message: the agent holds none (it restarted); an old one must not linger.
+  if (status.has_shard()) {
+    *n.status.mutable_shard() = status.shard();
+  } else {
+    n.status.clear_shard();
+  }
   n.status.set_gid_fingerprint(status.gid_fingerprint());
   n.has_heartbeat = true;
   n.last_heartbeat = clock_->Now();
@@ -169,9 +209,60 @@ glm::v1::ClusterStatus ClusterState::Snapshot() const {
     std::string why;
     rs->set_state(DeriveReplicaLocked(replicas_[r], &why));
     rs->set_message(why);
+    const ReplicaControl& c = controls_[r];
+    switch (c.mode) {
+      case ReplicaMode::kServe: break;
+      case ReplicaMode::kDraining: rs->set_state(glm::v1::REPLICA_STATE_DRAINING); break;
+      case ReplicaMode::kRestarting: rs->set_state(glm::v1::REPLICA_STATE_RESTARTING); break;
+      case ReplicaMode::kHeld: rs->set_state(glm::v1::REPLICA_STATE_FAILED); break;
+    }
+    if (c.mode != ReplicaMode::kServe) rs->set_message(c.message);
+    rs->set_auto_restarts(c.auto_restarts);
+    rs->set_restart_budget(c.budget);
+    rs->set_budget_exhausted(c.exhausted);
+    rs->set_epoch(c.epoch);
     for (const auto& name : replicas_[r]) rs->add_nodes(name);
   }
+  std::string why;
+  out.set_health(HealthOf(out, &why));
+  out.set_health_message(why);
   return out;
+}
+
+glm::v1::ClusterHealth ClusterState::HealthOf(const glm::v1::ClusterStatus& snap,
+                                              std::string* why) {
+  if (snap.phase() != glm::v1::BRING_UP_PHASE_READY) {
+    *why = absl::StrCat("bring-up phase is ",
+                        absl::AsciiStrToLower(glm::v1::BringUpPhase_Name(snap.phase()).substr(15)),
+                        snap.phase_message().empty() ? "" : ": ", snap.phase_message());
+    return snap.phase() == glm::v1::BRING_UP_PHASE_FAILED ? glm::v1::CLUSTER_HEALTH_FAILED
+                                                          : glm::v1::CLUSTER_HEALTH_PENDING;
+  }
+  int ready = 0;
+  std::vector<std::string> problems;
+  for (const auto& r : snap.replicas()) {
+    if (r.state() == glm::v1::REPLICA_STATE_READY) {
+      ++ready;
+      continue;
+    }
+    problems.push_back(absl::StrCat(
+        "replica ", r.index(), " is ",
+        absl::AsciiStrToLower(glm::v1::ReplicaState_Name(r.state()).substr(14)),
+        r.message().empty() ? "" : ": ", r.message()));
+  }
+  *why = absl::StrJoin(problems, "; ");
+  if (snap.replicas_size() == 0) {
+    *why = "no replicas planned yet";
+    return glm::v1::CLUSTER_HEALTH_PENDING;
+  }
+  if (ready == snap.replicas_size()) return glm::v1::CLUSTER_HEALTH_READY;
+  return ready > 0 ? glm::v1::CLUSTER_HEALTH_DEGRADED : glm::v1::CLUSTER_HEALTH_FAILED;
+}
+
+glm::v1::ClusterHealth ClusterState::Health(std::string* why) const {
+  glm::v1::ClusterStatus snap = Snapshot();
+  if (why) *why = snap.health_message();
+  return snap.health();
 }
 
 bool ClusterState::Healthy(std::string* why) const {

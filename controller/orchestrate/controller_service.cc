@@ -5,10 +5,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_util.h"
 #include "controller/orchestrate/bring_up_context.h"
+#include "controller/orchestrate/logs_forward.h"
 #include "controller/orchestrate/steps.h"
 #include "proto/rpc/status_map.h"
 
@@ -52,8 +54,7 @@ ControllerService::ControllerService(ControllerServiceOptions options,
   steps.push_back(std::make_unique<PlanStep>(options_.planner));
   steps.push_back(std::make_unique<StageStep>(options_.stage_manifest));
   steps.push_back(std::make_unique<LoadStep>());
-  // Later milestones add their steps here, in phase order: CanaryStep (kCanary),
-  // GatewayStep (kGateway).
+  steps.push_back(std::make_unique<CanaryStep>(options_.canary_tokenizer, &canary_reference_));
   auto machine = BringUpMachine::Create(
       std::move(steps), [this](Phase, Phase to, const std::string& message) {
         state_.SetPhase(ToProto(to), message);
@@ -69,13 +70,116 @@ ControllerService::ControllerService(ControllerServiceOptions options,
     std::abort();
   }
   machine_ = *std::move(machine);
+  if (options_.reconcile_interval.count() > 0) {
+    reconcile_thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(reconcile_mu_);
+      while (!reconcile_cv_.wait_for(lock, options_.reconcile_interval,
+                                     [this] { return stopping_; })) {
+        lock.unlock();
+        ReconcileOnce();
+        lock.lock();
+      }
+    });
+  }
 }
 
 ControllerService::~ControllerService() { Shutdown(); }
 
 void ControllerService::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(reconcile_mu_);
+    stopping_ = true;
+  }
+  reconcile_cv_.notify_all();
+  if (reconcile_thread_.joinable()) reconcile_thread_.join();
   watchers_.Stop();
   rendezvous_.Shutdown();
+}
+
+std::unique_lock<std::mutex> ControllerService::LockOps(
+    grpc::ServerWriter<glm::v1::UpEvent>* writer) {
+  std::unique_lock<std::mutex> ops(ops_mu_, std::try_to_lock);
+  if (ops.owns_lock()) return ops;
+  // A restart (glmctl restart, or self-healing) is running: it is bounded by its timeouts.
+  if (writer != nullptr) {
+    glm::v1::UpEvent e;
+    e.set_message("waiting for the restart in progress (glmctl restart or self-healing) to end");
+    writer->Write(e);
+  }
+  ops.lock();
+  return ops;
+}
+
+std::optional<ClusterTopology> ControllerService::LastTopology() {
+  std::lock_guard<std::mutex> lock(topology_mu_);
+  return last_topology_;
+}
+
+void ControllerService::Admit(const ClusterTopology& topology, int replica) {
+  for (const NodeEndpoint& n : topology.nodes) {
+    if (n.replica != replica) continue;
+    state_.SetNodeState(n.name, glm::v1::NODE_STATE_READY);
+    state_.ClearNodeError(n.name);
+    monitor_.Arm(n.name, /*expect_shard=*/true);
+  }
+  state_.SetReplicaMode(replica, ReplicaMode::kServe);
+}
+
+int ControllerService::ReconcileOnce() {
+  if (machine_->phase() != Phase::kReady || machine_->running()) return 0;
+  std::unique_lock<std::mutex> ops(ops_mu_, std::try_to_lock);
+  if (!ops.owns_lock()) return 0;
+  std::optional<ClusterTopology> topology = LastTopology();
+  if (!topology) return 0;
+  const glm::v1::ClusterStatus snap = state_.Snapshot();
+  const Clock::TimePoint now = clock_->Now();
+  auto show = [&](int r) {
+    state_.SetReplicaRestarts(r, budget_.Count(r, now), budget_.budget(), exhausted_.count(r) > 0);
+  };
+  std::vector<int> heal = ReplicasToHeal(
+      snap, [this](const std::string& node) { return monitor_.alive(node); },
+      [this](int r) { return exhausted_.count(r) == 0; });
+  int healed = 0;
+  for (int r : heal) {
+    std::string why;
+    for (const auto& rs : snap.replicas()) {
+      if (rs.index() == r) why = rs.message();
+    }
+    if (!budget_.Allows(r, now)) {
+      const std::string reason = absl::StrCat(
+          "restart budget exhausted: ", budget_.Count(r, now), " automatic restarts within ",
+          std::chrono::duration_cast<std::chrono::seconds>(budget_.window()).count(),
+          " s (lifecycle.restart_budget ", budget_.budget(), "); last failure: ",
+          why.empty() ? "unknown" : why,
+          ". Fix: find the cause (glmctl logs, glmctl status), then glmctl restart --replica ", r);
+      exhausted_[r] = reason;
+      state_.SetReplicaMode(r, ReplicaMode::kHeld, reason);
+      show(r);
+      GLM_LOG_ERROR("self-healing replica={}: {}", r, reason);
+      continue;
+    }
+    budget_.Record(r, now);
+    show(r);
+    GLM_LOG_INFO("self-healing replica={}: every agent answers again; restarting its group ({})",
+                 r, why);
+    ReplicaRestartOptions opts;
+    opts.drain = false;
+    opts.reason = "self-healing";
+    absl::Status s = RestartReplica(*topology, r, &factory_, &state_, options_.canary_tokenizer,
+                                    &canary_reference_, opts, [](const glm::v1::UpEvent& e) {
+                                      GLM_LOG_INFO("self-healing: {}", e.message());
+                                    });
+    if (s.ok()) {
+      Admit(*topology, r);
+      ++healed;
+      GLM_LOG_INFO("self-healing replica={}: back in service", r);
+    } else {
+      state_.SetReplicaMode(r, ReplicaMode::kHeld,
+                            absl::StrCat("self-healing restart failed: ", s.message()));
+      GLM_LOG_WARN("self-healing replica={}: restart failed: {}", r, glm::ToStd(s.message()));
+    }
+  }
+  return healed;
 }
 
 grpc::Status ControllerService::Up(grpc::ServerContext*, const glm::v1::UpRequest* req,
@@ -88,6 +192,11 @@ grpc::Status ControllerService::Up(grpc::ServerContext*, const glm::v1::UpReques
                                      "': point glmctl at the right controller (--controller) or "
                                      "change controller.listen in one of the YAML files"));
   }
+  if (machine_->running()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "bring-up is already running; follow it with `glmctl status`");
+  }
+  std::unique_lock<std::mutex> ops = LockOps(writer);
   std::string why;
   if (!req->force() && machine_->phase() == Phase::kReady && state_.Healthy(&why)) {
     glm::v1::UpEvent e;
@@ -120,6 +229,13 @@ grpc::Status ControllerService::Up(grpc::ServerContext*, const glm::v1::UpReques
     last_topology_ = ctx.topology;  // what `down` stops shards on
   }
   if (result.ok()) {
+    // A fresh bring-up: self-healing starts with its whole budget.
+    budget_ = RestartBudget(ctx.topology.lifecycle.restart_budget,
+                            ctx.topology.lifecycle.restart_window);
+    exhausted_.clear();
+    for (size_t r = 0; r < ctx.topology.replicas.size(); ++r) {
+      state_.SetReplicaRestarts(static_cast<int>(r), 0, budget_.budget(), false);
+    }
     for (const auto& node : ctx.topology.nodes) {
       state_.SetNodeState(node.name, glm::v1::NODE_STATE_READY);
       state_.ClearNodeError(node.name);
@@ -166,18 +282,133 @@ grpc::Status ControllerService::Health(grpc::ServerContext*, const glm::v1::Heal
   resp->set_healthy(state_.Healthy(&why));
   resp->set_message(resp->healthy() ? "every replica is Ready" : why);
   resp->set_cluster_name(cluster_name_);
+  std::string health_why;
+  resp->set_health(state_.Health(&health_why));
   return grpc::Status::OK;
 }
 
-grpc::Status ControllerService::Restart(grpc::ServerContext*, const glm::v1::RestartRequest*,
-                                        grpc::ServerWriter<glm::v1::UpEvent>*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "restart needs engine shards to restart, which arrive with the engine and "
-                      "rolling-restart issues; nothing was changed");
+grpc::Status ControllerService::Restart(grpc::ServerContext* server_ctx,
+                                        const glm::v1::RestartRequest* req,
+                                        grpc::ServerWriter<glm::v1::UpEvent>* writer) {
+  if (!req->cluster_name().empty() && req->cluster_name() != cluster_name_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("this controller serves cluster '", cluster_name_, "' (",
+                                     options_.config_path, "), not '", req->cluster_name(),
+                                     "': point glmctl at the right controller (--controller)"));
+  }
+  if (machine_->running()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "bring-up is running; restart when it ends (glmctl status)");
+  }
+  std::unique_lock<std::mutex> ops = LockOps(writer);
+  std::optional<ClusterTopology> topology = LastTopology();
+  if (machine_->phase() != Phase::kReady || !topology) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("cluster '", cluster_name_, "' is not up (bring-up phase ",
+                                     PhaseName(machine_->phase()),
+                                     "); nothing to restart. Fix: glmctl up"));
+  }
+  const int count = static_cast<int>(topology->replicas.size());
+  std::vector<int> replicas(req->replicas().begin(), req->replicas().end());
+  if (replicas.empty()) {
+    for (int r = 0; r < count; ++r) replicas.push_back(r);
+  }
+  for (int r : replicas) {
+    if (r < 0 || r >= count) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("--replica ", r, ": cluster '", cluster_name_, "' has ",
+                                       count, " replica(s), 0..", count - 1));
+    }
+  }
+  std::sort(replicas.begin(), replicas.end());
+  replicas.erase(std::unique(replicas.begin(), replicas.end()), replicas.end());
+
+  std::mutex write_mu;
+  auto sink = [&](const glm::v1::UpEvent& e) {
+    std::lock_guard<std::mutex> lock(write_mu);
+    writer->Write(e);
+  };
+  ReplicaRestartOptions opts;
+  opts.drain = true;
+  opts.processes = req->processes();
+  opts.drain_timeout = req->drain_timeout_ms() > 0
+                           ? std::chrono::milliseconds(req->drain_timeout_ms())
+                           : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 topology->lifecycle.drain_timeout);
+  opts.reason = req->rolling() ? "rolling restart" : "restart";
+  GLM_LOG_INFO("restart cluster={} replicas=[{}] rolling={} processes={}", cluster_name_,
+               absl::StrJoin(replicas, ","), req->rolling(), req->processes());
+
+  // One replica: restart it, then re-admit it (or hold it out with the error).
+  auto restart_one = [&](int r) -> absl::Status {
+    budget_.Reset(r);  // an operator's restart gives self-healing its whole budget back
+    exhausted_.erase(r);
+    const auto started = std::chrono::steady_clock::now();
+    absl::Status s = RestartReplica(*topology, r, &factory_, &state_, options_.canary_tokenizer,
+                                    &canary_reference_, opts, sink);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                         started).count();
+    glm::v1::UpEvent e;
+    e.set_replica(r);
+    if (s.ok()) {
+      Admit(*topology, r);
+      state_.SetReplicaRestarts(r, 0, budget_.budget(), false);
+      e.set_phase(glm::v1::BRING_UP_PHASE_READY);
+      e.set_message(absl::StrFormat("replica %d: back in service (%.1f s)", r, seconds));
+    } else {
+      state_.SetReplicaMode(r, ReplicaMode::kHeld, absl::StrCat(opts.reason, " failed: ",
+                                                                s.message()));
+      e.set_phase(glm::v1::BRING_UP_PHASE_FAILED);
+      e.set_message(absl::StrFormat("replica %d: restart failed after %.1f s: %s", r, seconds,
+                                    glm::ToStd(s.message())));
+    }
+    sink(e);
+    return s;
+  };
+
+  std::vector<std::string> failed;
+  if (req->rolling()) {
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      if (server_ctx->IsCancelled()) {
+        return grpc::Status(grpc::StatusCode::CANCELLED,
+                            absl::StrCat("rolling restart cancelled by the client after ", i,
+                                         " of ", replicas.size(), " replica(s)"));
+      }
+      absl::Status s = restart_one(replicas[i]);
+      if (!s.ok()) {
+        // Stop here: restarting the next replica too could take the last serving one down.
+        return grpc::Status(
+            grpc::StatusCode::ABORTED,
+            absl::StrCat("rolling restart stopped at replica ", replicas[i], " (", i, " of ",
+                         replicas.size(), " restarted before it): ", s.message(),
+                         "\nFix: see glmctl status / glmctl logs for that replica, then "
+                         "glmctl restart --rolling --replica ", replicas[i]));
+      }
+    }
+  } else {
+    std::mutex mu;
+    ParallelFor(replicas, [&](int r) {
+      absl::Status s = restart_one(r);
+      if (s.ok()) return;
+      std::lock_guard<std::mutex> lock(mu);
+      failed.push_back(absl::StrCat("replica ", r, ": ", s.message()));
+    });
+    if (!failed.empty()) {
+      std::sort(failed.begin(), failed.end());
+      return grpc::Status(grpc::StatusCode::ABORTED, absl::StrJoin(failed, "\n"));
+    }
+  }
+  glm::v1::UpEvent done;
+  done.set_phase(glm::v1::BRING_UP_PHASE_READY);
+  done.set_message(absl::StrCat("restarted ", replicas.size(), " replica(s) of cluster '",
+                                cluster_name_, "'", req->rolling() ? ", one at a time" : ""));
+  sink(done);
+  return grpc::Status::OK;
 }
 
 grpc::Status ControllerService::Down(grpc::ServerContext*, const glm::v1::DownRequest*,
                                      glm::v1::DownResponse* resp) {
+  std::unique_lock<std::mutex> ops = LockOps(nullptr);
   absl::Status s = machine_->MarkDown();
   if (!s.ok()) return rpc::ToGrpc(s);
   watchers_.Stop();
@@ -339,6 +570,14 @@ grpc::Status ControllerService::RendezvousDelete(grpc::ServerContext*,
                                                  glm::v1::RendezvousDeleteResponse* resp) {
   resp->set_deleted(rendezvous_.Delete(req->namespace_()));
   return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::Logs(grpc::ServerContext* ctx,
+                                     const glm::v1::ClusterLogsRequest* req,
+                                     grpc::ServerWriter<glm::v1::LogLine>* writer) {
+  return ForwardLogs(
+      *req, state_.Snapshot(), factory_, ProcessLogRing(), [ctx] { return ctx->IsCancelled(); },
+      [writer](const glm::v1::LogLine& line) { return writer->Write(line); });
 }
 
 }  // namespace glm::orchestrate

@@ -3,17 +3,23 @@
 // store. Thread-safe (gRPC calls handlers from its thread pool).
 #pragma once
 
+#include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
+#include <thread>
 #include <optional>
 #include <string>
 
 #include "common/clock.h"
 #include "controller/orchestrate/bring_up.h"
+#include "controller/orchestrate/canary.h"
 #include "controller/orchestrate/cluster_state.h"
 #include "controller/orchestrate/grpc_agent_client.h"
 #include "controller/orchestrate/health_monitor.h"
 #include "controller/orchestrate/load_step.h"
+#include "controller/orchestrate/replica_restart.h"
+#include "controller/orchestrate/self_healing.h"
 #include "controller/orchestrate/stage_step.h"
 #include "controller/orchestrate/steps.h"
 #include "controller/rendezvous/rendezvous_store.h"
@@ -35,6 +41,11 @@ struct ControllerServiceOptions {
   std::function<absl::StatusOr<std::string>(const std::string& path, bool json)> plan_text;
   RetryPolicy connect_policy;
   std::chrono::milliseconds heartbeat{1000};
+  // The model's tokenizer on the controller host (text canaries, readable canary diffs).
+  CanaryTokenizer canary_tokenizer;
+  // Period of the self-healing reconcile pass (0: no self-healing thread; tests call
+  // ReconcileOnce).
+  std::chrono::milliseconds reconcile_interval{500};
 };
 
 class ControllerService final : public glm::v1::Controller::Service {
@@ -44,8 +55,14 @@ class ControllerService final : public glm::v1::Controller::Service {
                     Clock* clock);
   ~ControllerService() override;
 
-  // Stops watchers and wakes rendezvous waiters (before grpc::Server::Shutdown).
+  // Stops watchers, the reconcile thread and wakes rendezvous waiters (before
+  // grpc::Server::Shutdown).
   void Shutdown();
+
+  // One self-healing pass (self_healing.h): restarts, one after the other, the replicas that
+  // need it and whose agents are all back. Returns how many it restarted successfully. Does
+  // nothing while bring-up or a restart runs, or unless the cluster was brought up.
+  int ReconcileOnce();
 
   grpc::Status Up(grpc::ServerContext* ctx, const glm::v1::UpRequest* req,
                   grpc::ServerWriter<glm::v1::UpEvent>* writer) override;
@@ -73,6 +90,9 @@ class ControllerService final : public glm::v1::Controller::Service {
   grpc::Status RendezvousDelete(grpc::ServerContext* ctx,
                                 const glm::v1::RendezvousDeleteRequest* req,
                                 glm::v1::RendezvousDeleteResponse* resp) override;
+  // A daemon's log ring: "controller" (this process) or a node's agent (logs_forward.h).
+  grpc::Status Logs(grpc::ServerContext* ctx, const glm::v1::ClusterLogsRequest* req,
+                    grpc::ServerWriter<glm::v1::LogLine>* writer) override;
 
   ClusterState& state() { return state_; }
   // Channels to the agents, with the controller's client credentials (the gateway's backend).
@@ -89,7 +109,22 @@ class ControllerService final : public glm::v1::Controller::Service {
   StatusWatchers watchers_;
   rendezvous::RendezvousStore rendezvous_;
   std::atomic<uint64_t> next_replica_{0};  // Generate's round robin
+  CanaryReference canary_reference_;
   std::unique_ptr<BringUpMachine> machine_;
+  // Held by Up, Restart and a reconcile pass: one changes the cluster at a time.
+  std::mutex ops_mu_;
+  // Self-healing: its budget (guarded by ops_mu_) and thread.
+  RestartBudget budget_{3, std::chrono::minutes(10)};
+  std::map<int, std::string> exhausted_;  // replica -> why its budget ran out (ops_mu_)
+  std::thread reconcile_thread_;
+  std::mutex reconcile_mu_;
+  std::condition_variable reconcile_cv_;
+  bool stopping_ = false;
+  // Back into routing after a successful restart: nodes Ready and watched, mode kServe.
+  void Admit(const ClusterTopology& topology, int replica);
+  std::optional<ClusterTopology> LastTopology();
+  // ops_mu_, waiting (with an event to `writer` when given) while a restart holds it.
+  std::unique_lock<std::mutex> LockOps(grpc::ServerWriter<glm::v1::UpEvent>* writer);
   // The topology of the last bring-up (Down stops the shards of its nodes).
   std::mutex topology_mu_;
   std::optional<ClusterTopology> last_topology_;

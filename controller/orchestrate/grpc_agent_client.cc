@@ -130,6 +130,39 @@ absl::Status GrpcAgentClient::StartShard(const glm::v1::StartShardRequest& reque
   return Describe(rpc::ToGrpc(st), node_, address_);
 }
 
+absl::Status GrpcAgentClient::DrainShard(const glm::v1::DrainShardRequest& request,
+                                         const ProgressFn& on_progress, Clock::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  absl::Status st = Drain(stub_->DrainShard(&ctx, request), &ctx, on_progress);
+  if (st.ok()) return st;
+  return Describe(rpc::ToGrpc(st), node_, address_);
+}
+
+absl::Status GrpcAgentClient::Generate(const glm::v1::GenerateRequest& request,
+                                       const TokenFn& on_event, Clock::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  auto reader = stub_->Generate(&ctx, request);
+  glm::v1::TokenEvent ev;
+  while (reader->Read(&ev)) {
+    if (on_event) on_event(ev);
+  }
+  grpc::Status s = reader->Finish();
+  if (s.ok()) return absl::OkStatus();
+  return Describe(s, node_, address_);
+}
+
+absl::StatusOr<glm::v1::RestartProcessResponse> GrpcAgentClient::RestartProcess(
+    const glm::v1::RestartProcessRequest& request, Clock::Duration timeout) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, timeout);
+  glm::v1::RestartProcessResponse resp;
+  grpc::Status s = stub_->RestartProcess(&ctx, request, &resp);
+  if (!s.ok()) return Describe(s, node_, address_);
+  return resp;
+}
+
 StatusWatchers::StatusWatchers(GrpcAgentClientFactory* factory, HealthMonitor* monitor,
                                std::chrono::milliseconds heartbeat,
                                std::chrono::milliseconds tick)

@@ -45,6 +45,12 @@ class GrpcAgentClient : public AgentClient {
                          Clock::Duration timeout) override;
   absl::Status StartShard(const glm::v1::StartShardRequest& request, const ProgressFn& on_progress,
                           Clock::Duration timeout) override;
+  absl::Status DrainShard(const glm::v1::DrainShardRequest& request, const ProgressFn& on_progress,
+                          Clock::Duration timeout) override;
+  absl::Status Generate(const glm::v1::GenerateRequest& request, const TokenFn& on_event,
+                        Clock::Duration timeout) override;
+  absl::StatusOr<glm::v1::RestartProcessResponse> RestartProcess(
+      const glm::v1::RestartProcessRequest& request, Clock::Duration timeout) override;
 
  private:
   const std::string node_;

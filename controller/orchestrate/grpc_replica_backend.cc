@@ -20,6 +20,10 @@ std::string StateName(glm::v1::ReplicaState s) {
       return "degraded";
     case glm::v1::REPLICA_STATE_FAILED:
       return "failed";
+    case glm::v1::REPLICA_STATE_DRAINING:
+      return "draining";
+    case glm::v1::REPLICA_STATE_RESTARTING:
+      return "restarting";
     default:
       return "pending";
   }

@@ -24,8 +24,8 @@ std::string HealthMonitor::ShardProblem(const std::string& node, const Liveness&
   if (state.rfind("SHARD_STATE_", 0) == 0) state = state.substr(12);
   return absl::StrFormat(
       "engine shard is %s, not loaded (the agent restarted or the shard failed since bring-up); "
-      "fix: run `glmctl up` to load it again (see `glmctl status` for the shard's last error "
-      "on %s)",
+      "self-healing reloads its replica once every agent of it answers (see `glmctl status` for "
+      "the shard's last error on %s; `glmctl restart --replica N` reloads it by hand)",
       state, node);
 }
 

@@ -8,8 +8,8 @@
 // entry moved after bring-up) -> Degraded with the agent's message as last_error. A node armed
 // with `expect_shard` (bring-up loaded its engine shard) whose agent then reports no Loaded or
 // Running shard (it restarted, or the shard failed) is Degraded too, with a message naming the
-// shard state and the fix (`glmctl up` reloads it). Unarmed nodes are tracked but their state
-// is left to bring-up.
+// shard state and the fix (self-healing reloads its replica; `glmctl restart --replica N` by
+// hand). Unarmed nodes are tracked but their state is left to bring-up.
 //
 // Stale messages are dropped: within one agent process (instance_id) versions must not go back.
 // A new instance_id (the agent restarted) resets the version.

@@ -169,7 +169,7 @@ TEST_F(HealthMonitorTest, NodeWhoseLoadedShardIsGoneIsDegradedUntilReloaded) {
   EXPECT_EQ(state_.node_state("n2"), glm::v1::NODE_STATE_DEGRADED);
   const std::string why = state_.Snapshot().nodes(1).last_error();
   EXPECT_NE(why.find("engine shard is NONE"), std::string::npos) << why;
-  EXPECT_NE(why.find("glmctl up"), std::string::npos) << why;
+  EXPECT_NE(why.find("glmctl restart --replica"), std::string::npos) << why;
   EXPECT_EQ(Replica(), glm::v1::REPLICA_STATE_DEGRADED);
   // A failed shard reads the same way; a reload (Loaded) makes the node Ready again.
   ASSERT_TRUE(monitor_.OnStatus("n2", WithShard(Msg("c", 2), glm::v1::SHARD_STATE_FAILED)));

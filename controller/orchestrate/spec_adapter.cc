@@ -25,6 +25,8 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.gateway_listen = spec.controller.gateway;
   t.api_key_file =
       spec.controller.api_key_file.empty() ? "" : spec.ResolvePath(spec.controller.api_key_file);
+  t.gateway_queue_max = spec.controller.gateway_queue.max_requests;
+  t.gateway_queue_timeout_s = spec.controller.gateway_queue.timeout_s;
   t.local = spec.local;
   for (const auto& n : spec.nodes) {
     NodeEndpoint e;
@@ -62,6 +64,19 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.max_num_seqs = spec.model.max_num_seqs;
   t.max_model_len = static_cast<int>(spec.model.max_model_len);
   t.served_name = spec.model.served_name;  // the spec defaults it to the path's last element
+  const cluster::CanarySpec& canary = spec.model.canary;
+  t.canary.configured = canary.present;
+  t.canary.prompt = canary.prompt;
+  t.canary.prompt_ids = canary.prompt_ids;
+  t.canary.expect = canary.expect;
+  t.canary.expect_ids = canary.expect_ids;
+  t.canary.max_tokens = canary.max_tokens;
+  auto seconds = [](double s) {
+    return std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(s));
+  };
+  t.lifecycle.restart_budget = spec.lifecycle.restart_budget;
+  t.lifecycle.restart_window = seconds(spec.lifecycle.restart_window_s);
+  t.lifecycle.drain_timeout = seconds(spec.lifecycle.drain_timeout_s);
   return t;
 }
 

@@ -46,6 +46,24 @@ struct PageCacheSettings {
   int64_t min_available_bytes = 0;   // 0 = the agent's default
 };
 
+// model.canary (cluster.yaml): the request every replica answers before it is admitted.
+// Text fields need the model's tokenizer on the controller host; ids do not.
+struct CanarySettings {
+  bool configured = false;            // model.canary is present
+  std::string prompt;                 // text (empty: prompt_ids, else the default prompt)
+  std::vector<int32_t> prompt_ids;
+  std::string expect;                 // the output's text starts with this
+  std::vector<int32_t> expect_ids;    // the output's first ids are these
+  int max_tokens = 0;                 // 0: len(expect_ids), else 8
+};
+
+// lifecycle: (cluster.yaml): restarts of replicas.
+struct LifecycleSettings {
+  int restart_budget = 3;             // automatic restarts of one replica per window; 0: none
+  Clock::Duration restart_window = std::chrono::minutes(10);
+  Clock::Duration drain_timeout = std::chrono::seconds(30);
+};
+
 struct ClusterTopology {
   std::string cluster_name;
   std::string config_path;     // cluster.yaml this was read from
@@ -54,6 +72,10 @@ struct ClusterTopology {
   // key file: no key required) and the name clients ask for (model.served_name).
   std::string gateway_listen;
   std::string api_key_file;
+  // controller.gateway_queue: requests waiting for a ready replica, at most gateway_queue_max,
+  // each up to gateway_queue_timeout_s (0: no queue, 503 at once).
+  int gateway_queue_max = 256;
+  double gateway_queue_timeout_s = 30.0;
   std::string served_name;
   bool local = false;          // every node runs on this machine (glmctl starts the processes)
   std::vector<NodeEndpoint> nodes;
@@ -82,6 +104,8 @@ struct ClusterTopology {
   std::string weight_dtype = "auto";
   int max_num_seqs = 0;
   int max_model_len = 0;
+  CanarySettings canary;
+  LifecycleSettings lifecycle;
   // Start: bound on forming a replica's groups, and on one group operation.
   Clock::Duration connect_timeout = std::chrono::seconds(60);
   Clock::Duration op_timeout = std::chrono::seconds(30);

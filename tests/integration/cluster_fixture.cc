@@ -62,7 +62,7 @@ void LoopbackClusterTest::WriteClusterYaml(const ClusterYaml& cluster) {
       "model:\n  path: ",
       cluster.model_path.empty() ? SourceDir() + "/tests/golden/tiny-dense" : cluster.model_path,
       "\n  max_model_len: 512\n  kv_cache_dtype: bf16\n  kv_cache_bytes: ", cluster.kv_cache_bytes,
-      "\n  activation_reserve_bytes: 256MiB\n  max_num_seqs: 4\n"
+      "\n  activation_reserve_bytes: 256MiB\n  max_num_seqs: 4\n", cluster.model_lines,
       "node_defaults:\n  memory_budget_bytes: 1GiB\nparallel:\n",
       cluster.parallel_lines.empty() ? absl::StrCat("  tensor: ", cluster.nodes.size(), "\n")
                                      : cluster.parallel_lines,

@@ -33,6 +33,7 @@ class LoopbackClusterTest : public ::testing::Test {
     std::string model_path;        // empty: tests/golden/tiny-dense in the source tree
     std::string kv_cache_bytes = "64MiB";
     std::string controller_lines;  // further lines under `controller:` ("  tls: {...}\n")
+    std::string model_lines;       // further lines under `model:` ("  canary: {...}\n")
     std::string parallel_lines;    // lines under `parallel:`; empty: "  tensor: <nodes>\n"
     std::string sections;          // further top-level sections (nccl, fabric, page_cache)
     std::vector<Node> nodes;

@@ -1,10 +1,12 @@
-// A scripted ReplicaBackend for the gateway's tests: replicas whose readiness the test sets, and
-// generations that answer a fixed continuation from a thread of their own (as gRPC's callbacks
+// A scripted ReplicaBackend for the gateway's tests: replicas whose readiness the test sets (and
+// announces to the readiness listener), and generations that answer a fixed continuation (one
+// script for all replicas, or one per replica) from a thread of their own (as gRPC's callbacks
 // come from threads of their own), one token per event.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -42,15 +44,37 @@ class FakeReplicaBackend : public ReplicaBackend {
     for (std::thread& t : threads) t.join();
   }
 
-  void SetReady(int replica, bool ready, std::string state = "") {
+  // Adds a ready replica (index = the next one).
+  void AddReplica() {
     std::lock_guard<std::mutex> lock(mu_);
-    replicas_[replica].ready = ready;
-    replicas_[replica].state = state.empty() ? (ready ? "ready" : "failed") : state;
-    replicas_[replica].reason = ready ? "" : "replica " + std::to_string(replica) + " is down";
+    ReplicaInfo r;
+    r.index = static_cast<int>(replicas_.size());
+    r.ready = true;
+    r.state = "ready";
+    replicas_.push_back(r);
+  }
+  // `notify` false: the readiness listener is not told (the gateway sees the change only at its
+  // next periodic re-check).
+  void SetReady(int replica, bool ready, std::string state = "", bool notify = true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      replicas_[replica].ready = ready;
+      replicas_[replica].state = state.empty() ? (ready ? "ready" : "failed") : state;
+      replicas_[replica].reason = ready ? "" : "replica " + std::to_string(replica) + " is down";
+    }
+    if (notify) {
+      std::lock_guard<std::mutex> lock(listener_mu_);
+      if (listener_) listener_();
+    }
   }
   void SetScript(Script script) {
     std::lock_guard<std::mutex> lock(mu_);
     script_ = std::move(script);
+  }
+  // Generations on `replica` follow `script` instead of the common one.
+  void SetReplicaScript(int replica, Script script) {
+    std::lock_guard<std::mutex> lock(mu_);
+    replica_scripts_[replica] = std::move(script);
   }
   // Lets held generations go on.
   void Release() {
@@ -70,12 +94,18 @@ class FakeReplicaBackend : public ReplicaBackend {
     return replicas_;
   }
 
+  void SetReadinessListener(std::function<void()> listener) override {
+    std::lock_guard<std::mutex> lock(listener_mu_);
+    listener_ = std::move(listener);
+  }
+
   std::shared_ptr<GenerateCall> Generate(int replica, const GenerateParams& params,
                                          GenerateCallbacks callbacks) override {
     auto call = std::make_shared<Call>(this);
     std::lock_guard<std::mutex> lock(mu_);
     requests_.emplace_back(replica, params);
-    Script script = script_;
+    auto own = replica_scripts_.find(replica);
+    Script script = own != replica_scripts_.end() ? own->second : script_;
     const int max_tokens = params.max_tokens;
     threads_.emplace_back([this, call, script, max_tokens, callbacks = std::move(callbacks)] {
       if (script.hold) {
@@ -124,6 +154,9 @@ class FakeReplicaBackend : public ReplicaBackend {
   std::condition_variable cv_;
   std::vector<ReplicaInfo> replicas_;
   Script script_;
+  std::map<int, Script> replica_scripts_;
+  std::mutex listener_mu_;  // held while the listener runs, so clearing it waits for a call
+  std::function<void()> listener_;
   bool released_ = false;
   std::vector<std::pair<int, GenerateParams>> requests_;
   std::vector<std::thread> threads_;

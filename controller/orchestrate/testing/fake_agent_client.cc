@@ -76,6 +76,52 @@ absl::Status FakeAgentClient::StartShard(const glm::v1::StartShardRequest&,
   return Play("StartShard", start_shard, on_progress);
 }
 
+absl::Status FakeAgentClient::DrainShard(const glm::v1::DrainShardRequest&,
+                                         const ProgressFn& on_progress, Clock::Duration) {
+  return Play("DrainShard", drain_shard, on_progress);
+}
+
+absl::Status FakeAgentClient::Generate(const glm::v1::GenerateRequest& request,
+                                       const TokenFn& on_event, Clock::Duration) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back("Generate");
+    last_generate_ = request;
+  }
+  if (!generate_status.ok()) return generate_status;
+  std::vector<glm::v1::TokenEvent> events;
+  if (generate_reply) {
+    events = generate_reply(request);
+  } else {
+    glm::v1::TokenEvent ev;
+    ev.add_token_ids(request.prompt_token_ids_size() > 0 ? request.prompt_token_ids(0) : 0);
+    ev.set_finished(true);
+    ev.set_finish_reason("length");
+    events.push_back(ev);
+  }
+  for (const auto& ev : events) {
+    if (on_event) on_event(ev);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<glm::v1::RestartProcessResponse> FakeAgentClient::RestartProcess(
+    const glm::v1::RestartProcessRequest&, Clock::Duration) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back("RestartProcess");
+  }
+  if (!restart_process_status.ok()) return restart_process_status;
+  glm::v1::RestartProcessResponse r;
+  r.set_instance_id("i-" + node);
+  return r;
+}
+
+glm::v1::GenerateRequest FakeAgentClient::last_generate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_generate_;
+}
+
 absl::Status FakeAgentClient::Play(const char* method, const StreamReply& reply,
                                    const ProgressFn& on_progress) {
   {

@@ -7,6 +7,7 @@
 // call it from their per-node threads.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,14 @@ class FakeAgentClient : public AgentClient {
   StreamReply load_shard;
   StreamReply stop_shard;
   StreamReply start_shard;
+  StreamReply drain_shard;
+  // Generate: answers with `generate_reply` (a function of the request, so tests can script a
+  // model; null: one event with the prompt's first id and finish_reason "length"), or fails
+  // with `generate_status` when it is not OK.
+  std::function<std::vector<glm::v1::TokenEvent>(const glm::v1::GenerateRequest&)> generate_reply;
+  absl::Status generate_status;
+  // RestartProcess: OK with instance "i-<node>" unless this is not OK.
+  absl::Status restart_process_status;
 
   absl::StatusOr<glm::v1::InfoResponse> Info(Clock::Duration timeout) override;
   absl::StatusOr<glm::v1::PreflightResponse> Preflight(const glm::v1::PreflightRequest& request,
@@ -59,6 +68,12 @@ class FakeAgentClient : public AgentClient {
                          Clock::Duration timeout) override;
   absl::Status StartShard(const glm::v1::StartShardRequest& request, const ProgressFn& on_progress,
                           Clock::Duration timeout) override;
+  absl::Status DrainShard(const glm::v1::DrainShardRequest& request, const ProgressFn& on_progress,
+                          Clock::Duration timeout) override;
+  absl::Status Generate(const glm::v1::GenerateRequest& request, const TokenFn& on_event,
+                        Clock::Duration timeout) override;
+  absl::StatusOr<glm::v1::RestartProcessResponse> RestartProcess(
+      const glm::v1::RestartProcessRequest& request, Clock::Duration timeout) override;
 
   // The RPCs received, in order, by method name ("Info", "StageWeights", ...).
   std::vector<std::string> calls() const;
@@ -68,6 +83,7 @@ class FakeAgentClient : public AgentClient {
   glm::v1::StageNcclRequest last_stage_nccl() const;
   glm::v1::StageWeightsRequest last_stage_weights() const;
   glm::v1::LoadShardRequest last_load_shard() const;
+  glm::v1::GenerateRequest last_generate() const;
 
  private:
   absl::Status Play(const char* method, const StreamReply& reply, const ProgressFn& on_progress);
@@ -78,6 +94,7 @@ class FakeAgentClient : public AgentClient {
   glm::v1::StageNcclRequest last_stage_nccl_;
   glm::v1::StageWeightsRequest last_stage_weights_;
   glm::v1::LoadShardRequest last_load_shard_;
+  glm::v1::GenerateRequest last_generate_;
 };
 
 // Hands out `agents[node.name]`; a node without an entry is UNAVAILABLE "agent '<node>' is
