@@ -34,7 +34,7 @@ constexpr char kUsage[] =
 
 int64_t Ms(milliseconds d) { return d.count(); }
 
-// "[2025-01-02 03:04:05.678] [supervise] " in local time, like the daemons' spdlog lines.
+// "2025-01-02T03:04:05.678 I glmctl supervise: " in local time, the daemons' log-line shape.
 std::string Prefix() {
   auto now = std::chrono::system_clock::now();
   std::time_t secs = std::chrono::system_clock::to_time_t(now);
@@ -42,9 +42,9 @@ std::string Prefix() {
   std::tm tm{};
   ::localtime_r(&secs, &tm);
   char buf[64];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
   char out[96];
-  std::snprintf(out, sizeof(out), "[%s.%03d] [supervise] ", buf, static_cast<int>(millis));
+  std::snprintf(out, sizeof(out), "%s.%03d I glmctl supervise: ", buf, static_cast<int>(millis));
   return out;
 }
 

@@ -18,8 +18,10 @@
 //     supervisor logs why and exits 1.
 // SIGTERM or SIGINT to the supervisor: SIGTERM to the child, SIGKILL after `stop_grace`, exit 0.
 // SIGHUP is forwarded to the child. One line per event goes to the log:
-//   [2025-01-02 03:04:05.678] [supervise] agent-node-2 (pid 123) killed by signal 9; restarting
-//   in 200 ms (restart 1)
+//   2025-01-02T03:04:05.678 I glmctl supervise: agent-node-2 (pid 123) killed by signal 9
+//   (Killed); restarting in 200 ms (restart 1)
+// An agent that exits 75 (restart requested by `glmctl restart --processes`) is restarted like
+// any other failure: after the current delay, counted against the start limit.
 #pragma once
 
 #include <chrono>
