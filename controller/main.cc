@@ -26,6 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
 #include "proto/rpc/credentials.h"
+#include "proto/rpc/listen_policy.h"
 
 #ifndef GLM_VERSION
 #define GLM_VERSION "0.0.0"
@@ -71,6 +72,23 @@ int main(int argc, char** argv) {
     std::cerr << "glm-controller: " << config_path << ": controller.tls: "
               << creds.status().message() << "\n";
     return 2;
+  }
+  // Secure by default: plaintext gRPC only on loopback unless controller.insecure. (The gateway's
+  // HTTP listen is separate: API keys protect it.)
+  if (glm::rpc::RefuseInsecureListen(listen, topology->tls.enabled(), topology->insecure)) {
+    std::cerr << "glm-controller: " << config_path << ": refusing to serve the control plane "
+              << "without TLS on '" << listen << "', which is reachable from the network. Fix: "
+              << "make certificates with `glmctl certs --out DIR " << config_path
+              << "` and set controller.tls {ca, cert, key}, or listen on 127.0.0.1, or set "
+                 "controller.insecure: true to accept an open control plane\n";
+    return 2;
+  }
+  if (!topology->tls.enabled() && topology->insecure && !glm::rpc::IsLoopbackListen(listen)) {
+    GLM_LOG_WARN("controller control plane is open to the network: plaintext gRPC without "
+                 "authentication on listen={} (controller.insecure: true); anyone who can reach "
+                 "it can bring the cluster up or down. Set controller.tls "
+                 "(`glmctl certs --out DIR {}`)",
+                 listen, config_path);
   }
 
   glm::orchestrate::ControllerServiceOptions options;

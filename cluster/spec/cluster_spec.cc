@@ -147,7 +147,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() 
   static const auto* sections = new std::vector<std::pair<std::string, std::vector<std::string>>>{
       {"", {"name", "local", "controller", "model", "parallel", "nccl", "fabric", "node_defaults",
             "nodes", "page_cache", "lifecycle"}},
-      {"controller", {"listen", "gateway", "tls", "api_key_file", "gateway_queue"}},
+      {"controller", {"listen", "gateway", "tls", "insecure", "api_key_file", "gateway_queue"}},
       {"controller.tls", {"ca", "cert", "key"}},
       {"controller.gateway_queue", {"max_requests", "timeout_s"}},
       {"model", {"path", "served_name", "max_model_len", "kv_cache_dtype", "backend",
@@ -541,6 +541,7 @@ void ParseController(Parser& p, const Field* f, ControllerSpec* c) {
       }
     }
   }
+  p.Bool(m, "insecure", &c->insecure);
   p.String(m, "api_key_file", false, &c->api_key_file);
   const Field* queue = m.valid() ? m.Get("gateway_queue") : nullptr;
   if (queue != nullptr && !queue->value.IsNull()) {
@@ -566,7 +567,9 @@ void ParseController(Parser& p, const Field* f, ControllerSpec* c) {
 // A list of token ids (each 0 .. 2^31-1) at `path`; false after reporting an error.
 bool TokenIds(Parser& p, const Field& f, const std::string& path, std::vector<int32_t>* out) {
   if (!f.value.IsSequence() || f.value.size() == 0) {
-    p.Error(f.value_loc, path, absl::StrCat("got ", Describe(f.value)),
+    p.Error(f.value_loc, path,
+            f.value.IsSequence() ? std::string("is an empty list")
+                                 : absl::StrCat("got ", Describe(f.value)),
             "a non-empty list of token ids, e.g. [9707, 11, 1879]");
     return false;
   }

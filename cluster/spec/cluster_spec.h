@@ -11,7 +11,13 @@
 //     listen: 0.0.0.0:47100               # gRPC address glmctl and agents use
 //     gateway: 0.0.0.0:8000               # OpenAI-compatible HTTP gateway
 //     tls: {ca*: ca.pem, cert*: c.pem, key*: c.key}   # mTLS between controller and agents
-//     api_key_file: keys.txt              # gateway API keys, one per line
+//                                         #   (make them: `glmctl certs --out DIR cluster.yaml`)
+//     insecure: false                     # true: serve `listen` in plaintext beyond loopback
+//                                         #   (glm-controller otherwise refuses to start without
+//                                         #   tls on a non-loopback listen; it then logs a WARN)
+//     api_key_file: keys.txt              # gateway API keys, one per line: `<key>`,
+//                                         #   `<name>: <key>` or `<name>: sha256:<hex>`, optional
+//                                         #   ` rate=<N>/s|m` (see controller/gateway/api_keys.h)
 //     gateway_queue:                      # requests wait in the gateway for a ready replica
 //       max_requests: 256                 #   (restarts, drains); beyond this many: 503 at once
 //       timeout_s: 30                     #   at most this long, then 503; 0: no queue, 503 at once
@@ -111,6 +117,7 @@ struct ControllerSpec {
   std::string listen = "0.0.0.0:47100";
   std::string gateway = "0.0.0.0:8000";
   std::optional<TlsFiles> tls;
+  bool insecure = false;     // plaintext control plane beyond loopback allowed (no tls)
   std::string api_key_file;  // empty: no API keys required
   GatewayQueueSpec gateway_queue;
 };

@@ -77,6 +77,15 @@ TEST(ClusterSpec, MinimalDefaults) {
   EXPECT_DOUBLE_EQ(spec->controller.gateway_queue.timeout_s, 30.0);
 }
 
+TEST(ClusterSpec, ControllerInsecureOptOut) {
+  auto spec = ParseClusterSpec(std::string(kFour) + "controller:\n  insecure: true\n", "c.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->controller.insecure);
+  auto bad = ParseClusterSpec(std::string(kFour) + "controller:\n  insecure: maybe\n", "c.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("controller.insecure"));
+}
+
 TEST(ClusterSpec, FullSchema) {
   std::string text = std::string(kFour) +
                      "local: false\n"
@@ -104,6 +113,7 @@ TEST(ClusterSpec, FullSchema) {
   EXPECT_EQ(spec->controller.tls->key, "c.key");
   EXPECT_EQ(spec->controller.gateway_queue.max_requests, 8);
   EXPECT_DOUBLE_EQ(spec->controller.gateway_queue.timeout_s, 2.5);
+  EXPECT_FALSE(spec->controller.insecure);  // the default
   EXPECT_EQ(spec->model.kv_cache_dtype, KvCacheDtype::kBf16);
   EXPECT_EQ(spec->model.kv_cache_bytes, int64_t{20} << 30);
   EXPECT_EQ(spec->model.served_name, "glm");
@@ -258,17 +268,17 @@ std::vector<BadYaml> BadCases() {
       {"canary_not_a_map", Replace(min, "  path: m\n", "  path: m\n  canary: hello\n"), 4, 11,
        "model.canary", "a mapping with keys: prompt, prompt_ids"},
       {"canary_negative_id", Replace(min, "  path: m\n", "  path: m\n  canary: {prompt_ids: [1, -2]}\n"),
-       4, 30, "model.canary.prompt_ids[1]", "a token id >= 0"},
+       4, 28, "model.canary.prompt_ids[1]", "a token id >= 0"},
       {"canary_empty_ids", Replace(min, "  path: m\n", "  path: m\n  canary: {expect_ids: []}\n"),
-       4, 25, "model.canary.expect_ids", "a non-empty list of token ids"},
+       4, 24, "model.canary.expect_ids", "is an empty list; expected a non-empty list"},
       {"canary_text_and_ids",
-       Replace(min, "  path: m\n", "  path: m\n  canary: {prompt: hi, prompt_ids: [1]}\n"), 4, 25,
+       Replace(min, "  path: m\n", "  path: m\n  canary: {prompt: hi, prompt_ids: [1]}\n"), 4, 24,
        "model.canary.prompt_ids", "one of prompt (text) and prompt_ids (token ids)"},
       {"canary_max_tokens_short",
        Replace(min, "  path: m\n", "  path: m\n  canary: {expect_ids: [1, 2], max_tokens: 1}\n"),
-       4, 45, "model.canary.max_tokens", "at least len(expect_ids)"},
+       4, 44, "model.canary.max_tokens", "at least len(expect_ids)"},
       {"canary_key_typo", Replace(min, "  path: m\n", "  path: m\n  canary: {expect_idz: [1]}\n"),
-       4, 13, "model.canary.expect_idz", "did you mean `expect_ids`?"},
+       4, 12, "model.canary.expect_idz", "did you mean `expect_ids`?"},
       {"lifecycle_negative_budget", min + "lifecycle: {restart_budget: -1}\n", 8, 29,
        "lifecycle.restart_budget", "got -1"},
       {"lifecycle_zero_window", min + "lifecycle: {restart_window_s: 0}\n", 8, 31,

@@ -78,6 +78,84 @@ TEST_F(ApiKeysTest, ParsesBearerHeader) {
   EXPECT_FALSE(k.Check("Bearer " + a + " extra"));
 }
 
+TEST_F(ApiKeysTest, NamedHashedAndRateLimitedLines) {
+  // Line 2 is plain (named key-2), line 3 named, line 4 the SHA-256 of kKeyB (upper-case hex is
+  // accepted too), line 5 a named key with a per-minute rate.
+  Write(std::string("# keys\n") + kKeyA + "\nci: sk-ci-0123456789abcdef rate=10/s\nbob: sha256:" +
+        "91120D00C519C78C50959AABC182E67D97FC2FAB890E99C33BA46337DCE8AF8E" + "\nslow: " + kKeyC + " rate=60/m\n");
+  auto keys = ApiKeys::Load(path_);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const ApiKeys& k = **keys;
+  EXPECT_EQ(k.size(), 4u);
+  const Clock::TimePoint t0{};
+  auto auth = [&](const std::string& key, Clock::TimePoint now = Clock::TimePoint{}) {
+    return k.Authenticate("Bearer " + key, now);
+  };
+  using Outcome = ApiKeys::AuthResult::Outcome;
+  EXPECT_EQ(auth(kKeyA).key_name, "key-2");
+  EXPECT_EQ(auth("sk-ci-0123456789abcdef").key_name, "ci");
+  EXPECT_EQ(auth(kKeyB).key_name, "bob");
+  EXPECT_EQ(auth(kKeyB).outcome, Outcome::kAllowed);
+  EXPECT_EQ(auth("sha256:91120d00c519c78c50959aabc182e67d97fc2fab890e99c33ba46337dce8af8e").outcome, Outcome::kDenied);  // the digest is not a key
+  EXPECT_EQ(auth("sk-zzzzzzzzzzzzzzzzzzzz").outcome, Outcome::kDenied);
+  EXPECT_EQ(auth("sk-zzzzzzzzzzzzzzzzzzzz").key_name, "");
+  // slow: 1/s, burst 1; the second request in the same instant waits 1 s.
+  EXPECT_EQ(auth(kKeyC, t0).outcome, Outcome::kAllowed);
+  ApiKeys::AuthResult limited = auth(kKeyC, t0 + std::chrono::milliseconds(100));
+  EXPECT_EQ(limited.outcome, Outcome::kRateLimited);
+  EXPECT_EQ(limited.key_name, "slow");
+  EXPECT_EQ(limited.retry_after_s, 1);
+  EXPECT_EQ(auth(kKeyC, t0 + std::chrono::seconds(1)).outcome, Outcome::kAllowed);
+  // ci: 10/s, burst 10; one token went to the name check above.
+  for (int i = 0; i < 9; ++i) {
+    EXPECT_EQ(auth("sk-ci-0123456789abcdef", t0).outcome, Outcome::kAllowed) << i;
+  }
+  EXPECT_EQ(auth("sk-ci-0123456789abcdef", t0).outcome, Outcome::kRateLimited);
+  EXPECT_EQ(auth("sk-ci-0123456789abcdef", t0 + std::chrono::milliseconds(100)).outcome,
+            Outcome::kAllowed);
+}
+
+TEST_F(ApiKeysTest, RetryAfterCoversASlowRate) {
+  Write(std::string("slow: ") + kKeyA + " rate=2/m\n");  // one token per 30 s, burst 1
+  auto keys = ApiKeys::Load(path_);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const Clock::TimePoint t0{};
+  EXPECT_EQ((*keys)->Authenticate(std::string("Bearer ") + kKeyA, t0).outcome,
+            ApiKeys::AuthResult::Outcome::kAllowed);
+  ApiKeys::AuthResult r = (*keys)->Authenticate(std::string("Bearer ") + kKeyA,
+                                                t0 + std::chrono::seconds(10));
+  EXPECT_EQ(r.outcome, ApiKeys::AuthResult::Outcome::kRateLimited);
+  EXPECT_EQ(r.retry_after_s, 20);
+}
+
+TEST_F(ApiKeysTest, MalformedLinesNameFileLineAndFixWithoutTheKey) {
+  const std::string hex = "91120d00c519c78c50959aabc182e67d97fc2fab890e99c33ba46337dce8af8e";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {std::string("b@d: ") + kKeyA, "key name"},
+      {std::string("ok: ") + kKeyA + " rate=10/h", "rate=<N>/s"},
+      {std::string("ok: ") + kKeyA + " rate=0/s", "rate=<N>/s"},
+      {std::string("ok: ") + kKeyA + " rate=1/s rate=2/s", "rate=<N>/s"},
+      {"ok:", "no key"},
+      {"ok: sha256:abc", "64 hex"},
+      {"ok: sha256:" + hex.substr(0, 63) + "g", "64 hex"},
+      {"ok: short", "at least 16"},
+      {std::string("a: ") + kKeyA + "\na: " + kKeyB, "used twice"},
+      {std::string("a: ") + kKeyA + "\nb: sha256:" + "aaf47d2ad540d88b82e9872c780d0a43366681f217854f9e6936819541ba228a", "same key"},
+  };
+  for (const auto& [text, want] : cases) {
+    Write("# keys\n" + text + "\n");
+    auto keys = ApiKeys::Load(path_);
+    ASSERT_FALSE(keys.ok()) << text;
+    const std::string msg(keys.status().message());
+    EXPECT_EQ(keys.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(msg, HasSubstr(path_ + ":")) << text;
+    EXPECT_THAT(msg, HasSubstr(want)) << text;
+    EXPECT_THAT(msg, HasSubstr("sha256sum")) << text;
+    EXPECT_THAT(msg, ::testing::Not(HasSubstr("sk-aaaa"))) << text;
+    EXPECT_THAT(msg, ::testing::Not(HasSubstr("sk-bbbb"))) << text;
+  }
+}
+
 TEST_F(ApiKeysTest, FileWithoutKeysIsAnErrorNamingPathAndFix) {
   Write("# only a comment\n\n   \n");
   auto keys = ApiKeys::Load(path_);

@@ -414,7 +414,22 @@ void Gateway::Handle(std::shared_ptr<http::Exchange> exchange) {
 bool Gateway::Authorized(const std::shared_ptr<http::Exchange>& exchange) {
   if (!api_keys_) return true;
   const std::string* auth = exchange->request.Header("authorization");
-  if (auth != nullptr && api_keys_->Check(*auth)) return true;
+  if (auth != nullptr) {
+    const ApiKeys::AuthResult result = api_keys_->Authenticate(*auth, clock_->Now());
+    if (result.outcome != ApiKeys::AuthResult::Outcome::kDenied) {
+      metrics_->OnKeyRequest(result.key_name);
+    }
+    if (result.outcome == ApiKeys::AuthResult::Outcome::kAllowed) return true;
+    if (result.outcome == ApiKeys::AuthResult::Outcome::kRateLimited) {
+      metrics_->OnKeyRateLimited(result.key_name);
+      ReplyError(exchange, exchange->request.target,
+                 openai::RateLimited(absl::StrCat("API key '", result.key_name,
+                                                  "' is over its rate limit; retry after the "
+                                                  "Retry-After delay")),
+                 result.retry_after_s);
+      return false;
+    }
+  }
   openai::ApiError error = openai::MakeError(
       401, auth == nullptr ? "missing API key: send the header 'Authorization: Bearer <key>'"
                            : "invalid API key");

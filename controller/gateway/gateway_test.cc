@@ -372,6 +372,48 @@ TEST_F(GatewayTest, ApiKeysGuardTheApiButNotHealth) {
   EXPECT_EQ(Get("/v1/models").status, 401);
 }
 
+TEST_F(GatewayTest, NamedHashedKeysAreCountedByNameAndRateLimited) {
+  // sha256("sk-hashed-0123456789abcdef"), as `printf %s "$KEY" | sha256sum` prints it.
+  const std::string hashed_hex = "a3c66bc68e5294b6b2a60d75ff071010df2ade6140d82c191f74db7654a2441e";
+  const fs::path keys = dir_ / "keys";
+  std::ofstream(keys) << "alice: sk-alice-0123456789abcdef rate=2/s\n"
+                      << "bob: sha256:" << hashed_hex << "\n";
+  fs::permissions(keys, fs::perms::owner_read | fs::perms::owner_write);
+  absl::StatusOr<std::unique_ptr<ApiKeys>> loaded = ApiKeys::Load(keys.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  clock_ = &fake_clock_;
+  Start(std::shared_ptr<ApiKeys>(std::move(*loaded)));
+  Script("</think>ok");
+  const std::vector<std::pair<std::string, std::string>> alice = {
+      {"Authorization", "Bearer sk-alice-0123456789abcdef"}};
+  const std::vector<std::pair<std::string, std::string>> bob = {
+      {"Authorization", "Bearer sk-hashed-0123456789abcdef"}};
+  EXPECT_EQ(Post("/v1/chat/completions", ChatBody(), bob).status, 200);
+  EXPECT_EQ(Post("/v1/chat/completions", ChatBody(),
+                 {{"Authorization", "Bearer sha256:" + hashed_hex}})
+                .status,
+            401);  // the digest itself is no key
+  // Burst 2, then 429 until a token refills (0.5 s at 2/s; Retry-After rounds up to 1 s).
+  EXPECT_EQ(Post("/v1/chat/completions", ChatBody(), alice).status, 200);
+  EXPECT_EQ(Post("/v1/chat/completions", ChatBody(), alice).status, 200);
+  testing::HttpResult limited = Post("/v1/chat/completions", ChatBody(), alice);
+  EXPECT_EQ(limited.status, 429);
+  EXPECT_EQ(limited.Header("retry-after"), "1");
+  EXPECT_EQ(Json::parse(limited.body)["error"]["code"], 429);
+  EXPECT_THAT(limited.body, HasSubstr("alice"));
+  fake_clock_.Advance(std::chrono::milliseconds(500));
+  EXPECT_EQ(Post("/v1/chat/completions", ChatBody(), alice).status, 200);
+  EXPECT_EQ(Post("/v1/chat/completions", ChatBody(), alice).status, 429);
+
+  const std::string metrics = Get("/metrics").body;
+  EXPECT_THAT(metrics, HasSubstr("glmctl_gateway_requests_total{key=\"alice\"} 5"));
+  EXPECT_THAT(metrics, HasSubstr("glmctl_gateway_requests_total{key=\"bob\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("glmctl_gateway_rate_limited_total{key=\"alice\"} 2"));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("sk-alice")));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("sk-hashed")));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr(hashed_hex)));
+}
+
 TEST_F(GatewayTest, ClientDisconnectCancelsTheGeneration) {
   FakeReplicaBackend::Script s;
   s.tokens = Ids("</think>never sent");

@@ -433,6 +433,13 @@ GatewayMetrics::GatewayMetrics(std::string model_name, int64_t max_model_len)
   http_requests_ = &registry_.AddCounter("glmctl_http_requests_total",
                                          "HTTP responses by route and status code.",
                                          {"route", "code"});
+  key_requests_ = &registry_.AddCounter("glmctl_gateway_requests_total",
+                                        "Requests with a valid API key, by the key's name.",
+                                        {"key"});
+  key_rate_limited_ = &registry_.AddCounter("glmctl_gateway_rate_limited_total",
+                                            "Requests answered 429 by their API key's rate "
+                                            "limit, by the key's name.",
+                                            {"key"});
   queued_ = &registry_.AddGauge("glmctl_gateway_requests_queued",
                                 "Requests waiting in the gateway for a ready replica.", m)
                  .With(mv);
@@ -513,6 +520,13 @@ void GatewayMetrics::SetReplicaStates(const std::map<int, std::string>& state_by
 
 void GatewayMetrics::OnHttp(std::string_view route, int code) {
   http_requests_->With({route, std::to_string(code)}).Inc();
+}
+
+void GatewayMetrics::OnKeyRequest(std::string_view key_name) {
+  key_requests_->With({key_name}).Inc();
+}
+void GatewayMetrics::OnKeyRateLimited(std::string_view key_name) {
+  key_rate_limited_->With({key_name}).Inc();
 }
 
 void GatewayMetrics::SetQueued(int64_t num_requests) {

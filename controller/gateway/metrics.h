@@ -201,6 +201,11 @@ class GatewayMetrics {
   // glmctl_http_requests_total{route,code}. `route` is the matched route ("/v1/chat/completions",
   // "other" for 404s), never the raw request path: every distinct value is a new series.
   void OnHttp(std::string_view route, int code);
+  // glmctl_gateway_requests_total{key}: requests that presented a valid API key, by the key's
+  // name from the key file (never the key). glmctl_gateway_rate_limited_total{key}: those of
+  // them answered 429 by the key's rate limit.
+  void OnKeyRequest(std::string_view key_name);
+  void OnKeyRateLimited(std::string_view key_name);
 
   // The gateway's admission queue (requests waiting for a ready replica; engine-side waiting is
   // vllm:num_requests_waiting). All carry `model_name`.
@@ -233,6 +238,8 @@ class GatewayMetrics {
   GaugeFamily* node_state_;
   GaugeFamily* replica_state_;
   CounterFamily* http_requests_;
+  CounterFamily* key_requests_;
+  CounterFamily* key_rate_limited_;
   Histogram* ttft_;
   Histogram* itl_;
   Histogram* e2e_;

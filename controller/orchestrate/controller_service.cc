@@ -147,11 +147,16 @@ int ControllerService::ReconcileOnce() {
     }
     if (!budget_.Allows(r, now)) {
       const std::string reason = absl::StrCat(
-          "restart budget exhausted: ", budget_.Count(r, now), " automatic restarts within ",
-          std::chrono::duration_cast<std::chrono::seconds>(budget_.window()).count(),
-          " s (lifecycle.restart_budget ", budget_.budget(), "); last failure: ",
-          why.empty() ? "unknown" : why,
-          ". Fix: find the cause (glmctl logs, glmctl status), then glmctl restart --replica ", r);
+          budget_.budget() == 0
+              ? std::string("self-healing is off (lifecycle.restart_budget 0)")
+              : absl::StrCat("restart budget exhausted: ", budget_.Count(r, now),
+                             " automatic restarts within ",
+                             std::chrono::duration_cast<std::chrono::seconds>(budget_.window())
+                                 .count(),
+                             " s (lifecycle.restart_budget ", budget_.budget(), ")"),
+          "; last failure: ", why.empty() ? "unknown" : why,
+          ". Fix: find the cause (glmctl logs, glmctl status), then glmctl restart --replica ", r,
+          " (or glmctl up)");
       exhausted_[r] = reason;
       state_.SetReplicaMode(r, ReplicaMode::kHeld, reason);
       show(r);

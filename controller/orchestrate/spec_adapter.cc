@@ -25,6 +25,7 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.gateway_listen = spec.controller.gateway;
   t.api_key_file =
       spec.controller.api_key_file.empty() ? "" : spec.ResolvePath(spec.controller.api_key_file);
+  t.insecure = spec.controller.insecure;
   t.gateway_queue_max = spec.controller.gateway_queue.max_requests;
   t.gateway_queue_timeout_s = spec.controller.gateway_queue.timeout_s;
   t.local = spec.local;

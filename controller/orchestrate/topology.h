@@ -83,6 +83,9 @@ struct ClusterTopology {
   std::vector<std::vector<std::string>> replicas;
   // The controller's identity: server credentials for glmctl, client credentials to the agents.
   rpc::TlsFiles tls;
+  // controller.insecure: plaintext gRPC beyond loopback is allowed (glm-controller otherwise
+  // refuses a non-loopback listen without tls).
+  bool insecure = false;
   // Preflight inputs.
   std::string model_dir;
   bool require_gpu = false;

@@ -28,8 +28,10 @@ class GatewayClusterTest : public LoopbackClusterTest {
  protected:
   GatewayClusterTest() : LoopbackClusterTest("gwtest") {}
 
-  void Bring(int tensor = 2, const std::string& controller_lines = "") {
+  void Bring(int tensor = 2, const std::string& controller_lines = "",
+             const std::string& sections = "") {
     ClusterYaml cluster;
+    cluster.sections = sections;
     cluster.local = true;
     cluster.model_path = absl::StrCat(GLM_TEST_SOURCE_DIR_FOR_GOLDEN, "/tests/golden/tiny-chat");
     cluster.kv_cache_bytes = "8MiB";
@@ -47,7 +49,10 @@ class GatewayClusterTest : public LoopbackClusterTest {
 };
 
 TEST_F(GatewayClusterTest, CompletionsChatHealthAndMetricsOverARealCluster) {
-  Bring();
+  // Self-healing off and a short queue: the dead rank below keeps the replica down, and a
+  // request waits 0.5 s for a ready replica before its 503.
+  Bring(2, "  gateway_queue: {max_requests: 8, timeout_s: 0.5}\n",
+        "lifecycle:\n  restart_budget: 0\n");
   std::ifstream in(
       absl::StrCat(GLM_TEST_SOURCE_DIR_FOR_GOLDEN, "/tests/golden/tiny-chat/reference.json"));
   const Json reference = Json::parse(in);
@@ -102,7 +107,8 @@ TEST_F(GatewayClusterTest, CompletionsChatHealthAndMetricsOverARealCluster) {
             std::string::npos)
       << metrics.body;
 
-  // A dead rank: /health turns 503 naming the replica, and requests get 503 with Retry-After.
+  // A dead rank: /health turns 503 naming the replica, and requests get 503 with Retry-After
+  // once they waited out the gateway's queue.
   const int pid = RunDirPid("agent-node-2");
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGKILL), 0);

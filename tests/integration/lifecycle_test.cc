@@ -282,7 +282,16 @@ TEST_F(LifecycleTest, RestartProcessesGivesEveryAgentANewInstance) {
       Glmctl({"restart", yaml_, "--rolling", "--processes"}, seconds(120));
   ASSERT_EQ(restart.exit_code, 0) << restart.output;
   EXPECT_NE(restart.output.find("agent restarted"), std::string::npos) << restart.output;
-  Json after = StatusJson();
+  // The status stream reconnects to the new process within a heartbeat or two.
+  Json after;
+  const auto deadline = Clock::now() + seconds(10);
+  do {
+    after = StatusJson();
+    if (!after.is_null() && after["nodes"][0]["instance_id"] != before["nodes"][0]["instance_id"]) {
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  } while (Clock::now() < deadline);
   EXPECT_NE(before["nodes"][0]["instance_id"], after["nodes"][0]["instance_id"]);
   EXPECT_EQ(ReplicaState(0), "Ready");
   HttpResult r = Http(GatewayPort(), "POST", "/v1/completions",

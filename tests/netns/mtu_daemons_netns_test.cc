@@ -108,7 +108,7 @@ class MtuDaemonsNetnsTest : public ::testing::Test {
     }
     controller_port_ = FreePorts(1, control_ + ".1").at(0);
     WriteFile(yaml_, absl::StrCat("name: mtu-netns-", tag_, "\ncontroller:\n  listen: ", control_,
-                                  ".1:", controller_port_, "\n  gateway: ", control_,
+                                  ".1:", controller_port_, "\n  insecure: true\n  gateway: ", control_,
                                   ".1:0\nmodel:\n  path: ", SourceDir(),
                                   "/tests/golden/tiny-dense\n  max_model_len: 512\n"
                                   "  kv_cache_dtype: bf16\n  kv_cache_bytes: 64MiB\n"
@@ -121,7 +121,7 @@ class MtuDaemonsNetnsTest : public ::testing::Test {
       agents_.push_back(SpawnBackground(
           {IpBin(), "netns", "exec", Ns(i), AgentBin(), "serve", "--listen",
            ControlAddr(i) + ":47101", "--node", Node(i), "--allow-no-gpu", "--fabric-ip",
-           FabricAddr(i), "--mtu-echo-port", "0", "--stage-port", "0"},
+           FabricAddr(i), "--mtu-echo-port", "0", "--stage-port", "0", "--insecure"},
           absl::StrCat(dir_->path(), "/agent-", Node(i), ".log")));
     }
     controller_ = SpawnBackground({ControllerBin(), "--config", yaml_},
