@@ -3,7 +3,8 @@
 //                   [--heartbeat-ms N] [--threads N] [--log-level L] [--allow-no-gpu]
 //                   [--sysfs-root DIR] [--proc-root DIR] [--dev-root DIR] [--gid-watch-ms N]
 //                   [--fabric-ip IP [--mtu-echo-port N] [--stage-port N]] [--stage-root DIR]
-//                   [--model-dir DIR] [--nccl-library FILE]
+//                   [--model-dir DIR] [--nccl-library FILE] [--insecure]
+//   Without --tls-* the agent listens only on loopback (127.0.0.0/8, ::1) unless --insecure.
 //   With --fabric-ip the agent serves the path-MTU UDP echo (peers' mtu.path checks) there and
 //   adds a second listening port of its gRPC server (same service, same credentials) on
 //   fabric_ip:--stage-port, through which peers fetch staged files (FetchFile); Info reports the
@@ -28,7 +29,9 @@
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
+#include "proto/rpc/audit.h"
 #include "proto/rpc/credentials.h"
+#include "proto/rpc/listen_policy.h"
 #if GLM_HAVE_PREFLIGHT
 #include "agent/preflight/preflight_command.h"
 #endif
@@ -59,6 +62,7 @@ struct ServeFlags {
   std::string nccl_library;
   std::string group_ip;
   int num_threads = 0;
+  bool insecure = false;
 };
 
 // The numeric IP this node's shard group binds: --group-ip, else the fabric IP, else the host of
@@ -90,6 +94,29 @@ int Serve(const ServeFlags& flags) {
   if (!creds.ok()) {
     std::cerr << "glm-agent: " << creds.status().message() << "\n";
     return 2;
+  }
+  // Secure by default: plaintext gRPC only on loopback unless --insecure (the stage port on
+  // --fabric-ip serves the same service with the same credentials).
+  for (const std::string& address :
+       {flags.listen, flags.fabric_ip}) {
+    if (address.empty() ||
+        !glm::rpc::RefuseInsecureListen(address, flags.tls.enabled(), flags.insecure)) {
+      continue;
+    }
+    std::cerr << "glm-agent: refusing to serve the control plane without TLS on '" << address
+              << "', which is reachable from the network. Fix: make certificates with `glmctl "
+                 "certs --out DIR cluster.yaml` and pass --tls-ca, --tls-cert and --tls-key, or "
+                 "listen on 127.0.0.1, or pass --insecure to accept an open control plane\n";
+    return 2;
+  }
+  if (!flags.tls.enabled() && flags.insecure &&
+      (!glm::rpc::IsLoopbackListen(flags.listen) ||
+       (!flags.fabric_ip.empty() && !glm::rpc::IsLoopbackListen(flags.fabric_ip)))) {
+    GLM_LOG_WARN("agent control plane is open to the network: plaintext gRPC without "
+                 "authentication on listen={} (--insecure); anyone who can reach it can load, "
+                 "stop and restart shards. Use --tls-ca/--tls-cert/--tls-key "
+                 "(`glmctl certs --out DIR cluster.yaml`)",
+                 flags.listen);
   }
   // Peers are fetched from with this node's own certificate (it carries clientAuth).
   auto peer_creds = glm::rpc::MakeChannelCredentials(flags.tls);
@@ -158,6 +185,13 @@ int Serve(const ServeFlags& flags) {
   glm::agent::AgentService service(options, glm::Clock::Real());
   service.StartGidWatchThread();
   builder.RegisterService(&service);
+  // The audit trail: one INFO line per state-changing RPC, with the caller's identity.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> audit;
+  audit.push_back(glm::rpc::MakeAuditInterceptorFactory(
+      {"LoadShard", "StartShard", "DrainShard", "StopShard", "RestartProcess", "StageWeights",
+       "StageNccl"},
+      "node=" + flags.node));
+  builder.experimental().SetInterceptorCreators(std::move(audit));
   grpc::ResourceQuota quota("glm-agent");
   quota.SetMaxThreads(flags.threads);
   builder.SetResourceQuota(quota);
@@ -221,6 +255,9 @@ int main(int argc, char** argv) {
   serve->add_option("--tls-ca", flags.tls.ca, "cluster CA certificate (PEM); enables mTLS");
   serve->add_option("--tls-cert", flags.tls.cert, "this node's certificate (PEM)");
   serve->add_option("--tls-key", flags.tls.key, "this node's private key (PEM)");
+  serve->add_flag("--insecure", flags.insecure,
+                  "allow plaintext gRPC on a non-loopback --listen/--fabric-ip (no --tls-*); "
+                  "without it the agent refuses to start there");
   serve->add_option("--heartbeat-ms", flags.heartbeat_ms, "default status heartbeat interval")
       ->check(CLI::Range(50, 60000));
   serve->add_option("--threads", flags.threads, "maximum gRPC handler threads")

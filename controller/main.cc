@@ -25,6 +25,7 @@
 #include "controller/orchestrate/spec_adapter.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
+#include "proto/rpc/audit.h"
 #include "proto/rpc/credentials.h"
 #include "proto/rpc/listen_policy.h"
 
@@ -141,6 +142,11 @@ int main(int argc, char** argv) {
   int port = 0;
   builder.AddListeningPort(listen, *creds, &port);
   builder.RegisterService(&service);
+  // The audit trail: one INFO line per state-changing RPC, with the caller's identity.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> audit;
+  audit.push_back(glm::rpc::MakeAuditInterceptorFactory({"Up", "Down", "Restart"},
+                                                        "cluster=" + topology->cluster_name));
+  builder.experimental().SetInterceptorCreators(std::move(audit));
   grpc::ResourceQuota quota("glm-controller");
   quota.SetMaxThreads(256);  // one per watched agent stream, per Up stream, per rendezvous wait
   builder.SetResourceQuota(quota);

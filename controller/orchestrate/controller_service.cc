@@ -359,12 +359,12 @@ grpc::Status ControllerService::Restart(grpc::ServerContext* server_ctx,
       Admit(*topology, r);
       state_.SetReplicaRestarts(r, 0, budget_.budget(), false);
       e.set_phase(glm::v1::BRING_UP_PHASE_READY);
-      e.set_message(absl::StrFormat("replica %d: back in service (%.1f s)", r, seconds));
+      e.set_message(absl::StrFormat("replica %d: back in service (%.2f s)", r, seconds));
     } else {
       state_.SetReplicaMode(r, ReplicaMode::kHeld, absl::StrCat(opts.reason, " failed: ",
                                                                 s.message()));
       e.set_phase(glm::v1::BRING_UP_PHASE_FAILED);
-      e.set_message(absl::StrFormat("replica %d: restart failed after %.1f s: %s", r, seconds,
+      e.set_message(absl::StrFormat("replica %d: restart failed after %.2f s: %s", r, seconds,
                                     glm::ToStd(s.message())));
     }
     sink(e);

@@ -3,7 +3,7 @@
 # of an agent to out-of-rotation and to healed (no command: the launcher restarts the agent, the
 # controller's self-healing re-forms its group, runs the canary and re-admits it).
 #
-#   BIN=build-cp/controller/cli bash tools/bench/lifecycle.sh
+#   BIN=build bash tools/bench/lifecycle.sh
 #
 # BIN: the folder holding glmctl (glm-controller and glm-agent are found next to it, or through
 # GLM_BIN_DIR). Builds nothing. The cluster: tests/golden/tiny-chat, REPLICAS (2) replicas of
@@ -14,7 +14,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BIN=${BIN:-$ROOT/build/controller/cli}
+BIN=${BIN:-$ROOT/build}
 REPLICAS=${REPLICAS:-2}
 ROUNDS=${ROUNDS:-3}
 GLMCTL=$BIN/glmctl
