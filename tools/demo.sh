@@ -29,7 +29,7 @@ echo
 
 gateway="http://$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["controller"]["gateway"])' "$config")"
 model=$(curl -sS --max-time 10 "$gateway/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
-request='{"model": "'"$model"'", "messages": [{"role": "user", "content": "What is glmctl?"}], "max_tokens": 24, "chat_template_kwargs": {"enable_thinking": false}}'
+request='{"model": "'"$model"'", "messages": [{"role": "user", "content": "What is glmctl?"}], "max_tokens": 64, "chat_template_kwargs": {"enable_thinking": false}}'
 echo "== POST $gateway/v1/chat/completions  $request"
 curl -sS --max-time 120 "$gateway/v1/chat/completions" -H 'Content-Type: application/json' \
   -d "$request" | python3 -c '

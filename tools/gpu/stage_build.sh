@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Stages a CPU-machine build for the GPU machine: copies the binaries (debug info stripped, to stay
 # under the device tool's 64 MiB transfer limit once packed) into STAGE/bin, the non-system shared
-# libraries they link (Debian's Abseil, spdlog, fmt, yaml-cpp, xxHash, PCRE2, GoogleTest; the GPU
-# image has none of them) into STAGE/lib, and the commit they were built from (plus the count of
-# changed files) into STAGE/build-info.txt. Carry STAGE (or a pack of it, see run_all_gpu.sh) to
-# the GPU machine; tools/gpu/run_all_gpu.sh STAGE runs it there. Any .gpurun* name is git-ignored
+# libraries they link (Debian's Abseil, spdlog, fmt, yaml-cpp, xxHash, PCRE2, GoogleTest, Gloo
+# with hiredis, ibverbs and libnl; the GPU image has none of them) into STAGE/lib, and the commit
+# they were built from (plus the count of changed files) into STAGE/build-info.txt. Carry STAGE
+# (or a pack of it, see run_all_gpu.sh) to the GPU machine; tools/gpu/run_all_gpu.sh STAGE runs
+# it there. Any .gpurun* name is git-ignored
 # (through .git/info/exclude).
 # Env: BUILD_DIR (default build-gpu), STAGE_DIR (default .gpurun-all), BINS (space-separated
 # binaries; default every binary of `run_all_gpu.sh --bins BUILD_DIR`).
@@ -27,7 +28,7 @@ for b in "${bins[@]}"; do
 done
 for b in "${bins[@]}"; do
   ldd "$b"
-done | awk '/=> \//{print $3}' | sort -u | grep -E "absl|spdlog|fmt|gtest|gmock|yaml|xxhash|pcre2" |
+done | awk '/=> \//{print $3}' | sort -u | grep -E "absl|spdlog|fmt|gtest|gmock|yaml|xxhash|pcre2|gloo|hiredis|ibverbs|libnl" |
   xargs -r -I{} cp -L {} "$stage/lib/"
 {
   git log -1 --format='commit %h %s' 2>/dev/null || echo "commit unknown"
