@@ -344,10 +344,14 @@ grpc::Status ControllerService::Restart(grpc::ServerContext* server_ctx,
   GLM_LOG_INFO("restart cluster={} replicas=[{}] rolling={} processes={}", cluster_name_,
                absl::StrJoin(replicas, ","), req->rolling(), req->processes());
 
+  // An operator's restart gives self-healing its whole budget back (here, before any thread of
+  // a parallel restart runs: budget_ and exhausted_ are not thread-safe).
+  for (int r : replicas) {
+    budget_.Reset(r);
+    exhausted_.erase(r);
+  }
   // One replica: restart it, then re-admit it (or hold it out with the error).
   auto restart_one = [&](int r) -> absl::Status {
-    budget_.Reset(r);  // an operator's restart gives self-healing its whole budget back
-    exhausted_.erase(r);
     const auto started = std::chrono::steady_clock::now();
     absl::Status s = RestartReplica(*topology, r, &factory_, &state_, options_.canary_tokenizer,
                                     &canary_reference_, opts, sink);
