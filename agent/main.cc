@@ -30,6 +30,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
 #include "proto/rpc/audit.h"
+#include "proto/rpc/authz.h"
 #include "proto/rpc/credentials.h"
 #include "proto/rpc/listen_policy.h"
 #if GLM_HAVE_PREFLIGHT
@@ -95,6 +96,12 @@ int Serve(const ServeFlags& flags) {
     std::cerr << "glm-agent: " << creds.status().message() << "\n";
     return 2;
   }
+  // Roles under mTLS: the controller's certificate may call everything, a peer agent's only
+  // FetchFile, the operator's nothing (proto/rpc/authz.h).
+  if (flags.tls.enabled()) {
+    (*creds)->SetAuthMetadataProcessor(
+        glm::rpc::MakeAuthzProcessor(&glm::rpc::AgentAuthzPolicy()));
+  }
   // Secure by default: plaintext gRPC only on loopback unless --insecure (the stage port on
   // --fabric-ip serves the same service with the same credentials).
   for (const std::string& address :
@@ -109,9 +116,11 @@ int Serve(const ServeFlags& flags) {
                  "listen on 127.0.0.1, or pass --insecure to accept an open control plane\n";
     return 2;
   }
-  if (!flags.tls.enabled() && flags.insecure &&
+  const bool open_control_plane =
+      !flags.tls.enabled() && flags.insecure &&
       (!glm::rpc::IsLoopbackListen(flags.listen) ||
-       (!flags.fabric_ip.empty() && !glm::rpc::IsLoopbackListen(flags.fabric_ip)))) {
+       (!flags.fabric_ip.empty() && !glm::rpc::IsLoopbackListen(flags.fabric_ip)));
+  if (open_control_plane) {
     GLM_LOG_WARN("agent control plane is open to the network: plaintext gRPC without "
                  "authentication on listen={} (--insecure); anyone who can reach it can load, "
                  "stop and restart shards. Use --tls-ca/--tls-cert/--tls-key "
@@ -127,6 +136,7 @@ int Serve(const ServeFlags& flags) {
   glm::agent::AgentServiceOptions options;
   options.node = flags.node;
   options.version = GLM_VERSION;
+  options.insecure = open_control_plane;
   options.heartbeat = std::chrono::milliseconds(flags.heartbeat_ms);
   options.allow_no_gpu = flags.allow_no_gpu;
   options.roots = {flags.sysfs_root, flags.proc_root, flags.dev_root};

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "cluster/manifest/hash_cache.h"
@@ -26,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
 #include "proto/rpc/audit.h"
+#include "proto/rpc/authz.h"
 #include "proto/rpc/credentials.h"
 #include "proto/rpc/listen_policy.h"
 
@@ -74,6 +77,12 @@ int main(int argc, char** argv) {
               << creds.status().message() << "\n";
     return 2;
   }
+  // Roles under mTLS: the operator's and the controller's certificates may call everything, an
+  // agent's only the rendezvous (proto/rpc/authz.h).
+  if (topology->tls.enabled()) {
+    (*creds)->SetAuthMetadataProcessor(
+        glm::rpc::MakeAuthzProcessor(&glm::rpc::ControllerAuthzPolicy()));
+  }
   // Secure by default: plaintext gRPC only on loopback unless controller.insecure. (The gateway's
   // HTTP listen is separate: API keys protect it.)
   if (glm::rpc::RefuseInsecureListen(listen, topology->tls.enabled(), topology->insecure)) {
@@ -114,6 +123,32 @@ int main(int argc, char** argv) {
     return glm::orchestrate::ControllerNcclSource(t, hashes.get());
   };
   options.heartbeat = std::chrono::milliseconds(heartbeat_ms);
+  if (!topology->tls.enabled() && topology->insecure && !glm::rpc::IsLoopbackListen(listen)) {
+    options.insecure_listen = listen;
+  }
+  // Certificate expiry: reported by Status, and a warning here within 14 days.
+  if (topology->tls.enabled()) {
+    const auto now = std::chrono::system_clock::now();
+    const std::pair<std::string, std::optional<int64_t>*> certs[] = {
+        {topology->tls.cert, &options.cert_expires_in_s},
+        {topology->tls.ca, &options.ca_expires_in_s}};
+    for (const auto& [path, left] : certs) {
+      absl::StatusOr<int64_t> seconds = glm::rpc::CertificateSecondsLeft(path, now);
+      if (!seconds.ok()) {
+        GLM_LOG_WARN("cannot read the expiry of {}: {}", path,
+                     std::string(seconds.status().message()));
+        continue;
+      }
+      *left = *seconds;
+      if (*seconds < glm::rpc::kCertificateExpiryWarningS) {
+        GLM_LOG_WARN("certificate {} expires in {} days; fix: glmctl certs --renew --out {} {} "
+                     "(a CA: glmctl certs --force), then restart glm-controller and every "
+                     "glm-agent",
+                     path, *seconds / 86400,
+                     std::filesystem::path(topology->tls.ca).parent_path().string(), config_path);
+      }
+    }
+  }
   // The checkpoint's tokenizer and chat template (model.path on this host): the gateway's text
   // routes and the canary's text prompt and readable diffs. Without them both still serve ids.
   auto model = glm::gateway::ModelFiles::Load(topology->model_dir);

@@ -317,7 +317,9 @@ void Engine::PublishStats() {
     stats_.num_cached_prompt_tokens = ss.num_cached_prompt_tokens;
     stats_.num_computed_tokens = ss.num_computed_tokens;
     stats_.num_generated_tokens = ss.num_generated_tokens;
+    stats_.num_drafts = ss.num_drafts;
     stats_.num_draft_tokens = ss.num_draft_tokens;
+    stats_.num_accepted_per_position = ss.num_accepted_per_position;
     stats_.num_accepted_draft_tokens = ss.num_accepted_draft_tokens;
     stats_.draft_acceptance_rate = ss.draft_acceptance_rate();
     if (pipeline_ != nullptr) stats_.num_group_messages = pipeline_->num_messages();

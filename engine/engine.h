@@ -108,8 +108,10 @@ struct EngineStats {
   int64_t num_cached_prompt_tokens = 0;  // prefix-cache hits
   int64_t num_computed_tokens = 0;
   int64_t num_generated_tokens = 0;
+  int64_t num_drafts = 0;  // verify steps with drafts (SchedulerStats)
   int64_t num_draft_tokens = 0;
   int64_t num_accepted_draft_tokens = 0;
+  std::vector<int64_t> num_accepted_per_position;  // [mtp_draft_tokens] (SchedulerStats)
   double draft_acceptance_rate = 0.0;  // accepted / drafted; 0 without MTP
   bool failed = false;
   // Distributed replicas: messages the head sent (steps and idle heartbeats) or this follower

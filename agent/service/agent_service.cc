@@ -198,6 +198,7 @@ grpc::Status AgentService::Info(grpc::ServerContext*, const glm::v1::InfoRequest
   resp->set_fabric_ip(options_.fabric_ip);
   resp->set_mtu_echo_port(options_.mtu_echo_port);
   resp->set_stage_port(options_.stage_port_fn ? options_.stage_port_fn() : options_.stage_port);
+  resp->set_insecure(options_.insecure);
   return grpc::Status::OK;
 }
 

@@ -32,6 +32,7 @@ namespace glm::agent {
 struct AgentServiceOptions {
   std::string node;                       // --node
   std::string version;                    // build version
+  bool insecure = false;  // serves plaintext gRPC beyond loopback (--insecure): Info reports it
   std::chrono::milliseconds heartbeat{1000};  // default WatchStatus heartbeat interval
   HostProbePaths probe_paths;
   // This node runs the CPU backend: a missing GPU is a warning even when the controller asks for

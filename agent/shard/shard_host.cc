@@ -32,6 +32,7 @@ namespace {
 
 constexpr int64_t kDefaultKvCacheBytes = int64_t{1} << 30;  // EngineOptions' default
 constexpr int kDefaultKvBlockSize = 16;
+constexpr int kMaxMtpDraftTokens = 16;  // the bound cluster.yaml allows (cluster_spec)
 
 int64_t Millis(Clock::Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -261,6 +262,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
     status_.set_weight_dtype(weight_dtype);
     status_.set_kv_dtype(kv_dtype);
     status_.mutable_page_cache()->set_policy(policy_name);
+    status_.set_mtp_draft_tokens(req.mtp_draft_tokens());
   }
   Publish();
 
@@ -273,6 +275,12 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
                  absl::StrCat("layer range [", req.layer_begin(), ", ", req.layer_end(),
                               ") is empty or negative"),
                  "re-run glmctl up so the plan assigns this node its PP stage's layers");
+  }
+  if (req.mtp_draft_tokens() < 0 || req.mtp_draft_tokens() > kMaxMtpDraftTokens) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("mtp_draft_tokens = ", req.mtp_draft_tokens(), " is outside [0, ",
+                              kMaxMtpDraftTokens, "]"),
+                 "set model.mtp_draft_tokens in cluster.yaml to 0 (off) .. 16");
   }
   absl::StatusOr<pagecache::Policy> policy = pagecache::ParsePolicy(policy_name);
   if (!policy.ok()) {
@@ -334,6 +342,14 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   if (absl::Status s = engine::ParseKvDType(kv_dtype, &mo.kv.dtype); !s.ok()) {
     return error(s.code(), std::string(s.message()),
                  "set model.kv_cache_dtype in cluster.yaml to fp8 or bf16");
+  }
+  if (req.mtp_draft_tokens() > 0 && config->num_nextn_predict_layers == 0) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("model.mtp_draft_tokens is ", req.mtp_draft_tokens(), " but ",
+                              model_dir,
+                              "/config.json has num_nextn_predict_layers = 0 (no MTP layer)"),
+                 "set model.mtp_draft_tokens: 0 in cluster.yaml, or serve a checkpoint with "
+                 "its MTP layer");
   }
   const bool is_last = last_layer == num_layers - 1;
   const bool has_mtp = mo.load_mtp && is_last && config->num_nextn_predict_layers > 0;
@@ -418,7 +434,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   eo.backend = backend_kind;
   eo.weight_dtype = weight_dtype;
   eo.kv_dtype = kv_dtype;
-  eo.mtp_draft_tokens = 0;
+  eo.mtp_draft_tokens = req.mtp_draft_tokens();
   if (req.max_num_seqs() > 0) eo.max_num_seqs = req.max_num_seqs();
   if (req.max_model_len() > 0) eo.max_model_len = req.max_model_len();
   eo.shard.pp_rank = req.shard().pp_rank();
@@ -783,6 +799,11 @@ void ShardHost::Monitor() {
             : 0.0);
     status_.set_tokens_per_second(tps);
     status_.set_requests_in_flight(st.num_running + st.num_waiting);
+    status_.set_spec_drafts(st.num_drafts);
+    status_.set_spec_draft_tokens(st.num_draft_tokens);
+    status_.set_spec_accepted_tokens(st.num_accepted_draft_tokens);
+    status_.mutable_spec_accepted_per_position()->Assign(st.num_accepted_per_position.begin(),
+                                                          st.num_accepted_per_position.end());
     if (!health.ok() && status_.state() != glm::v1::SHARD_STATE_FAILED) {
       status_.set_state(glm::v1::SHARD_STATE_FAILED);
       status_.set_last_error(absl::StrCat("shard group ", status_.group_key(), " failed on node '",
@@ -857,6 +878,7 @@ absl::Status ShardHost::Generate(const glm::v1::GenerateRequest& req,
   request.sampling.min_tokens = req.min_tokens();
   request.sampling.ignore_eos = req.ignore_eos();
   if (req.return_logprobs()) request.sampling.logprobs = req.top_logprobs();
+  if (req.has_mtp_draft_tokens()) request.sampling.num_draft_tokens = req.mtp_draft_tokens();
   absl::StatusOr<engine::RequestHandle> handle = eng->Submit(std::move(request));
   if (!handle.ok()) {
     return absl::Status(handle.status().code(),

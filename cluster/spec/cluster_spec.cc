@@ -156,10 +156,11 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() 
       {"model.canary", {"prompt", "prompt_ids", "expect", "expect_ids", "max_tokens"}},
       {"parallel", {"tensor", "pipeline", "replicas", "layer_partition"}},
       {"nccl", {"library", "source", "expected_version", "env"}},
-      {"fabric", {"mtu", "subnet"}},
-      {"node_defaults", {"hca", "port", "gid_index", "netdev", "memory_budget_bytes"}},
+      {"fabric", {"mtu", "subnet", "link_bandwidth", "hop_latency_us"}},
+      {"node_defaults", {"hca", "port", "gid_index", "netdev", "memory_budget_bytes",
+                         "memory_bandwidth", "memory_bandwidth_efficiency"}},
       {"nodes[]", {"name", "agent", "fabric_ip", "hca", "port", "gid_index", "netdev",
-                   "memory_budget_bytes"}},
+                   "memory_budget_bytes", "memory_bandwidth", "memory_bandwidth_efficiency"}},
       {"page_cache", {"policy", "interval_s", "min_available_bytes"}},
       {"lifecycle", {"restart_budget", "restart_window_s", "drain_timeout_s"}},
   };
@@ -424,6 +425,30 @@ class Parser {
     return true;
   }
 
+  // A rate with a unit (ParseRate), above zero and below 1 PB/s; `example` shows the fix.
+  bool Rate(const MapView& m, std::string_view key, std::string_view example,
+            std::optional<double>* out) {
+    std::string expected = absl::StrCat(
+        "a rate with its unit, e.g. ", ToAbsl(example),
+        " (GB/s = gigabytes per second, Gb/s = gigabits per second)");
+    const Field* f;
+    if (!Present(m, key, false, expected, &f)) return false;
+    if (f == nullptr) return true;
+    if (!Scalar(m, *f, key, expected)) return false;
+    absl::StatusOr<double> v = ParseRate(f->value.Scalar());
+    if (!v.ok()) {
+      Error(f->value_loc, m.Path(key), ToStd(v.status().message()), expected);
+      return false;
+    }
+    if (*v <= 0 || *v >= 1e15) {
+      Error(f->value_loc, m.Path(key), absl::StrCat("got ", Quote(f->value.Scalar())),
+            absl::StrCat("a rate above zero and below 1PB/s, e.g. ", ToAbsl(example)));
+      return false;
+    }
+    *out = *v;
+    return true;
+  }
+
   // Picks one of `choices` (exact match); otherwise reports the accepted values, then `note`
   // (what they mean, when a wrong value is a likely mix-up).
   bool Enum(const MapView& m, std::string_view key, const std::vector<std::string>& choices,
@@ -489,6 +514,8 @@ struct NodeDefaults {
   std::optional<std::optional<int>> gid_index;
   std::string netdev;
   std::optional<int64_t> memory_budget_bytes;
+  std::optional<double> memory_bandwidth_bytes_per_s;
+  std::optional<double> memory_bandwidth_efficiency;
 };
 
 // Parses `gid_index`: integer 0..255 or "auto". Returns false on error.
@@ -522,6 +549,10 @@ void ParseNodeCommon(Parser& p, const MapView& m, NodeDefaults* d) {
   ParseGidIndex(p, m, &d->gid_index);
   p.String(m, "netdev", false, &d->netdev);
   p.Size(m, "memory_budget_bytes", false, &d->memory_budget_bytes);
+  p.Rate(m, "memory_bandwidth", "273GB/s (DGX Spark) or 4.8TB/s (H200)",
+         &d->memory_bandwidth_bytes_per_s);
+  p.Double(m, "memory_bandwidth_efficiency", 0.0, 1.0, /*lo_open=*/true,
+           &d->memory_bandwidth_efficiency);
 }
 
 void ParseController(Parser& p, const Field* f, ControllerSpec* c) {
@@ -798,6 +829,8 @@ void ParseFabric(Parser& p, const Field* f, FabricSpec* fabric) {
       fabric->subnet_prefix = static_cast<int>(*prefix);
     }
   }
+  p.Rate(m, "link_bandwidth", "200Gb/s (a 200G NIC)", &fabric->link_bandwidth_bytes_per_s);
+  p.Double(m, "hop_latency_us", 0.0, 100000.0, /*lo_open=*/false, &fabric->hop_latency_us);
 }
 
 void ParsePageCache(Parser& p, const Field* f, PageCacheSpec* pc) {
@@ -872,6 +905,12 @@ void ParseNodes(Parser& p, const Field* f, const NodeDefaults& defaults, Cluster
     node.netdev = !own.netdev.empty() ? own.netdev : defaults.netdev;
     node.memory_budget_bytes =
         own.memory_budget_bytes.has_value() ? own.memory_budget_bytes : defaults.memory_budget_bytes;
+    node.memory_bandwidth_bytes_per_s = own.memory_bandwidth_bytes_per_s.has_value()
+                                            ? own.memory_bandwidth_bytes_per_s
+                                            : defaults.memory_bandwidth_bytes_per_s;
+    node.memory_bandwidth_efficiency = own.memory_bandwidth_efficiency.has_value()
+                                           ? own.memory_bandwidth_efficiency
+                                           : defaults.memory_bandwidth_efficiency;
     spec->nodes.push_back(std::move(node));
   }
 }
@@ -990,19 +1029,33 @@ std::string ClusterSpec::ResolvePath(const std::string& path) const {
   return (std::filesystem::path(base_dir) / p).lexically_normal().string();
 }
 
-absl::StatusOr<int64_t> ParseByteSize(std::string_view text) {
+namespace {
+
+// "<number> <unit>" with surrounding blanks: the decimal number (digits, at most one inner '.')
+// and the unit after it. `what` names the kind of value in the error ("a size", "a rate").
+absl::Status SplitNumberAndUnit(std::string_view text, std::string_view what, std::string* number,
+                                std::string_view* unit) {
   std::string_view s = text;
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  std::string number(s.substr(0, i));
-  std::string_view unit = s.substr(i);
-  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
-  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1 ||
-      number.front() == '.' || number.back() == '.' || number.size() > 24) {
-    return absl::InvalidArgumentError(absl::StrCat("got ", Quote(text), ", not a size"));
+  *number = std::string(s.substr(0, i));
+  *unit = s.substr(i);
+  while (!unit->empty() && unit->front() == ' ') unit->remove_prefix(1);
+  if (number->empty() || std::count(number->begin(), number->end(), '.') > 1 ||
+      number->front() == '.' || number->back() == '.' || number->size() > 24) {
+    return absl::InvalidArgumentError(absl::StrCat("got ", Quote(text), ", not ", std::string(what)));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseByteSize(std::string_view text) {
+  std::string number;
+  std::string_view unit;
+  if (absl::Status s = SplitNumberAndUnit(text, "a size", &number, &unit); !s.ok()) return s;
   static const std::vector<std::pair<std::string_view, long double>> kUnits = {
       {"", 1},          {"B", 1},           {"KB", 1e3L},        {"MB", 1e6L},
       {"GB", 1e9L},     {"TB", 1e12L},      {"KiB", 1024.0L},    {"MiB", 1048576.0L},
@@ -1023,6 +1076,30 @@ absl::StatusOr<int64_t> ParseByteSize(std::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat(Quote(text), " is a fraction of a byte"));
   }
   return static_cast<int64_t>(value);
+}
+
+absl::StatusOr<double> ParseRate(std::string_view text) {
+  std::string number;
+  std::string_view unit;
+  if (absl::Status s = SplitNumberAndUnit(text, "a rate", &number, &unit); !s.ok()) return s;
+  // Bytes per second (B) and bits per second (b / bit), decimal prefixes; binary ones for bytes.
+  static const std::vector<std::pair<std::string_view, double>> kUnits = {
+      {"B/s", 1},         {"KB/s", 1e3},      {"MB/s", 1e6},      {"GB/s", 1e9},
+      {"TB/s", 1e12},     {"KiB/s", 1024.0},  {"MiB/s", 1048576.0},
+      {"GiB/s", 1073741824.0},                {"TiB/s", 1099511627776.0},
+      {"Kb/s", 1e3 / 8},  {"Mb/s", 1e6 / 8},  {"Gb/s", 1e9 / 8},  {"Tb/s", 1e12 / 8},
+      {"Kbit/s", 1e3 / 8}, {"Mbit/s", 1e6 / 8}, {"Gbit/s", 1e9 / 8}, {"Tbit/s", 1e12 / 8}};
+  double multiplier = 0;
+  for (const auto& [name, mult] : kUnits) {
+    if (unit == name) multiplier = mult;
+  }
+  if (multiplier == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unit ", Quote(unit), " in ", Quote(text),
+        " is not a rate unit: bytes per second B/s, KB/s, MB/s, GB/s, TB/s, KiB/s..TiB/s or bits "
+        "per second Kb/s, Mb/s, Gb/s, Tb/s"));
+  }
+  return std::strtod(number.c_str(), nullptr) * multiplier;
 }
 
 absl::StatusOr<ClusterSpec> ParseClusterSpec(std::string_view text, std::string_view source_name,

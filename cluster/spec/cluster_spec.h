@@ -2,7 +2,10 @@
 //
 // Schema (every key is optional unless marked *; unknown keys are errors). Sizes are integers
 // (bytes) or strings with a unit: "96GiB", "512 MiB", "1.5TB" (KB/MB/GB/TB = 1000^n,
-// KiB/MiB/GiB/TiB = 1024^n). Relative file paths are relative to the YAML file's directory.
+// KiB/MiB/GiB/TiB = 1024^n). Rates need a unit: bytes per second as B/s, KB/s, MB/s, GB/s, TB/s
+// (1000^n) or KiB/s..TiB/s (1024^n); bits per second as Kb/s, Mb/s, Gb/s, Tb/s (or Gbit/s, ...,
+// 1000^n bits): "273GB/s" (memory), "200Gb/s" (a 200G NIC = 25 GB/s). Relative file paths are
+// relative to the YAML file's directory.
 //
 //   name*: spark-4x                       # cluster name
 //   local: false                          # true: agents run on this machine (loopback addresses)
@@ -62,6 +65,10 @@
 //   fabric:
 //     mtu: 9000                           # 576..9216
 //     subnet: 192.168.100.0/24            # every node's fabric_ip must be inside
+//     link_bandwidth: 200Gb/s             # per node link, for `glmctl plan`'s decode projection
+//                                         #   (a rate, see above); default 200Gb/s (assumed)
+//     hop_latency_us: 10                  # one message between two nodes, in microseconds
+//                                         #   (Gloo over the fabric); default 10 (assumed)
 //   node_defaults:                        # defaults for the per-node keys below (not name,
 //     hca: rocep1s0f1                     #   agent, fabric_ip)
 //   nodes*:
@@ -73,6 +80,10 @@
 //       gid_index: auto                   # integer 0..255 or auto
 //       netdev: enp1s0f1np1
 //       memory_budget_bytes: 110GiB       # memory the engine may use on this node
+//       memory_bandwidth: 273GB/s         # the node's memory read bandwidth (spec sheet); without
+//                                         #   it `glmctl plan` makes no decode projection
+//       memory_bandwidth_efficiency: 0.5  # fraction of memory_bandwidth a decode step reaches;
+//                                         #   default measured (controller/plan/decode_projection.h)
 //   lifecycle:
 //     restart_budget: 3                   # automatic restarts of one replica per window (the
 //     restart_window_s: 600               #   controller re-forms a group whose agents are back);
@@ -176,6 +187,8 @@ struct NcclSpec {
 
 struct FabricSpec {
   std::optional<int> mtu;
+  std::optional<double> link_bandwidth_bytes_per_s;  // fabric.link_bandwidth
+  std::optional<double> hop_latency_us;              // fabric.hop_latency_us
   std::string subnet;                     // "192.168.100.0/24"; empty: not checked
   uint32_t subnet_base = 0;               // host byte order, masked
   int subnet_prefix = 0;
@@ -192,6 +205,8 @@ struct NodeSpec {
   std::optional<int> gid_index;           // nullopt: auto
   std::string netdev;
   std::optional<int64_t> memory_budget_bytes;
+  std::optional<double> memory_bandwidth_bytes_per_s;  // memory_bandwidth
+  std::optional<double> memory_bandwidth_efficiency;   // (0, 1]
   SourceLocation location;                // of this node's mapping
 };
 
@@ -245,5 +260,9 @@ absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path);
 
 // Parses "96GiB", "512 MiB", "1.5TB", "1000" into bytes.
 absl::StatusOr<int64_t> ParseByteSize(std::string_view text);
+
+// Parses a rate with its unit into bytes per second: "273GB/s" = 273e9, "200Gb/s" = 25e9,
+// "4.8 TB/s", "100Gbit/s". A bare number is an error (bits or bytes would be a guess).
+absl::StatusOr<double> ParseRate(std::string_view text);
 
 }  // namespace glm::cluster

@@ -191,6 +191,43 @@ TEST(ClusterSpec, ByteSizes) {
   EXPECT_FALSE(ParseByteSize("-5GiB").ok());
 }
 
+TEST(ClusterSpec, Rates) {
+  EXPECT_DOUBLE_EQ(*ParseRate("273GB/s"), 273e9);
+  EXPECT_DOUBLE_EQ(*ParseRate("4.8 TB/s"), 4.8e12);
+  EXPECT_DOUBLE_EQ(*ParseRate("200Gb/s"), 25e9);  // bits: a 200G NIC moves 25 GB/s
+  EXPECT_DOUBLE_EQ(*ParseRate("100Gbit/s"), 12.5e9);
+  EXPECT_DOUBLE_EQ(*ParseRate("1GiB/s"), 1073741824.0);
+  EXPECT_FALSE(ParseRate("273").ok());      // bits or bytes would be a guess
+  EXPECT_FALSE(ParseRate("273GB").ok());    // a size, not a rate
+  EXPECT_FALSE(ParseRate("273 gb/s").ok());
+  EXPECT_FALSE(ParseRate("GB/s").ok());
+  EXPECT_FALSE(ParseRate("-5GB/s").ok());
+  EXPECT_FALSE(ParseRate("1.2.3GB/s").ok());
+}
+
+TEST(ClusterSpec, BandwidthFields) {
+  std::string text = std::string(kFour) +
+                     "node_defaults: {memory_bandwidth: 273GB/s, memory_bandwidth_efficiency: 0.4}\n";
+  text = Replace(text, "  subnet: 10.1.0.0/24\n",
+                 "  subnet: 10.1.0.0/24\n  link_bandwidth: 200Gb/s\n  hop_latency_us: 7.5\n");
+  text = Replace(text, "    gid_index: 3\n", "    gid_index: 3\n    memory_bandwidth: 4.8TB/s\n");
+  auto spec = ParseClusterSpec(text, "bw.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(*spec->fabric.link_bandwidth_bytes_per_s, 25e9);
+  EXPECT_DOUBLE_EQ(*spec->fabric.hop_latency_us, 7.5);
+  EXPECT_DOUBLE_EQ(*spec->nodes[0].memory_bandwidth_bytes_per_s, 273e9);
+  EXPECT_DOUBLE_EQ(*spec->nodes[0].memory_bandwidth_efficiency, 0.4);
+  EXPECT_DOUBLE_EQ(*spec->nodes[3].memory_bandwidth_bytes_per_s, 4.8e12);  // own value wins
+  EXPECT_DOUBLE_EQ(*spec->nodes[3].memory_bandwidth_efficiency, 0.4);
+  // Absent: no value (the planner then makes no decode projection / uses its defaults).
+  auto plain = ParseClusterSpec(kFour, "four.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->nodes[0].memory_bandwidth_bytes_per_s.has_value());
+  EXPECT_FALSE(plain->nodes[0].memory_bandwidth_efficiency.has_value());
+  EXPECT_FALSE(plain->fabric.link_bandwidth_bytes_per_s.has_value());
+  EXPECT_FALSE(plain->fabric.hop_latency_us.has_value());
+}
+
 TEST(ClusterSpec, ReportsEveryErrorOnItsOwnLine) {
   std::string text = std::string(kMinimal) + "parallel: {tensor: 0, pipeline: x}\n";
   auto spec = ParseClusterSpec(text, "c.yaml");
@@ -256,6 +293,20 @@ std::vector<BadYaml> BadCases() {
        "model.backend", "got \"gpu\"; expected one of: auto, cpu, cuda"},
       {"backend_list", Replace(min, "  path: m\n", "  path: m\n  backend: [cuda]\n"), 4, 12,
        "model.backend", "got a list; expected one of: auto, cpu, cuda"},
+      {"bandwidth_without_unit",
+       Replace(min, "    agent: 127.0.0.1:1\n", "    agent: 127.0.0.1:1\n    memory_bandwidth: 273\n"),
+       8, 23, "nodes[0].memory_bandwidth", "a rate with its unit, e.g. 273GB/s"},
+      {"bandwidth_size_unit",
+       Replace(min, "    agent: 127.0.0.1:1\n", "    agent: 127.0.0.1:1\n    memory_bandwidth: 273GB\n"),
+       8, 23, "nodes[0].memory_bandwidth", "is not a rate unit"},
+      {"bandwidth_zero", min + "node_defaults: {memory_bandwidth: 0GB/s}\n", 8, 35,
+       "node_defaults.memory_bandwidth", "a rate above zero"},
+      {"efficiency_above_one", min + "node_defaults: {memory_bandwidth_efficiency: 1.5}\n", 8, 46,
+       "node_defaults.memory_bandwidth_efficiency", "a number in (0, 1]"},
+      {"link_bandwidth_lowercase", min + "fabric: {link_bandwidth: 200gb/s}\n", 8, 26,
+       "fabric.link_bandwidth", "Gb/s = gigabits per second"},
+      {"hop_latency_negative", min + "fabric: {hop_latency_us: -3}\n", 8, 26,
+       "fabric.hop_latency_us", "a number in [0, 100000]"},
       {"bad_weight_dtype", Replace(min, "  path: m\n", "  path: m\n  weight_dtype: fp8\n"), 4, 17,
        "model.weight_dtype", "got \"fp8\"; expected one of: auto, bf16, fp32 (auto keeps an fp8"},
       {"weight_dtype_typo", Replace(min, "  path: m\n", "  path: m\n  weight_dtpye: bf16\n"), 4, 3,

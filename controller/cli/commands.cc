@@ -28,6 +28,7 @@
 #include "glm/v1/controller.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rpc/credentials.h"
+#include "proto/rpc/listen_policy.h"
 
 namespace glm::cli {
 namespace {
@@ -79,7 +80,8 @@ absl::StatusOr<Connection> Connect(const ClusterTopology* topology, const Global
   if (c.address.empty()) {
     return absl::InvalidArgumentError("no controller address: pass cluster.yaml or --controller");
   }
-  rpc::TlsFiles tls = topology ? topology->tls : rpc::TlsFiles{};
+  // The operator's certificate when `glmctl certs` wrote one (certs.h).
+  rpc::TlsFiles tls = topology ? OperatorTlsFiles(topology->tls) : rpc::TlsFiles{};
   auto creds = rpc::MakeChannelCredentials(tls);
   if (!creds.ok()) return creds.status();
   c.channel = grpc::CreateChannel(c.address, *creds);
@@ -358,6 +360,8 @@ int RunGenerate(const std::string& config, const GlobalFlags& flags, const Gener
   req.set_max_tokens(gen.max_tokens);
   req.set_temperature(static_cast<float>(gen.temperature));
   req.set_seed(gen.seed);
+  if (gen.mtp_draft_tokens >= 0) req.set_mtp_draft_tokens(gen.mtp_draft_tokens);
+  req.set_return_logprobs(gen.logprobs);
   auto conn = ConnectForQuery(config, flags);
   if (!conn.ok()) return ConfigError(conn.status());
   grpc::ClientContext ctx;
@@ -365,10 +369,14 @@ int RunGenerate(const std::string& config, const GlobalFlags& flags, const Gener
                    std::chrono::milliseconds(static_cast<int64_t>(gen.timeout_s * 1000)));
   auto reader = conn->stub->Generate(&ctx, req);
   std::vector<int32_t> ids;
+  std::vector<std::string> logprobs;
   glm::v1::TokenEvent ev;
   std::string reason;
   while (reader->Read(&ev)) {
     ids.insert(ids.end(), ev.token_ids().begin(), ev.token_ids().end());
+    for (const glm::v1::TokenLogprob& lp : ev.logprobs()) {
+      logprobs.push_back(absl::StrFormat("%.9g", lp.logprob()));
+    }
     if (ev.finished()) reason = ev.finish_reason();
   }
   grpc::Status s = reader->Finish();
@@ -382,6 +390,7 @@ int RunGenerate(const std::string& config, const GlobalFlags& flags, const Gener
   }
   std::cout << "finish_reason=" << reason << " prompt_tokens=" << req.prompt_token_ids_size()
             << " completion_tokens=" << ids.size() << "\n";
+  if (gen.logprobs) std::cout << "logprobs=" << absl::StrJoin(logprobs, ",") << "\n";
   std::cout << absl::StrJoin(ids, ",") << "\n";
   return kOk;
 }
@@ -543,6 +552,32 @@ int RunDown(const std::string& config, const GlobalFlags& flags) {
   return kOk;
 }
 
+ControlPlaneCheck CheckControlPlane(const cluster::ClusterSpec& spec, const std::string& config) {
+  ControlPlaneCheck out;
+  if (spec.controller.tls.has_value()) return out;
+  const bool open = !rpc::IsLoopbackListen(spec.controller.listen);
+  if (open && !spec.controller.insecure) {
+    out.error = absl::StrCat(
+        "controller.listen ", spec.controller.listen,
+        " is reachable from the network and controller.tls is not set: glm-controller refuses "
+        "to serve plaintext gRPC there. Fix: `glmctl certs --out DIR ", config,
+        "` and set controller.tls {ca, cert, key}, or listen on 127.0.0.1, or set "
+        "controller.insecure: true to accept an open control plane");
+  } else if (open) {
+    out.warnings.push_back(absl::StrCat(
+        "controller.insecure: true: the controller serves plaintext gRPC on ",
+        spec.controller.listen,
+        " and the agents need --insecure too; anyone who reaches them can bring the cluster up "
+        "or down. Fix: `glmctl certs --out DIR ", config, "` and set controller.tls"));
+  } else if (!spec.local) {
+    out.warnings.push_back(
+        "no controller.tls: controller and agents talk plaintext gRPC, so every agent must "
+        "listen on loopback (or run --insecure); nodes on other hosts need controller.tls "
+        "(`glmctl certs`)");
+  }
+  return out;
+}
+
 int RunValidate(const std::string& config, const GlobalFlags& flags) {
   std::error_code ec;
   auto spec = cluster::LoadClusterSpec(fs::absolute(config, ec).string());
@@ -550,12 +585,22 @@ int RunValidate(const std::string& config, const GlobalFlags& flags) {
     std::cerr << spec.status().message() << "\n";
     return kUsage;
   }
+  // The control plane's exposure: the controller refuses plaintext beyond loopback unless the
+  // YAML opts out (proto/rpc/listen_policy.h); say so before `glmctl up` finds out.
+  const ControlPlaneCheck exposure = CheckControlPlane(*spec, config);
+  if (!exposure.error.empty()) {
+    std::cerr << config << ": " << exposure.error << "\n";
+    return kUsage;
+  }
   if (flags.json) {
     std::cout << nlohmann::json{{"ok", true}, {"cluster", spec->name},
-                                {"nodes", spec->nodes.size()}}
+                                {"nodes", spec->nodes.size()}, {"warnings", exposure.warnings}}
                      .dump()
               << "\n";
-  } else {
+    return kOk;
+  }
+  for (const std::string& w : exposure.warnings) std::cerr << config << ": warning: " << w << "\n";
+  {
     std::cout << config << ": ok: cluster '" << spec->name << "', " << spec->nodes.size()
               << " nodes, TP" << spec->parallel.tensor << " x PP" << spec->parallel.pipeline
               << " x " << spec->parallel.replicas << " replica(s)"
@@ -564,9 +609,12 @@ int RunValidate(const std::string& config, const GlobalFlags& flags) {
   return kOk;
 }
 
-int RunPlan(const std::string& config, const GlobalFlags& flags) {
+int RunPlan(const std::string& config, const GlobalFlags& flags,
+            std::optional<double> mtp_acceptance) {
   std::error_code ec;
-  auto plan = controller::PlanFromFiles(fs::absolute(config, ec).string());
+  controller::PlanOptions options;
+  options.decode.mtp_acceptance_rate = mtp_acceptance;
+  auto plan = controller::PlanFromFiles(fs::absolute(config, ec).string(), options);
   if (!plan.ok()) {
     std::cerr << plan.status().message() << "\n";
     return kUsage;
@@ -579,20 +627,27 @@ int RunPlan(const std::string& config, const GlobalFlags& flags) {
   return plan->fits ? kOk : kFailed;
 }
 
-int RunCerts(const std::string& config, const std::string& out_dir, bool force) {
+int RunCerts(const std::string& config, const CertsOptions& options) {
   auto topology = Load(config);
   if (!topology.ok()) return ConfigError(topology.status());
-  auto written = MakeClusterCerts(*topology, {.out_dir = out_dir, .overwrite = force});
+  const std::string& out_dir = options.out_dir;
+  auto written = MakeClusterCerts(*topology, options);
   if (!written.ok()) {
     std::cerr << "glmctl certs: " << written.status().message() << "\n";
     return kFailed;
   }
   for (const auto& f : *written) std::cout << "wrote " << f << "\n";
+  if (options.renew) {
+    std::cout << "renewed for " << options.valid_days << " days from " << out_dir
+              << "/ca.pem; restart glm-controller and every glm-agent to load them\n";
+    return kOk;
+  }
   std::cout << "to use them, add to " << config << ":\n  controller:\n    tls: {ca: " << out_dir
             << "/ca.pem, cert: " << out_dir << "/controller.pem, key: " << out_dir
             << "/controller.key}\nand start each agent with --tls-ca " << out_dir
             << "/ca.pem --tls-cert " << out_dir << "/<node>.pem --tls-key " << out_dir
-            << "/<node>.key (glmctl up does this for local clusters)\n";
+            << "/<node>.key (glmctl up does this for local clusters); glmctl itself presents "
+            << out_dir << "/operator.pem, which may call the controller only\n";
   return kOk;
 }
 

@@ -4,8 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "cluster/spec/cluster_spec.h"
+#include "controller/cli/certs.h"
 
 namespace glm::cli {
 
@@ -13,6 +17,15 @@ struct GlobalFlags {
   std::string controller;  // --controller ADDR (overrides controller.listen)
   bool json = false;       // --json
 };
+
+// What `glmctl validate` says of the control plane's exposure without controller.tls: an error
+// when the controller would refuse to start (plaintext beyond loopback, no opt-out), warnings
+// when it is open by opt-out or a multi-host cluster would need every agent on loopback.
+struct ControlPlaneCheck {
+  std::string error;
+  std::vector<std::string> warnings;
+};
+ControlPlaneCheck CheckControlPlane(const cluster::ClusterSpec& spec, const std::string& config);
 
 int RunUp(const std::string& config, const GlobalFlags& flags, bool force);
 int RunStatus(const std::string& config, const GlobalFlags& flags);
@@ -33,9 +46,12 @@ struct GenerateFlags {
   double temperature = 0.0;  // 0 = greedy
   int64_t seed = 0;          // 0 = the engine picks one
   double timeout_s = 600;
+  int mtp_draft_tokens = -1;  // MTP drafts per step for this request; -1 = the replica's
+  bool logprobs = false;      // print each generated token's raw logprob
 };
 // Prints the generated ids, comma-separated, as the last stdout line (a summary line before it
-// says the finish reason and counts). kFailed when no replica is Ready or the request failed.
+// says the finish reason and counts; with --logprobs a `logprobs=` line of each token's raw
+// logprob comes before the ids). kFailed when no replica is Ready or the request failed.
 int RunGenerate(const std::string& config, const GlobalFlags& flags, const GenerateFlags& gen);
 // `glmctl logs [cluster.yaml] NODE`: one daemon's recent log lines (the in-memory ring each
 // daemon keeps), through the controller. NODE is a node of cluster.yaml or "controller".
@@ -51,8 +67,14 @@ int RunValidate(const std::string& config, const GlobalFlags& flags);
 // Runs every node's preflight through the controller (starting a local cluster's processes
 // first, as `up` does); exit 0 only when no check failed and every agent answered.
 int RunPreflight(const std::string& config, const GlobalFlags& flags);
-int RunPlan(const std::string& config, const GlobalFlags& flags);
-int RunCerts(const std::string& config, const std::string& out_dir, bool force);
+// `glmctl plan`: the placement, memory budget and projected decode rate. `mtp_acceptance`
+// (--mtp-acceptance: accepted / drafted draft tokens, as `glmctl status` reports it) replaces
+// the assumed MTP acceptance of the projection.
+int RunPlan(const std::string& config, const GlobalFlags& flags,
+            std::optional<double> mtp_acceptance = std::nullopt);
+// `glmctl certs`: a new CA and every certificate, or with options.renew fresh leaves from the
+// CA already in options.out_dir (certs.h).
+int RunCerts(const std::string& config, const CertsOptions& options);
 
 // The cluster.yaml to use when none is given: $GLMCTL_CONFIG, else the one the last successful
 // `glmctl up` used (remembered in $GLMCTL_STATE_DIR, $XDG_STATE_HOME/glmctl or

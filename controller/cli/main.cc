@@ -50,6 +50,12 @@ int main(int argc, char** argv) {
   generate->add_option("--temperature", gen.temperature, "0 = greedy (default)");
   generate->add_option("--seed", gen.seed, "sampling seed (0 = the engine picks one)");
   generate->add_option("--timeout", gen.timeout_s, "seconds before giving up (default 600)");
+  generate->add_option("--mtp-draft-tokens", gen.mtp_draft_tokens,
+                       "MTP drafts per step for this request, 0 .. model.mtp_draft_tokens "
+                       "(default: the replica's)")
+      ->check(CLI::Range(0, 16));
+  generate->add_flag("--logprobs", gen.logprobs,
+                     "print each generated token's raw logprob (a logprobs= line before the ids)");
 
   glm::cli::LogsFlags logs_flags;
   auto* logs = app.add_subcommand(
@@ -86,17 +92,30 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "ranks, PP stages, memory and KV capacity (offline)");
   add_config(plan, true);
   plan->add_flag("--json", flags.json, "one JSON object");
+  double mtp_acceptance = 0;
+  auto* mtp_acceptance_option =
+      plan->add_option("--mtp-acceptance", mtp_acceptance,
+                       "MTP acceptance for the decode projection: accepted / drafted draft "
+                       "tokens, the acceptance_rate `glmctl status` measures (default: assumed "
+                       "0.7 per position)")
+          ->check(CLI::Range(0.0, 1.0));
 
   auto* preflight = app.add_subcommand(
       "preflight", "run every node's checks (RDMA, GID, MTU, memlock, NCCL, host) side by side");
   add_config(preflight, true);
   preflight->add_flag("--json", flags.json, "one JSON object");
 
-  std::string out_dir;
-  bool certs_force = false;
-  auto* certs = app.add_subcommand("certs", "make a cluster CA and node/controller certificates");
-  certs->add_option("--out", out_dir, "directory for the PEM files")->required();
-  certs->add_flag("--force", certs_force, "replace existing files");
+  glm::cli::CertsOptions certs_options;
+  auto* certs = app.add_subcommand(
+      "certs", "make a cluster CA and controller, node and operator certificates");
+  certs->add_option("--out", certs_options.out_dir, "directory for the PEM files")->required();
+  certs->add_flag("--force", certs_options.overwrite, "replace the CA and every certificate");
+  auto* renew = certs->add_flag("--renew", certs_options.renew,
+                                "keep DIR's CA (ca.pem, ca.key); re-issue every leaf certificate");
+  certs->add_option("--days", certs_options.valid_days, "validity of the leaf certificates")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3650));
+  renew->excludes(certs->get_option("--force"));
   add_config(certs, true);
 
   CLI11_PARSE(app, argc, argv);
@@ -114,7 +133,12 @@ int main(int argc, char** argv) {
   if (restart->parsed()) return glm::cli::RunRestart(config, flags, restart_flags);
   if (down->parsed()) return glm::cli::RunDown(config, flags);
   if (validate->parsed()) return glm::cli::RunValidate(config, flags);
-  if (plan->parsed()) return glm::cli::RunPlan(config, flags);
-  if (certs->parsed()) return glm::cli::RunCerts(config, out_dir, certs_force);
+  if (plan->parsed()) {
+    return glm::cli::RunPlan(config, flags,
+                             mtp_acceptance_option->count() > 0
+                                 ? std::optional<double>(mtp_acceptance)
+                                 : std::nullopt);
+  }
+  if (certs->parsed()) return glm::cli::RunCerts(config, certs_options);
   return 2;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "controller/cli/certs.h"
 #include "controller/cli/shard_render.h"
 
 namespace glm::cli {
@@ -44,6 +45,37 @@ std::string Bar(const glm::v1::Progress& p) {
   return absl::StrFormat(" [%s%s] %3d%% %s/%s", std::string(filled, '#'),
                          std::string(20 - filled, '-'), static_cast<int>(frac * 100),
                          HumanBytes(p.done_bytes()), HumanBytes(p.total_bytes()));
+}
+
+// What an operator must act on: certificates near expiry, and a control plane open to the
+// network (plaintext gRPC beyond loopback by explicit opt-out).
+std::vector<std::string> StatusWarnings(const glm::v1::ClusterStatus& s) {
+  std::vector<std::string> out = CertificateExpiryWarnings(s);
+  if (!s.insecure_listen().empty()) {
+    out.push_back(absl::StrCat(
+        "the controller serves plaintext gRPC on ", s.insecure_listen(),
+        " (controller.insecure: true): anyone who reaches it can bring the cluster up or down. "
+        "Fix: `glmctl certs --out DIR ", s.config_path(), "` and set controller.tls"));
+  }
+  std::vector<std::string> open_nodes;
+  for (const auto& n : s.nodes()) {
+    if (n.insecure()) open_nodes.push_back(n.name());
+  }
+  if (!open_nodes.empty()) {
+    out.push_back(absl::StrCat(
+        "agent(s) ", absl::StrJoin(open_nodes, ", "),
+        " serve plaintext gRPC beyond loopback (glm-agent --insecure): anyone who reaches them "
+        "can load, stop and restart shards. Fix: start them with --tls-ca/--tls-cert/--tls-key "
+        "from `glmctl certs`"));
+  }
+  return out;
+}
+
+// Drafts accepted / drafts verified on a replica's head; 0 before any draft.
+double SpecAcceptanceRate(const glm::v1::ReplicaStatus& r) {
+  return r.spec_draft_tokens() > 0
+             ? static_cast<double>(r.spec_accepted_tokens()) / r.spec_draft_tokens()
+             : 0.0;
 }
 
 }  // namespace
@@ -129,6 +161,12 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
   j["health_message"] = s.health_message();
   j["controller"] = {{"version", s.controller_version()},
                      {"uptime_ms", s.controller_uptime_ms()}};
+  if (s.has_controller_cert_expires_in_s()) {
+    j["controller"]["cert_expires_in_s"] = s.controller_cert_expires_in_s();
+  }
+  if (s.has_ca_expires_in_s()) j["controller"]["ca_expires_in_s"] = s.ca_expires_in_s();
+  if (!s.insecure_listen().empty()) j["controller"]["insecure"] = true;
+  if (auto warnings = StatusWarnings(s); !warnings.empty()) j["warnings"] = warnings;
   j["nodes"] = nlohmann::json::array();
   for (const auto& n : s.nodes()) {
     j["nodes"].push_back({{"name", n.name()},
@@ -143,6 +181,7 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
                           {"replica", n.replica()},
                           {"gid", n.has_gid() ? GidToJson(n.gid()) : nlohmann::json(nullptr)},
                           {"gid_fingerprint", n.gid_fingerprint()},
+                          {"insecure", n.insecure()},
                           {"shard", ShardToJson(n)}});
   }
   j["replicas"] = nlohmann::json::array();
@@ -156,6 +195,17 @@ nlohmann::json StatusToJson(const glm::v1::ClusterStatus& s) {
                              {"budget_exhausted", r.budget_exhausted()},
                              {"nodes", std::vector<std::string>(r.nodes().begin(),
                                                                 r.nodes().end())}});
+    if (r.mtp_draft_tokens() > 0) {
+      j["replicas"].back()["spec_decode"] = {
+          {"draft_tokens_per_step", r.mtp_draft_tokens()},
+          {"drafts", r.spec_drafts()},
+          {"draft_tokens", r.spec_draft_tokens()},
+          {"accepted_tokens", r.spec_accepted_tokens()},
+          {"acceptance_rate", SpecAcceptanceRate(r)},
+          {"accepted_per_position",
+           std::vector<int64_t>(r.spec_accepted_per_position().begin(),
+                                r.spec_accepted_per_position().end())}};
+    }
   }
   return j;
 }
@@ -165,6 +215,7 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
       << PhaseName(s.phase()) << "  controller " << s.controller_version() << " up "
       << HumanDuration(s.controller_uptime_ms()) << "\n";
   if (!s.phase_message().empty()) out << "  " << s.phase_message() << "\n";
+  for (const std::string& w : StatusWarnings(s)) out << "  warning: " << w << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"NODE", "ADDRESS", "STATE", "VERSION", "UPTIME", "HEARTBEAT", "GID", "LAST ERROR"}};
   for (const auto& n : s.nodes()) {
@@ -212,6 +263,16 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
         << absl::StrJoin(std::vector<std::string>(r.nodes().begin(), r.nodes().end()), ",")
         << "\n";
     if (!r.message().empty()) out << "  " << r.message() << "\n";
+    if (r.mtp_draft_tokens() > 0) {
+      out << "  speculative decoding: " << r.mtp_draft_tokens() << " MTP drafts per step; "
+          << r.spec_accepted_tokens() << " of " << r.spec_draft_tokens() << " drafts accepted ("
+          << absl::StrFormat("%.1f%%", 100.0 * SpecAcceptanceRate(r)) << ") in "
+          << r.spec_drafts() << " verify steps";
+      if (r.spec_accepted_per_position_size() > 0) {
+        out << "; by position " << absl::StrJoin(r.spec_accepted_per_position(), "/");
+      }
+      out << "\n";
+    }
   }
 }
 

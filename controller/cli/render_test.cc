@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "controller/cli/commands.h"
 #include "controller/cli/local_cluster.h"
 #include "gtest/gtest.h"
 
@@ -50,6 +51,79 @@ TEST(RenderTest, TableShowsErrorsAndReplicas) {
   EXPECT_NE(t.find("connection refused"), std::string::npos) << t;
   EXPECT_NE(t.find("4.2s ago"), std::string::npos) << t;
   EXPECT_NE(t.find("REPLICA"), std::string::npos) << t;
+}
+
+TEST(RenderTest, SpeculativeDecodingShowsOnlyWhenOn) {
+  glm::v1::ClusterStatus s = Sample();
+  std::ostringstream plain;
+  PrintStatusTable(plain, s);
+  EXPECT_EQ(plain.str().find("speculative"), std::string::npos) << plain.str();
+  EXPECT_FALSE(StatusToJson(s)["replicas"][0].contains("spec_decode"));
+  auto* r = s.mutable_replicas(0);
+  r->set_mtp_draft_tokens(3);
+  r->set_spec_drafts(40);
+  r->set_spec_draft_tokens(120);
+  r->set_spec_accepted_tokens(90);
+  for (int64_t n : {38, 30, 22}) r->add_spec_accepted_per_position(n);
+  std::ostringstream out;
+  PrintStatusTable(out, s);
+  EXPECT_NE(out.str().find("speculative decoding: 3 MTP drafts per step; 90 of 120 drafts "
+                           "accepted (75.0%) in 40 verify steps; by position 38/30/22"),
+            std::string::npos)
+      << out.str();
+  const auto j = StatusToJson(s)["replicas"][0]["spec_decode"];
+  EXPECT_EQ(j["draft_tokens"], 120);
+  EXPECT_DOUBLE_EQ(j["acceptance_rate"].get<double>(), 0.75);
+  EXPECT_EQ(j["accepted_per_position"][2], 22);
+}
+
+TEST(RenderTest, AnOpenControlPlaneIsAWarning) {
+  glm::v1::ClusterStatus s = Sample();
+  s.set_config_path("/etc/glm/cluster.yaml");
+  std::ostringstream quiet;
+  PrintStatusTable(quiet, s);
+  EXPECT_EQ(quiet.str().find("warning:"), std::string::npos) << quiet.str();
+  s.set_insecure_listen("0.0.0.0:47100");
+  s.mutable_nodes(0)->set_insecure(true);
+  std::ostringstream out;
+  PrintStatusTable(out, s);
+  EXPECT_NE(out.str().find("warning: the controller serves plaintext gRPC on 0.0.0.0:47100"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("warning: agent(s) node-1 serve plaintext gRPC beyond loopback"),
+            std::string::npos)
+      << out.str();
+  const auto j = StatusToJson(s);
+  EXPECT_EQ(j["controller"]["insecure"], true);
+  EXPECT_EQ(j["nodes"][0]["insecure"], true);
+  EXPECT_EQ(j["warnings"].size(), 2u);
+}
+
+TEST(ValidateTest, ControlPlaneExposureWithoutTls) {
+  cluster::ClusterSpec spec;
+  spec.controller.listen = "0.0.0.0:47100";
+  ControlPlaneCheck refused = CheckControlPlane(spec, "c.yaml");
+  EXPECT_NE(refused.error.find("refuses to serve plaintext gRPC"), std::string::npos)
+      << refused.error;
+  EXPECT_NE(refused.error.find("glmctl certs --out DIR c.yaml"), std::string::npos);
+  spec.controller.insecure = true;
+  ControlPlaneCheck open = CheckControlPlane(spec, "c.yaml");
+  EXPECT_TRUE(open.error.empty());
+  ASSERT_EQ(open.warnings.size(), 1u);
+  EXPECT_NE(open.warnings[0].find("controller.insecure: true"), std::string::npos);
+  spec.controller.insecure = false;
+  spec.controller.listen = "127.0.0.1:47100";
+  ControlPlaneCheck loopback = CheckControlPlane(spec, "c.yaml");
+  EXPECT_TRUE(loopback.error.empty());
+  ASSERT_EQ(loopback.warnings.size(), 1u);  // not local: nodes on other hosts need TLS
+  spec.local = true;
+  EXPECT_TRUE(CheckControlPlane(spec, "c.yaml").warnings.empty());
+  spec.local = false;
+  spec.controller.listen = "0.0.0.0:47100";
+  spec.controller.tls = cluster::TlsFiles{};
+  ControlPlaneCheck tls = CheckControlPlane(spec, "c.yaml");
+  EXPECT_TRUE(tls.error.empty());
+  EXPECT_TRUE(tls.warnings.empty());
 }
 
 TEST(RenderTest, PlainProgressIsOneLinePerEvent) {

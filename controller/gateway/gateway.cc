@@ -55,6 +55,18 @@ bool ReplicaFailure(const absl::Status& status) {
          status.code() == absl::StatusCode::kFailedPrecondition;
 }
 
+// The head refused the request because its replica is leaving service (draining or stopping: the
+// agent answers FAILED_PRECONDITION before running anything). The replica comes back after its
+// restart, so the request waits for it in the queue instead of excluding it.
+bool ReplicaLeaving(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kFailedPrecondition;
+}
+// Retries after a replica leaving service refused the request, beyond one attempt per replica;
+// the refusing replica is not picked for that request for kLeavingCooldown (the time the
+// controller's replica state takes to show it draining), then again once it is ready.
+constexpr int kMaxLeavingRetries = 3;
+constexpr auto kLeavingCooldown = std::chrono::milliseconds(250);
+
 double Seconds(Clock::Duration d) { return std::chrono::duration<double>(d).count(); }
 
 // "replica 0 is failed: <reason>; replica 1 is pending" for the replicas that are not ready, or
@@ -108,6 +120,8 @@ struct Gateway::Request : std::enable_shared_from_this<Gateway::Request> {
   std::set<int> failed_replicas;             // replicas that failed it: never picked again
   int attempts = 0;                          // generations started
   int retried_attempt = 0;                   // under mu: the last attempt that ended in a retry
+  int leaving_retries = 0;                   // retries after a replica leaving service refused it
+  std::map<int, Clock::TimePoint> leaving_until;  // replicas that refused it so, not picked until
   int num_replicas = 0;                      // replicas in the cluster at the last pick
   absl::Status last_error;                   // why the last replica failed it
   bool started = false;                      // first dispatch done (timer, SSE head)
@@ -196,8 +210,12 @@ struct Gateway::Request : std::enable_shared_from_this<Gateway::Request> {
   // Under mu: the replica failed the request before anything reached the client, and another
   // replica may still take it.
   bool MayRetry(const absl::Status& status) const {
-    return ReplicaFailure(status) && !delivered && !stopped_by_string && !client_gone &&
-           attempts < num_replicas && gateway->admitting_.load();
+    if (!ReplicaFailure(status) || delivered || stopped_by_string || client_gone ||
+        !gateway->admitting_.load()) {
+      return false;
+    }
+    return attempts < num_replicas ||
+           (ReplicaLeaving(status) && leaving_retries < kMaxLeavingRetries);
   }
 
   // Under mu: back to the state before the first token, for a retry on another replica.
@@ -216,7 +234,12 @@ struct Gateway::Request : std::enable_shared_from_this<Gateway::Request> {
     if (done) return;
     if (MayRetry(status)) {
       gateway->Release(replica, reserved_tokens);
-      failed_replicas.insert(replica);
+      if (ReplicaLeaving(status)) {
+        ++leaving_retries;
+        leaving_until[replica] = gateway->clock_->Now() + kLeavingCooldown;
+      } else {
+        failed_replicas.insert(replica);
+      }
       last_error = status;
       retried_attempt = attempts;
       call.reset();
@@ -557,6 +580,7 @@ void Gateway::FillSampling(const openai::SamplingOptions& s, GenerateParams* par
   params->min_tokens = s.min_tokens;
   params->ignore_eos = s.ignore_eos;
   params->logprobs = s.logprobs;
+  params->mtp_draft_tokens = s.mtp_draft_tokens;
   params->stop_token_ids = model_.stop_token_ids;
   for (int32_t id : s.stop_token_ids) params->stop_token_ids.push_back(id);
 }
@@ -731,12 +755,15 @@ void Gateway::Start(std::shared_ptr<Request> r) {
 
 int Gateway::Pick(const Request& r, const std::vector<ReplicaInfo>& replicas) {
   std::vector<ReplicaLoad> loads;
+  const Clock::TimePoint now = clock_->Now();
   {
     std::lock_guard<std::mutex> lock(load_mu_);
     for (const ReplicaInfo& info : replicas) {
       ReplicaLoad load;
       load.replica = info.index;
-      load.ready = info.ready && r.failed_replicas.count(info.index) == 0;
+      const auto leaving = r.leaving_until.find(info.index);
+      load.ready = info.ready && r.failed_replicas.count(info.index) == 0 &&
+                   (leaving == r.leaving_until.end() || now >= leaving->second);
       load.outstanding_tokens = outstanding_tokens_[info.index];
       load.running_requests = info.requests_in_flight;
       loads.push_back(load);
@@ -1041,6 +1068,10 @@ void Gateway::HandleMetrics(const std::shared_ptr<http::Exchange>& exchange) {
   for (const ReplicaInfo& info : backend_->Replicas()) {
     replica_states[info.index] = info.state;
     metrics_->SetKvUsage(info.index, info.kv_cache_usage);
+    if (info.spec.draft_tokens_per_step > 0) {
+      metrics_->SetSpecDecode(info.index, info.spec.drafts, info.spec.draft_tokens,
+                              info.spec.accepted_tokens, info.spec.accepted_per_position);
+    }
   }
   metrics_->SetReplicaStates(replica_states);
   metrics_->SetNodeStates(backend_->NodeStates());

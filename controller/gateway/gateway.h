@@ -23,8 +23,11 @@
 // Safe retry: a generation that ends UNAVAILABLE or FAILED_PRECONDITION (replica failed, draining,
 // not running) before anything generated reached the client (nothing beyond the SSE role/echo
 // chunk; a non-streamed answer is not sent before the end) goes back through the queue to
-// another ready replica, never one that failed it, at most one attempt per replica. Once text went
-// out, the error reaches the client as it is.
+// another ready replica, never one that failed it, at most one attempt per replica. A replica
+// leaving service (FAILED_PRECONDITION: draining, stopping) is skipped for 250 ms and may take
+// the request once it is ready again, so a restart of the only replica holds requests in the
+// queue instead of failing them (up to 3 such retries). Once text went out, the error reaches
+// the client as it is.
 #pragma once
 
 #include <atomic>

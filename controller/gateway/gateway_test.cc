@@ -728,6 +728,32 @@ TEST_F(GatewayTest, RetriesAreBoundedByTheNumberOfReplicas) {
               HasSubstr("glmctl_gateway_request_retries_total{model_name=\"tiny-chat\"} 2\n"));
 }
 
+// The only replica was leaving service (draining for a restart) when the request reached it: the
+// request waits in the queue and the replica takes it once it serves again.
+TEST_F(GatewayTest, TheOnlyReplicaLeavingServiceTakesTheRequestWhenItIsBack) {
+  backend_.SetReplicaScript(
+      0, Fails(absl::FailedPreconditionError("its shard is SHARD_STATE_DRAINING, not Running")));
+  auto pending = PostAsync("/v1/chat/completions", ChatBody());
+  ASSERT_TRUE(WaitFor([&] { return backend_.requests().size() == 1 && gateway_->queued() == 1; }));
+  backend_.SetReplicaScript(0, Answers("</think>back"));
+  testing::HttpResult r = pending.get();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["choices"][0]["message"]["content"], "back");
+  auto requests = backend_.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].first, 0);
+}
+
+TEST_F(GatewayTest, RetriesOnAReplicaLeavingServiceAreBounded) {
+  backend_.SetScript(Fails(absl::FailedPreconditionError("its shard is SHARD_STATE_DRAINING")));
+  testing::HttpResult r = Post("/v1/chat/completions", ChatBody());
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("DRAINING"));
+  EXPECT_EQ(backend_.requests().size(), 4u);  // the attempt, then 3 retries
+  EXPECT_EQ(gateway_->in_flight(), 0);
+  EXPECT_EQ(gateway_->queued(), 0);
+}
+
 TEST_F(GatewayTest, RetryWithTheQueueOffFailsWhenNoOtherReplicaIsReady) {
   queue_timeout_ = std::chrono::milliseconds(0);
   Start(nullptr);

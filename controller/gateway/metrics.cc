@@ -457,6 +457,17 @@ GatewayMetrics::GatewayMetrics(std::string model_name, int64_t max_model_len)
                              kUnavailableQueueTimeout, kUnavailableShuttingDown}) {
     unavailable_->With({model_name_, reason});
   }
+  const std::vector<std::string> mr = {"model_name", "replica"};
+  spec_drafts_ = &registry_.AddCounter("vllm:spec_decode_num_drafts_total",
+                                       "Number of spec decoding drafts.", mr);
+  spec_draft_tokens_ = &registry_.AddCounter("vllm:spec_decode_num_draft_tokens_total",
+                                             "Number of draft tokens.", mr);
+  spec_accepted_tokens_ = &registry_.AddCounter("vllm:spec_decode_num_accepted_tokens_total",
+                                                "Number of accepted tokens.", mr);
+  spec_accepted_per_pos_ =
+      &registry_.AddCounter("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                            "Accepted tokens per draft position.",
+                            {"model_name", "replica", "position"});
 }
 
 void GatewayMetrics::OnRequestAdmitted() { requests_admitted_->Inc(); }
@@ -489,7 +500,37 @@ void GatewayMetrics::SetKvUsage(int replica, double fraction) {
   kv_usage_->With({model_name_, std::to_string(replica)}).Set(fraction);
 }
 void GatewayMetrics::RemoveReplica(int replica) {
-  kv_usage_->Remove({model_name_, std::to_string(replica)});
+  const std::string r = std::to_string(replica);
+  kv_usage_->Remove({model_name_, r});
+  std::lock_guard<std::mutex> lock(states_mu_);
+  auto it = spec_positions_.find(replica);
+  if (it == spec_positions_.end()) return;
+  for (CounterFamily* f : {spec_drafts_, spec_draft_tokens_, spec_accepted_tokens_}) {
+    f->Remove({model_name_, r});
+  }
+  for (size_t p = 0; p < it->second; ++p) {
+    spec_accepted_per_pos_->Remove({model_name_, r, std::to_string(p)});
+  }
+  spec_positions_.erase(it);
+}
+
+void GatewayMetrics::SetSpecDecode(int replica, int64_t drafts, int64_t draft_tokens,
+                                   int64_t accepted_tokens,
+                                   const std::vector<int64_t>& accepted_per_position) {
+  const std::string r = std::to_string(replica);
+  std::lock_guard<std::mutex> lock(states_mu_);
+  spec_drafts_->With({model_name_, r}).SetTotal(static_cast<double>(drafts));
+  spec_draft_tokens_->With({model_name_, r}).SetTotal(static_cast<double>(draft_tokens));
+  spec_accepted_tokens_->With({model_name_, r}).SetTotal(static_cast<double>(accepted_tokens));
+  size_t& shown = spec_positions_[replica];
+  for (size_t p = 0; p < accepted_per_position.size(); ++p) {
+    spec_accepted_per_pos_->With({model_name_, r, std::to_string(p)})
+        .SetTotal(static_cast<double>(accepted_per_position[p]));
+  }
+  for (size_t p = accepted_per_position.size(); p < shown; ++p) {
+    spec_accepted_per_pos_->Remove({model_name_, r, std::to_string(p)});
+  }
+  shown = accepted_per_position.size();
 }
 
 void GatewayMetrics::SetNodeStates(const std::map<std::string, std::string>& state_by_node) {

@@ -34,6 +34,9 @@ class Counter {
   void Inc(double amount = 1.0);
   double value() const { return value_.load(std::memory_order_relaxed); }
   void Reset() { value_.store(0.0, std::memory_order_relaxed); }
+  // A total counted elsewhere (a replica's engine since it started): exported as is. It starts
+  // again from 0 when that engine restarts, which Prometheus' rate() reads as a counter reset.
+  void SetTotal(double total) { value_.store(total, std::memory_order_relaxed); }
 
  private:
   std::atomic<double> value_{0.0};
@@ -192,7 +195,12 @@ class GatewayMetrics {
   void SetRunning(int64_t num_requests);         // vllm:num_requests_running
   void SetWaiting(int64_t num_requests);         // vllm:num_requests_waiting
   void SetKvUsage(int replica, double fraction); // vllm:kv_cache_usage_perc{replica}, 0..1
-  void RemoveReplica(int replica);               // drops the replica's kv usage series
+  void RemoveReplica(int replica);               // drops the replica's kv usage and spec series
+  // Speculative decoding on the replica's head, totals since its engine started:
+  // vllm:spec_decode_num_drafts_total, _num_draft_tokens_total, _num_accepted_tokens_total
+  // {model_name,replica} and _num_accepted_tokens_per_pos_total{model_name,replica,position}.
+  void SetSpecDecode(int replica, int64_t drafts, int64_t draft_tokens, int64_t accepted_tokens,
+                     const std::vector<int64_t>& accepted_per_position);
   // glmctl_node_state{node,state} / glmctl_replica_state{replica,state}: one series per entry,
   // value 1 for its current state; entries not in the map disappear.
   void SetNodeStates(const std::map<std::string, std::string>& state_by_node);
@@ -223,7 +231,7 @@ class GatewayMetrics {
  private:
   const std::string model_name_;
   MetricsRegistry registry_;
-  std::mutex states_mu_;  // serializes SetNodeStates / SetReplicaStates
+  std::mutex states_mu_;  // serializes SetNodeStates / SetReplicaStates / the spec series
   std::map<std::string, std::string> node_states_;  // guarded by states_mu_: the series shown
   std::map<int, std::string> replica_states_;       // guarded by states_mu_
 
@@ -251,6 +259,11 @@ class GatewayMetrics {
   Histogram* gateway_queue_time_;
   Counter* retries_;
   CounterFamily* unavailable_;
+  CounterFamily* spec_drafts_;
+  CounterFamily* spec_draft_tokens_;
+  CounterFamily* spec_accepted_tokens_;
+  CounterFamily* spec_accepted_per_pos_;
+  std::map<int, size_t> spec_positions_;  // guarded by states_mu_: positions shown per replica
 };
 
 // One request's timing on the injected clock, reported to GatewayMetrics; so the gateway never

@@ -273,6 +273,30 @@ TEST(GatewayMetricsTest, StateGaugesShowOnlyCurrentState) {
   EXPECT_THAT(text, Not(HasSubstr("state=\"Down\"")));
 }
 
+// Speculative decoding totals come from each replica's engine and are shown as they are, with a
+// series per draft position; a replica that goes away takes its series along.
+TEST(GatewayMetricsTest, SpecDecodeTotalsPerReplicaAndPosition) {
+  GatewayMetrics metrics("m");
+  metrics.SetSpecDecode(0, 10, 30, 21, {9, 7, 5});
+  metrics.SetSpecDecode(1, 4, 8, 2, {2, 0});
+  std::string text = metrics.Render();
+  EXPECT_THAT(text, HasSubstr("vllm:spec_decode_num_drafts_total{model_name=\"m\",replica=\"0\"} 10\n"));
+  EXPECT_THAT(text,
+              HasSubstr("vllm:spec_decode_num_draft_tokens_total{model_name=\"m\",replica=\"0\"} 30\n"));
+  EXPECT_THAT(text, HasSubstr("vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\","
+                              "replica=\"0\"} 21\n"));
+  EXPECT_THAT(text, HasSubstr("vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\","
+                              "replica=\"0\",position=\"2\"} 5\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE vllm:spec_decode_num_drafts_total counter\n"));
+  // The engine restarted with fewer positions: the stale position disappears, totals restart.
+  metrics.SetSpecDecode(0, 1, 2, 1, {1, 0});
+  metrics.RemoveReplica(1);
+  text = metrics.Render();
+  EXPECT_THAT(text, HasSubstr("vllm:spec_decode_num_drafts_total{model_name=\"m\",replica=\"0\"} 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("position=\"2\"")));
+  EXPECT_THAT(text, Not(HasSubstr("replica=\"1\"")));
+}
+
 TEST(GatewayMetricsTest, GaugesCountersAndHttp) {
   GatewayMetrics metrics("m");
   metrics.SetRunning(3);

@@ -25,6 +25,15 @@ struct ReplicaInfo {
   std::string reason;   // why it is not ready (names the node), else empty
   double kv_cache_usage = 0.0;  // 0..1, the head's KV blocks in use
   int requests_in_flight = 0;   // running + waiting on the head
+  // Speculative decoding on the head (k = 0: off): counters since its engine started.
+  struct SpecDecode {
+    int draft_tokens_per_step = 0;  // model.mtp_draft_tokens
+    int64_t drafts = 0;             // verify steps with drafts
+    int64_t draft_tokens = 0;       // drafts verified
+    int64_t accepted_tokens = 0;
+    std::vector<int64_t> accepted_per_position;
+  };
+  SpecDecode spec;
 };
 
 struct GenerateParams {
@@ -39,6 +48,7 @@ struct GenerateParams {
   int min_tokens = 0;
   bool ignore_eos = false;
   std::optional<int> logprobs;  // k in [0, 20]: the sampled token's logprob and k alternatives
+  std::optional<int> mtp_draft_tokens;  // MTP drafts per step for this request; unset: the replica's
 };
 
 struct TokenLogprob {

@@ -117,6 +117,7 @@ void ClusterState::RecordInfo(const std::string& node, const glm::v1::InfoRespon
   it->second.status.set_agent_version(info.version());
   it->second.status.set_instance_id(info.instance_id());
   it->second.status.set_uptime_ms(info.uptime_ms());
+  it->second.status.set_insecure(info.insecure());
 }
 
 void ClusterState::SetNodeShard(const std::string& node, const glm::v1::ShardStatus& shard) {
@@ -221,7 +222,16 @@ glm::v1::ClusterStatus ClusterState::Snapshot() const {
     rs->set_restart_budget(c.budget);
     rs->set_budget_exhausted(c.exhausted);
     rs->set_epoch(c.epoch);
-    for (const auto& name : replicas_[r]) rs->add_nodes(name);
+    for (const auto& name : replicas_[r]) {
+      rs->add_nodes(name);
+      const glm::v1::ShardStatus& shard = nodes_.at(name).status.shard();
+      if (!shard.head() || shard.mtp_draft_tokens() == 0) continue;
+      rs->set_mtp_draft_tokens(shard.mtp_draft_tokens());
+      rs->set_spec_drafts(shard.spec_drafts());
+      rs->set_spec_draft_tokens(shard.spec_draft_tokens());
+      rs->set_spec_accepted_tokens(shard.spec_accepted_tokens());
+      *rs->mutable_spec_accepted_per_position() = shard.spec_accepted_per_position();
+    }
   }
   std::string why;
   out.set_health(HealthOf(out, &why));

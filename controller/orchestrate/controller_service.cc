@@ -275,9 +275,17 @@ grpc::Status ControllerService::Status(grpc::ServerContext*, const glm::v1::Stat
                                        glm::v1::ClusterStatus* resp) {
   *resp = state_.Snapshot();
   resp->set_controller_version(options_.version);
-  resp->set_controller_uptime_ms(
-      std::chrono::duration_cast<std::chrono::milliseconds>(clock_->Now() - start_).count());
+  const int64_t uptime_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_->Now() - start_).count();
+  resp->set_controller_uptime_ms(uptime_ms);
   if (resp->config_path().empty()) resp->set_config_path(options_.config_path);
+  if (options_.cert_expires_in_s) {
+    resp->set_controller_cert_expires_in_s(*options_.cert_expires_in_s - uptime_ms / 1000);
+  }
+  if (options_.ca_expires_in_s) {
+    resp->set_ca_expires_in_s(*options_.ca_expires_in_s - uptime_ms / 1000);
+  }
+  resp->set_insecure_listen(options_.insecure_listen);
   return grpc::Status::OK;
 }
 

@@ -46,6 +46,13 @@ struct ControllerServiceOptions {
   // Period of the self-healing reconcile pass (0: no self-healing thread; tests call
   // ReconcileOnce).
   std::chrono::milliseconds reconcile_interval{500};
+  // Under mTLS: seconds until the controller's certificate and the cluster CA expire, read at
+  // start (Status reports them less the uptime); nullopt without TLS.
+  std::optional<int64_t> cert_expires_in_s;
+  std::optional<int64_t> ca_expires_in_s;
+  // Serving plaintext gRPC beyond loopback (controller.insecure: true): the listen address, shown
+  // by Status; empty otherwise.
+  std::string insecure_listen;
 };
 
 class ControllerService final : public glm::v1::Controller::Service {

@@ -41,6 +41,7 @@ glm::v1::GenerateRequest ToProto(const gateway::GenerateParams& p) {
   if (p.seed) req.set_seed(static_cast<int64_t>(*p.seed));
   req.set_min_tokens(p.min_tokens);
   req.set_ignore_eos(p.ignore_eos);
+  if (p.mtp_draft_tokens.has_value()) req.set_mtp_draft_tokens(*p.mtp_draft_tokens);
   if (p.logprobs) {
     req.set_return_logprobs(true);
     req.set_top_logprobs(*p.logprobs);
@@ -173,6 +174,13 @@ std::vector<gateway::ReplicaInfo> GrpcReplicaBackend::Replicas() {
     }
     info.kv_cache_usage = head->shard().kv_cache_usage();
     info.requests_in_flight = head->shard().requests_in_flight();
+    const glm::v1::ShardStatus& hs = head->shard();
+    info.spec.draft_tokens_per_step = hs.mtp_draft_tokens();
+    info.spec.drafts = hs.spec_drafts();
+    info.spec.draft_tokens = hs.spec_draft_tokens();
+    info.spec.accepted_tokens = hs.spec_accepted_tokens();
+    info.spec.accepted_per_position.assign(hs.spec_accepted_per_position().begin(),
+                                           hs.spec_accepted_per_position().end());
     Progress& p = progress_[r.index()];
     if (head->shard().steps() != p.steps || info.requests_in_flight == 0) {
       p.steps = head->shard().steps();

@@ -30,6 +30,7 @@ absl::StatusOr<glm::v1::LoadShardRequest> BuildLoadShardRequest(const ClusterTop
   r.set_pp_size(std::max(1, topology.pipeline));
   r.set_kv_cache_bytes(node.kv_cache_bytes);
   r.set_load_mtp(topology.mtp && node.last_stage);
+  r.set_mtp_draft_tokens(topology.mtp ? topology.mtp_draft_tokens : 0);
   r.mutable_page_cache()->set_policy(topology.page_cache.policy);
   r.mutable_page_cache()->set_interval_s(topology.page_cache.interval_s);
   r.mutable_page_cache()->set_min_available_bytes(topology.page_cache.min_available_bytes);

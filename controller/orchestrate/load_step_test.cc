@@ -55,6 +55,7 @@ class LoadStepTest : public ::testing::Test {
     ctx_.topology.tensor = 2;
     ctx_.topology.pipeline = 2;
     ctx_.topology.mtp = true;
+    ctx_.topology.mtp_draft_tokens = 3;
     ctx_.topology.page_cache = {"adaptive", 15.0, int64_t{8} << 30};
     // TP2 x PP2: n1, n2 hold layers 0-1 (tp 0, 1); n3, n4 layers 2-3.
     for (int i = 0; i < 4; ++i) {
@@ -99,6 +100,7 @@ TEST_F(LoadStepTest, LoadsEveryNodeWithItsStageAndForwardsProgress) {
     EXPECT_EQ(r.pp_size(), 2);
     EXPECT_EQ(r.kv_cache_bytes(), (int64_t{1} << 30) * (i + 1));
     EXPECT_EQ(r.load_mtp(), i >= 2);  // the MTP layer lives on the last stage
+    EXPECT_EQ(r.mtp_draft_tokens(), 3);  // every rank runs the head's k
     EXPECT_EQ(r.page_cache().policy(), "adaptive");
     EXPECT_EQ(r.page_cache().interval_s(), 15.0);
     EXPECT_EQ(r.page_cache().min_available_bytes(), int64_t{8} << 30);

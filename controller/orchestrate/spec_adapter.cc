@@ -56,6 +56,7 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.tensor = spec.parallel.tensor;
   t.pipeline = spec.parallel.pipeline;
   t.mtp = spec.model.mtp_draft_tokens > 0;
+  t.mtp_draft_tokens = spec.model.mtp_draft_tokens;
   t.page_cache.policy = std::string(cluster::PageCachePolicyName(spec.page_cache.policy));
   t.page_cache.interval_s = spec.page_cache.interval_s;
   t.page_cache.min_available_bytes = spec.page_cache.min_available_bytes.value_or(0);

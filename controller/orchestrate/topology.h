@@ -96,7 +96,8 @@ struct ClusterTopology {
   // Load inputs: parallel.tensor / parallel.pipeline, MTP drafting on, page_cache:.
   int tensor = 1;
   int pipeline = 1;
-  bool mtp = false;
+  bool mtp = false;           // the last stage loads the MTP layer
+  int mtp_draft_tokens = 0;   // model.mtp_draft_tokens: k for every rank's engine (0 = off)
   PageCacheSettings page_cache;
   // Engine settings the Load phase sends (model: in cluster.yaml). kv_dtype is the engine's
   // name for model.kv_cache_dtype: "fp8", or "fp32" for bf16 (the engine keeps no bf16 KV).

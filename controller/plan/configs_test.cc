@@ -50,6 +50,12 @@ TEST(Configs, EveryExampleParsesAndPlans) {
       EXPECT_THAT(plan.status().message(), HasSubstr(refusal->second));
       continue;
     }
+    // Spark examples state the GB10's memory bandwidth and the ConnectX-7 link, so the plan
+    // projects decode.
+    if (file.rfind("spark-", 0) == 0) {
+      ASSERT_EQ(spec->nodes[0].memory_bandwidth_bytes_per_s, 273e9);
+      ASSERT_EQ(spec->fabric.link_bandwidth_bytes_per_s, 25e9);
+    }
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_TRUE(plan->fits) << PlanToText(*plan);
     EXPECT_GE(plan->max_context_tokens, spec->model.max_model_len);
@@ -64,6 +70,14 @@ TEST(Configs, Pp8OneMillion) {
   EXPECT_EQ(plan->stages[7].first_layer, 71);
   EXPECT_EQ(plan->max_context_tokens, 1048576);
   EXPECT_TRUE(plan->fits);
+  // PP runs the stages one after another: every token streams all ~41 GB of active fp8 weights
+  // (+ lm_head) at 273 GB/s × 0.50 ≈ 137 GB/s, ~0.3 s, plus 9 hops: 2.5-4.5 tokens/s.
+  ASSERT_TRUE(plan->decode.made) << plan->decode.not_made;
+  ASSERT_EQ(plan->decode.replicas.size(), 1u);
+  EXPECT_EQ(plan->decode.replicas[0].stages.size(), 8u);
+  EXPECT_EQ(plan->decode.replicas[0].hops_per_token, 9);
+  EXPECT_GT(plan->decode.replicas[0].tokens_per_s, 2.5);
+  EXPECT_LT(plan->decode.replicas[0].tokens_per_s, 4.5);
 }
 
 TEST(Configs, LocalDemoIsLoopbackTp4) {

@@ -232,7 +232,7 @@ int64_t DefaultActivationReserveBytes(const ModelConfig& config) {
 }
 
 absl::StatusOr<Plan> MakePlan(const cluster::ClusterSpec& spec, const ModelConfig& model,
-                              const WeightSizes& weights) {
+                              const WeightSizes& weights, const PlanOptions& options) {
   const cluster::ParallelSpec& par = spec.parallel;
   const cluster::ModelSpec& m = spec.model;
   const int tp = par.tensor;
@@ -459,10 +459,17 @@ absl::StatusOr<Plan> MakePlan(const cluster::ClusterSpec& spec, const ModelConfi
   if (weights.source == WeightSizes::Source::kEstimated) {
     plan.notes.push_back("weight bytes are estimated from config.json (no safetensors found)");
   }
+  GLM_ASSIGN_OR_RETURN(plan.decode, ProjectDecode(plan, spec, model, weights, options.decode));
+  if (!plan.decode.made) plan.notes.push_back(plan.decode.not_made);
+  if (options.decode.mtp_acceptance_rate.has_value() && !mtp) {
+    plan.notes.push_back(
+        "--mtp-acceptance has no effect: model.mtp_draft_tokens is 0 (MTP drafting off)");
+  }
   return plan;
 }
 
-absl::StatusOr<Plan> PlanFromFiles(const std::string& cluster_yaml_path) {
+absl::StatusOr<Plan> PlanFromFiles(const std::string& cluster_yaml_path,
+                                   const PlanOptions& options) {
   GLM_ASSIGN_OR_RETURN(cluster::ClusterSpec spec, cluster::LoadClusterSpec(cluster_yaml_path));
   const std::string model_dir = spec.ResolvePath(spec.model.path);
   auto model = engine::LoadModelConfig(model_dir);
@@ -472,7 +479,7 @@ absl::StatusOr<Plan> PlanFromFiles(const std::string& cluster_yaml_path) {
                                  spec.model.path, " (resolved to ", model_dir, ")"));
   }
   GLM_ASSIGN_OR_RETURN(WeightSizes weights, LoadWeightSizes(model_dir, *model));
-  return MakePlan(spec, *model, weights);
+  return MakePlan(spec, *model, weights, options);
 }
 
 }  // namespace glm::controller

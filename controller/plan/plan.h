@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "cluster/spec/cluster_spec.h"
+#include "controller/plan/decode_projection.h"
 #include "engine/config/model_config.h"
 #include "nlohmann/json.hpp"
 
@@ -31,6 +32,9 @@ struct WeightSizes {
   Source source = Source::kEstimated;
   // [num_hidden_layers + num_mtp_layers]: decoder layers 0..L-1, then MTP layers.
   std::vector<int64_t> layer_bytes;
+  // [same as layer_bytes]: the part of each layer in its routed experts (mlp.experts.*, all
+  // n_routed_experts); 0 for dense layers. Empty when unknown.
+  std::vector<int64_t> routed_expert_bytes;
   int64_t embedding_bytes = 0;   // model.embed_tokens
   int64_t lm_head_bytes = 0;     // lm_head
   int64_t final_norm_bytes = 0;  // model.norm
@@ -128,6 +132,11 @@ struct Plan {
   int64_t max_context_tokens = 0;   // largest single context that fits (min over nodes,
                                     // capped at max_position_embeddings)
   std::vector<std::string> notes;   // warnings an operator should read
+  DecodeProjection decode;          // single-stream decode rate (decode_projection.h)
+};
+
+struct PlanOptions {
+  DecodeProjectionOptions decode;   // `glmctl plan --mtp-acceptance`
 };
 
 // Computes the plan. Refuses (FailedPrecondition) a plan whose weights + reserve (+ fixed
@@ -137,13 +146,15 @@ struct Plan {
 // naming the YAML field. A plan whose capacity holds max_model_len but not
 // max_model_len x max_num_seqs is returned with fits = false and a note.
 // Nodes need memory_budget_bytes (from the YAML, or filled in from the agents' reports).
+// Also projects the decode rate (Plan::decode; a note says what to set when it cannot).
 absl::StatusOr<Plan> MakePlan(const cluster::ClusterSpec& spec, const engine::ModelConfig& model,
-                              const WeightSizes& weights);
+                              const WeightSizes& weights, const PlanOptions& options = {});
 
 std::string PlanToText(const Plan& plan);
 nlohmann::json PlanToJson(const Plan& plan);
 
 // Loads the YAML, resolves model.path relative to it, loads config.json and weight sizes, plans.
-absl::StatusOr<Plan> PlanFromFiles(const std::string& cluster_yaml_path);
+absl::StatusOr<Plan> PlanFromFiles(const std::string& cluster_yaml_path,
+                                   const PlanOptions& options = {});
 
 }  // namespace glm::controller

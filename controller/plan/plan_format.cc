@@ -26,6 +26,82 @@ std::string Pad(std::string s, size_t width) {
   return s;
 }
 
+std::string GB(double bytes) { return absl::StrFormat("%.2f GB", bytes / 1e9); }
+std::string Rate(double bytes_per_s) {
+  if (bytes_per_s >= 1e12) return absl::StrFormat("%.2f TB/s", bytes_per_s / 1e12);
+  return absl::StrFormat("%.1f GB/s", bytes_per_s / 1e9);
+}
+std::string Ms(double seconds) { return absl::StrFormat("%.2f ms", seconds * 1e3); }
+
+// The decode projection with every input, so the arithmetic can be checked by hand.
+void AppendDecode(const Plan& plan, std::string* out) {
+  const DecodeProjection& d = plan.decode;
+  if (!d.made) return;  // the note says what to set
+  absl::StrAppend(out, "\ndecode projection, one sequence per replica (controller/plan/"
+                       "decode_projection.h): routed experts read ",
+                  d.num_experts_per_tok, " of ", d.n_routed_experts, " per MoE layer\n");
+  const std::string link = absl::StrCat(Rate(d.link_bandwidth_bytes_per_s),
+                                        d.link_bandwidth_assumed ? " (assumed; set fabric.link_bandwidth)" : "");
+  const std::string latency = absl::StrCat(absl::StrFormat("%.1f µs", d.hop_latency_us),
+                                           d.hop_latency_assumed ? " (assumed; set fabric.hop_latency_us)" : "");
+  for (const auto& r : d.replicas) {
+    if (plan.replicas > 1) absl::StrAppend(out, "replica ", r.replica, ":\n");
+    absl::StrAppend(out, "  ", Pad("stage", 6), " ", Pad("node", 12), " ", Pad("bytes/token/rank", 17),
+                    " ", Pad("bandwidth", 11), " ", Pad("efficiency", 19), " time\n");
+    for (const auto& s : r.stages) {
+      absl::StrAppend(
+          out, "  ", Pad(absl::StrCat(s.pp_rank), 6), " ", Pad(s.node, 12), " ",
+          Pad(GB(static_cast<double>(s.bytes_per_token)), 17), " ",
+          Pad(Rate(s.memory_bandwidth_bytes_per_s), 11), " ",
+          Pad(absl::StrFormat("%.3f%s", s.efficiency, s.efficiency_measured ? " (measured)" : ""), 19),
+          " ", Ms(s.seconds), "\n");
+    }
+    absl::StrAppend(out, "  compute: Σ bytes / (bandwidth × efficiency) = ", Ms(r.compute_seconds),
+                    "\n");
+    if (r.allreduces_per_token > 0) {
+      absl::StrAppend(out, "  all-reduce: ", r.allreduces_per_token, " per token (2 per layer) × ",
+                      absl::StrFormat("%.1f µs", r.allreduce_seconds * 1e6), " (ring over TP",
+                      plan.tensor, ": 2×", plan.tensor - 1, " × (latency ", latency, " + ",
+                      d.activation_bytes_per_token, " B / ", plan.tensor, " at ", link, ")) = ",
+                      Ms(r.allreduces_per_token * r.allreduce_seconds), "\n");
+    }
+    if (r.hops_per_token > 0) {
+      absl::StrAppend(out, "  hops: ", r.hops_per_token, " per step (step broadcast",
+                      plan.pipeline > 1 ? absl::StrCat(", ", plan.pipeline - 1,
+                                                       " activation hand-off(s) of ",
+                                                       d.activation_bytes_per_token, " B, result")
+                                        : std::string(),
+                      ") × latency ", latency, plan.pipeline > 1 ? absl::StrCat(", link ", link) : "",
+                      " = ", Ms(r.hop_seconds), "\n");
+    }
+    absl::StrAppend(out, "  step ", Ms(r.step_seconds), ": ",
+                    absl::StrFormat("%.1f tokens/s", r.tokens_per_s), " without MTP\n");
+    if (d.mtp_draft_tokens > 0) {
+      const int k = d.mtp_draft_tokens;
+      absl::StrAppend(
+          out, "  MTP k = ", k, ", acceptance r = ", absl::StrFormat("%.3f", d.mtp_acceptance_rate),
+          " of drafts = per position a ", absl::StrFormat("%.3f", d.mtp_acceptance),
+          d.mtp_acceptance_assumed
+              ? " (assumed a; `glmctl plan --mtp-acceptance R` takes the r that `glmctl status` "
+                "measures)"
+              : " (r from --mtp-acceptance)",
+          ": tokens/step = 1 + k r = 1 + a + ... + a^", k, " = ",
+          absl::StrFormat("%.2f", r.tokens_per_step), "\n");
+      const DecodeStageProjection& last = r.stages.back();
+      absl::StrAppend(out, "    step = verify ", Ms(r.verify_seconds), " + ", k, " × draft pass ",
+                      Ms(r.mtp_pass_seconds), " (MTP layer + lm_head = ",
+                      GB(static_cast<double>(last.mtp_bytes_per_pass)), "/rank, + messages) = ",
+                      Ms(r.mtp_step_seconds), ": ",
+                      absl::StrFormat("%.1f tokens/s", r.mtp_tokens_per_s), "\n");
+      absl::StrAppend(out, "    low (verify reads the distinct experts of ", k + 1,
+                      " uniformly routed tokens, ",
+                      GB(static_cast<double>(last.verify_bytes_uniform)), "/rank on stage ",
+                      last.pp_rank, "): verify ", Ms(r.verify_seconds_uniform), ": ",
+                      absl::StrFormat("%.1f tokens/s", r.mtp_tokens_per_s_uniform), "\n");
+    }
+  }
+}
+
 }  // namespace
 
 std::string PlanToText(const Plan& plan) {
@@ -90,6 +166,7 @@ std::string PlanToText(const Plan& plan) {
                   plan.max_num_seqs, " = ", plan.required_tokens, " tokens: ",
                   plan.fits ? "fits" : "does NOT fit", "\n");
   absl::StrAppend(&out, "largest context that fits: ", plan.max_context_tokens, " tokens\n");
+  AppendDecode(plan, &out);
   for (const auto& note : plan.notes) absl::StrAppend(&out, "note: ", note, "\n");
   return out;
 }
@@ -146,6 +223,58 @@ nlohmann::json PlanToJson(const Plan& plan) {
                           {"kv_bytes_per_token", n.kv_bytes_per_token},
                           {"kv_capacity_tokens", n.kv_capacity_tokens}});
   }
+  const DecodeProjection& d = plan.decode;
+  nlohmann::json decode = {{"made", d.made}};
+  if (d.made) {
+    decode["link_bandwidth_bytes_per_s"] = d.link_bandwidth_bytes_per_s;
+    decode["link_bandwidth_assumed"] = d.link_bandwidth_assumed;
+    decode["hop_latency_us"] = d.hop_latency_us;
+    decode["hop_latency_assumed"] = d.hop_latency_assumed;
+    decode["activation_bytes_per_token"] = d.activation_bytes_per_token;
+    decode["num_experts_per_tok"] = d.num_experts_per_tok;
+    decode["n_routed_experts"] = d.n_routed_experts;
+    decode["mtp_draft_tokens"] = d.mtp_draft_tokens;
+    decode["mtp_acceptance"] = d.mtp_acceptance;
+    decode["mtp_acceptance_rate"] = d.mtp_acceptance_rate;
+    decode["mtp_acceptance_assumed"] = d.mtp_acceptance_assumed;
+    decode["replicas"] = nlohmann::json::array();
+    for (const auto& r : d.replicas) {
+      nlohmann::json stages = nlohmann::json::array();
+      for (const auto& s : r.stages) {
+        stages.push_back({{"pp_rank", s.pp_rank},
+                          {"node", s.node},
+                          {"bytes_per_token", s.bytes_per_token},
+                          {"mtp_bytes_per_pass", s.mtp_bytes_per_pass},
+                          {"verify_bytes_uniform", s.verify_bytes_uniform},
+                          {"memory_bandwidth_bytes_per_s", s.memory_bandwidth_bytes_per_s},
+                          {"efficiency", s.efficiency},
+                          {"efficiency_measured", s.efficiency_measured},
+                          {"seconds", s.seconds}});
+      }
+      nlohmann::json rj = {{"replica", r.replica},
+                           {"stages", stages},
+                           {"compute_seconds", r.compute_seconds},
+                           {"allreduces_per_token", r.allreduces_per_token},
+                           {"allreduce_seconds", r.allreduce_seconds},
+                           {"hops_per_token", r.hops_per_token},
+                           {"hop_seconds", r.hop_seconds},
+                           {"step_seconds", r.step_seconds},
+                           {"tokens_per_s", r.tokens_per_s}};
+      if (d.mtp_draft_tokens > 0) {
+        rj["mtp"] = {{"tokens_per_step", r.tokens_per_step},
+                     {"verify_seconds", r.verify_seconds},
+                     {"verify_seconds_uniform", r.verify_seconds_uniform},
+                     {"draft_pass_seconds", r.mtp_pass_seconds},
+                     {"step_seconds", r.mtp_step_seconds},
+                     {"tokens_per_s", r.mtp_tokens_per_s},
+                     {"tokens_per_s_uniform", r.mtp_tokens_per_s_uniform}};
+      }
+      decode["replicas"].push_back(std::move(rj));
+    }
+  } else {
+    decode["not_made"] = d.not_made;
+  }
+  j["decode_projection"] = std::move(decode);
   j["notes"] = plan.notes;
   return j;
 }

@@ -28,9 +28,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       glm::cluster::NodeSpec node;
       node.name = "n" + std::to_string(i);
       node.memory_budget_bytes = (int64_t{1} << 20) << (i % 24);
+      if (i % 3 != 2 || shape[0] * shape[1] * shape[2] == 1) {
+        node.memory_bandwidth_bytes_per_s = 1e9 * (1 + i);  // exercises the decode projection
+      }
       spec.nodes.push_back(node);
     }
-    auto plan = glm::controller::MakePlan(spec, *model, *weights);
+    glm::controller::PlanOptions options;
+    if (size % 3 == 0) options.decode.mtp_acceptance_rate = static_cast<double>(size % 11) / 10;
+    auto plan = glm::controller::MakePlan(spec, *model, *weights, options);
     if (plan.ok()) {
       (void)glm::controller::PlanToText(*plan);
       (void)glm::controller::PlanToJson(*plan).dump();

@@ -422,7 +422,9 @@ TEST(LoadWeightSizes, ReadsSafetensorsHeaders) {
   WriteSafetensors(dir.path() / "model-00001.safetensors",
                    R"({"__metadata__":{"format":"pt"},)"
                    R"("model.embed_tokens.weight":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,100]},)"
-                   R"("model.layers.3.mlp.gate.weight":{"dtype":"BF16","shape":[1],"data_offsets":[100,130]}})");
+                   R"("model.layers.3.mlp.gate.weight":{"dtype":"BF16","shape":[1],"data_offsets":[100,130]},)"
+                   R"("model.layers.3.mlp.experts.7.down_proj.weight":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[130,135]},)"
+                   R"("model.layers.3.mlp.shared_experts.up_proj.weight":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[135,138]}})");
   WriteSafetensors(dir.path() / "model-00002.safetensors",
                    R"({"model.layers.3.self_attn.o_proj.weight":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,7]},)"
                    R"("model.layers.78.eh_proj.weight":{"dtype":"BF16","shape":[1],"data_offsets":[7,20]},)"
@@ -432,11 +434,13 @@ TEST(LoadWeightSizes, ReadsSafetensorsHeaders) {
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->source, WeightSizes::Source::kSafetensorsHeaders);
   EXPECT_EQ(w->embedding_bytes, 100);
-  EXPECT_EQ(w->layer_bytes[3], 37);
+  EXPECT_EQ(w->layer_bytes[3], 45);
+  EXPECT_EQ(w->routed_expert_bytes[3], 5);  // mlp.experts.*, not mlp.shared_experts.*
+  EXPECT_EQ(w->routed_expert_bytes[78], 0);
   EXPECT_EQ(w->layer_bytes[78], 13);
   EXPECT_EQ(w->lm_head_bytes, 50);
   EXPECT_EQ(w->final_norm_bytes, 2);
-  EXPECT_EQ(w->total_bytes(), 202);
+  EXPECT_EQ(w->total_bytes(), 210);
 }
 
 TEST(LoadWeightSizes, RejectsLfsPointer) {
@@ -457,6 +461,10 @@ TEST(LoadWeightSizes, ScalesEstimateToIndexTotal) {
   EXPECT_EQ(w->source, WeightSizes::Source::kIndexTotal);
   EXPECT_EQ(w->total_bytes(), 1511234280832);
   EXPECT_EQ(w->embedding_bytes, int64_t{2} * 1903165440);
+  auto estimate = EstimateWeightSizes(model);
+  ASSERT_TRUE(estimate.ok());
+  ASSERT_EQ(w->routed_expert_bytes.size(), w->layer_bytes.size());
+  EXPECT_EQ(w->routed_expert_bytes[3], 2 * estimate->routed_expert_bytes[3]);
 }
 
 TEST(PlanFromFiles, ResolvesModelRelativeToYaml) {

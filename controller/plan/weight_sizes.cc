@@ -63,13 +63,21 @@ int64_t LayerBytes(const ModelConfig& c, const Dtypes& d, int layer_idx) {
     if (shared_width > 0) {
       bytes += 2 * Linear(d, shared_width, h) + Linear(d, h, shared_width);
     }
-    bytes += e * expert;
+    bytes += e * expert;  // RoutedExpertBytes
   }
   if (layer_idx >= c.num_hidden_layers) {
     // MTP extras: enorm, hnorm, shared_head.norm [H]; eh_proj [H, 2H] unquantized.
     bytes += Plain(d, 3 * h) + Plain(d, 2 * h * h);
   }
   return bytes;
+}
+
+// The routed experts' share of LayerBytes (all n_routed_experts).
+int64_t RoutedExpertBytes(const ModelConfig& c, const Dtypes& d, int layer_idx) {
+  if (!c.IsMoeLayer(layer_idx)) return 0;
+  const int64_t h = c.hidden_size;
+  return int64_t{c.n_routed_experts} *
+         (2 * Linear(d, c.moe_intermediate_size, h) + Linear(d, h, c.moe_intermediate_size));
 }
 
 absl::StatusOr<Dtypes> DtypesOf(const ModelConfig& c) {
@@ -147,6 +155,9 @@ absl::Status AddSafetensorsHeader(const std::filesystem::path& path, WeightSizes
       }
       if (layer >= 0 && layer < num_layers) {
         sizes->layer_bytes[layer] += bytes;
+        // mlp.experts.<e>.* or the fused mlp.experts.{gate_up_proj,down_proj}; not
+        // mlp.shared_experts.*.
+        if (name.compare(end, 13, ".mlp.experts.") == 0) sizes->routed_expert_bytes[layer] += bytes;
       } else {
         sizes->other_bytes += bytes;
       }
@@ -181,7 +192,10 @@ absl::StatusOr<WeightSizes> EstimateWeightSizes(const ModelConfig& config) {
   WeightSizes sizes;
   sizes.source = WeightSizes::Source::kEstimated;
   const int total_layers = config.num_hidden_layers + config.num_mtp_layers();
-  for (int i = 0; i < total_layers; ++i) sizes.layer_bytes.push_back(LayerBytes(config, d, i));
+  for (int i = 0; i < total_layers; ++i) {
+    sizes.layer_bytes.push_back(LayerBytes(config, d, i));
+    sizes.routed_expert_bytes.push_back(RoutedExpertBytes(config, d, i));
+  }
   sizes.embedding_bytes = Plain(d, config.vocab_size * config.hidden_size);
   sizes.lm_head_bytes = config.tie_word_embeddings ? 0 : sizes.embedding_bytes;
   sizes.final_norm_bytes = Plain(d, config.hidden_size);
@@ -201,6 +215,7 @@ absl::StatusOr<WeightSizes> LoadWeightSizes(const std::string& model_dir,
     WeightSizes sizes;
     sizes.source = WeightSizes::Source::kSafetensorsHeaders;
     sizes.layer_bytes.assign(config.num_hidden_layers + config.num_mtp_layers(), 0);
+    sizes.routed_expert_bytes.assign(sizes.layer_bytes.size(), 0);
     for (const auto& shard : shards) {
       GLM_RETURN_IF_ERROR(AddSafetensorsHeader(shard, &sizes));
     }
@@ -228,6 +243,7 @@ absl::StatusOr<WeightSizes> LoadWeightSizes(const std::string& model_dir,
       static_cast<long double>(total->get<int64_t>()) / static_cast<long double>(sizes.total_bytes());
   auto scaled = [&](int64_t b) { return static_cast<int64_t>(static_cast<long double>(b) * scale); };
   for (auto& b : sizes.layer_bytes) b = scaled(b);
+  for (auto& b : sizes.routed_expert_bytes) b = scaled(b);
   sizes.embedding_bytes = scaled(sizes.embedding_bytes);
   sizes.lm_head_bytes = scaled(sizes.lm_head_bytes);
   sizes.final_norm_bytes = scaled(sizes.final_norm_bytes);

@@ -29,6 +29,9 @@ struct SamplingParams {
   // Unset: off. k in [0, kMaxLogprobs]: every token event carries the sampled token's raw
   // logprob and the k most likely alternatives (engine/sample/logprobs.h).
   std::optional<int> logprobs;
+  // MTP drafts per step for this request, at most the engine's mtp_draft_tokens (the scheduler
+  // refuses more); 0 drafts nothing for it. Unset: the engine's. Output is the same either way.
+  std::optional<int> num_draft_tokens;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAborted, kError };

@@ -47,6 +47,7 @@ Scheduler::Scheduler(Model* model, const SchedulerOptions& options, EventSink si
               : std::numeric_limits<int>::max();
   }
   options_.num_draft_tokens = std::max(options_.num_draft_tokens, 0);
+  stats_.num_accepted_per_position.assign(options_.num_draft_tokens, 0);
 }
 
 Scheduler::~Scheduler() = default;
@@ -73,6 +74,17 @@ absl::Status Scheduler::Validate(const Request& r) const {
   }
   if (absl::Status s = ValidateSamplingParams(r.sampling, vocab_size_); !s.ok()) return s;
   const int k = options_.num_draft_tokens;
+  if (r.sampling.num_draft_tokens.has_value() &&
+      (*r.sampling.num_draft_tokens < 0 || *r.sampling.num_draft_tokens > k)) {
+    return absl::InvalidArgumentError(
+        k == 0 ? absl::StrCat("mtp_draft_tokens=", *r.sampling.num_draft_tokens,
+                              " was asked for, but speculative decoding is off here "
+                              "(model.mtp_draft_tokens is 0): drop it or turn MTP on")
+               : absl::StrCat("mtp_draft_tokens=", *r.sampling.num_draft_tokens,
+                              " is outside [0, ", k,
+                              "] (model.mtp_draft_tokens caps the drafts per step): ask for at "
+                              "most ", k));
+  }
   const int64_t max_len =
       std::min<int64_t>(len + r.sampling.max_tokens, options_.max_model_len) + 2 * k;
   const int need = blocks_->NumBlocksForTokens(max_len);
@@ -414,8 +426,10 @@ absl::Status Scheduler::Step() {
         }
         break;
       }
+      if (sc.num_drafts > 0) ++stats_.num_drafts;
       stats_.num_draft_tokens += sc.num_drafts;
       stats_.num_accepted_draft_tokens += accepted;
+      for (int a = 0; a < accepted; ++a) ++stats_.num_accepted_per_position[a];
       if (finished) continue;
       s->num_computed = end + accepted;
       mtp_rows = sc.num_new + accepted;
@@ -432,8 +446,9 @@ absl::Status Scheduler::Step() {
       if (drafting) {
         const int64_t left_tokens = s->sampling.max_tokens - s->num_generated() - 1;
         const int64_t left_positions = options_.max_model_len - 1 - s->num_computed;
+        const int64_t seq_k = s->sampling.num_draft_tokens.value_or(k);
         in.num_drafts = static_cast<int>(
-            std::max<int64_t>(0, std::min<int64_t>({k, left_tokens, left_positions})));
+            std::max<int64_t>(0, std::min<int64_t>({seq_k, left_tokens, left_positions})));
       }
       mtp_inputs.push_back(std::move(in));
       mtp_ids.push_back(s->id);

@@ -57,7 +57,11 @@ struct SchedulerStats {
   int64_t num_cached_prompt_tokens = 0;  // tokens served from the prefix cache (incl. recompute)
   int64_t num_computed_tokens = 0;       // tokens run through Model::Forward (drafts included)
   int64_t num_generated_tokens = 0;
+  int64_t num_drafts = 0;                // verify steps with at least one draft
   int64_t num_draft_tokens = 0;          // drafts verified
+  // [k]: drafts accepted at position i of their run (i = 0 is the first draft after the
+  // verified token); a run stops at its first rejected draft.
+  std::vector<int64_t> num_accepted_per_position;
   int64_t num_accepted_draft_tokens = 0;
   BlockManagerStats kv;
   double draft_acceptance_rate() const {

@@ -540,7 +540,167 @@ TEST_P(MtpTest, LogprobsOfAcceptedDraftsEqualPlainDecoding) {
   }
 }
 
+// A request may ask for fewer drafts (SamplingParams::num_draft_tokens, at most k): its output
+// does not change, and with 0 it is never drafted for (the draft layer's KV is still kept).
+TEST_P(MtpTest, PerRequestDraftTokensCapTheDraftsAndKeepTheOutput) {
+  const int k = GetParam();
+  SchedulerOptions so;
+  so.num_draft_tokens = k;
+  {
+    Harness h({}, so);
+    for (int i = 0; i < 4; ++i) {
+      Request r = MakeRequest(Prompt(6 + i, i), 30);
+      r.sampling.num_draft_tokens = 0;
+      h.Add(i, r);
+    }
+    h.RunToCompletion();
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(h.out()[i].tokens, h.model().Greedy(Prompt(6 + i, i), 30));
+    EXPECT_EQ(h.sched().Stats().num_draft_tokens, 0);
+    EXPECT_EQ(h.sched().Stats().num_drafts, 0);
+    EXPECT_GT(h.model().num_mtp_calls(), 0);  // the draft layer's KV is kept in step
+  }
+  {
+    FakeModel::Options mo;
+    mo.mtp_miss_percent = 0;  // every draft accepted: each verify step carries exactly the cap
+    Harness h(mo, so);
+    Request r = MakeRequest(Prompt(7, 2), 1 + 10 * k);
+    r.sampling.num_draft_tokens = 1;
+    h.Add(0, r);
+    h.RunToCompletion();
+    EXPECT_EQ(h.out()[0].tokens, h.model().Greedy(Prompt(7, 2), 1 + 10 * k));
+    const SchedulerStats st = h.sched().Stats();
+    EXPECT_GT(st.num_drafts, 0);
+    EXPECT_EQ(st.num_draft_tokens, st.num_drafts);  // one draft per verify step
+  }
+  Harness h({}, so);
+  Request over = MakeRequest(Prompt(5, 1), 8);
+  over.sampling.num_draft_tokens = k + 1;
+  const absl::Status s = h.sched().Validate(over);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("mtp_draft_tokens"));
+  over.sampling.num_draft_tokens = -1;
+  EXPECT_EQ(h.sched().Validate(over).code(), absl::StatusCode::kInvalidArgument);
+  over.sampling.num_draft_tokens = k;
+  EXPECT_TRUE(h.sched().Validate(over).ok());
+}
+
+// Accepted drafts by position: a run stops at its first rejection, so the counts never grow with
+// the position, and they sum to the accepted total.
+TEST_P(MtpTest, AcceptedCountsPerPositionAddUp) {
+  const int k = GetParam();
+  SchedulerOptions so;
+  so.num_draft_tokens = k;
+  Harness h({}, so);
+  for (int i = 0; i < 6; ++i) h.Add(i, MakeRequest(Prompt(5 + i, i), 40));
+  h.RunToCompletion();
+  const SchedulerStats st = h.sched().Stats();
+  ASSERT_EQ(st.num_accepted_per_position.size(), static_cast<size_t>(k));
+  int64_t sum = 0;
+  for (int i = 0; i < k; ++i) {
+    sum += st.num_accepted_per_position[i];
+    if (i > 0) EXPECT_LE(st.num_accepted_per_position[i], st.num_accepted_per_position[i - 1]);
+  }
+  EXPECT_EQ(sum, st.num_accepted_draft_tokens);
+  EXPECT_GT(st.num_accepted_per_position[0], 0);
+  EXPECT_LE(st.num_accepted_per_position[0], st.num_drafts);
+  EXPECT_LE(st.num_draft_tokens, st.num_drafts * k);
+}
+
 INSTANTIATE_TEST_SUITE_P(DraftTokens, MtpTest, ::testing::Values(1, 2, 3, 5));
+
+// Sampling with drafts keeps the target distribution. The MTP draft is a deterministic guess d,
+// i.e. a draft distribution q that is one-hot at d; the speculative-sampling rule (accept d with
+// probability min(1, p(d) / q(d)) = p(d), else draw from max(p - q, 0) renormalised = p without d)
+// is what verification does: draw the target's token x ~ p with the request's seeded stream and
+// accept d when x == d. A model with one fixed next-token distribution p over 5 tokens, whose
+// draft is always token 1: over 4000 seeded requests the tokens at every position follow p
+// (chi-square, 4 degrees of freedom, well past the 1e-4 tail) and drafts are accepted at rate p(1).
+class FixedDistributionModel : public Model {
+ public:
+  static constexpr int kVocab = 5;
+  static constexpr int kHidden = 2;
+  static constexpr int kDraft = 1;
+  FixedDistributionModel() {
+    config_.vocab_size = kVocab;
+    config_.hidden_size = kHidden;
+    config_.num_hidden_layers = 1;
+    config_.num_nextn_predict_layers = 1;
+    config_.max_position_embeddings = 64;
+    geometry_.block_size = 4;
+    geometry_.num_blocks = 4096;
+  }
+  static std::vector<float> Probabilities() { return {0.40f, 0.25f, 0.20f, 0.10f, 0.05f}; }
+  const ModelConfig& config() const override { return config_; }
+  const KvCacheGeometry& kv_geometry() const override { return geometry_; }
+  absl::Status Forward(const ForwardBatch& batch, ForwardResult* result) override {
+    return Rows(batch, /*draft=*/false, result);
+  }
+  absl::Status ForwardMtp(const ForwardBatch& batch, const std::vector<std::vector<float>>&,
+                          ForwardResult* result) override {
+    return Rows(batch, /*draft=*/true, result);
+  }
+
+ private:
+  absl::Status Rows(const ForwardBatch& batch, bool draft, ForwardResult* result) {
+    result->seqs.clear();
+    for (const SequenceSlice& s : batch.seqs) {
+      SequenceOutput out;
+      const int rows = s.all_logits ? static_cast<int>(s.token_ids.size()) : 1;
+      for (int r = 0; r < rows; ++r) {
+        for (int v = 0; v < kVocab; ++v) {
+          out.logits.push_back(draft ? (v == kDraft ? 10.0f : 0.0f)
+                                     : std::log(Probabilities()[v]));
+        }
+      }
+      if (s.want_hidden) out.hidden.assign(static_cast<size_t>(rows) * kHidden, 0.0f);
+      result->seqs.push_back(std::move(out));
+    }
+    return absl::OkStatus();
+  }
+  ModelConfig config_;
+  KvCacheGeometry geometry_;
+};
+
+TEST(MtpSamplingTest, DraftsKeepTheTargetDistributionAndAcceptAtTheDraftsProbability) {
+  constexpr int kRequests = 4000, kTokens = 4;
+  FixedDistributionModel model;
+  SchedulerOptions so;
+  so.num_draft_tokens = 3;
+  so.max_num_seqs = 64;
+  so.max_num_batched_tokens = 512;
+  std::map<int64_t, std::vector<int32_t>> out;
+  Scheduler sched(&model, so, [&](int64_t id, TokenEvent ev) {
+    if (ev.token_id >= 0) out[id].push_back(ev.token_id);
+  });
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(sched.Add(i, MakeRequest({0, 2}, kTokens, /*temperature=*/1.0f), 1000 + i).ok());
+  }
+  for (int i = 0; i < 100000 && sched.HasWork(); ++i) ASSERT_TRUE(sched.Step().ok());
+  ASSERT_FALSE(sched.HasWork());
+  const std::vector<float> p = FixedDistributionModel::Probabilities();
+  for (int pos = 0; pos < kTokens; ++pos) {
+    std::vector<int> counts(FixedDistributionModel::kVocab, 0);
+    for (const auto& [id, tokens] : out) {
+      ASSERT_EQ(tokens.size(), static_cast<size_t>(kTokens)) << "request " << id;
+      ++counts[tokens[pos]];
+    }
+    double chi2 = 0;
+    for (int v = 0; v < FixedDistributionModel::kVocab; ++v) {
+      const double expected = p[v] * kRequests;
+      chi2 += (counts[v] - expected) * (counts[v] - expected) / expected;
+    }
+    std::printf("position %d: chi2=%.2f counts=%d,%d,%d,%d,%d\n", pos, chi2, counts[0], counts[1],
+                counts[2], counts[3], counts[4]);
+    EXPECT_LT(chi2, 23.5) << "position " << pos;  // P(chi2_4 > 23.5) ~ 1e-4
+  }
+  const SchedulerStats st = sched.Stats();
+  ASSERT_GT(st.num_drafts, 2000);
+  // The first draft of every verify step is accepted with probability p(1); binomial sd < 0.01.
+  const double rate = static_cast<double>(st.num_accepted_per_position[0]) / st.num_drafts;
+  std::printf("first-draft acceptance %.4f over %lld verify steps (p(draft) = %.2f)\n", rate,
+              static_cast<long long>(st.num_drafts), p[FixedDistributionModel::kDraft]);
+  EXPECT_NEAR(rate, p[FixedDistributionModel::kDraft], 0.04);
+}
 
 // Random arrivals and aborts under a tight cache and budget; every finished request must equal
 // its solo run.

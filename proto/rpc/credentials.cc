@@ -3,6 +3,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <openssl/asn1.h>
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -35,6 +40,30 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path, const std::stri
         absl::StrCat(what, " '", path, "' is not PEM (no -----BEGIN line)"));
   }
   return text;
+}
+
+absl::StatusOr<int64_t> CertificateSecondsLeft(const std::string& path,
+                                               std::chrono::system_clock::time_point now) {
+  auto pem = ReadPemFile(path, "certificate");
+  if (!pem.ok()) return pem.status();
+  BIO* bio = BIO_new_mem_buf(pem->data(), static_cast<int>(pem->size()));
+  X509* cert = bio != nullptr ? PEM_read_bio_X509(bio, nullptr, nullptr, nullptr) : nullptr;
+  BIO_free(bio);
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("certificate '", path,
+                                                   "' holds no PEM X.509 certificate"));
+  }
+  int days = 0;
+  int seconds = 0;
+  ASN1_TIME* at = ASN1_TIME_set(nullptr, std::chrono::system_clock::to_time_t(now));
+  const int ok = at != nullptr && ASN1_TIME_diff(&days, &seconds, at, X509_get0_notAfter(cert));
+  ASN1_TIME_free(at);
+  X509_free(cert);
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("certificate '", path, "': cannot read its notAfter date"));
+  }
+  return static_cast<int64_t>(days) * 86400 + seconds;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -4,6 +4,8 @@
 // same CA. With none set the hop is plaintext; a partial set is an error.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -23,6 +25,15 @@ struct TlsFiles {
 
 // Reads a whole file; the error names the path and what it was for (`what`).
 absl::StatusOr<std::string> ReadPemFile(const std::string& path, const std::string& what);
+
+// Within this many seconds of a certificate's expiry the controller (at start) and `glmctl
+// status` warn: 14 days.
+inline constexpr int64_t kCertificateExpiryWarningS = 14 * 86400;
+
+// Seconds from `now` until the PEM certificate at `path` expires (negative once expired).
+// Errors name the file.
+absl::StatusOr<int64_t> CertificateSecondsLeft(const std::string& path,
+                                               std::chrono::system_clock::time_point now);
 
 // Insecure credentials when `files` is empty; mTLS (client certificate required and verified)
 // otherwise. Errors name the missing or unreadable file.

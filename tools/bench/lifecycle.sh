@@ -14,23 +14,11 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BIN=${BIN:-$ROOT/build}
 REPLICAS=${REPLICAS:-2}
 ROUNDS=${ROUNDS:-3}
-GLMCTL=$BIN/glmctl
-[[ -x $GLMCTL ]] || { echo "lifecycle.sh: no glmctl at BIN=$BIN (build glmctl glm-agent glm-controller)" >&2; exit 1; }
-if [[ -z ${GLM_BIN_DIR:-} ]]; then
-  for d in "$BIN" "$BIN/../.." "$BIN/../../agent" "$BIN/.."; do
-    [[ -x $d/glm-agent ]] && AGENT_DIR=$d
-    [[ -x $d/glm-controller ]] && CONTROLLER_DIR=$d
-  done
-  [[ -n ${AGENT_DIR:-} && -n ${CONTROLLER_DIR:-} ]] ||
-    { echo "lifecycle.sh: glm-agent / glm-controller not found near $BIN; set GLM_BIN_DIR" >&2; exit 1; }
-  GLM_BIN_DIR=$(mktemp -d)
-  ln -s "$(cd "$AGENT_DIR" && pwd)/glm-agent" "$GLM_BIN_DIR/glm-agent"
-  ln -s "$(cd "$CONTROLLER_DIR" && pwd)/glm-controller" "$GLM_BIN_DIR/glm-controller"
-  export GLM_BIN_DIR
-fi
+# shellcheck source=tools/bench/lib.sh
+source "$ROOT/tools/bench/lib.sh"
+bench_find_bins lifecycle.sh
 
 DIR=$(mktemp -d)
 YAML=$DIR/cluster.yaml
@@ -41,13 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-read -r -a PORTS <<<"$(python3 - "$((REPLICAS + 2))" <<'EOF'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-)"
+read -r -a PORTS <<<"$(bench_free_ports $((REPLICAS + 2)))"
 PROMPT=$(python3 -c "import json;print(json.load(open('$ROOT/tests/golden/tiny-chat/reference.json'))['prompt_ids'])")
 EXPECT=$(python3 -c "import json;print(json.load(open('$ROOT/tests/golden/tiny-chat/reference.json'))['greedy_ids'][:8])")
 {
@@ -95,7 +77,6 @@ await() {
   done
   python3 -c "print('%.2f' % ($(now) - $start))"
 }
-median() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x!='timeout']; print('%.2f' % statistics.median(v) if v else 'n/a')" "$@"; }
 
 echo "cluster: $REPLICAS replicas x 1 agent (tiny-chat, CPU backend), loopback; $ROUNDS rounds"
 per_replica=()

@@ -332,6 +332,12 @@ MaybeError ParseSampling(const Json& body, bool chat, SamplingOptions& out) {
     GLM_OPENAI_RETURN_IF_ERROR(TokenIds(*ids, "stop_token_ids", out.stop_token_ids));
   }
   GLM_OPENAI_RETURN_IF_ERROR(GetBool(body, "ignore_eos", out.ignore_eos));
+  std::optional<int64_t> drafts;
+  GLM_OPENAI_RETURN_IF_ERROR(GetInt(body, "mtp_draft_tokens", 0, 16,
+                                    "an integer in [0, 16] (MTP drafts per step; 0 turns "
+                                    "speculative decoding off for this request)",
+                                    drafts));
+  if (drafts) out.mtp_draft_tokens = static_cast<int>(*drafts);
   std::optional<int64_t> min_tokens;
   GLM_OPENAI_RETURN_IF_ERROR(GetInt(body, "min_tokens", 0, kIntMax, "an integer >= 0", min_tokens));
   if (min_tokens) {

@@ -46,6 +46,9 @@ struct SamplingOptions {
   std::vector<int32_t> stop_token_ids; // vLLM extension; each >= 0
   bool ignore_eos = false;             // vLLM extension
   int min_tokens = 0;                  // vLLM extension; >= 0 and <= max_tokens
+  // glmctl extension: MTP drafts per step for this request, in [0, 16]; beyond the replica's
+  // model.mtp_draft_tokens the replica answers 400. Absent: the replica's.
+  std::optional<int> mtp_draft_tokens;
   // Number of top alternatives per sampled token when logprobs were asked for, else nullopt.
   // Chat: `logprobs: true` + `top_logprobs` 0..20 (top_logprobs without logprobs → 400).
   // Completions: `logprobs` integer 0..20.

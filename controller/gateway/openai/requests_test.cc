@@ -61,7 +61,7 @@ TEST(ChatRequestTest, EverySamplingParameter) {
     "model": "glm-5", "max_tokens": 100, "max_completion_tokens": 50, "temperature": 0.5,
     "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 1234, "stop": ["END", "###"],
     "stop_token_ids": [7, 9], "ignore_eos": true, "min_tokens": 3, "logprobs": true,
-    "top_logprobs": 5, "stream": true, "stream_options": {"include_usage": true}, "n": 1,
+    "top_logprobs": 5, "mtp_draft_tokens": 2, "stream": true, "stream_options": {"include_usage": true}, "n": 1,
     "best_of": 1, "presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1,
     "logit_bias": {}, "response_format": {"type": "text"}, "user": "u1", "echo": true,
     "parallel_tool_calls": false, "add_generation_prompt": true)"));
@@ -79,6 +79,7 @@ TEST(ChatRequestTest, EverySamplingParameter) {
   EXPECT_TRUE(s.ignore_eos);
   EXPECT_EQ(s.min_tokens, 3);
   EXPECT_EQ(s.logprobs, 5);
+  EXPECT_EQ(s.mtp_draft_tokens, 2);
   EXPECT_TRUE(s.stream);
   EXPECT_TRUE(s.include_usage);
   EXPECT_TRUE(request.echo);
@@ -161,6 +162,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{Chat(R"("stop_token_ids": 5)"), "stop_token_ids", "array"},
         ErrorCase{Chat(R"("ignore_eos": 1)"), "ignore_eos", "true or false"},
         ErrorCase{Chat(R"("min_tokens": -1)"), "min_tokens", ">= 0"},
+        ErrorCase{Chat(R"("mtp_draft_tokens": 17)"), "mtp_draft_tokens", "[0, 16]"},
+        ErrorCase{Chat(R"("mtp_draft_tokens": 1.5)"), "mtp_draft_tokens", "[0, 16]"},
         ErrorCase{Chat(R"("max_tokens": 5, "min_tokens": 6)"), "min_tokens", "at most max_tokens"},
         ErrorCase{Chat(R"("logprobs": 1)"), "logprobs", "true or false"},
         ErrorCase{Chat(R"("top_logprobs": 3)"), "top_logprobs", "logprobs: true"},
