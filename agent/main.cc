@@ -206,6 +206,7 @@ int Serve(const ServeFlags& flags) {
   quota.SetMaxThreads(flags.threads);
   builder.SetResourceQuota(quota);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
+  glm::rpc::LimitRequestSizes(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     std::cerr << "glm-agent: cannot listen on '" << flags.listen

@@ -176,6 +176,7 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(listen, *creds, &port);
+  glm::rpc::LimitRequestSizes(builder);
   builder.RegisterService(&service);
   // The audit trail: one INFO line per state-changing RPC, with the caller's identity.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> audit;

@@ -2,6 +2,7 @@
 #include "agent/service/agent_service.h"
 
 #include "grpcpp/grpcpp.h"
+#include "proto/rpc/listen_policy.h"
 #include "gtest/gtest.h"
 
 namespace glm::agent {
@@ -18,6 +19,7 @@ class AgentServiceTest : public ::testing::Test {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
+    rpc::LimitRequestSizes(builder);  // as glm-agent's server
     server_ = builder.BuildAndStart();
     ASSERT_NE(port_, 0);
     stub_ = glm::v1::Agent::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
@@ -47,6 +49,28 @@ TEST_F(AgentServiceTest, InfoNamesNodeVersionAndInstance) {
   EXPECT_EQ(resp.instance_id(), service_->instance_id());
   EXPECT_GT(resp.start_time_unix_ms(), 0);
   EXPECT_GT(resp.host().cpu_count(), 0);
+}
+
+// Hostile input: a request over the daemons' bound ends before any handler runs.
+TEST_F(AgentServiceTest, OversizedRequestsAreRefusedBeforeTheHandler) {
+  glm::v1::GenerateRequest big;
+  big.mutable_prompt_token_ids()->Resize(rpc::kMaxRequestBytes / 4, 1 << 28);  // 5 bytes each
+  ASSERT_GT(big.ByteSizeLong(), static_cast<size_t>(rpc::kMaxRequestBytes));
+  grpc::ClientContext ctx;
+  Bound(&ctx);
+  auto reader = stub_->Generate(&ctx, big);
+  glm::v1::TokenEvent ev;
+  EXPECT_FALSE(reader->Read(&ev));
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  // A request within the bound reaches the handler (which refuses it: no shard is loaded).
+  glm::v1::GenerateRequest small;
+  small.add_prompt_token_ids(1);
+  grpc::ClientContext ctx2;
+  Bound(&ctx2);
+  auto reader2 = stub_->Generate(&ctx2, small);
+  EXPECT_FALSE(reader2->Read(&ev));
+  EXPECT_EQ(reader2->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(AgentServiceTest, PreflightReturnsHostChecksAndExtras) {

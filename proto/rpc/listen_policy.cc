@@ -4,7 +4,13 @@
 
 #include <string>
 
+#include "grpcpp/server_builder.h"
+
 namespace glm::rpc {
+
+void LimitRequestSizes(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+}
 
 bool IsLoopbackListen(std::string_view listen) {
   if (listen.substr(0, 5) == "unix:") return true;

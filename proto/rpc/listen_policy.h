@@ -5,7 +5,18 @@
 
 #include <string_view>
 
+namespace grpc {
+class ServerBuilder;
+}
+
 namespace glm::rpc {
+
+// Largest request either daemon accepts: a GenerateRequest of a 1M-token prompt is under 5 MiB,
+// every other control message is tiny. Larger ones end RESOURCE_EXHAUSTED before any handler
+// runs. Responses (FetchFile chunks, token events) are bounded by their senders.
+inline constexpr int kMaxRequestBytes = 16 << 20;
+// Applies kMaxRequestBytes to a daemon's server.
+void LimitRequestSizes(grpc::ServerBuilder& builder);
 
 // True when `listen` ("host:port", "[v6]:port", "unix:...") can only be reached from this host:
 // 127.0.0.0/8, ::1, localhost, or a unix socket. Wildcards (0.0.0.0, [::]), other addresses and
