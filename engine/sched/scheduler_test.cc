@@ -598,7 +598,9 @@ TEST_P(MtpTest, AcceptedCountsPerPositionAddUp) {
   int64_t sum = 0;
   for (int i = 0; i < k; ++i) {
     sum += st.num_accepted_per_position[i];
-    if (i > 0) EXPECT_LE(st.num_accepted_per_position[i], st.num_accepted_per_position[i - 1]);
+    if (i > 0) {
+      EXPECT_LE(st.num_accepted_per_position[i], st.num_accepted_per_position[i - 1]);
+    }
   }
   EXPECT_EQ(sum, st.num_accepted_draft_tokens);
   EXPECT_GT(st.num_accepted_per_position[0], 0);

@@ -257,11 +257,11 @@ TEST_F(AuthzClusterTest, DaemonsAllowEachRoleItsRpcsOnly) {
 
   // The agent: the controller may do anything, a peer only fetch, the operator nothing.
   EXPECT_EQ(Call(agent, "/glm.v1.Agent/Info", Of("controller")).code, grpc::StatusCode::OK);
-  for (const std::string& who : {"a2", "operator", "mallory"}) {
-    for (const std::string& method : {"Info", "StopShard", "LoadShard", "RestartProcess"}) {
-      CallResult r = Call(agent, "/glm.v1.Agent/" + method, Of(who));
+  for (const char* who : {"a2", "operator", "mallory"}) {
+    for (const char* method : {"Info", "StopShard", "LoadShard", "RestartProcess"}) {
+      CallResult r = Call(agent, std::string("/glm.v1.Agent/") + method, Of(who));
       EXPECT_EQ(r.code, denied) << who << " " << method << ": " << r.message;
-      EXPECT_NE(r.message.find("'" + who + "'"), std::string::npos) << r.message;
+      EXPECT_NE(r.message.find(absl::StrCat("'", who, "'")), std::string::npos) << r.message;
     }
   }
   // A peer's fetch reaches the file server (an empty path is not servable).
@@ -275,9 +275,9 @@ TEST_F(AuthzClusterTest, DaemonsAllowEachRoleItsRpcsOnly) {
             grpc::StatusCode::OK);
   EXPECT_EQ(Call(controller, "/glm.v1.Controller/Status", Of("controller")).code,
             grpc::StatusCode::OK);
-  for (const std::string& who : {"a1", "mallory"}) {
-    for (const std::string& method : {"Status", "Down", "Restart", "Logs"}) {
-      CallResult r = Call(controller, "/glm.v1.Controller/" + method, Of(who));
+  for (const char* who : {"a1", "mallory"}) {
+    for (const char* method : {"Status", "Down", "Restart", "Logs"}) {
+      CallResult r = Call(controller, std::string("/glm.v1.Controller/") + method, Of(who));
       EXPECT_EQ(r.code, denied) << who << " " << method << ": " << r.message;
       EXPECT_NE(r.message.find("operator.pem"), std::string::npos) << r.message;
     }
