@@ -26,14 +26,16 @@ absl::StatusOr<std::vector<float>> ReleasingWeights::ReadFloat(const std::string
                                                                std::vector<int64_t>* shape) {
   // The previous tensor is on the device now (the loader uploads before asking for the next).
   if (absl::Status s = ReleasePending(); !s.ok() && release_error_.ok()) release_error_ = s;
-  GLM_ASSIGN_OR_RETURN(engine::TensorView view, store_->Get(name));
-  if (shape != nullptr) *shape = view.shape;
+  GLM_ASSIGN_OR_RETURN(std::vector<int64_t> logical, store_->ShapeOf(name));
+  if (shape != nullptr) *shape = logical;
   absl::StatusOr<std::vector<float>> data = store_->ReadFloat(name);
-  pending_.push_back(name);
-  uint64_t bytes = view.nbytes;
-  if (std::optional<engine::TensorView> scale = store_->ScaleFor(name)) {
-    pending_.push_back(scale->name);
-    bytes += scale->nbytes;
+  // The weight with its scales (and, for quantized formats, weight_shape / input_scale).
+  uint64_t bytes = 0;
+  for (std::string& part : store_->PartsOf(name)) {
+    if (std::optional<engine::WeightStore::TensorLocation> where = store_->LocationOf(part)) {
+      bytes += where->length;
+    }
+    pending_.push_back(std::move(part));
   }
   if (!data.ok()) return data.status();
   ++tensors_read_;

@@ -10,8 +10,9 @@
 // page-cache folios reach 2 MiB, so a tensor smaller than its folio would never be freed on its
 // own: the range passed is the tensor widened to 2 MiB boundaries, clipped to the contiguous
 // span of the file already loaded and released (tracked per file; the header counts as released
-// from the start). Block scales
-// ("<x>.weight_scale_inv") read with their weight are released with it.
+// from the start). The stored parts of a weight (WeightStore::PartsOf: block scales
+// "<x>.weight_scale_inv", pack-quantized "<x>.weight_packed" / "_scale" / "_shape", NVFP4
+// "<x>.weight_scale" / "_scale_2" / "<x>.input_scale") are released with it.
 //
 // Counts tensors and checkpoint bytes read; `on_tensor` runs after each read (progress, page-cache
 // policy ticks). Not thread-safe: one loader thread, like the model's Load.

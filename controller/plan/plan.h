@@ -47,6 +47,12 @@ std::string_view WeightSourceName(WeightSizes::Source source);
 // Shapes from spec §4: fp8 tensors cost 1 byte per element + one f32 scale per
 // block_rows x block_cols block; unquantized tensors (norms, router, indexer weights_proj,
 // embeddings, lm_head, MTP eh_proj) cost 2 bytes (bf16), or 4 when torch_dtype is float32.
+// compressed-tensors and NVFP4 checkpoints (specs/quantized-checkpoints.md §5.1): each linear
+// module the quantization_config targets (and does not ignore) costs bits/8 bytes per element +
+// a BF16 scale per group (or per row) + 16 bytes of weight_shape (INT4/INT8), or 0.5 byte per
+// element + an E4M3 scale per 16 + 8 bytes of global/input scales (NVFP4); routed experts use
+// expert 0's encoding. The router is counted at the plain dtype (QuantTrio's FP32 routers are
+// 0.24 GB more than the estimate).
 // Indexer tensors are counted only on layers with a full indexer (and on MTP layers).
 absl::StatusOr<WeightSizes> EstimateWeightSizes(const engine::ModelConfig& config);
 

@@ -19,51 +19,79 @@ struct Dtypes {
   bool fp8 = false;
   int64_t block_rows = 128;
   int64_t block_cols = 128;
+  // compressed-tensors / NVFP4: which modules are quantized and how (null otherwise).
+  const engine::QuantizationConfig* quant = nullptr;
 };
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// A [rows, cols] linear weight that the checkpoint quantizes when it is an fp8 checkpoint.
-int64_t Linear(const Dtypes& d, int64_t rows, int64_t cols) {
-  if (!d.fp8) return rows * cols * d.plain;
-  return rows * cols + CeilDiv(rows, d.block_rows) * CeilDiv(cols, d.block_cols) * 4;
+// A [rows, cols] linear weight `module` ("model.layers.3.self_attn.o_proj"), in the encoding the
+// checkpoint's quantization gives it (specs/quantized-checkpoints.md §5.1):
+//   fp8 block       1 B/param + fp32 scale per block
+//   INT4/INT8       bits/8 B/param (I32 words) + BF16 scale per group (or per row) + I64[2] shape
+//   NVFP4           0.5 B/param + E4M3 scale per 16 + F32 weight_scale_2 and input_scale
+int64_t Linear(const Dtypes& d, const std::string& module, int64_t rows, int64_t cols) {
+  if (d.fp8) return rows * cols + CeilDiv(rows, d.block_rows) * CeilDiv(cols, d.block_cols) * 4;
+  const engine::QuantGroup* group = d.quant != nullptr ? d.quant->GroupOf(module) : nullptr;
+  if (group == nullptr) return rows * cols * d.plain;
+  if (d.quant->method == engine::QuantMethod::kNvfp4) {
+    return rows * CeilDiv(cols, 2) + rows * CeilDiv(cols, 16) + 8;
+  }
+  const int64_t groups = group->group_size > 0 ? CeilDiv(cols, group->group_size) : 1;
+  return rows * CeilDiv(cols * group->num_bits, 32) * 4 + rows * groups * 2 + 16;
 }
 // A tensor kept unquantized (norms, router, embeddings, ...).
 int64_t Plain(const Dtypes& d, int64_t elements) { return elements * d.plain; }
 
+// One routed expert's gate/up/down of layer `layer_idx` (expert 0's encoding stands for all).
+int64_t ExpertBytes(const ModelConfig& c, const Dtypes& d, int layer_idx) {
+  const int64_t h = c.hidden_size;
+  const std::string e = absl::StrCat("model.layers.", layer_idx, ".mlp.experts.0.");
+  return Linear(d, e + "gate_proj", c.moe_intermediate_size, h) +
+         Linear(d, e + "up_proj", c.moe_intermediate_size, h) +
+         Linear(d, e + "down_proj", h, c.moe_intermediate_size);
+}
+
 int64_t LayerBytes(const ModelConfig& c, const Dtypes& d, int layer_idx) {
   const int64_t h = c.hidden_size;
   const int64_t heads = c.num_attention_heads;
+  const std::string layer = absl::StrCat("model.layers.", layer_idx, ".");
+  const std::string attn = layer + "self_attn.";
   int64_t bytes = 0;
   // Norms around attention and MLP.
   bytes += Plain(d, h) * 2;
   // MLA: q_a_proj [q_lora, H], q_a_layernorm, q_b_proj [heads*qk_head_dim, q_lora],
   // kv_a_proj_with_mqa [kv_lora + rope, H], kv_a_layernorm, kv_b_proj [heads*(nope+v), kv_lora],
   // o_proj [H, heads*v].
-  bytes += Linear(d, c.q_lora_rank, h) + Plain(d, c.q_lora_rank);
-  bytes += Linear(d, heads * c.qk_head_dim(), c.q_lora_rank);
-  bytes += Linear(d, c.kv_lora_rank + c.qk_rope_head_dim, h) + Plain(d, c.kv_lora_rank);
-  bytes += Linear(d, heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
-  bytes += Linear(d, h, heads * c.v_head_dim);
+  bytes += Linear(d, attn + "q_a_proj", c.q_lora_rank, h) + Plain(d, c.q_lora_rank);
+  bytes += Linear(d, attn + "q_b_proj", heads * c.qk_head_dim(), c.q_lora_rank);
+  bytes += Linear(d, attn + "kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope_head_dim, h) +
+           Plain(d, c.kv_lora_rank);
+  bytes += Linear(d, attn + "kv_b_proj", heads * (c.qk_nope_head_dim + c.v_head_dim),
+                  c.kv_lora_rank);
+  bytes += Linear(d, attn + "o_proj", h, heads * c.v_head_dim);
   if (c.HasIndexer(layer_idx)) {
     // wq_b [idx_heads*idx_dim, q_lora], wk [idx_dim, H], k_norm weight+bias, weights_proj
     // [idx_heads, H] (unquantized).
-    bytes += Linear(d, c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-    bytes += Linear(d, c.index_head_dim, h) + Plain(d, 2 * c.index_head_dim);
+    bytes += Linear(d, attn + "indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+    bytes += Linear(d, attn + "indexer.wk", c.index_head_dim, h) + Plain(d, 2 * c.index_head_dim);
     bytes += Plain(d, c.index_n_heads * h);
   }
   if (!c.IsMoeLayer(layer_idx)) {
-    bytes += 2 * Linear(d, c.intermediate_size, h) + Linear(d, h, c.intermediate_size);
+    bytes += Linear(d, layer + "mlp.gate_proj", c.intermediate_size, h) +
+             Linear(d, layer + "mlp.up_proj", c.intermediate_size, h) +
+             Linear(d, layer + "mlp.down_proj", h, c.intermediate_size);
   } else {
     const int64_t e = c.n_routed_experts;
-    const int64_t expert = 2 * Linear(d, c.moe_intermediate_size, h) +
-                           Linear(d, h, c.moe_intermediate_size);
     const int64_t shared_width = c.moe_intermediate_size * c.n_shared_experts;
     bytes += Plain(d, e * h) + e * 4;  // router gate [E, H] + f32 e_score_correction_bias [E]
     if (shared_width > 0) {
-      bytes += 2 * Linear(d, shared_width, h) + Linear(d, h, shared_width);
+      const std::string shared = layer + "mlp.shared_experts.";
+      bytes += Linear(d, shared + "gate_proj", shared_width, h) +
+               Linear(d, shared + "up_proj", shared_width, h) +
+               Linear(d, shared + "down_proj", h, shared_width);
     }
-    bytes += e * expert;  // RoutedExpertBytes
+    bytes += e * ExpertBytes(c, d, layer_idx);  // RoutedExpertBytes
   }
   if (layer_idx >= c.num_hidden_layers) {
     // MTP extras: enorm, hnorm, shared_head.norm [H]; eh_proj [H, 2H] unquantized.
@@ -75,9 +103,7 @@ int64_t LayerBytes(const ModelConfig& c, const Dtypes& d, int layer_idx) {
 // The routed experts' share of LayerBytes (all n_routed_experts).
 int64_t RoutedExpertBytes(const ModelConfig& c, const Dtypes& d, int layer_idx) {
   if (!c.IsMoeLayer(layer_idx)) return 0;
-  const int64_t h = c.hidden_size;
-  return int64_t{c.n_routed_experts} *
-         (2 * Linear(d, c.moe_intermediate_size, h) + Linear(d, h, c.moe_intermediate_size));
+  return int64_t{c.n_routed_experts} * ExpertBytes(c, d, layer_idx);
 }
 
 absl::StatusOr<Dtypes> DtypesOf(const ModelConfig& c) {
@@ -91,9 +117,13 @@ absl::StatusOr<Dtypes> DtypesOf(const ModelConfig& c) {
         "\" is not supported; expected bfloat16, float16 or float32"));
   }
   if (c.quantization.has_value()) {
-    d.fp8 = true;
-    d.block_rows = c.quantization->block_rows;
-    d.block_cols = c.quantization->block_cols;
+    if (c.quantization->method == engine::QuantMethod::kFp8Block) {
+      d.fp8 = true;
+      d.block_rows = c.quantization->block_rows;
+      d.block_cols = c.quantization->block_cols;
+    } else {
+      d.quant = &*c.quantization;
+    }
   }
   return d;
 }
@@ -197,7 +227,10 @@ absl::StatusOr<WeightSizes> EstimateWeightSizes(const ModelConfig& config) {
     sizes.routed_expert_bytes.push_back(RoutedExpertBytes(config, d, i));
   }
   sizes.embedding_bytes = Plain(d, config.vocab_size * config.hidden_size);
-  sizes.lm_head_bytes = config.tie_word_embeddings ? 0 : sizes.embedding_bytes;
+  sizes.lm_head_bytes = config.tie_word_embeddings ? 0
+                        : d.quant != nullptr
+                            ? Linear(d, "lm_head", config.vocab_size, config.hidden_size)
+                            : sizes.embedding_bytes;
   sizes.final_norm_bytes = Plain(d, config.hidden_size);
   return sizes;
 }

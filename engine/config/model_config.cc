@@ -13,7 +13,7 @@
 namespace glm::engine {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr char kModelType[] = "glm_moe_dsa";
 constexpr char kArchitecture[] = "GlmMoeDsaForCausalLM";
@@ -41,6 +41,8 @@ class Reader {
                                                    "`: ", ToAbsl(what), "; expected ",
                                                    ToAbsl(expected)));
   }
+
+  std::string_view source() const { return source_; }
 
   const json* Find(std::string_view field) const {
     auto it = root_.find(std::string(field));
@@ -318,68 +320,9 @@ absl::Status ParseEos(const Reader& r, ModelConfig* c) {
 absl::Status ParseQuantization(const Reader& r, ModelConfig* c) {
   c->quantization.reset();
   if (!r.Has("quantization_config")) return absl::OkStatus();
-  const json& q = *r.Find("quantization_config");
-  if (!q.is_object()) {
-    return r.Error("quantization_config", absl::StrCat("got ", Reader::Describe(q)),
-                   "an object with quant_method \"fp8\"");
-  }
-  QuantizationConfig out;
-  auto method = q.find("quant_method");
-  if (method == q.end() || !method->is_string()) {
-    return r.Error("quantization_config.quant_method", "missing or not a string", "\"fp8\"");
-  }
-  out.quant_method = method->get<std::string>();
-  if (out.quant_method != "fp8") {
-    return r.Error("quantization_config.quant_method",
-                   absl::StrCat("unsupported method \"", out.quant_method, "\""),
-                   "\"fp8\" (128x128 block-scaled e4m3) or no quantization_config (bf16)");
-  }
-  auto fmt = q.find("fmt");
-  if (fmt != q.end() && !fmt->is_null()) {
-    if (!fmt->is_string() || fmt->get<std::string>() != "e4m3") {
-      return r.Error("quantization_config.fmt", absl::StrCat("got ", Reader::Describe(*fmt)),
-                     "\"e4m3\"");
-    }
-    out.fmt = fmt->get<std::string>();
-  }
-  auto act = q.find("activation_scheme");
-  if (act != q.end() && !act->is_null()) {
-    if (!act->is_string() || act->get<std::string>() != "dynamic") {
-      return r.Error("quantization_config.activation_scheme",
-                     absl::StrCat("got ", Reader::Describe(*act)), "\"dynamic\"");
-    }
-  }
-  auto block = q.find("weight_block_size");
-  if (block != q.end() && !block->is_null()) {
-    if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
-        !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() <= 0 ||
-        (*block)[1].get<int64_t>() <= 0 || (*block)[0].get<int64_t>() > 65536 ||
-        (*block)[1].get<int64_t>() > 65536) {
-      return r.Error("quantization_config.weight_block_size",
-                     absl::StrCat("got ", Reader::Describe(*block)),
-                     "two positive integers, e.g. [128, 128]");
-    }
-    out.block_rows = static_cast<int>((*block)[0].get<int64_t>());
-    out.block_cols = static_cast<int>((*block)[1].get<int64_t>());
-  } else {
-    return r.Error("quantization_config.weight_block_size", "missing",
-                   "[128, 128] (per-tensor fp8 scaling is not supported)");
-  }
-  auto skip = q.find("modules_to_not_convert");
-  if (skip != q.end() && !skip->is_null()) {
-    if (!skip->is_array()) {
-      return r.Error("quantization_config.modules_to_not_convert",
-                     absl::StrCat("got ", Reader::Describe(*skip)), "a list of module names");
-    }
-    for (size_t i = 0; i < skip->size(); ++i) {
-      if (!(*skip)[i].is_string()) {
-        return r.Error(absl::StrCat("quantization_config.modules_to_not_convert[", i, "]"),
-                       absl::StrCat("got ", Reader::Describe((*skip)[i])), "a string");
-      }
-      out.modules_to_not_convert.push_back((*skip)[i].get<std::string>());
-    }
-  }
-  c->quantization = std::move(out);
+  GLM_ASSIGN_OR_RETURN(QuantizationConfig q, ParseQuantizationConfig(
+                                                 r.Find("quantization_config")->dump(), r.source()));
+  c->quantization = std::move(q);
   return absl::OkStatus();
 }
 
@@ -565,9 +508,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
-  std::string path = model_dir;
-  if (!path.empty() && path.back() != '/') path += '/';
-  path += "config.json";
+  std::string dir = model_dir;
+  if (!dir.empty() && dir.back() != '/') dir += '/';
+  const std::string path = dir + "config.json";
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(
@@ -575,7 +518,22 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return ParseModelConfig(buffer.str(), path);
+  GLM_ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(buffer.str(), path));
+
+  const std::string hf_quant_path = dir + "hf_quant_config.json";
+  std::ifstream hf_quant(hf_quant_path, std::ios::binary);
+  if (!hf_quant) return config;
+  std::stringstream hf_quant_text;
+  hf_quant_text << hf_quant.rdbuf();
+  GLM_ASSIGN_OR_RETURN(QuantizationConfig q, ParseHfQuantConfig(hf_quant_text.str(), hf_quant_path));
+  if (config.quantization.has_value() && config.quantization->method != q.method) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": field `quantization_config.quant_method`: \"", config.quantization->quant_method,
+        "\" disagrees with ", hf_quant_path, " (", q.Describe(),
+        "); expected both to describe the same checkpoint: remove the stale file"));
+  }
+  config.quantization = std::move(q);
+  return config;
 }
 
 }  // namespace glm::engine

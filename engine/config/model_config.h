@@ -11,8 +11,10 @@
 // - mlp_layer_types: explicit, else dense for i < first_k_dense_replace.
 // - rope_theta / rope_type: `rope_parameters` wins over a top-level `rope_theta`; only "default".
 // - eos_token_ids: `eos_token_id` as an int or a list.
-// Unsupported variants (n_group != 1, biases, non-fp8 quantization, tied embeddings, ...) are
-// rejected rather than half-supported.
+// - quantization: config.json `quantization_config` (fp8, compressed-tensors, modelopt; see
+//   quantization_config.h); LoadModelConfig also reads ModelOpt's hf_quant_config.json.
+// Unsupported variants (n_group != 1, biases, other quantization schemes, tied embeddings, ...)
+// are rejected rather than half-supported.
 #pragma once
 
 #include <cstdint>
@@ -22,20 +24,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/config/quantization_config.h"
 
 namespace glm::engine {
 
 enum class IndexerType { kFull, kShared };  // shared = reuse the previous full layer's top-k
 enum class MlpType { kDense, kSparse };
-
-// FP8 block quantization declared by the checkpoint (quantization_config), if any.
-struct QuantizationConfig {
-  std::string quant_method;        // "fp8"
-  std::string fmt = "e4m3";
-  int block_rows = 128;            // weight_block_size[0]
-  int block_cols = 128;            // weight_block_size[1]
-  std::vector<std::string> modules_to_not_convert;
-};
 
 struct ModelConfig {
   std::string model_type = "glm_moe_dsa";
@@ -87,7 +81,9 @@ struct ModelConfig {
 // architectures and inconsistent fields with a message naming the field and the fix.
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source);
 
-// Reads `<model_dir>/config.json`.
+// Reads `<model_dir>/config.json`, and `<model_dir>/hf_quant_config.json` when present (ModelOpt
+// exports; it takes precedence, as in vLLM). A config.json quantization_config of another method
+// than the hf_quant_config.json one is refused.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace glm::engine

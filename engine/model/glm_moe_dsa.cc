@@ -785,19 +785,19 @@ class StoreWeights : public WeightSource {
   bool Has(const std::string& name) const override { return store_->Contains(name); }
   absl::StatusOr<std::vector<float>> ReadFloat(const std::string& name,
                                                std::vector<int64_t>* shape) override {
-    GLM_ASSIGN_OR_RETURN(TensorView view, store_->Get(name));
-    if (shape != nullptr) *shape = view.shape;
+    GLM_ASSIGN_OR_RETURN(std::vector<int64_t> logical, store_->ShapeOf(name));
+    if (shape != nullptr) *shape = logical;
     return store_->ReadFloat(name);
   }
   // Only the slice's bytes are read (and dequantized) from the mapped file.
   absl::StatusOr<std::vector<float>> ReadFloatSlice(const std::string& name,
                                                     const TensorSlice& slice,
                                                     std::vector<int64_t>* shape) override {
-    GLM_ASSIGN_OR_RETURN(TensorView view, store_->Get(name));
-    if (shape != nullptr) *shape = view.shape;
+    GLM_ASSIGN_OR_RETURN(std::vector<int64_t> logical, store_->ShapeOf(name));
+    if (shape != nullptr) *shape = logical;
     switch (slice.dim) {
       case TensorSlice::kRows:
-        if (view.shape.size() != 2) break;
+        if (logical.size() != 2) break;
         return store_->ReadRowSlice(name, slice.begin, slice.end);
       case TensorSlice::kCols:
         return store_->ReadColSlice(name, slice.begin, slice.end);
@@ -805,7 +805,7 @@ class StoreWeights : public WeightSource {
         return store_->ReadFloat(name);
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor ", name, " has ", view.shape.size(), " dimensions; a slice needs a 2-D tensor"));
+        "tensor ", name, " has ", logical.size(), " dimensions; a slice needs a 2-D tensor"));
   }
   bool IsFp8Block(const std::string& name) const override {
     auto view = store_->Get(name);
@@ -894,6 +894,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& opt
   if (config.quantization.has_value()) {
     store_options.block = {config.quantization->block_rows, config.quantization->block_cols};
   }
+  store_options.quantization = config.quantization;
   LayerSelection sel;
   sel.first_layer = options.first_layer;
   sel.last_layer = options.last_layer < 0 ? config.num_hidden_layers - 1 : options.last_layer;

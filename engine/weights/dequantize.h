@@ -1,4 +1,7 @@
-// Conversion of checkpoint tensors to fp32, including FP8 E4M3 with block scales.
+// Conversion of checkpoint tensors to fp32: plain floats, FP8 E4M3 with block scales, and the
+// two 4/8-bit weight formats of ../shared/specs/quantized-checkpoints.md (compressed-tensors
+// pack-quantized INT4/INT8, ModelOpt NVFP4). Dequantization is exact: every decoded value is
+// code * scale(s) computed in fp32, as the reference implementations compute it.
 //
 // Block-scaled FP8 (DeepSeek-V3 / GLM-5 "fp8", ../shared/specs/glm5-architecture.md §4):
 //   weight            F8_E4M3 [rows, cols]
@@ -51,5 +54,47 @@ absl::StatusOr<std::vector<float>> DecodeRegion(const TensorView& tensor, const 
 absl::StatusOr<std::vector<float>> DecodeToFloat(const TensorView& tensor,
                                                  const TensorView* scale = nullptr,
                                                  BlockSize block = {});
+
+// compressed-tensors pack-quantized INT4/INT8 (spec §1.4-1.5), symmetric:
+//   weight_packed  I32 [rows, ceil(cols * num_bits / 32)]: element k of a row sits at bit offset
+//                  num_bits * (k mod (32 / num_bits)) of word k / (32 / num_bits), low bits first,
+//                  offset-unsigned: q = u - 8 (INT4, -8..7) or u - 128 (INT8, -128..127)
+//   weight_scale   BF16 (or F16/F32) [rows, ceil(cols / group_size)], or [rows, 1] per channel
+//   W[r, k] = q[r, k] * scale[r, k / group_size]
+struct PackedIntLayout {
+  int64_t rows = 0;        // weight_shape[0] (out)
+  int64_t cols = 0;        // weight_shape[1] (in)
+  int num_bits = 4;        // 4 or 8
+  int64_t group_size = 0;  // inputs per scale; 0 = one scale per output channel
+};
+// Checks dtypes and shapes of `packed` and `scale` against `layout`; messages name the tensors.
+absl::Status CheckPackedInt(const TensorView& packed, const TensorView& scale,
+                            const PackedIntLayout& layout);
+// Rows [row_begin, row_end) x cols [col_begin, col_end) of the logical [rows, cols] weight as
+// fp32. A column range must start on a group boundary and end on one or at `cols` (a tensor-
+// parallel slice may not split a quantization group; per-channel scales allow any range).
+absl::StatusOr<std::vector<float>> DecodePackedIntRegion(const TensorView& packed,
+                                                         const TensorView& scale,
+                                                         const PackedIntLayout& layout,
+                                                         int64_t row_begin, int64_t row_end,
+                                                         int64_t col_begin, int64_t col_end);
+
+// ModelOpt NVFP4 (spec §2.3-2.4), 16 inputs per block scale:
+//   weight          U8 [rows, cols / 2]: e2m1 codes, element 2i in the low nibble of byte i
+//   weight_scale    F8_E4M3 [rows, ceil(cols / 16)], row-major as on disk
+//   weight_scale_2  F32 scalar (per tensor; gate and up projections each keep their own)
+//   W[r, k] = e2m1(code[r, k]) * e4m3(weight_scale[r, k / 16]) * weight_scale_2
+constexpr int64_t kNvfp4GroupSize = 16;
+// e2m1 code (bit 3 = sign) to its value: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives.
+float E2m1ToFloat(uint8_t code);
+// Checks dtypes and shapes; the logical shape is [weight.rows, 2 * weight.cols].
+absl::Status CheckNvfp4(const TensorView& weight, const TensorView& scale,
+                        const TensorView& scale_2);
+// As DecodePackedIntRegion, with column ranges on 16-input block boundaries.
+absl::StatusOr<std::vector<float>> DecodeNvfp4Region(const TensorView& weight,
+                                                     const TensorView& scale,
+                                                     const TensorView& scale_2, int64_t row_begin,
+                                                     int64_t row_end, int64_t col_begin,
+                                                     int64_t col_end);
 
 }  // namespace glm::engine

@@ -149,6 +149,133 @@ absl::Status SafetensorsWriter::AddFp8BlockQuantized(const std::string& name,
   return AddFloat(name + "_scale_inv", DType::kF32, {block_rows, block_cols}, scales);
 }
 
+absl::Status SafetensorsWriter::AddPackQuantized(const std::string& module,
+                                                 const std::vector<int64_t>& shape,
+                                                 std::span<const float> values, int num_bits,
+                                                 int64_t group_size,
+                                                 std::vector<float>* dequantized) {
+  if (shape.size() != 2 || (num_bits != 4 && num_bits != 8) || group_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "module '", module, "': pack quantization needs a 2-D shape, num_bits 4 or 8 and "
+        "group_size >= 0, got shape ", ShapeToString(shape), ", num_bits ", num_bits,
+        ", group_size ", group_size));
+  }
+  GLM_ASSIGN_OR_RETURN(int64_t count, CountElements(module, shape));
+  if (static_cast<uint64_t>(count) != values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("module '", module, "': ", values.size(),
+                                                   " values given for shape ",
+                                                   ShapeToString(shape)));
+  }
+  const int64_t rows = shape[0];
+  const int64_t cols = shape[1];
+  const int64_t group = group_size > 0 ? group_size : cols;
+  const int64_t groups = CeilDiv(cols, group);
+  const int64_t per_word = 32 / num_bits;
+  const int64_t words = CeilDiv(cols, per_word);
+  const float qmax = static_cast<float>((1 << (num_bits - 1)) - 1);  // 7 or 127
+  const float qmin = -qmax - 1.0f;
+  const float half_range = (qmax - qmin) / 2.0f;                     // 7.5 or 127.5
+  std::vector<float> scales(static_cast<size_t>(rows * groups));
+  std::vector<uint32_t> packed(static_cast<size_t>(rows * words), 0);
+  if (dequantized != nullptr) dequantized->assign(values.size(), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c0 = g * group, c1 = std::min(cols, c0 + group);
+      float amax = 0.0f;
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(values[r * cols + c]));
+      const float scale = Bf16ToFloat(FloatToBf16(amax > 0.0f ? amax / half_range : 1.0f));
+      scales[r * groups + g] = scale;
+      for (int64_t c = c0; c < c1; ++c) {
+        const float q = std::clamp(std::nearbyint(values[r * cols + c] / scale), qmin, qmax);
+        const uint32_t u = static_cast<uint32_t>(static_cast<int32_t>(q) + (1 << (num_bits - 1)));
+        packed[r * words + c / per_word] |= u << (num_bits * (c % per_word));
+        if (dequantized != nullptr) (*dequantized)[r * cols + c] = q * scale;
+      }
+    }
+  }
+  std::vector<std::byte> packed_bytes(packed.size() * 4);
+  if (!packed.empty()) std::memcpy(packed_bytes.data(), packed.data(), packed_bytes.size());
+  GLM_RETURN_IF_ERROR(Add(module + ".weight_packed", DType::kI32, {rows, words}, packed_bytes));
+  GLM_RETURN_IF_ERROR(AddFloat(module + ".weight_scale", DType::kBF16, {rows, groups}, scales));
+  const int64_t dims[2] = {rows, cols};
+  return Add(module + ".weight_shape", DType::kI64, {2},
+             std::as_bytes(std::span<const int64_t>(dims, 2)));
+}
+
+namespace {
+
+// e2m1 magnitudes by code 0..7.
+constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+// Nearest e2m1 code of x (ties to the even code, saturating at 6), sign in bit 3.
+uint8_t NearestE2m1(float x) {
+  const float m = std::min(std::fabs(x), 6.0f);
+  uint8_t best = 0;
+  for (uint8_t code = 1; code < 8; ++code) {
+    const float d = std::fabs(kE2m1[code] - m);
+    const float best_d = std::fabs(kE2m1[best] - m);
+    if (d < best_d || (d == best_d && code % 2 == 0)) best = code;
+  }
+  return static_cast<uint8_t>(best | (x < 0.0f ? 8 : 0));
+}
+
+}  // namespace
+
+absl::Status SafetensorsWriter::AddNvfp4Quantized(const std::string& module,
+                                                  const std::vector<int64_t>& shape,
+                                                  std::span<const float> values,
+                                                  std::vector<float>* dequantized,
+                                                  float weight_scale_2, float input_scale) {
+  if (shape.size() != 2 || shape[1] % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "module '", module, "': NVFP4 quantization needs a 2-D shape with an even number of "
+        "columns, got ", ShapeToString(shape)));
+  }
+  GLM_ASSIGN_OR_RETURN(int64_t count, CountElements(module, shape));
+  if (static_cast<uint64_t>(count) != values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("module '", module, "': ", values.size(),
+                                                   " values given for shape ",
+                                                   ShapeToString(shape)));
+  }
+  constexpr int64_t kBlock = 16;
+  const int64_t rows = shape[0];
+  const int64_t cols = shape[1];
+  const int64_t blocks = CeilDiv(cols, kBlock);
+  if (weight_scale_2 <= 0.0f) {
+    float amax = 0.0f;
+    for (float v : values) amax = std::max(amax, std::fabs(v));
+    weight_scale_2 = amax > 0.0f ? amax / (6.0f * 448.0f) : 1.0f;
+  }
+  std::vector<std::byte> codes(static_cast<size_t>(rows * cols / 2), std::byte{0});
+  std::vector<std::byte> block_scales(static_cast<size_t>(rows * blocks));
+  if (dequantized != nullptr) dequantized->assign(values.size(), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t c0 = b * kBlock, c1 = std::min(cols, c0 + kBlock);
+      float amax = 0.0f;
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(values[r * cols + c]));
+      uint8_t scale_code = FloatToFp8E4M3(amax > 0.0f ? amax / (6.0f * weight_scale_2) : 1.0f);
+      if (Fp8E4M3ToFloat(scale_code) < 0x1p-9f) scale_code = FloatToFp8E4M3(0x1p-9f);
+      block_scales[r * blocks + b] = static_cast<std::byte>(scale_code);
+      const float block_scale = Fp8E4M3ToFloat(scale_code);
+      for (int64_t c = c0; c < c1; ++c) {
+        const uint8_t code = NearestE2m1(values[r * cols + c] / (block_scale * weight_scale_2));
+        const size_t at = static_cast<size_t>((r * cols + c) / 2);
+        codes[at] |= static_cast<std::byte>(c % 2 == 0 ? code : code << 4);
+        if (dequantized != nullptr) {
+          const float magnitude = kE2m1[code & 7] * block_scale;
+          (*dequantized)[r * cols + c] = ((code & 8) != 0 ? -magnitude : magnitude) * weight_scale_2;
+        }
+      }
+    }
+  }
+  GLM_RETURN_IF_ERROR(Add(module + ".weight", DType::kU8, {rows, cols / 2}, codes));
+  GLM_RETURN_IF_ERROR(Add(module + ".weight_scale", DType::kF8E4M3, {rows, blocks}, block_scales));
+  const float scalars[2] = {weight_scale_2, input_scale};
+  GLM_RETURN_IF_ERROR(AddFloat(module + ".weight_scale_2", DType::kF32, {}, {scalars, 1}));
+  return AddFloat(module + ".input_scale", DType::kF32, {}, {scalars + 1, 1});
+}
+
 void SafetensorsWriter::SetMetadata(const std::string& key, const std::string& value) {
   metadata_[key] = value;
 }

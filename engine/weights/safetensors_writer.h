@@ -34,6 +34,24 @@ class SafetensorsWriter {
   // "<name>_scale_inv" (F32 [ceil(rows / block.rows), ceil(cols / block.cols)]).
   absl::Status AddFp8BlockQuantized(const std::string& name, const std::vector<int64_t>& shape,
                                     std::span<const float> values, BlockSize block = {});
+  // compressed-tensors pack-quantized, symmetric (specs/quantized-checkpoints.md §1.5): per
+  // group of `group_size` inputs (0 = per output channel) scale = bf16(absmax / 7.5) for INT4,
+  // bf16(absmax / 127.5) for INT8 (1 for an all-zero group); q = clamp(round_half_even(x /
+  // scale)). Writes "<module>.weight_packed" I32, "<module>.weight_scale" BF16 and
+  // "<module>.weight_shape" I64 [2]. `dequantized` (may be null) receives q * scale, [rows, cols].
+  absl::Status AddPackQuantized(const std::string& module, const std::vector<int64_t>& shape,
+                                std::span<const float> values, int num_bits, int64_t group_size,
+                                std::vector<float>* dequantized = nullptr);
+  // ModelOpt NVFP4 (§2.4): weight_scale_2 = amax / (6 * 448) (`weight_scale_2` overrides it
+  // when > 0, e.g. to give gate and up different global scales); per 16 inputs
+  // weight_scale = e4m3(amax / (6 * weight_scale_2)), at least 2^-9 (1 for a zero block); codes
+  // = e2m1 round-half-even of x / (weight_scale * weight_scale_2). Writes "<module>.weight" U8,
+  // "<module>.weight_scale" F8_E4M3, "<module>.weight_scale_2" and "<module>.input_scale" F32
+  // scalars. `cols` must be even. `dequantized` receives e2m1 * weight_scale * weight_scale_2.
+  absl::Status AddNvfp4Quantized(const std::string& module, const std::vector<int64_t>& shape,
+                                 std::span<const float> values,
+                                 std::vector<float>* dequantized = nullptr,
+                                 float weight_scale_2 = 0.0f, float input_scale = 1.0f);
   void SetMetadata(const std::string& key, const std::string& value);
 
   // The complete file contents.

@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-DTYPE_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "I64": 8, "I32": 4}
+DTYPE_SIZE = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "I64": 8, "I32": 4, "U8": 1}
 
 
 def header(path):
@@ -52,14 +52,15 @@ def check_model(d):
     assert tensors["lm_head.weight"]["shape"] == [V, cfg["hidden_size"]]
     n = cfg["num_hidden_layers"]
     for i in range(n):
-        assert f"model.layers.{i}.self_attn.kv_b_proj.weight" in tensors, (d, i)
+        kv_b = f"model.layers.{i}.self_attn.kv_b_proj.weight"
+        assert kv_b in tensors or kv_b + "_packed" in tensors, (d, i)  # packed: compressed-tensors
         has_idx = f"model.layers.{i}.self_attn.indexer.wk.weight" in tensors
         assert has_idx == (cfg["indexer_types"][i] == "full"), (d, i)
     if cfg.get("num_nextn_predict_layers", 0):
         assert f"model.layers.{n}.eh_proj.weight" in tensors
     if "quantization_config" in cfg:
         for k, v in tensors.items():
-            if v["dtype"] == "F8_E4M3":
+            if v["dtype"] == "F8_E4M3" and k.endswith(".weight"):  # not NVFP4's weight_scale
                 s = tensors[k[: -len("weight")] + "weight_scale_inv"]["shape"]
                 assert s == [-(-v["shape"][0] // 128), -(-v["shape"][1] // 128)], k
     return len(tensors)
