@@ -14,7 +14,11 @@ std::string HumanBytes(int64_t bytes) {
     v /= 1024;
     ++u;
   }
-  return absl::StrFormat(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+  // Three literal formats: absl checks a format string at compile time (clang refuses a
+  // conditional expression there).
+  if (v < 10) return absl::StrFormat("%.2f %s", v, units[u]);
+  if (v < 100) return absl::StrFormat("%.1f %s", v, units[u]);
+  return absl::StrFormat("%.0f %s", v, units[u]);
 }
 
 }  // namespace glm

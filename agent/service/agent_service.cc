@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -227,6 +228,18 @@ grpc::Status AgentService::FetchFile(grpc::ServerContext* ctx, const glm::v1::Fe
 
 grpc::Status AgentService::Preflight(grpc::ServerContext*, const glm::v1::PreflightRequest* req_in,
                                      glm::v1::PreflightResponse* resp) {
+  // hca and netdev become path components under sysfs (class/infiniband/<hca>, net/<netdev>).
+  for (const auto& [field, name] : {std::pair<const char*, const std::string*>{"hca", &req_in->hca()},
+                                    {"netdev", &req_in->netdev()}}) {
+    if (name->find('/') != std::string::npos || *name == "." || *name == "..") {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("preflight on node '", options_.node, "': PreflightRequest.", field, " '",
+                       *name, "' is not a device name (it holds '/' or is '.' or '..'). Fix: set "
+                       "nodes[].", field, " in cluster.yaml to a name as `ls /sys/class/",
+                       std::string(field) == "hca" ? "infiniband" : "net", "` lists it"));
+    }
+  }
   glm::v1::PreflightRequest effective = *req_in;
   effective.set_nccl_library(NcclPath(req_in->nccl_library()));
   const glm::v1::PreflightRequest* req = &effective;

@@ -33,6 +33,21 @@ namespace {
 constexpr int64_t kDefaultKvCacheBytes = int64_t{1} << 30;  // EngineOptions' default
 constexpr int kDefaultKvBlockSize = 16;
 constexpr int kMaxMtpDraftTokens = 16;  // the bound cluster.yaml allows (cluster_spec)
+// Upper bounds on what a request may ask for. They keep hostile values away from the time and
+// size arithmetic (a deadline of now + INT64_MAX ms overflows); real plans stay far below.
+constexpr int64_t kMaxRequestTimeoutMs = int64_t{24} * 3600 * 1000;  // a day
+constexpr int kMaxGroupSize = 1024;          // tp_size, pp_size
+constexpr double kMaxPageCacheIntervalS = 86400;
+
+// INVALID_ARGUMENT naming `field` when `value_ms` is negative or beyond a day; OK otherwise.
+absl::Status CheckTimeoutMs(const std::string& prefix, const std::string& field,
+                            int64_t value_ms) {
+  if (value_ms >= 0 && value_ms <= kMaxRequestTimeoutMs) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      prefix, field, " = ", value_ms, " is outside [0, ", kMaxRequestTimeoutMs,
+      "] ms (0 = the default); nothing was changed. Fix: start shards through glm-controller "
+      "(glmctl up), which sends timeouts from cluster.yaml's lifecycle settings"));
+}
 
 int64_t Millis(Clock::Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -228,7 +243,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   const std::string model_dir = options_.model_dir.empty() ? req.model_dir() : options_.model_dir;
   const int tp_size = std::max(1, req.tp_size());
   const int pp_size = std::max(1, req.pp_size());
-  const bool distributed = tp_size * pp_size > 1;
+  const bool distributed = int64_t{tp_size} * pp_size > 1;
   // The engine's layer range is inclusive; the wire's is half-open.
   const int first_layer = req.layer_begin();
   const int last_layer = req.layer_end() - 1;
@@ -282,10 +297,39 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
                               kMaxMtpDraftTokens, "]"),
                  "set model.mtp_draft_tokens in cluster.yaml to 0 (off) .. 16");
   }
+  if (req.tp_size() < 0 || req.tp_size() > kMaxGroupSize || req.pp_size() < 0 ||
+      req.pp_size() > kMaxGroupSize) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("tp_size = ", req.tp_size(), ", pp_size = ", req.pp_size(),
+                              ": each must be in [0, ", kMaxGroupSize, "] (0 = 1)"),
+                 "re-run glmctl up so the plan sets parallel.tensor and parallel.pipeline");
+  }
+  // Ranks index the groups of a distributed load; a standalone one (tp_size x pp_size = 1) may
+  // carry its stage's rank as a label, bounded only by kMaxGroupSize.
+  const auto outside = [distributed](int rank, int size) {
+    return rank < 0 || rank >= (distributed ? size : kMaxGroupSize);
+  };
+  if (req.shard().replica() < 0 || outside(req.shard().pp_rank(), pp_size) ||
+      outside(req.shard().tp_rank(), tp_size)) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("shard replica ", req.shard().replica(), " pp_rank ",
+                              req.shard().pp_rank(), " tp_rank ", req.shard().tp_rank(),
+                              " is not a rank of a group of pp_size ", pp_size, " x tp_size ",
+                              tp_size, " (ranks count from 0)"),
+                 "re-run glmctl up so the plan assigns this node its rank");
+  }
   absl::StatusOr<pagecache::Policy> policy = pagecache::ParsePolicy(policy_name);
   if (!policy.ok()) {
     return error(absl::StatusCode::kInvalidArgument, std::string(policy.status().message()),
                  "set page_cache.policy in cluster.yaml to off, periodic or adaptive");
+  }
+  // NaN fails both comparisons, so it is refused too.
+  if (!(req.page_cache().interval_s() >= 0 &&
+        req.page_cache().interval_s() <= kMaxPageCacheIntervalS)) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("page_cache.interval_s = ", req.page_cache().interval_s(),
+                              " is outside [0, ", kMaxPageCacheIntervalS, "] seconds"),
+                 "set page_cache.interval_s in cluster.yaml to a number of seconds up to a day");
   }
 
   // model.backend / model.weight_dtype as the plan states them ("" = this agent's choice).
@@ -366,6 +410,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   if (config->quantization.has_value()) {
     so.block = {config->quantization->block_rows, config->quantization->block_cols};
   }
+  so.quantization = config->quantization;
   so.filter = engine::LayerRangeFilter(sel);
   so.verify_total_size = false;
   absl::StatusOr<std::unique_ptr<engine::WeightStore>> store =
@@ -655,6 +700,11 @@ absl::Status ShardHost::Start(const glm::v1::StartShardRequest& req, const Progr
           loaded_id.replica(), " pp ", loaded_id.pp_rank(), " tp ", loaded_id.tp_rank(),
           "; nothing was changed. Fix: re-run glmctl up so load and start follow one plan"));
     }
+    for (const auto& [field, value] :
+         {std::pair<const char*, int64_t>{"connect_timeout_ms", req.connect_timeout_ms()},
+          {"op_timeout_ms", req.op_timeout_ms()}}) {
+      if (absl::Status s = CheckTimeoutMs(prefix, field, value); !s.ok()) return s;
+    }
     eo = engine_options_;
     eo.shard.group_key = group_key;
     if (req.connect_timeout_ms() > 0) {
@@ -938,6 +988,7 @@ absl::Status ShardHost::Generate(const glm::v1::GenerateRequest& req,
 
 absl::Status ShardHost::Drain(const glm::v1::DrainShardRequest& req, const ProgressFn& progress) {
   const std::string prefix = absl::StrCat("DrainShard on node '", options_.node, "': ");
+  if (absl::Status s = CheckTimeoutMs(prefix, "timeout_ms", req.timeout_ms()); !s.ok()) return s;
   std::shared_ptr<engine::Engine> eng;
   {
     std::lock_guard<std::mutex> lock(mu_);

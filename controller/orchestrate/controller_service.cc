@@ -313,6 +313,15 @@ grpc::Status ControllerService::Restart(grpc::ServerContext* server_ctx,
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "bring-up is running; restart when it ends (glmctl status)");
   }
+  // A day at most: beyond it the drain deadlines (now + timeout) overflow.
+  constexpr int64_t kMaxDrainTimeoutMs = int64_t{24} * 3600 * 1000;
+  if (req->drain_timeout_ms() < 0 || req->drain_timeout_ms() > kMaxDrainTimeoutMs) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("RestartRequest.drain_timeout_ms = ", req->drain_timeout_ms(),
+                                     " is outside [0, ", kMaxDrainTimeoutMs,
+                                     "] (0 = lifecycle.drain_timeout of cluster.yaml). Fix: give "
+                                     "glmctl restart a drain timeout up to a day"));
+  }
   std::unique_lock<std::mutex> ops = LockOps(writer);
   std::optional<ClusterTopology> topology = LastTopology();
   if (machine_->phase() != Phase::kReady || !topology) {

@@ -29,12 +29,28 @@ absl::Status RendezvousStore::Put(const std::string& ns, const std::string& key,
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& space = data_[ns];
-    if (space.size() >= kMaxKeysPerNamespace && !space.count(key)) {
-      return absl::ResourceExhaustedError(absl::StrCat("rendezvous namespace '", ns, "' has ",
-                                                       space.size(), " keys (the limit)"));
+    auto space_it = data_.find(ns);
+    const bool new_space = space_it == data_.end();
+    size_t replaced = 0;  // bytes of the entry this Put overwrites
+    if (!new_space) {
+      auto kt = space_it->second.find(key);
+      if (kt != space_it->second.end()) replaced = key.size() + kt->second.size();
+      if (space_it->second.size() >= kMaxKeysPerNamespace && kt == space_it->second.end()) {
+        return absl::ResourceExhaustedError(absl::StrCat("rendezvous namespace '", ns, "' has ",
+                                                         space_it->second.size(),
+                                                         " keys (the limit)"));
+      }
     }
-    space[key] = std::move(value);
+    const size_t added = (new_space ? ns.size() : 0) + key.size() + value.size();
+    if (total_bytes_ - replaced + added > kMaxTotalBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rendezvous store is full: ", total_bytes_, " bytes held, the limit is ",
+          kMaxTotalBytes, "; ", ns, "/", key, " (", added,
+          " bytes) was not stored. Fix: the shard groups delete their namespace once formed; "
+          "restart glm-controller if a client keeps filling it"));
+    }
+    total_bytes_ = total_bytes_ - replaced + added;
+    data_[ns][key] = std::move(value);
   }
   cv_.notify_all();
   return absl::OkStatus();
@@ -68,6 +84,9 @@ int RendezvousStore::Delete(const std::string& ns) {
   auto it = data_.find(ns);
   if (it == data_.end()) return 0;
   int n = static_cast<int>(it->second.size());
+  size_t bytes = ns.size();
+  for (const auto& [key, value] : it->second) bytes += key.size() + value.size();
+  total_bytes_ -= bytes;
   data_.erase(it);
   return n;
 }

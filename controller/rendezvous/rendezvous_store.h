@@ -22,9 +22,12 @@ class RendezvousStore {
   static constexpr size_t kMaxValueBytes = 64 * 1024;
   static constexpr size_t kMaxKeysPerNamespace = 4096;
   static constexpr std::chrono::milliseconds kMaxWait = std::chrono::minutes(10);
+  // Namespaces, keys and values together (a group's addresses are a few hundred bytes; many
+  // epochs of many groups fit), so that Puts into ever new namespaces cannot exhaust memory.
+  static constexpr size_t kMaxTotalBytes = size_t{64} << 20;
 
   // Overwrites an existing key. INVALID_ARGUMENT for empty/oversized names or values,
-  // RESOURCE_EXHAUSTED when the namespace is full.
+  // RESOURCE_EXHAUSTED when the namespace or the whole store is full.
   absl::Status Put(const std::string& ns, const std::string& key, std::string value);
 
   // Returns the value, waiting up to `wait` (capped at kMaxWait) for it to be Put.
@@ -43,6 +46,7 @@ class RendezvousStore {
   std::condition_variable cv_;
   bool shutdown_ = false;
   std::map<std::string, std::map<std::string, std::string>> data_;
+  size_t total_bytes_ = 0;  // of data_: namespace names, keys and values
 };
 
 }  // namespace glm::rendezvous

@@ -51,6 +51,27 @@ TEST(RendezvousStoreTest, RejectsBadInput) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Puts into ever new namespaces fill the store up to its byte limit, not memory; deleting a
+// namespace and overwriting a key give their bytes back.
+TEST(RendezvousStoreTest, TotalBytesAreBounded) {
+  RendezvousStore store;
+  const std::string value(RendezvousStore::kMaxValueBytes, 'v');
+  const size_t fit = RendezvousStore::kMaxTotalBytes / (value.size() + 8);
+  size_t stored = 0;
+  absl::Status s;
+  for (size_t i = 0; i < fit + 16 && (s = store.Put("ns" + std::to_string(i), "k", value)).ok();
+       ++i) {
+    ++stored;
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("rendezvous store is full"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("Fix:"), std::string::npos) << s;
+  EXPECT_GE(stored, fit - 1);
+  EXPECT_TRUE(store.Put("ns0", "k", value).ok());  // an overwrite of the same size fits
+  EXPECT_EQ(store.Delete("ns1"), 1);
+  EXPECT_TRUE(store.Put("fresh", "k", value).ok());
+}
+
 TEST(RendezvousStoreTest, ShutdownWakesWaiters) {
   RendezvousStore store;
   std::thread getter([&] {

@@ -36,7 +36,9 @@ absl::StatusOr<int64_t> CertificateSecondsLeft(const std::string& path,
                                                std::chrono::system_clock::time_point now);
 
 // Insecure credentials when `files` is empty; mTLS (client certificate required and verified)
-// otherwise. Errors name the missing or unreadable file.
+// otherwise. Errors name the missing or unreadable file; a certificate (this end's or the CA)
+// that has expired or is not valid yet is FAILED_PRECONDITION naming the file, the date and the
+// fix (glmctl certs --renew), since every TLS peer would refuse it in the handshake.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const TlsFiles& files);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const TlsFiles& files);
 
