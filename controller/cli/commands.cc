@@ -609,11 +609,62 @@ int RunValidate(const std::string& config, const GlobalFlags& flags) {
   return kOk;
 }
 
+namespace {
+
+// The MTP acceptance measured by the running cluster: accepted / drafted draft tokens summed
+// over its replicas, with a line on stderr saying where it came from.
+absl::StatusOr<double> MeasuredMtpAcceptance(const std::string& config, const GlobalFlags& flags) {
+  auto conn = ConnectForQuery(config, flags);
+  if (!conn.ok()) return conn.status();
+  grpc::ClientContext ctx;
+  Deadline(&ctx, std::chrono::seconds(5));
+  glm::v1::ClusterStatus status;
+  grpc::Status s = conn->stub->Status(&ctx, {}, &status);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "--mtp-acceptance measured: cannot read the cluster's status from the controller at ",
+        conn->address, ": ", s.error_message(),
+        "; fix: bring the cluster up (glmctl up) or pass the acceptance as a number"));
+  }
+  int64_t drafted = 0, accepted = 0;
+  for (const glm::v1::ReplicaStatus& r : status.replicas()) {
+    drafted += r.spec_draft_tokens();
+    accepted += r.spec_accepted_tokens();
+  }
+  if (drafted == 0) {
+    return absl::FailedPreconditionError(
+        "--mtp-acceptance measured: no replica of the running cluster has drafted a token yet "
+        "(model.mtp_draft_tokens is 0, or no request has run); fix: send some traffic with "
+        "drafting on, or pass the acceptance as a number in [0, 1]");
+  }
+  const double rate = static_cast<double>(accepted) / static_cast<double>(drafted);
+  std::cerr << "mtp acceptance measured by the running cluster: " << accepted << " of " << drafted
+            << " draft tokens accepted (" << absl::StrFormat("%.3f", rate) << ")\n";
+  return rate;
+}
+
+}  // namespace
+
 int RunPlan(const std::string& config, const GlobalFlags& flags,
-            std::optional<double> mtp_acceptance) {
+            const std::optional<std::string>& mtp_acceptance) {
   std::error_code ec;
   controller::PlanOptions options;
-  options.decode.mtp_acceptance_rate = mtp_acceptance;
+  if (mtp_acceptance == "measured") {
+    absl::StatusOr<double> rate = MeasuredMtpAcceptance(config, flags);
+    if (!rate.ok()) {
+      std::cerr << "glmctl plan: " << rate.status().message() << "\n";
+      return kFailed;
+    }
+    options.decode.mtp_acceptance_rate = *rate;
+  } else if (mtp_acceptance.has_value()) {
+    double rate = 0;
+    if (!absl::SimpleAtod(*mtp_acceptance, &rate) || !(rate >= 0 && rate <= 1)) {
+      std::cerr << "glmctl plan: --mtp-acceptance '" << *mtp_acceptance
+                << "' is neither a number in [0, 1] nor 'measured'\n";
+      return kUsage;
+    }
+    options.decode.mtp_acceptance_rate = rate;
+  }
   auto plan = controller::PlanFromFiles(fs::absolute(config, ec).string(), options);
   if (!plan.ok()) {
     std::cerr << plan.status().message() << "\n";

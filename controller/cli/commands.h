@@ -68,10 +68,11 @@ int RunValidate(const std::string& config, const GlobalFlags& flags);
 // first, as `up` does); exit 0 only when no check failed and every agent answered.
 int RunPreflight(const std::string& config, const GlobalFlags& flags);
 // `glmctl plan`: the placement, memory budget and projected decode rate. `mtp_acceptance`
-// (--mtp-acceptance: accepted / drafted draft tokens, as `glmctl status` reports it) replaces
-// the assumed MTP acceptance of the projection.
+// (--mtp-acceptance) replaces the assumed MTP acceptance: a number in [0, 1] (accepted / drafted
+// draft tokens, as `glmctl status` reports it), or "measured": the counters of the running
+// cluster's replicas, read from its controller (an error when none has drafted yet).
 int RunPlan(const std::string& config, const GlobalFlags& flags,
-            std::optional<double> mtp_acceptance = std::nullopt);
+            const std::optional<std::string>& mtp_acceptance = std::nullopt);
 // `glmctl certs`: a new CA and every certificate, or with options.renew fresh leaves from the
 // CA already in options.out_dir (certs.h).
 int RunCerts(const std::string& config, const CertsOptions& options);

@@ -92,13 +92,12 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "ranks, PP stages, memory and KV capacity (offline)");
   add_config(plan, true);
   plan->add_flag("--json", flags.json, "one JSON object");
-  double mtp_acceptance = 0;
+  std::string mtp_acceptance;
   auto* mtp_acceptance_option =
       plan->add_option("--mtp-acceptance", mtp_acceptance,
                        "MTP acceptance for the decode projection: accepted / drafted draft "
-                       "tokens, the acceptance_rate `glmctl status` measures (default: assumed "
-                       "0.7 per position)")
-          ->check(CLI::Range(0.0, 1.0));
+                       "tokens as `glmctl status` reports it, or 'measured' to read it from the "
+                       "running cluster (default: assumed 0.7 per position)");
 
   auto* preflight = app.add_subcommand(
       "preflight", "run every node's checks (RDMA, GID, MTU, memlock, NCCL, host) side by side");
@@ -136,7 +135,7 @@ int main(int argc, char** argv) {
   if (plan->parsed()) {
     return glm::cli::RunPlan(config, flags,
                              mtp_acceptance_option->count() > 0
-                                 ? std::optional<double>(mtp_acceptance)
+                                 ? std::optional<std::string>(mtp_acceptance)
                                  : std::nullopt);
   }
   if (certs->parsed()) return glm::cli::RunCerts(config, certs_options);

@@ -124,6 +124,17 @@ TEST_F(LocalClusterTest, ValidateAndUnreachableControllerErrors) {
   EXPECT_EQ(status.exit_code, 3) << status.output;
   EXPECT_NE(status.output.find(absl::StrCat("127.0.0.1:", ports_[0])), std::string::npos)
       << status.output;
+  // The planner's MTP acceptance: a number in [0, 1], or "measured" from a running cluster.
+  CommandResult wrong = Glmctl({"plan", yaml_, "--mtp-acceptance", "1.5"}, seconds(10));
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.output;
+  EXPECT_NE(wrong.output.find("'1.5' is neither a number in [0, 1] nor 'measured'"),
+            std::string::npos)
+      << wrong.output;
+  CommandResult measured = Glmctl({"plan", yaml_, "--mtp-acceptance", "measured"}, seconds(10));
+  EXPECT_NE(measured.exit_code, 0) << measured.output;
+  EXPECT_NE(measured.output.find("--mtp-acceptance measured: cannot read the cluster's status"),
+            std::string::npos)
+      << measured.output;
 }
 
 }  // namespace

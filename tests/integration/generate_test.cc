@@ -227,6 +227,13 @@ TEST_P(GenerateMtpTest, DraftingKeepsTheTokensAndLogprobsOfPlainDecoding) {
   CommandResult table = Glmctl({"status", yaml_}, seconds(10));
   EXPECT_NE(table.output.find("speculative decoding: 3 MTP drafts per step"), std::string::npos)
       << table.output;
+  // The planner's projection takes the acceptance the running cluster measured.
+  CommandResult plan = Glmctl({"plan", yaml_, "--mtp-acceptance", "measured"}, seconds(10));
+  EXPECT_NE(plan.output.find(absl::StrCat("mtp acceptance measured by the running cluster: ",
+                                          accepted, " of ", drafted, " draft tokens accepted")),
+            std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("decode"), std::string::npos) << plan.output;
 
   // More drafts than model.mtp_draft_tokens: refused, naming the field and the limit.
   CommandResult over = Generate(golden[0].prompt, 4, seconds(30), {"--mtp-draft-tokens", "4"});

@@ -43,6 +43,11 @@
 #                          kernel_timeline.sh / kernel_trace.cc / kernel_timeline.py), one process
 #                          per shape in SHAPES ("1x4096 1x131072"); KEEP_CSV=1 keeps the traces
 #   cpubench   glm-bench-cpu on this machine's CPU (the CPU backend's table)
+#   serve      the cluster on the GPU: models/demo-chat served with the CUDA backend by one agent
+#              (PP 1) and by two agents as PP 2 sharing the GPU, through glmctl generate
+#              (tools/bench/mtp.sh: every reply must start with the recorded greedy ids; tokens/s
+#              and MTP acceptance for k = 0..4). Needs glm-agent (a CUDA build), glm-controller
+#              and glmctl in the stage.
 # Env: OUT (logs; default /tmp/glm-gpu-out), BUDGET_S (a wall-clock budget for the whole call:
 # a step that would start with < 5 s left is skipped). The summary comes last.
 # Modes: --targets prints the CMake targets; --bins BUILD_DIR their binaries in that build.
@@ -373,7 +378,15 @@ for s in $steps; do
       has glm-bench-cpu && GPU_STEP_GREP='^glm-bench-cpu|^model|^[a-z0-9-]+ +[0-9]+ ' gpu_step glm-bench-cpu cpubench.log 500 \
         "$bin/glm-bench-cpu" --golden tests/golden --synthetic --repeats 5
       ;;
-    *) summary+=("$(printf '%-40s unknown step (tests memcheck racecheck nccl table bench profile cpubench)' "$s")") ;;
+    serve)
+      for pp in 1 2; do
+        has glm-agent "serve pp $pp" && has glm-controller "serve pp $pp" && has glmctl "serve pp $pp" &&
+          GPU_STEP_GREP='^PP|^k=|^every reply|differ' gpu_step "serve pp $pp" serve.log 240 \
+            env BIN="$bin" GLM_BIN_DIR="$PWD/$bin" PP=$pp BACKEND=cuda FIXTURE=models/demo-chat \
+            bash tools/bench/mtp.sh
+      done
+      ;;
+    *) summary+=("$(printf '%-40s unknown step (tests memcheck racecheck nccl table bench profile cpubench serve)' "$s")") ;;
   esac
 done
 echo "== summary (logs in $out)"

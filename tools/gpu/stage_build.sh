@@ -2,7 +2,8 @@
 # Stages a CPU-machine build for the GPU machine: copies the binaries (debug info stripped, to stay
 # under the device tool's 64 MiB transfer limit once packed) into STAGE/bin, the non-system shared
 # libraries they link (Debian's Abseil, spdlog, fmt, yaml-cpp, xxHash, PCRE2, GoogleTest, Gloo
-# with hiredis, ibverbs and libnl; the GPU image has none of them) into STAGE/lib, and the commit
+# with hiredis, ibverbs and libnl; for the daemons gRPC, protobuf, c-ares, RE2 and OpenSSL; the
+# GPU image has none of them) into STAGE/lib, and the commit
 # they were built from (plus the count of changed files) into STAGE/build-info.txt. Carry STAGE
 # (or a pack of it, see run_all_gpu.sh) to the GPU machine; tools/gpu/run_all_gpu.sh STAGE runs
 # it there. Any .gpurun* name is git-ignored
@@ -28,7 +29,7 @@ for b in "${bins[@]}"; do
 done
 for b in "${bins[@]}"; do
   ldd "$b"
-done | awk '/=> \//{print $3}' | sort -u | grep -E "absl|spdlog|fmt|gtest|gmock|yaml|xxhash|pcre2|gloo|hiredis|ibverbs|libnl" |
+done | awk '/=> \//{print $3}' | sort -u | grep -E "absl|spdlog|fmt|gtest|gmock|yaml|xxhash|pcre2|gloo|hiredis|ibverbs|libnl|grpc|gpr|upb|address_sorting|cares|re2|protobuf|libssl|libcrypto" |
   xargs -r -I{} cp -L {} "$stage/lib/"
 {
   git log -1 --format='commit %h %s' 2>/dev/null || echo "commit unknown"
