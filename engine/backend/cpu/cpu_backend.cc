@@ -40,6 +40,17 @@ class HostBuffer : public Buffer {
 // halves in the baseline x86-64 clone.
 typedef float v8f __attribute__((vector_size(32)));
 
+#if defined(__clang__)
+// clang refuses to pass a 256-bit vector by value to or from a function in the baseline clone
+// (no AVX), inlined or not, so there the helpers take no vector by value: an unaligned load
+// expression and a sum through a reference. Same arithmetic as the functions below.
+typedef float v8f_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
+#define Load8(p) (*reinterpret_cast<const v8f_unaligned*>(p))
+
+inline float HorizontalSum(const v8f& v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+#else
 inline v8f Load8(const float* p) {
   v8f v;
   std::memcpy(&v, p, sizeof(v));
@@ -49,6 +60,7 @@ inline v8f Load8(const float* p) {
 inline float HorizontalSum(v8f v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
+#endif
 
 // out[i * 2 + j] = x[i] . w[j] over k < K for 4 x rows and 2 w rows (callers pad missing rows by
 // repeating a valid pointer and drop those results).
