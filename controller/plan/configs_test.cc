@@ -87,7 +87,7 @@ TEST(Configs, Spark4xTp4Int4Int8Mix) {
   auto plan = PlanFromFiles(SourceDir() + "/configs/spark-4x-tp4-200k.yaml");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->fits) << PlanToText(*plan);
-  EXPECT_EQ(plan->total_weight_bytes, int64_t{405459090304} - 239075328);  // BF16-router estimate
+  EXPECT_EQ(plan->total_weight_bytes, int64_t{405459090304});  // spec §5.1, FP32 routers
   const double gib = 1024.0 * 1024 * 1024;
   EXPECT_GT(plan->nodes[0].weight_bytes / gib, 93.0);
   EXPECT_LT(plan->nodes[0].weight_bytes / gib, 96.5);

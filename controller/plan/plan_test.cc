@@ -80,15 +80,15 @@ TEST(KvBytes, WholeModel) {
 }
 
 // specs/quantized-checkpoints.md §5.1: QuantTrio Int4-Int8Mix holds 405,459,090,304 tensor
-// bytes with FP32 routers; config.json cannot say the routers are FP32, so the estimate counts
-// them BF16: 76 routers x 256 x 6144 x 2 B = 239,075,328 B less. NVFP4 (BF16 routers, MTP
-// experts excluded) is 464,795,267,072 B.
+// bytes, which only matches with FP32 routers: the estimate counts a compressed-tensors
+// checkpoint's routers as FP32. NVFP4 (BF16 routers, MTP experts excluded) is
+// 464,795,267,072 B.
 TEST(WeightEstimate, QuantizedCheckpointsMatchTheSpecByteModel) {
   auto int4 = engine::LoadModelConfig(SourceDir() + "/configs/models/glm-5.2-int4-int8mix");
   ASSERT_TRUE(int4.ok()) << int4.status();
   auto w = EstimateWeightSizes(*int4);
   ASSERT_TRUE(w.ok()) << w.status();
-  EXPECT_EQ(w->total_bytes(), int64_t{405459090304} - 239075328);
+  EXPECT_EQ(w->total_bytes(), int64_t{405459090304});
   // One INT4 g128 routed expert of layer 3: gate/up [2048, 6144] -> 2048*768*4 + 2048*48*2 + 16,
   // down [6144, 2048] -> 6144*256*4 + 6144*16*2 + 16.
   EXPECT_EQ(w->routed_expert_bytes[3], int64_t{256} * (2 * (6291456 + 196608 + 16) + (6291456 + 196608 + 16)));

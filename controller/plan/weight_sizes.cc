@@ -21,6 +21,11 @@ struct Dtypes {
   int64_t block_cols = 128;
   // compressed-tensors / NVFP4: which modules are quantized and how (null otherwise).
   const engine::QuantizationConfig* quant = nullptr;
+  // Bytes per element of the MoE router weight (`mlp.gate.weight`). compressed-tensors
+  // pack-quantized checkpoints keep it in fp32: config.json cannot say so, but the Int4-Int8Mix
+  // checkpoint's byte total only matches with fp32 routers (specs/quantized-checkpoints.md §5.1).
+  // Safetensors headers, when at hand, replace the estimate anyway.
+  int64_t router = 2;
 };
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -84,7 +89,7 @@ int64_t LayerBytes(const ModelConfig& c, const Dtypes& d, int layer_idx) {
   } else {
     const int64_t e = c.n_routed_experts;
     const int64_t shared_width = c.moe_intermediate_size * c.n_shared_experts;
-    bytes += Plain(d, e * h) + e * 4;  // router gate [E, H] + f32 e_score_correction_bias [E]
+    bytes += e * h * d.router + e * 4;  // router gate [E, H] + f32 e_score_correction_bias [E]
     if (shared_width > 0) {
       const std::string shared = layer + "mlp.shared_experts.";
       bytes += Linear(d, shared + "gate_proj", shared_width, h) +
@@ -123,8 +128,10 @@ absl::StatusOr<Dtypes> DtypesOf(const ModelConfig& c) {
       d.block_cols = c.quantization->block_cols;
     } else {
       d.quant = &*c.quantization;
+      if (c.quantization->method == engine::QuantMethod::kPackQuantized) d.router = 4;
     }
   }
+  d.router = std::max(d.router, d.plain);
   return d;
 }
 
