@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_util.h"
 #include "engine/dist/gloo_communicator.h"
+#include "engine/dist/metered_communicator.h"
 #include "engine/dist/rendezvous.h"
 #include "engine/sample/logprobs.h"
 #include "engine/sample/sampler.h"
@@ -92,6 +93,9 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
         Annotate(world.status(), absl::StrCat("forming the replica's world group on ", me)));
   }
   g->world_ = *std::move(world);
+  if (t.comm_meter != nullptr) {
+    g->world_ = std::make_unique<MeteredCommunicator>(std::move(g->world_), t.comm_meter);
+  }
   if (t.tp_size > 1) {
     GlooCommunicatorOptions to = wo;
     to.rank = t.tp_rank;
@@ -103,6 +107,9 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
           tp.status(), absl::StrCat("forming the TP group of pp stage ", t.pp_rank, " on ", me)));
     }
     g->tp_ = *std::move(tp);
+    if (t.comm_meter != nullptr) {
+      g->tp_ = std::make_unique<MeteredCommunicator>(std::move(g->tp_), t.comm_meter);
+    }
   }
 
   if (absl::Status s = g->CheckNeighbours(); !s.ok()) {
