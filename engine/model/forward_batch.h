@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/backend/kv_fp8_layout.h"
 #include "engine/config/model_config.h"
 #include "engine/model/model_runtime.h"
@@ -129,6 +130,41 @@ class Model {
   // of aging it out. Calling it for an unknown seq_id is a no-op; a later Forward of the same
   // seq_id starts afresh.
   virtual void ReleaseSequence(int64_t /*seq_id*/) {}
+
+  // The asynchronous form of Forward, for a model that can keep several steps in flight (a
+  // pipeline whose stages work on different micro-batches at once, engine/pipeline).
+  // Submit starts a step over `batch` and returns its ticket (1, 2, 3, ... per model); Collect
+  // waits for the oldest outstanding step, which must be `ticket` (steps complete in submission
+  // order), and returns what Forward would have. A failure may surface from either call; after
+  // a failure the caller collects no more tickets of that model unless AfterFailedStep says the
+  // failure was contained. The caller keeps at most max_steps_in_flight() steps outstanding and
+  // never puts a sequence in two outstanding steps (its next input depends on the last sample),
+  // nor releases a sequence whose step is outstanding.
+  // Default: Submit runs Forward at once and keeps the result for Collect (one step in flight).
+  virtual absl::StatusOr<int64_t> Submit(const ForwardBatch& batch) {
+    const int64_t ticket = ++sync_last_ticket_;
+    sync_result_ = ForwardResult{};
+    sync_status_ = Forward(batch, &sync_result_);
+    return ticket;
+  }
+  virtual absl::Status Collect(int64_t ticket, ForwardResult* result) {
+    if (ticket != sync_last_ticket_ || sync_collected_ == ticket) {
+      return absl::FailedPreconditionError(
+          "Model::Collect: the ticket is not the step outstanding (collect in submission order)");
+    }
+    sync_collected_ = ticket;
+    *result = std::move(sync_result_);
+    return sync_status_;
+  }
+  // How many steps Submit accepts before a Collect; 1 unless the model overlaps steps.
+  virtual int max_steps_in_flight() const { return 1; }
+
+ private:
+  // The default Submit / Collect's one outstanding step.
+  int64_t sync_last_ticket_ = 0;
+  int64_t sync_collected_ = 0;
+  ForwardResult sync_result_;
+  absl::Status sync_status_;
 };
 
 }  // namespace glm::engine

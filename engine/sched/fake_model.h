@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +37,11 @@ class FakeModel : public Model {
     // model goes on); else fatal (Model's default).
     int fail_forward_at = 0;
     bool failure_contained = false;
+    // > 1: Submit only queues the batch and Collect runs it (a pipeline's deferred execution),
+    // up to this many outstanding. Breaches of Model::Submit's contract are counted
+    // (contract_violations()): a sequence in two outstanding steps, a release of a sequence
+    // whose step is outstanding, too many steps outstanding.
+    int max_steps_in_flight = 1;
   };
   static constexpr int kHiddenSize = 8;
 
@@ -166,7 +173,34 @@ class FakeModel : public Model {
 
   // Model::ReleaseSequence: the ids in call order (the scheduler releases on finish, abort and
   // preemption).
-  void ReleaseSequence(int64_t seq_id) override { released_.push_back(seq_id); }
+  void ReleaseSequence(int64_t seq_id) override {
+    if (Outstanding(seq_id)) ++contract_violations_;
+    released_.push_back(seq_id);
+  }
+
+  int max_steps_in_flight() const override { return opt_.max_steps_in_flight; }
+  absl::StatusOr<int64_t> Submit(const ForwardBatch& batch) override {
+    if (opt_.max_steps_in_flight <= 1) return Model::Submit(batch);
+    if (static_cast<int>(queued_.size()) >= opt_.max_steps_in_flight) ++contract_violations_;
+    for (const SequenceSlice& s : batch.seqs) {
+      if (Outstanding(s.seq_id)) ++contract_violations_;
+    }
+    queued_.emplace_back(++last_ticket_, batch);
+    max_outstanding_ = std::max(max_outstanding_, static_cast<int>(queued_.size()));
+    return last_ticket_;
+  }
+  absl::Status Collect(int64_t ticket, ForwardResult* result) override {
+    if (opt_.max_steps_in_flight <= 1) return Model::Collect(ticket, result);
+    if (queued_.empty() || queued_.front().first != ticket) {
+      return absl::FailedPreconditionError("fake: collected out of submission order");
+    }
+    const ForwardBatch batch = std::move(queued_.front().second);
+    queued_.pop_front();
+    return Forward(batch, result);
+  }
+  int contract_violations() const { return contract_violations_; }
+  // The most steps outstanding at once (deferred mode).
+  int max_outstanding() const { return max_outstanding_; }
   absl::Status AfterFailedStep(const absl::Status& failure) const override {
     return opt_.failure_contained ? absl::OkStatus() : failure;
   }
@@ -234,8 +268,21 @@ class FakeModel : public Model {
     return absl::OkStatus();
   }
 
+  bool Outstanding(int64_t seq_id) const {
+    for (const auto& [ticket, batch] : queued_) {
+      for (const SequenceSlice& s : batch.seqs) {
+        if (s.seq_id == seq_id) return true;
+      }
+    }
+    return false;
+  }
+
   Options opt_;
   ModelConfig config_;
+  std::deque<std::pair<int64_t, ForwardBatch>> queued_;  // deferred mode: submission order
+  int64_t last_ticket_ = 0;
+  int max_outstanding_ = 0;
+  int contract_violations_ = 0;
   KvCacheGeometry geometry_;
   std::vector<int64_t> main_kv_;  // [num_blocks * block_size] token at each slot, -1 = unwritten
   std::vector<int64_t> mtp_kv_;   // [num_blocks * block_size] MTP entry at each slot

@@ -25,6 +25,8 @@ struct Scheduler::Sequence {
   std::vector<int32_t> drafts;  // MTP drafts for the positions after tokens.back()
   std::vector<float> prompt_logits;
   bool sent_first = false;
+  bool in_flight = false;  // in an outstanding step
+  bool aborted = false;    // aborted while in flight: finished when its step is collected
   int num_generated() const { return static_cast<int>(tokens.size()) - num_prompt; }
 };
 
@@ -48,6 +50,11 @@ Scheduler::Scheduler(Model* model, const SchedulerOptions& options, EventSink si
   }
   options_.num_draft_tokens = std::max(options_.num_draft_tokens, 0);
   stats_.num_accepted_per_position.assign(options_.num_draft_tokens, 0);
+  max_in_flight_ = std::max(1, model_->max_steps_in_flight());
+  if (options_.max_steps_in_flight > 0) {
+    max_in_flight_ = std::min(max_in_flight_, options_.max_steps_in_flight);
+  }
+  if (options_.num_draft_tokens > 0) max_in_flight_ = 1;
 }
 
 Scheduler::~Scheduler() = default;
@@ -120,30 +127,67 @@ absl::Status Scheduler::Add(int64_t request_id, Request request, uint64_t seed) 
 bool Scheduler::Abort(int64_t request_id) {
   auto it = seqs_.find(request_id);
   if (it == seqs_.end()) return false;
+  Sequence* seq = it->second.get();
+  if (seq->aborted) return true;  // its event went out; it finishes when its step comes back
   TokenEvent ev;
   ev.finished = true;
   ev.finish_reason = FinishReason::kAborted;
   sink_(request_id, std::move(ev));
-  Finish(it->second.get(), FinishReason::kAborted);
+  if (seq->in_flight) {
+    // A queued step still uses its blocks (on every rank): keep them until it is collected.
+    seq->aborted = true;
+    running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+    return true;
+  }
+  Finish(seq, FinishReason::kAborted);
   return true;
 }
 
 void Scheduler::FailAll(const absl::Status& error) {
+  // The model failed: nothing outstanding will be collected.
+  in_flight_.clear();
   std::vector<int64_t> ids;
   for (auto& [id, seq] : seqs_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   for (int64_t id : ids) {
-    TokenEvent ev;
-    ev.finished = true;
-    ev.finish_reason = FinishReason::kError;
-    ev.error = error;
-    sink_(id, std::move(ev));
-    Finish(seqs_.at(id).get(), FinishReason::kError);
+    Sequence* seq = seqs_.at(id).get();
+    if (!seq->aborted) {
+      TokenEvent ev;
+      ev.finished = true;
+      ev.finish_reason = FinishReason::kError;
+      ev.error = error;
+      sink_(id, std::move(ev));
+    }
+    Finish(seq, FinishReason::kError);
+  }
+}
+
+void Scheduler::DropInFlight() {
+  while (!in_flight_.empty()) {
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    ForwardResult ignored;
+    const absl::Status st = model_->Collect(f.ticket, &ignored);
+    for (const Scheduled& sc : f.sched) sc.seq->in_flight = false;
+    if (!st.ok()) {
+      // A failed model collects nothing more; the blocks go with the sequences below.
+      in_flight_.clear();
+      for (auto& [id, seq] : seqs_) seq->in_flight = false;
+    }
+  }
+  for (auto& [id, seq] : seqs_) {
+    if (seq->aborted) seq->in_flight = false;
   }
 }
 
 void Scheduler::AbortAll() {
+  DropInFlight();
   std::vector<int64_t> ids;
+  for (auto& [id, seq] : seqs_) {
+    if (seq->aborted) ids.push_back(id);
+  }
+  for (int64_t id : ids) Finish(seqs_.at(id).get(), FinishReason::kAborted);
+  ids.clear();
   for (auto& [id, seq] : seqs_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   for (int64_t id : ids) Abort(id);
@@ -215,11 +259,38 @@ bool Scheduler::AppendToken(Sequence* seq, int32_t token, TokenLogprobs* logprob
 }
 
 absl::Status Scheduler::Step() {
-  ++stats_.num_steps;
+  if (static_cast<int>(in_flight_.size()) < max_in_flight_) {
+    bool submitted = false;
+    GLM_RETURN_IF_ERROR(ScheduleAndSubmit(&submitted));
+    // A slot is still free: the next Step may fill it with the sequences left.
+    if (submitted && static_cast<int>(in_flight_.size()) < max_in_flight_) {
+      return absl::OkStatus();
+    }
+  }
+  if (in_flight_.empty()) return absl::OkStatus();
+  return CollectOldest();
+}
+
+absl::Status Scheduler::ScheduleAndSubmit(bool* submitted) {
+  *submitted = false;
   const int k = options_.num_draft_tokens;
   const int bs = blocks_->block_size();
   int budget = options_.max_num_batched_tokens;
   std::vector<Scheduled> sched;
+
+  // Micro-batches: with F slots free this one takes about 1/F of the tokens ready to run.
+  const int free_slots = max_in_flight_ - static_cast<int>(in_flight_.size());
+  if (free_slots > 1) {
+    int64_t ready = 0;
+    for (const Sequence* s : running_) {
+      if (s->in_flight) continue;
+      ready += static_cast<int64_t>(s->tokens.size()) - s->num_computed +
+               static_cast<int64_t>(s->drafts.size());
+    }
+    for (const Sequence* s : waiting_) ready += static_cast<int64_t>(s->tokens.size());
+    const int64_t share = (ready + free_slots - 1) / free_slots;
+    budget = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(budget, share)));
+  }
 
   auto try_fit = [&](Sequence* s, Scheduled* out) {
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
@@ -241,6 +312,10 @@ absl::Status Scheduler::Step() {
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
+    if (s->in_flight) {
+      ++i;
+      continue;
+    }
     Scheduled sc{};
     const Fit fit = try_fit(s, &sc);
     if (fit == Fit::kOk) {
@@ -254,6 +329,10 @@ absl::Status Scheduler::Step() {
       continue;
     }
     Sequence* victim = running_.back();
+    if (victim->in_flight) {
+      // The sequence to preempt first is in a queued step: stop here; the next steps collect it.
+      break;
+    }
     if (victim == s && i == 0) {
       // Alone and still no room: cannot happen for a validated request; fail it, don't spin.
       TokenEvent ev;
@@ -294,7 +373,7 @@ absl::Status Scheduler::Step() {
   }
   if (sched.empty()) return absl::OkStatus();
 
-  // 3. Forward.
+  // 3. Submit.
   ForwardBatch batch;
   batch.seqs.reserve(sched.size());
   for (const Scheduled& sc : sched) {
@@ -329,16 +408,48 @@ absl::Status Scheduler::Step() {
     }
     batch.seqs.push_back(std::move(slice));
   }
+  InFlight f;
+  GLM_ASSIGN_OR_RETURN(f.ticket, model_->Submit(batch));
+  for (const Scheduled& sc : sched) sc.seq->in_flight = true;
+  f.sched = std::move(sched);
+  f.batch = std::move(batch);
+  in_flight_.push_back(std::move(f));
+  ++stats_.num_steps;
+  stats_.max_steps_in_flight_observed =
+      std::max(stats_.max_steps_in_flight_observed, static_cast<int>(in_flight_.size()));
+  *submitted = true;
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CollectOldest() {
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const std::vector<Scheduled>& sched = f.sched;
+  const ForwardBatch& batch = f.batch;
   ForwardResult result;
-  if (absl::Status st = model_->Forward(batch, &result); !st.ok()) {
+  absl::Status collected = model_->Collect(f.ticket, &result);
+  ++stats_.num_steps_completed;
+  for (const Scheduled& sc : sched) sc.seq->in_flight = false;
+  // Sequences aborted while in flight finish now that no queued step uses their blocks.
+  std::vector<Scheduled> live;
+  std::vector<size_t> live_index;
+  for (size_t j = 0; j < sched.size(); ++j) {
+    if (sched[j].seq->aborted) {
+      Finish(sched[j].seq, FinishReason::kAborted);
+    } else {
+      live.push_back(sched[j]);
+      live_index.push_back(j);
+    }
+  }
+  if (absl::Status st = collected; !st.ok()) {
     st = glm::Annotate(st, "Model::Forward");
     if (!model_->AfterFailedStep(st).ok()) return st;  // the model cannot go on: fatal
     // Nothing ran (e.g. the key-slot table could not grow): this step's sequences fail with the
     // error, the waiting ones and later requests are served.
     GLM_LOG_ERROR("engine step failed, failing its {} sequences (the engine goes on): {}",
-                  sched.size(), st.ToString());
+                  live.size(), st.ToString());
     ++stats_.num_failed_steps;
-    for (const Scheduled& sc : sched) {
+    for (const Scheduled& sc : live) {
       TokenEvent ev;
       ev.finished = true;
       ev.finish_reason = FinishReason::kError;
@@ -353,7 +464,19 @@ absl::Status Scheduler::Step() {
     return absl::InternalError(absl::StrCat("Model::Forward returned ", result.seqs.size(),
                                             " outputs for ", batch.seqs.size(), " slices"));
   }
+  if (live.size() == sched.size()) return ApplyResult(sched, batch, result);
+  ForwardBatch live_batch;
+  ForwardResult live_result;
+  for (size_t j : live_index) {
+    live_batch.seqs.push_back(batch.seqs[j]);
+    live_result.seqs.push_back(std::move(result.seqs[j]));
+  }
+  return ApplyResult(live, live_batch, live_result);
+}
 
+absl::Status Scheduler::ApplyResult(const std::vector<Scheduled>& sched, const ForwardBatch& batch,
+                                    ForwardResult& result) {
+  const int k = options_.num_draft_tokens;
   // 4. Sample, verify drafts, and collect MTP inputs.
   std::vector<MtpDraftInput> mtp_inputs;
   std::vector<int64_t> mtp_ids;
@@ -470,6 +593,7 @@ SchedulerStats Scheduler::Stats() const {
   SchedulerStats s = stats_;
   s.num_running = static_cast<int>(running_.size());
   s.num_waiting = static_cast<int>(waiting_.size());
+  s.num_steps_in_flight = static_cast<int>(in_flight_.size());
   s.kv = blocks_->Stats();
   return s;
 }

@@ -19,6 +19,27 @@
 //     A request with SamplingParams::logprobs gets the raw logprobs of every token it is given,
 //     accepted drafts included (each from the row it was verified against).
 //
+// Steps in flight (SchedulerOptions::max_steps_in_flight, capped by the model's
+// Model::max_steps_in_flight(); a pipeline's stages then work on different micro-batches at
+// once): a step is submitted (Model::Submit) and collected (Model::Collect) later, oldest first.
+//  - A sequence is in at most one outstanding step: its next input depends on that step's
+//    sample. Steps 1-2 above consider only the sequences not in flight, so the running set is
+//    split into micro-batches over disjoint sequences. With F free slots the micro-batch takes
+//    about 1/F of the tokens waiting to run (running sequences' next tokens and waiting prompts,
+//    capped by max_num_batched_tokens), in admission order, so micro-batches are balanced by
+//    tokens (prefill chunks count their tokens).
+//  - Step() submits one micro-batch while a slot is free and there is something to run; when the
+//    slots are full or nothing is left to run it collects the oldest step (sampling, events).
+//    With max_steps_in_flight 1 every Step submits and collects one step, as without the limit.
+//  - KV blocks: a sequence in flight is never preempted (its queued step reads its blocks); when
+//    the most recently admitted sequence is in flight and blocks run out, the micro-batch stops
+//    there and preemption waits until that step is collected.
+//  - Abort of a sequence in flight emits its kAborted event at once; its blocks are freed and
+//    the model releases it (Model::ReleaseSequence) when its step is collected, so no rank frees
+//    blocks a queued step still uses. AbortAll collects (and drops) every outstanding step first.
+//  - MTP (num_draft_tokens > 0) keeps one step in flight: drafting needs the verified tokens of
+//    the step before.
+//
 // Not thread-safe: one thread (the engine's step loop) calls everything except Validate(), which
 // reads only immutable state and may be called from any thread.
 #pragma once
@@ -45,12 +66,18 @@ struct SchedulerOptions {
   bool enable_prefix_caching = true;
   int num_draft_tokens = 0;  // MTP k; 0 = no speculative decoding
   int max_model_len = 0;     // prompt + generated tokens; 0 = model's max_position_embeddings
+  // Steps (micro-batches) outstanding at once; the model's max_steps_in_flight() caps it and MTP
+  // sets it to 1. 0 = the model's.
+  int max_steps_in_flight = 0;
 };
 
 struct SchedulerStats {
   int num_running = 0;
   int num_waiting = 0;
-  int64_t num_steps = 0;
+  int64_t num_steps = 0;                 // steps submitted to the model
+  int64_t num_steps_completed = 0;       // steps collected (their results applied)
+  int num_steps_in_flight = 0;           // submitted, not collected yet
+  int max_steps_in_flight_observed = 0;  // the most ever outstanding at once
   int64_t num_preemptions = 0;
   int64_t num_failed_steps = 0;          // steps whose Forward failed but left the model usable
   int64_t num_prompt_tokens = 0;         // prompt tokens of admitted requests
@@ -93,9 +120,12 @@ class Scheduler {
   // Aborts every request (one kAborted event each).
   void AbortAll();
 
-  bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
-  // Runs one step. A non-OK status is a model failure: the caller should FailAll and stop.
+  bool HasWork() const { return !running_.empty() || !waiting_.empty() || !in_flight_.empty(); }
+  // Submits one micro-batch, collects the oldest outstanding step, or both (see the header).
+  // A non-OK status is a model failure: the caller should FailAll and stop.
   absl::Status Step();
+  // The limit in force: options, the model's and MTP's caps applied.
+  int max_steps_in_flight() const { return max_in_flight_; }
 
   SchedulerStats Stats() const;
   const BlockManager& block_manager() const { return *blocks_; }
@@ -109,7 +139,22 @@ class Scheduler {
     int num_drafts;  // draft tokens appended to the slice
   };
 
-  bool TrySchedule(Sequence* seq, int budget, bool admitting, Scheduled* out);
+  // A submitted step: its slices (in the order of the batch) and the sequences they belong to.
+  struct InFlight {
+    int64_t ticket = 0;
+    std::vector<Scheduled> sched;
+    ForwardBatch batch;
+  };
+
+  // Steps 1-3 over the sequences not in flight; `submitted` tells whether a step went out.
+  absl::Status ScheduleAndSubmit(bool* submitted);
+  // Collects the oldest outstanding step and applies its result.
+  absl::Status CollectOldest();
+  // Applies a collected step's outputs: sampling, MTP verification and drafting.
+  absl::Status ApplyResult(const std::vector<Scheduled>& sched, const ForwardBatch& batch,
+                           ForwardResult& result);
+  // Collects every outstanding step and drops the results (AbortAll).
+  void DropInFlight();
   void Preempt(Sequence* seq);
   void Finish(Sequence* seq, FinishReason reason);
   // Appends a sampled token, emits it (with `logprobs`, moved from, when the request asked for
@@ -127,6 +172,8 @@ class Scheduler {
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // admission order; the back is preempted first
+  std::deque<InFlight> in_flight_;  // submission order
+  int max_in_flight_ = 1;
   SchedulerStats stats_;
 };
 

@@ -743,5 +743,158 @@ TEST(SchedulerTest, RandomizedLoadMatchesSoloRuns) {
   }
 }
 
+// Steps in flight: a FakeModel that runs each step only when it is collected (a pipeline's
+// deferred execution) and counts breaches of Model::Submit's contract. Outputs equal the solo
+// runs, so micro-batching changes neither tokens nor KV.
+class InFlightTest : public ::testing::TestWithParam<int> {
+ protected:
+  FakeModel::Options Deferred(int num_blocks = 64) const {
+    FakeModel::Options mo;
+    mo.num_blocks = num_blocks;
+    mo.max_steps_in_flight = GetParam();
+    return mo;
+  }
+};
+
+TEST_P(InFlightTest, MicroBatchesOverDisjointSequencesMatchRunningAlone) {
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 7;
+  so.max_num_seqs = 4;
+  Harness h(Deferred(), so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  h.RunToCompletion();
+  ExpectSameAsAlone(h, rs);
+  EXPECT_EQ(h.model().contract_violations(), 0);
+  EXPECT_EQ(h.sched().max_steps_in_flight(), GetParam());
+  EXPECT_EQ(h.model().max_outstanding(), GetParam());
+  const SchedulerStats st = h.sched().Stats();
+  EXPECT_EQ(st.max_steps_in_flight_observed, GetParam());
+  EXPECT_EQ(st.num_steps_completed, st.num_steps);
+  EXPECT_EQ(st.num_steps_in_flight, 0);
+  EXPECT_LE(h.model().max_batch_tokens(), 7);
+}
+
+// Equal decoding sequences split into micro-batches of equal size (balanced by tokens).
+TEST_P(InFlightTest, DecodeMicroBatchesAreBalanced) {
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 64;
+  so.max_num_seqs = 8;
+  Harness h(Deferred(), so);
+  for (int i = 0; i < 6; ++i) h.Add(i, MakeRequest(Prompt(2, i), 12));
+  h.RunToCompletion();
+  EXPECT_EQ(h.model().contract_violations(), 0);
+  // Each micro-batch runs at most ceil(6 / in-flight) decoding sequences, except the first,
+  // whose prompts share the budget with nothing in flight.
+  EXPECT_LE(h.model().max_batch_tokens(), 2 * ((6 + GetParam() - 1) / GetParam()) + 2);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(h.out()[i].tokens, RunAlone(MakeRequest(Prompt(2, i), 12)).tokens);
+}
+
+TEST_P(InFlightTest, PreemptionWaitsForQueuedStepsAndKeepsOutputs) {
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 16;
+  so.enable_prefix_caching = false;
+  Harness h(Deferred(24), so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  h.RunToCompletion();
+  EXPECT_GT(h.sched().Stats().num_preemptions, 0);
+  ExpectSameAsAlone(h, rs);
+  EXPECT_EQ(h.model().contract_violations(), 0);
+  EXPECT_GE(h.model().max_outstanding(), 2);
+}
+
+// An abort of a sequence whose step is outstanding ends its stream at once; the model releases
+// it only once that step is collected (no rank frees blocks a queued step uses).
+TEST_P(InFlightTest, AbortMidFlightReleasesAfterTheStepComesBack) {
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 8;
+  Harness h(Deferred(), so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  h.StepOnce();  // one micro-batch outstanding
+  ASSERT_EQ(h.sched().Stats().num_steps_in_flight, 1);
+  EXPECT_TRUE(h.sched().Abort(0));  // in the outstanding step
+  EXPECT_TRUE(h.sched().Abort(0));  // already aborted: no second event
+  EXPECT_EQ(h.out()[0].reason, FinishReason::kAborted);
+  EXPECT_EQ(h.out()[0].num_finished_events, 1);
+  const auto& released = h.model().released();
+  EXPECT_EQ(std::find(released.begin(), released.end(), 0), released.end());
+  h.RunToCompletion();
+  EXPECT_NE(std::find(released.begin(), released.end(), 0), released.end());
+  EXPECT_EQ(h.model().contract_violations(), 0);
+  EXPECT_EQ(h.out()[0].num_finished_events, 1);
+  for (size_t i = 1; i < rs.size(); ++i) EXPECT_EQ(h.out()[i].tokens, RunAlone(rs[i]).tokens) << i;
+}
+
+TEST_P(InFlightTest, AbortAllCollectsOutstandingStepsFirst) {
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 8;
+  Harness h(Deferred(), so);
+  auto rs = MixedRequests();
+  for (size_t i = 0; i < rs.size(); ++i) h.Add(i, rs[i]);
+  for (int i = 0; i < GetParam(); ++i) h.StepOnce();
+  ASSERT_GE(h.sched().Stats().num_steps_in_flight, 1);
+  h.sched().AbortAll();
+  EXPECT_FALSE(h.sched().HasWork());
+  EXPECT_EQ(h.sched().Stats().num_steps_in_flight, 0);
+  EXPECT_EQ(h.model().contract_violations(), 0);
+  EXPECT_EQ(h.sched().block_manager().NumFreeBlocks(), h.sched().block_manager().num_blocks());
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(h.out()[i].reason, FinishReason::kAborted) << i;
+    EXPECT_EQ(h.out()[i].num_finished_events, 1) << i;
+  }
+}
+
+TEST_P(InFlightTest, MtpKeepsOneStepInFlight) {
+  SchedulerOptions so;
+  so.num_draft_tokens = 2;
+  Harness h(Deferred(), so);
+  h.Add(0, MakeRequest(Prompt(9, 3), 20));
+  h.Add(1, MakeRequest(Prompt(5, 4), 20));
+  h.RunToCompletion();
+  EXPECT_EQ(h.sched().max_steps_in_flight(), 1);
+  EXPECT_EQ(h.model().max_outstanding(), 1);
+  EXPECT_EQ(h.out()[0].tokens, h.model().Greedy(Prompt(9, 3), 20));
+}
+
+TEST_P(InFlightTest, RandomizedLoadWithAbortsMatchesSoloRuns) {
+  std::mt19937 rng(7 + GetParam());
+  SchedulerOptions so;
+  so.max_num_batched_tokens = 12;
+  so.max_num_seqs = 5;
+  Harness h(Deferred(30), so);
+  std::map<int64_t, Request> reqs;
+  std::set<int64_t> aborted;
+  int64_t next = 0;
+  for (int step = 0; step < 400; ++step) {
+    if (rng() % 3 == 0 && next < 40) {
+      auto p = Prompt(1 + rng() % 20, rng() % 2);
+      p.resize(1 + rng() % p.size());
+      Request r = MakeRequest(p, 1 + rng() % 25, rng() % 2 ? 0.0f : 0.9f, rng());
+      reqs[next] = r;
+      h.Add(next++, r);
+    }
+    if (rng() % 25 == 0 && next > 0) {
+      const int64_t id = rng() % next;
+      if (h.sched().Abort(id)) aborted.insert(id);
+    }
+    if (h.sched().HasWork()) h.StepOnce();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  h.RunToCompletion();
+  EXPECT_EQ(h.model().contract_violations(), 0);
+  EXPECT_GE(h.model().max_outstanding(), 2);
+  for (auto& [id, r] : reqs) {
+    if (aborted.count(id)) {
+      EXPECT_EQ(h.out()[id].num_finished_events, 1) << id;
+      continue;
+    }
+    EXPECT_EQ(h.out()[id].tokens, RunAlone(r).tokens) << "id=" << id;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StepsInFlight, InFlightTest, ::testing::Values(2, 3));
+
 }  // namespace
 }  // namespace glm::engine
