@@ -133,7 +133,7 @@ class GemvQuantPlan {
   GemvQuantTiling tiling_;
 };
 
-// W widened to bf16 [n, k] (row stride ld_out >= k elements, out_bf16 4-byte aligned) on
+// W widened to bf16 [n, k] (row stride ld_out >= k elements, out_bf16 2-byte aligned) on
 // `stream`: the prefill path (a bf16 GEMM on the widened copy in scratch) and the MoE fallback.
 // Each output is the round-to-nearest-even bf16 of the exact fp32 value of
 // DequantizeQuantHost (int4 q * bf16 scale has up to 11 significant bits and is not always a

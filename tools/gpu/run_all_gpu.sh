@@ -30,8 +30,9 @@
 #              STAGE2/lib) and this stage's run alternately, baseline first, ROUNDS (2) times
 #              each, then ms/layer per round and the means side by side with current/baseline.
 #   bench      the kernel benches, each alone (BENCHES picks some by binary name): sample_test's
-#              bench, gemv_bench, gemm_bench, per_head_narrow_bench, smallops_bench,
-#              read_pattern_bench, cuda_ops_bench (MoE), cuda_kv_bench, cuda_indexer_bench
+#              bench, gemv_bench, gemv_quant_bench, gemm_bench, per_head_narrow_bench,
+#              smallops_bench, read_pattern_bench, cuda_ops_bench (MoE), cuda_kv_bench,
+#              cuda_indexer_bench
 #   profile    the decode step at GLM-5 widths (fp8 weights and KV) from three sides, chosen by
 #              PROFILE (default "kernels streams timeline"):
 #                kernels   Nsight Compute's time per kernel of one eager step, each kernel alone,
@@ -54,12 +55,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 tests=(rmsnorm_test rope_test silu_mul_test layernorm_test rows_test moe_route_test moe_test dsa_indexer_test sample_test
-  gemm_bf16_test gemm_fp8_block_test quant_fp8_group_test gemv_narrow_test per_head_gemv_test
+  gemm_bf16_test gemm_fp8_block_test quant_fp8_group_test gemv_narrow_test gemv_quant_test per_head_gemv_test
   per_head_narrow_test launch_test cublaslt_matmul_test cuda_backend_test cuda_ops_test
   cuda_moe_test cuda_kv_fp8_test cuda_indexer_test cuda_narrow_test
   cuda_model_test cuda_graph_test create_backend_test sample_backend_test engine_golden_test
   engine_golden_narrow_test engine_kv_fp8_test)
-benches=(gemv_bench gemm_bench per_head_narrow_bench smallops_bench read_pattern_bench
+benches=(gemv_bench gemv_quant_bench gemm_bench per_head_narrow_bench smallops_bench read_pattern_bench
   cuda_ops_bench cuda_kv_bench cuda_indexer_bench)
 others=(nccl_gpu_test glm-run glm-bench-cuda-decode glm-bench-cpu)
 if [[ ${1:-} == --targets ]]; then
@@ -292,6 +293,7 @@ run_bench() {
         gpu_step "sample bench" bench.log 120 "$bin/sample_test" --gtest_also_run_disabled_tests \
           --gtest_filter='*Bench*' ;;
       gemv_bench) gpu_step gemv_bench bench.log 200 "$bin/gemv_bench" --quick ;;
+      gemv_quant_bench) gpu_step gemv_quant_bench bench.log 200 "$bin/$b" --quick ;;
       gemm_bench) gpu_step gemm_bench bench.log 200 "$bin/gemm_bench" ;;
       per_head_narrow_bench) gpu_step per_head_narrow_bench bench.log 120 "$bin/$b" ;;
       smallops_bench) gpu_step smallops_bench bench.log 120 "$bin/$b" --calls 100 --trials 5 ;;
