@@ -50,12 +50,26 @@ enum class WeightDType : uint8_t {
   kBF16,            // bf16 elements (data points at them; ld counts bf16 elements)
   kF8E4M3Block128,  // e4m3 bytes with fp32 block scales: W[i][j] = q[i][j] * scales[(i / 128) *
                     // scale_ld + j / 128] (DeepSeek-V3 / GLM-5 weight_scale_inv, a multiplier)
+  // 4/8-bit checkpoint formats kept as stored (../shared/specs/quantized-checkpoints.md). `data`
+  // points at the packed rows and `ld` is their stride in BYTES; `group_scales` has
+  // [rows, scale_ld] entries; W[i][j] = q[i][j] * s[i * scale_ld + j / group_size] (* global_scale
+  // for kNvfp4), computed in fp32 (exact). A per-channel weight has group_size == cols.
+  kInt4,   // compressed-tensors pack-quantized INT4: int32 words, 8 codes each, low bits first,
+           // q = u - 8; group_scales bf16
+  kInt8,   // likewise INT8: 4 codes per word, q = u - 128; group_scales bf16
+  kNvfp4,  // ModelOpt NVFP4: bytes of 2 e2m1 codes (even element in the low nibble);
+           // group_scales e4m3 bytes, group_size 16; global_scale = weight_scale_2
 };
+inline constexpr int kNumWeightDTypes = 6;
+// kInt4, kInt8 or kNvfp4.
+inline bool IsQuantizedWeight(WeightDType d) {
+  return d == WeightDType::kInt4 || d == WeightDType::kInt8 || d == WeightDType::kNvfp4;
+}
 
 // A row-major fp32 matrix view [rows, cols] with row stride `ld` (elements, >= cols).
 // A Linear weight may instead be stored as `dtype` (see WeightDType; `data` then points at the
-// bf16 / e4m3 elements and must not be dereferenced as floats). Rows()/Cols()/Row() are for fp32
-// views only.
+// bf16 / e4m3 elements or the packed 4/8-bit rows and must not be dereferenced as floats; for the
+// quantized dtypes `ld` counts bytes). Rows()/Cols()/Row() are for fp32 views only.
 struct MatView {
   float* data = nullptr;
   int64_t rows = 0;
@@ -63,7 +77,13 @@ struct MatView {
   int64_t ld = 0;
   WeightDType dtype = WeightDType::kF32;
   const float* scales = nullptr;  // kF8E4M3Block128: [ceil(rows / 128), scale_ld] fp32
-  int64_t scale_ld = 0;           // >= ceil(cols / 128)
+  int64_t scale_ld = 0;           // >= ceil(cols / 128); quantized dtypes: group_scales' row
+                                  // stride in scale entries, >= ceil(cols / group_size)
+  // Quantized dtypes (IsQuantizedWeight) only: their scales as stored (bf16 or e4m3 bytes), the
+  // inputs per scale and the per-tensor scale. Backend memory like data.
+  const void* group_scales = nullptr;
+  int64_t group_size = 0;
+  float global_scale = 1.0f;
 
   MatView Rows(int64_t first, int64_t n) const { return {data + first * ld, n, cols, ld}; }
   MatView Cols(int64_t first, int64_t n) const { return {data + first, rows, n, ld}; }
@@ -231,14 +251,27 @@ class Backend {
   virtual bool HostMemory() const { return false; }
 
   // Whether Linear's `w` and MoeExperts' weights may be stored as `dtype` (the model's loader
-  // asks before keeping weights narrower than fp32). Default: fp32 only; the cpu and cuda
-  // backends take every WeightDType.
+  // asks before keeping weights narrower than fp32). Default: fp32 only; the cpu backend takes
+  // fp32 / bf16 / fp8 (the loader widens INT4 / INT8 / NVFP4 checkpoint weights for it), the
+  // cuda backend every WeightDType (quantized ones: cuda_quant_linear.h).
   virtual bool SupportsWeightDType(WeightDType dtype) const { return dtype == WeightDType::kF32; }
+  // Whether a quantized weight (IsQuantizedWeight(dtype)) of [rows, cols] with group_size inputs
+  // per scale (cols for one scale per row) may be stored as `dtype`: the shape limits of the
+  // backend's kernels (cuda: kernels/gemv_quant.h CheckQuantWeight, e.g. cols a multiple of 32
+  // for INT4 / NVFP4). The loader widens weights it refuses. Default: SupportsWeightDType(dtype).
+  virtual bool SupportsQuantizedShape(WeightDType dtype, int64_t rows, int64_t cols,
+                                      int64_t group_size) const {
+    (void)rows, (void)cols, (void)group_size;
+    return SupportsWeightDType(dtype);
+  }
 
   // y[M, N] = x[M, K] . w[N, K]^T (+ y when accumulate). w is a Linear weight [out, in], of any
   // dtype SupportsWeightDType accepts. With a bf16 weight x is rounded to bf16; with an fp8
   // block-scaled weight x is rounded to bf16 and quantized per row per 128 columns to e4m3
-  // (kernels/quant_fp8_group.h); products accumulate in fp32 and y is fp32 either way.
+  // (kernels/quant_fp8_group.h); with an INT4 / INT8 / NVFP4 weight x is rounded to bf16 and
+  // multiplies the exactly dequantized fp32 weight (a device backend may round the weight to
+  // bf16 as well for many rows: cuda_quant_linear.h); products accumulate in fp32 and y is fp32
+  // either way.
   virtual void Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) = 0;
   // Per head h: y[:, h, :] = x[:, h, :] . w[h]^T, w[h] = weights + h * weight_head_stride
   // viewed as [out_dim, in_dim] with row stride w_ld (MLA absorption: W_UK^T, W_UV). fp32 weights
@@ -246,8 +279,9 @@ class Backend {
   virtual void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
                              int64_t w_ld, const HeadsView& y) = 0;
   // MLA absorption straight from kv_b_proj kept as a Linear weight w ([num_heads * head_rows,
-  // cols], any dtype SupportsWeightDType accepts; no transposed or widened copy). Head h's block
-  // starts at weight row base(h) = h * head_rows + row_begin; for every row t of x and head h:
+  // cols], fp32 / bf16 / fp8 (the loader widens a quantized kv_b_proj to bf16); no transposed or
+  // widened copy). Head h's block starts at weight row base(h) = h * head_rows + row_begin; for
+  // every row t of x and head h:
   //   kRows (W_UK, absorbed query):  y[t,h,c] = sum_{d < x.dim} x[t,h,d] * W[base(h) + d, c],
   //                                   c < y.dim (<= w.cols)
   //   kCols (W_UV, absorbed output): y[t,h,j] = sum_{c < x.dim} x[t,h,c] * W[base(h) + j, c],
@@ -335,6 +369,7 @@ class Backend {
                         float* weights) = 0;
   // out[t] += sum_j weights[t, j] * down[e](silu(gate[e] x[t]) * up[e] x[t]), e = ids[t, j].
   // Narrow expert weights (SupportsWeightDType) are widened to fp32 inside the op; x stays fp32.
+  // (cuda with INT4 / INT8 / NVFP4 experts: widened to bf16 first, cuda_quant_linear.h.)
   virtual void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                           const ExpertWeights& experts, const MatView& out) = 0;
   // MoeRoute(logits, r...) into r.ids / r.weights, then MoeExperts(x, r.ids, r.weights, k,

@@ -275,6 +275,8 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
   const WeightBytes& wb = w.bytes();
   weight_memory = {wb.total,         wb.linear,        wb.linear_fp32,   wb.fp8_scales,
                    wb.fp8_payload,   wb.num_linear[0], wb.num_linear[1], wb.num_linear[2]};
+  weight_memory.num_linear_quantized = wb.num_linear[3] + wb.num_linear[4] + wb.num_linear[5];
+  weight_memory.quantized_bytes = wb.quant_payload + wb.quant_scales;
   GLM_LOG_INFO("model weights on {}: {} bytes; Linear weights ({}) {} bytes, {} in fp32; "
                "{} fp32 / {} bf16 / {} fp8 tensors",
                backend_->name(), wb.total, options_.weight_dtype, wb.linear, wb.linear_fp32,
@@ -839,6 +841,14 @@ class StoreWeights : public WeightSource {
     GLM_ASSIGN_OR_RETURN(std::vector<float> scales, store_->ReadFloat(scale->name));
     return SliceFp8Block(name, reinterpret_cast<const uint8_t*>(view.data), view.shape, scales,
                          slice);
+  }
+  // INT4 / INT8 / NVFP4 weights as stored (weight_source.h); only the slice's bytes are copied.
+  std::optional<QuantizedInfo> QuantizedInfoOf(const std::string& name) const override {
+    return StoreQuantizedInfo(*store_, name);
+  }
+  absl::StatusOr<QuantizedTensor> ReadQuantized(const std::string& name,
+                                                const TensorSlice& slice) override {
+    return ReadStoreQuantized(*store_, name, slice);
   }
 
  private:

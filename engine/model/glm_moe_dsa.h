@@ -91,8 +91,10 @@ struct ModelLoadOptions {
   bool expanded_prefill = true;
   // Storage of Linear weights (attention, indexer and MLP/expert projections, eh_proj, lm_head):
   // "fp32" (the reference), "bf16", or "auto" (e4m3 + 128x128 block scales where the checkpoint
-  // is fp8, bf16 otherwise), kv_b_proj included (the absorbed attention reads it per head,
-  // Backend::AbsorbPerHead). Norm weights, biases, the embedding and the MoE router stay fp32.
+  // is fp8; INT4 / INT8 / NVFP4 packed rows + scales as stored where the checkpoint has them and
+  // the backend takes them (cuda; the cpu backend gets them widened); bf16 otherwise), kv_b_proj
+  // included (the absorbed attention reads it per head, Backend::AbsorbPerHead; a quantized one
+  // is widened to bf16). fp32 and bf16 widen quantized checkpoints (exact / rounded). Norm weights, biases, the embedding and the MoE router stay fp32.
   // Narrow dtypes need a backend that supports them (Backend::SupportsWeightDType: cpu and cuda
   // both do, with the same numerics).
   std::string weight_dtype = "fp32";
@@ -139,6 +141,9 @@ struct ModelWeightMemory {
   int64_t fp8_scale_bytes = 0;
   int64_t fp8_payload_bytes = 0;  // e4m3 bytes of the fp8 Linear weights
   int64_t num_linear_f32 = 0, num_linear_bf16 = 0, num_linear_fp8 = 0;
+  // INT4 / INT8 / NVFP4 Linear weights kept as stored (packed rows + scales, in linear_bytes).
+  int64_t num_linear_quantized = 0;
+  int64_t quantized_bytes = 0;
 };
 std::optional<ModelWeightMemory> WeightMemoryOf(const Model& model);
 

@@ -132,8 +132,28 @@ DeviceMatrix WeightLoader::UploadLinearF32(const std::vector<float>& data, int64
   return m;
 }
 
+std::optional<WeightDType> WeightLoader::QuantizedKind(const LinearPart& part,
+                                                       int64_t cols) const {
+  if (mode_ != LinearWeightMode::kAuto || !part.keep_quantized) return std::nullopt;
+  const std::optional<QuantizedInfo> info = source_.QuantizedInfoOf(part.name);
+  if (!info.has_value() || !backend_->SupportsWeightDType(info->dtype)) return std::nullopt;
+  int64_t local_rows = 0, local_cols = 0;
+  const absl::StatusOr<TensorSlice> slice =
+      Share(part.name, part.rows, cols, part.split, &local_rows, &local_cols);
+  // An uneven split fails when the tensor is read; a share that cuts through a group or a packed
+  // word is dequantized from its slice instead.
+  if (slice.ok() && !QuantizedSliceAligned(*info, *slice)) return std::nullopt;
+  // The backend's kernels' shape limits on this rank's share (else widened).
+  const int64_t group = info->group_size > 0 ? info->group_size : local_cols;
+  if (!backend_->SupportsQuantizedShape(info->dtype, local_rows, local_cols, group)) {
+    return std::nullopt;
+  }
+  return info->dtype;
+}
+
 WeightDType WeightLoader::LinearKind(const LinearPart& part, int64_t cols) const {
   if (mode_ == LinearWeightMode::kF32) return WeightDType::kF32;
+  if (const std::optional<WeightDType> q = QuantizedKind(part, cols)) return *q;
   if (mode_ == LinearWeightMode::kAuto && source_.IsFp8Block(part.name)) {
     int64_t local_rows = 0, local_cols = 0;
     const absl::StatusOr<TensorSlice> slice =
@@ -157,6 +177,12 @@ absl::StatusOr<DeviceMatrix> WeightLoader::LinearRows(const std::vector<LinearPa
                                                       int64_t cols, std::vector<int64_t>* offsets) {
   if (parts.empty()) return absl::InvalidArgumentError("LinearRows: no parts");
   const WeightDType kind = LinearKind(parts[0], cols);
+  if (IsQuantizedWeight(kind) && parts.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LinearRows: ", parts[0].name, " is kept INT4 / INT8 / NVFP4 as stored, and such weights "
+        "are not fused (each keeps its own scales and NVFP4 global scale); load the ",
+        parts.size(), " parts as separate Linear weights"));
+  }
   const int64_t align = kind == WeightDType::kF8E4M3Block128 ? 128 : 1;
   const int64_t whole_cols = cols;
   std::vector<int64_t> first(parts.size());
@@ -167,7 +193,8 @@ absl::StatusOr<DeviceMatrix> WeightLoader::LinearRows(const std::vector<LinearPa
     if (LinearKind(parts[i], whole_cols) != kind) {
       return absl::InvalidArgumentError(
           absl::StrCat("LinearRows: ", parts[i].name, " is not stored like ", parts[0].name,
-                       " (fp8 block-scaled vs not); load them as separate Linear weights"));
+                       " (fp8 block-scaled or quantized vs not); load them as separate Linear "
+                       "weights"));
     }
     int64_t local_cols = 0;
     GLM_ASSIGN_OR_RETURN(slices[i], Share(parts[i].name, parts[i].rows, whole_cols,
@@ -243,6 +270,43 @@ absl::StatusOr<DeviceMatrix> WeightLoader::LinearRows(const std::vector<LinearPa
     real = real_rows * cols + scale_bytes;
     bytes_.fp8_scales += scale_bytes;
     bytes_.fp8_payload += real_rows * cols;
+  } else if (IsQuantizedWeight(kind)) {
+    const LinearPart& p = parts[0];
+    GLM_ASSIGN_OR_RETURN(QuantizedTensor t, source_.ReadQuantized(p.name, slices[0]));
+    if (t.dtype != kind || t.full_shape != std::vector<int64_t>{p.rows, whole_cols} ||
+        t.shape != std::vector<int64_t>{rows, cols} ||
+        static_cast<int64_t>(t.data.size()) != rows * t.row_bytes ||
+        static_cast<int64_t>(t.scales.size()) != rows * t.scale_cols * t.scale_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", p.name, " has shape ", ShapeString(t.full_shape), " (this rank's ",
+          ShapeString(t.shape), ", ", t.row_bytes, " bytes per packed row, ", t.scale_cols,
+          " scales per row); config.json implies ", ShapeString({p.rows, whole_cols}), " and ",
+          ShapeString({rows, cols}), " for this rank. Check that config.json belongs to this "
+          "checkpoint"));
+    }
+    // 16-byte rows of packed codes and of scales (vector loads in the kernels).
+    const int64_t ld = (t.row_bytes + 15) / 16 * 16;
+    const int64_t scale_row_bytes = (t.scale_cols * t.scale_bytes + 15) / 16 * 16;
+    std::vector<uint8_t> payload(rows * ld, 0), scales(rows * scale_row_bytes, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(t.data.data() + r * t.row_bytes, t.row_bytes, payload.data() + r * ld);
+      std::copy_n(t.scales.data() + r * t.scale_cols * t.scale_bytes,
+                  t.scale_cols * t.scale_bytes, scales.data() + r * scale_row_bytes);
+    }
+    m.buffer = backend_->Allocate(payload.size());
+    backend_->CopyToDevice(m.buffer->data(), payload.data(), payload.size());
+    m.scale_buffer = backend_->Allocate(scales.size());
+    backend_->CopyToDevice(m.scale_buffer->data(), scales.data(), scales.size());
+    m.view = {m.buffer->f32(), rows, cols, ld};
+    m.view.dtype = kind;
+    m.view.group_scales = m.scale_buffer->data();
+    m.view.scale_ld = scale_row_bytes / t.scale_bytes;
+    m.view.group_size = t.group_size;
+    m.view.global_scale = t.global_scale;
+    stored = static_cast<int64_t>(payload.size() + scales.size());
+    real = stored;
+    bytes_.quant_payload += static_cast<int64_t>(payload.size());
+    bytes_.quant_scales += static_cast<int64_t>(scales.size());
   } else {
     const int64_t ld = (cols + 7) / 8 * 8;  // 16-byte rows for cuBLASLt and 8-byte loads
     std::vector<uint16_t> h(rows * ld, 0);
@@ -288,7 +352,10 @@ absl::StatusOr<FusedLinear> FusedLinear::Load(WeightLoader& w, const std::vector
   for (size_t begin = 0; begin < parts.size();) {
     const WeightDType kind = w.LinearKind(parts[begin], cols);
     size_t end = begin + 1;
-    while (w.fuse() && end < parts.size() && w.LinearKind(parts[end], cols) == kind) ++end;
+    while (w.fuse() && !IsQuantizedWeight(kind) && end < parts.size() &&
+           w.LinearKind(parts[end], cols) == kind) {
+      ++end;
+    }
     const std::vector<LinearPart> group(parts.begin() + begin, parts.begin() + end);
     std::vector<int64_t> rows_at;
     Group g;
@@ -315,6 +382,7 @@ MatView FusedLinear::WeightPart(size_t i) const {
   const int64_t first = offsets_[i] - groups_[gi].out_offset;  // row in the group's weight
   MatView v = w;
   v.rows = rows_[i];
+  if (IsQuantizedWeight(w.dtype)) return v;  // a group of its own (first == 0)
   const int64_t elem_bytes = w.dtype == WeightDType::kF32    ? 4
                              : w.dtype == WeightDType::kBF16 ? 2
                                                              : 1;
@@ -560,7 +628,10 @@ absl::StatusOr<MlaAttention> MlaAttention::Load(WeightLoader& w, const ModelConf
     GLM_ASSIGN_OR_RETURN(kv_b_host, w.Host(kv_b_name, nh * (nope + vd), kvr, kByHead));
     m.kv_b = w.UploadLinearF32(kv_b_host, lnh * (nope + vd), kvr);
   } else {
-    GLM_ASSIGN_OR_RETURN(m.kv_b, w.Linear(kv_b_name, nh * (nope + vd), kvr, kByHead));
+    // keep_quantized false: AbsorbPerHead takes no INT4 / INT8 / NVFP4 weight (layers.h).
+    GLM_ASSIGN_OR_RETURN(m.kv_b, w.LinearRows({{kv_b_name, nh * (nope + vd), kByHead,
+                                                /*keep_quantized=*/false}},
+                                              kvr));
   }
   if (!kv_b_host.empty()) {
     // W_UK^T per head: w_uk_t[h][c][d] = kv_b[h * (nope + vd) + d][c], d < nope.

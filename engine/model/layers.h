@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,9 +54,12 @@ struct DeviceMatrix {
 
 // How WeightLoader::Linear stores Linear weights (ModelLoadOptions::weight_dtype).
 enum class LinearWeightMode {
-  kF32,   // "fp32": everything fp32 (the reference)
-  kBF16,  // "bf16": every Linear weight bf16 (fp8 checkpoints dequantized, then rounded)
-  kAuto,  // "auto": e4m3 + 128x128 scales kept where the checkpoint has them, else bf16
+  kF32,   // "fp32": everything fp32 (the reference; quantized checkpoints dequantized exactly)
+  kBF16,  // "bf16": every Linear weight bf16 (fp8 / INT4 / INT8 / NVFP4 checkpoints dequantized,
+          // then rounded)
+  kAuto,  // "auto": e4m3 + 128x128 scales kept where the checkpoint has them, INT4 / INT8 /
+          // NVFP4 kept as stored where the backend takes them (SupportsWeightDType: cuda), else
+          // bf16
 };
 // Parses "fp32" | "bf16" | "auto"; InvalidArgument naming the accepted values otherwise.
 absl::StatusOr<LinearWeightMode> ParseLinearWeightMode(const std::string& s);
@@ -67,15 +71,23 @@ struct WeightBytes {
   int64_t linear_fp32 = 0;    // the same weights in fp32 (rows * cols * 4)
   int64_t fp8_scales = 0;     // block scales of fp8 weights (included in linear and total)
   int64_t fp8_payload = 0;    // e4m3 bytes of fp8 weights (included in linear and total)
-  int64_t num_linear[3] = {0, 0, 0};  // Linear weights per WeightDType (f32, bf16, fp8)
+  // INT4 / INT8 / NVFP4 weights kept as stored: packed rows (row stride padded to 16 bytes) and
+  // their scales (rows padded to 16 bytes); included in linear and total.
+  int64_t quant_payload = 0;
+  int64_t quant_scales = 0;
+  // Linear weights per WeightDType (f32, bf16, fp8, int4, int8, nvfp4).
+  int64_t num_linear[kNumWeightDTypes] = {};
 };
 
 // One tensor of a Linear weight made of parts (WeightLoader::LinearRows, FusedLinear): the
 // checkpoint tensor `name`, [rows, cols] whole, of which this rank loads its `split` share.
+// keep_quantized = false widens an INT4 / INT8 / NVFP4 tensor even where the backend takes it
+// as stored (weights that also feed ops other than Linear: MLA's kv_b_proj).
 struct LinearPart {
   std::string name;
   int64_t rows = 0;
   TpSplit split = TpSplit::kReplicated;
+  bool keep_quantized = true;
 };
 
 // Reads parameters from a WeightSource, checks their shapes, and copies them to the backend.
@@ -93,15 +105,23 @@ class WeightLoader {
   // A Linear weight [out, in] = [rows, cols] stored as the loader's mode says: fp32; bf16 (row
   // stride rounded up to 8 elements, 16-byte rows); or e4m3 + fp32 block scales (mode kAuto, the
   // tensor is e4m3 with 128x128 scales in the checkpoint and cols % 16 == 0; scale_ld rounded up
-  // to 4), else bf16. With a split, this rank's [rows / tp_size, cols] (column-parallel) or
-  // [rows, cols / tp_size] (row-parallel); an fp8 share keeps e4m3 only where it is made of
-  // whole 128 x 128 scale blocks (else bf16, dequantized from the slice).
+  // to 4), else bf16. In mode kAuto an INT4 / INT8 (bf16 scales) / NVFP4 checkpoint tensor
+  // stays as stored (MatView quantized dtypes: packed rows and scales copied byte for byte, rows
+  // padded to 16 bytes, scale rows to 16 bytes) when the backend SupportsWeightDType it; else it
+  // is dequantized exactly and stored as the mode says (bf16 in kAuto; also where the backend
+  // refuses the shape: Backend::SupportsQuantizedShape). With a split, this
+  // rank's [rows / tp_size, cols] (column-parallel) or [rows, cols / tp_size] (row-parallel); an
+  // fp8 share keeps e4m3 only where it is made of whole 128 x 128 scale blocks, a quantized
+  // share stays as stored only where it is made of whole groups and packed words
+  // (QuantizedSliceAligned); else bf16, dequantized from the slice.
   absl::StatusOr<DeviceMatrix> Linear(const std::string& name, int64_t rows, int64_t cols,
                                       TpSplit split = TpSplit::kReplicated);
   // How Linear() stores `part` of `cols` columns (whole) in this loader's mode.
   WeightDType LinearKind(const LinearPart& part, int64_t cols) const;
   // Linear weights [rows_i, cols] that multiply the same input, concatenated by rows into one
-  // weight stored as Linear() stores each of them (every part must have the same LinearKind).
+  // weight stored as Linear() stores each of them (every part must have the same LinearKind; a
+  // quantized kind takes one part only: NVFP4 gate and up each keep their own global scale, and
+  // one view has one, so quantized weights are never fused).
   // An fp8 weight's parts each start on a 128-row boundary (so that no two parts share a block
   // scale; the rows between are zero, with the preceding part's scales); others are packed.
   // offsets (when non-null) receives each part's first row. Each part counts as one Linear in
@@ -137,6 +157,8 @@ class WeightLoader {
   // divide by tp_size.
   absl::StatusOr<TensorSlice> Share(const std::string& name, int64_t rows, int64_t cols,
                                     TpSplit split, int64_t* local_rows, int64_t* local_cols) const;
+  // The quantized dtype `part` keeps in mode kAuto (see Linear), or nullopt.
+  std::optional<WeightDType> QuantizedKind(const LinearPart& part, int64_t cols) const;
 
   WeightSource& source_;
   Backend* backend_;
@@ -200,7 +222,8 @@ struct RmsNormLayer {
 // one launch and one weight stream instead of one per weight (at batch 1 a decode step is a chain
 // of short dependent kernels, and each costs microseconds of launch and ramp-up besides its
 // bytes). Consecutive parts stored the same way (WeightLoader::LinearKind; an fp8 checkpoint may
-// keep some tensors in bf16) form one group, one Linear each. The output is one [T, out_cols()]
+// keep some tensors in bf16) form one group, one Linear each; an INT4 / INT8 / NVFP4 part is a
+// group of its own (WeightLoader::LinearRows). The output is one [T, out_cols()]
 // matrix whose columns Part(out, i) are part i's outputs; columns between parts (fp8 row padding)
 // are zeros nobody reads. Each output element is the same dot product as with separate weights
 // (bit for bit on the CPU; a device kernel may split the sum differently for the fused shape).
@@ -327,7 +350,9 @@ struct MlaAttention {
   DeviceMatrix q_a_norm, kv_a_norm, o_proj;
   int64_t num_heads = 0;  // this rank's attention heads
   // kv_b_proj [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank], stored as
-  // WeightLoader::Linear stores every Linear (fp32, bf16, or e4m3 + block scales). The absorbed
+  // WeightLoader::Linear stores every Linear (fp32, bf16, or e4m3 + block scales), except that an
+  // INT4 / INT8 / NVFP4 kv_b_proj is widened to bf16 at load (AbsorbPerHead reads fp32 / bf16 /
+  // fp8 only; kv_b is small: 28672 x 512 at GLM-5 widths, 29 MB in bf16). The absorbed
   // form reads W_UK (rows h * (nope + v) + d, d < nope) and W_UV (rows h * (nope + v) + nope + j)
   // straight from it with Backend::AbsorbPerHead, and the expanded form multiplies by all of it
   // the same way (one "head"): weight-only numerics in both forms (x fp32, weights widened

@@ -5,6 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#ifdef GLM_HAVE_WEIGHTS
+#include "engine/weights/dequantize.h"
+#include "engine/weights/weight_store.h"
+#endif
 
 namespace glm::engine {
 namespace {
@@ -115,6 +119,115 @@ absl::StatusOr<Fp8BlockTensor> WeightSource::ReadFp8BlockSlice(const std::string
   }
   return SliceFp8Block(name, whole.data.data(), whole.shape, whole.scales, slice);
 }
+
+bool QuantizedSliceAligned(const QuantizedInfo& info, const TensorSlice& slice) {
+  if (slice.dim != TensorSlice::kCols) return true;
+  if (info.shape.size() != 2) return false;
+  const int64_t cols = info.shape[1];
+  // Codes per storage unit: an int32 word (INT4: 8, INT8: 4) or an NVFP4 byte (2).
+  const int64_t unit = info.dtype == WeightDType::kInt4   ? 8
+                       : info.dtype == WeightDType::kInt8 ? 4
+                                                          : 2;
+  auto on = [&](int64_t c, int64_t m) { return m <= 0 || c % m == 0; };
+  return on(slice.begin, info.group_size) && on(slice.begin, unit) &&
+         (slice.end == cols || (on(slice.end, info.group_size) && on(slice.end, unit)));
+}
+
+#ifdef GLM_HAVE_WEIGHTS
+
+std::optional<QuantizedInfo> StoreQuantizedInfo(const WeightStore& store,
+                                                const std::string& name) {
+  absl::StatusOr<WeightStore::QuantizedParts> p = store.QuantizedPartsOf(name);
+  if (!p.ok() || p->shape.size() != 2) return std::nullopt;
+  QuantizedInfo info;
+  info.shape = p->shape;
+  if (p->encoding == WeightStore::Encoding::kNvfp4) {
+    if (p->scale.dtype != DType::kF8E4M3) return std::nullopt;
+    info.dtype = WeightDType::kNvfp4;
+    info.group_size = kNvfp4GroupSize;
+    return info;
+  }
+  // INT scales stay narrow only as bf16 (the kernels' scale type; F16 / F32 would round).
+  if (p->scale.dtype != DType::kBF16) return std::nullopt;
+  info.dtype = p->layout.num_bits == 4 ? WeightDType::kInt4 : WeightDType::kInt8;
+  info.group_size = p->layout.group_size;
+  return info;
+}
+
+absl::StatusOr<QuantizedTensor> ReadStoreQuantized(const WeightStore& store,
+                                                   const std::string& name,
+                                                   const TensorSlice& slice) {
+  const std::optional<QuantizedInfo> info = StoreQuantizedInfo(store, name);
+  if (!info.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " is not an INT4 / INT8 weight with bf16 scales or an NVFP4 weight; "
+        "read it widened (ReadFloat)"));
+  }
+  GLM_ASSIGN_OR_RETURN(const WeightStore::QuantizedParts p, store.QuantizedPartsOf(name));
+  GLM_ASSIGN_OR_RETURN(const Region r, RegionOf(name, p.shape, slice));
+  if (!QuantizedSliceAligned(*info, slice)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, " ", ShapeString(p.shape), " is quantized in groups of ",
+        info->group_size > 0 ? info->group_size : p.shape[1], " inputs, and this rank's columns [",
+        slice.begin, ", ", slice.end, ") split a group or a packed word. Fix: a tp_size that "
+        "divides the input dimension into whole groups, or weight_dtype bf16 / fp32 (dequantized "
+        "at load)"));
+  }
+  const bool nvfp4 = info->dtype == WeightDType::kNvfp4;
+  const int64_t cols = p.shape[1];
+  const int64_t per_unit = nvfp4 ? 2 : 32 / p.layout.num_bits;  // codes per byte / word
+  const int64_t unit_bytes = nvfp4 ? 1 : 4;
+  const int64_t stored_row_bytes = p.data.shape[1] * static_cast<int64_t>(DTypeSize(p.data.dtype));
+  QuantizedTensor t;
+  t.dtype = info->dtype;
+  t.full_shape = p.shape;
+  t.shape = {r.r1 - r.r0, r.c1 - r.c0};
+  const int64_t u0 = r.c0 / per_unit, u1 = (r.c1 + per_unit - 1) / per_unit;
+  t.row_bytes = (u1 - u0) * unit_bytes;
+  t.data.resize(t.shape[0] * t.row_bytes);
+  const auto* src = reinterpret_cast<const uint8_t*>(p.data.data);
+  for (int64_t i = 0; i < t.shape[0]; ++i) {
+    std::copy_n(src + (r.r0 + i) * stored_row_bytes + u0 * unit_bytes, t.row_bytes,
+                t.data.data() + i * t.row_bytes);
+  }
+  const int64_t group = info->group_size > 0 ? info->group_size : cols;
+  const int64_t stored_scale_cols = p.scale.shape.size() == 2 ? p.scale.shape[1] : 1;
+  t.scale_bytes = static_cast<int>(DTypeSize(p.scale.dtype));
+  const int64_t s0 = info->group_size > 0 ? r.c0 / group : 0;
+  const int64_t s1 = info->group_size > 0 ? (r.c1 + group - 1) / group : 1;
+  t.scale_cols = s1 - s0;
+  t.scales.resize(t.shape[0] * t.scale_cols * t.scale_bytes);
+  const auto* scale_src = reinterpret_cast<const uint8_t*>(p.scale.data);
+  for (int64_t i = 0; i < t.shape[0]; ++i) {
+    std::copy_n(scale_src + ((r.r0 + i) * stored_scale_cols + s0) * t.scale_bytes,
+                t.scale_cols * t.scale_bytes, t.scales.data() + i * t.scale_cols * t.scale_bytes);
+  }
+  // Per channel: one scale per row covers all of the slice's columns.
+  t.group_size = info->group_size > 0 ? info->group_size : t.shape[1];
+  if (nvfp4) {
+    GLM_ASSIGN_OR_RETURN(std::vector<float> g, DecodeToFloat(*p.scale_2));
+    if (g.size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name, ": weight_scale_2 has ", g.size(), " values; expected 1"));
+    }
+    t.global_scale = g[0];
+  }
+  return t;
+}
+
+#else  // !GLM_HAVE_WEIGHTS
+
+std::optional<QuantizedInfo> StoreQuantizedInfo(const WeightStore&, const std::string&) {
+  return std::nullopt;
+}
+
+absl::StatusOr<QuantizedTensor> ReadStoreQuantized(const WeightStore&, const std::string& name,
+                                                   const TensorSlice&) {
+  return absl::UnimplementedError(absl::StrCat(
+      "tensor ", name, ": this build has no checkpoint reader (engine/weights)"));
+}
+
+#endif  // GLM_HAVE_WEIGHTS
 
 absl::StatusOr<std::vector<float>> InMemoryWeights::ReadFloat(const std::string& name,
                                                               std::vector<int64_t>* shape) {

@@ -390,6 +390,25 @@ absl::StatusOr<WeightStore::Encoding> WeightStore::EncodingOf(std::string_view n
   return r.encoding;
 }
 
+absl::StatusOr<WeightStore::QuantizedParts> WeightStore::QuantizedPartsOf(
+    std::string_view name) const {
+  GLM_ASSIGN_OR_RETURN(Resolved r, Resolve(name));
+  if ((r.encoding != Encoding::kPackedInt && r.encoding != Encoding::kNvfp4) ||
+      !r.scale.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", ToAbsl(name), " in ", FileOf(r.main.name),
+        " is not a pack-quantized INT4 / INT8 or NVFP4 weight; read it with ReadFloat"));
+  }
+  QuantizedParts p;
+  p.encoding = r.encoding;
+  p.data = r.main;
+  p.scale = *r.scale;
+  p.scale_2 = r.scale_2;
+  p.layout = r.layout;
+  p.shape = r.shape;
+  return p;
+}
+
 std::vector<std::string> WeightStore::PartsOf(std::string_view name) const {
   std::vector<std::string> parts;
   absl::StatusOr<Resolved> r = Resolve(name);

@@ -77,6 +77,18 @@ class WeightStore {
   // How `name` is stored (kNotFound when absent; kInvalidArgument when its tensors or the
   // config disagree).
   absl::StatusOr<Encoding> EncodingOf(std::string_view name) const;
+  // The stored tensors of a pack-quantized or NVFP4 weight `name` ("<m>.weight"), checked as
+  // ReadFloat checks them: for a backend that keeps the weight as stored. kInvalidArgument naming
+  // the tensor when it is stored otherwise.
+  struct QuantizedParts {
+    Encoding encoding = Encoding::kPackedInt;  // kPackedInt or kNvfp4
+    TensorView data;                           // weight_packed (I32) or weight (U8)
+    TensorView scale;                          // weight_scale
+    std::optional<TensorView> scale_2;         // kNvfp4: weight_scale_2
+    PackedIntLayout layout;                    // kPackedInt: bits and group size
+    std::vector<int64_t> shape;                // logical [rows, cols]
+  };
+  absl::StatusOr<QuantizedParts> QuantizedPartsOf(std::string_view name) const;
   // The stored tensors that make up `name` (the weight and its scales), for byte accounting and
   // page-cache release. Empty when absent.
   std::vector<std::string> PartsOf(std::string_view name) const;

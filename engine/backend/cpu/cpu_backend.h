@@ -25,9 +25,10 @@ class CpuBackend : public Backend {
   void Synchronize() override {}
   bool HostMemory() const override { return true; }
 
-  // Every WeightDType: narrow Linear / MoeExperts weights run with the cuda backend's numerics
-  // (engine/backend/cpu/cpu_narrow.h) and stay narrow in memory.
-  bool SupportsWeightDType(WeightDType) const override { return true; }
+  // fp32 / bf16 / fp8: narrow Linear / MoeExperts weights run with the cuda backend's numerics
+  // (engine/backend/cpu/cpu_narrow.h) and stay narrow in memory. Not INT4 / INT8 / NVFP4: the
+  // loader widens those checkpoint weights for this backend.
+  bool SupportsWeightDType(WeightDType d) const override { return !IsQuantizedWeight(d); }
   void Linear(const MatView& x, const MatView& w, const MatView& y, bool accumulate) override;
   void LinearPerHead(const HeadsView& x, const float* weights, int64_t weight_head_stride,
                      int64_t w_ld, const HeadsView& y) override;

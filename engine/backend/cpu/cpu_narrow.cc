@@ -229,6 +229,10 @@ void WidenWeightRows(const MatView& w, int64_t r0, int64_t n, float* out) {
       }
       break;
     }
+    case WeightDType::kInt4:
+    case WeightDType::kInt8:
+    case WeightDType::kNvfp4:
+      break;  // never stored on this backend (SupportsWeightDType: the loader widens them)
   }
 }
 
