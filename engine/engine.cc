@@ -128,8 +128,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (!shard.is_head()) {
     return std::unique_ptr<Engine>(new Engine(*std::move(model), std::move(group), options));
   }
-  auto pipelined = std::make_unique<pipeline::PipelinedModel>(*std::move(model), std::move(group),
-                                                              agreed_blocks);
+  auto pipelined = std::make_unique<pipeline::PipelinedModel>(
+      *std::move(model), std::move(group), agreed_blocks, options.max_steps_in_flight);
   pipeline::PipelinedModel* raw = pipelined.get();
   GLM_RETURN_IF_ERROR(ValidateModelAndOptions(*pipelined, options));
   return std::unique_ptr<Engine>(new Engine(std::move(pipelined), options, raw));
@@ -144,6 +144,11 @@ absl::Status Engine::ValidateModelAndOptions(const Model& model, const EngineOpt
   if (options.max_num_seqs < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_num_seqs=", options.max_num_seqs, " must be >= 1"));
+  }
+  if (options.max_steps_in_flight < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_steps_in_flight=", options.max_steps_in_flight,
+        " must be >= 0 (0 = the replica's pp_size, 1 = one step at a time)"));
   }
   if (options.max_num_batched_tokens < 1 + std::max(options.mtp_draft_tokens, 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -177,14 +182,18 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options,
   so.enable_prefix_caching = options_.enable_prefix_caching;
   so.num_draft_tokens = std::max(options_.mtp_draft_tokens, 0);
   so.max_model_len = options_.max_model_len;
+  so.max_steps_in_flight = options_.max_steps_in_flight;
   scheduler_ = std::make_unique<Scheduler>(
       model_.get(), so, [this](int64_t id, TokenEvent ev) { Deliver(id, std::move(ev)); });
   seed_state_ = options_.seed != 0 ? options_.seed : std::random_device{}();
   stats_.kv_num_blocks = model_->kv_geometry().num_blocks;
   stats_.kv_num_free_blocks = stats_.kv_num_blocks;
-  GLM_LOG_INFO("engine started kv_blocks={} block_size={} max_num_seqs={} budget={} mtp={}",
-               model_->kv_geometry().num_blocks, model_->kv_geometry().block_size,
-               options_.max_num_seqs, options_.max_num_batched_tokens, options_.mtp_draft_tokens);
+  GLM_LOG_INFO(
+      "engine started kv_blocks={} block_size={} max_num_seqs={} budget={} mtp={} "
+      "steps_in_flight={}",
+      model_->kv_geometry().num_blocks, model_->kv_geometry().block_size, options_.max_num_seqs,
+      options_.max_num_batched_tokens, options_.mtp_draft_tokens,
+      scheduler_->max_steps_in_flight());
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -272,6 +281,7 @@ EngineStats Engine::Stats() const {
     s.num_steps = follower_->num_steps();
     s.num_group_messages = follower_->num_messages();
     s.group_done = follower_->done();
+    s.stage_compute_seconds = static_cast<double>(follower_->compute_nanos()) * 1e-9;
     s.failed = !follower_->status().ok();
     return s;
   }
@@ -311,6 +321,9 @@ void Engine::PublishStats() {
     stats_.kv_num_free_blocks = ss.kv.num_free_blocks;
     stats_.kv_num_cached_blocks = ss.kv.num_cached_blocks;
     stats_.num_steps = ss.num_steps;
+    stats_.num_steps_completed = ss.num_steps_completed;
+    stats_.num_steps_in_flight = ss.num_steps_in_flight;
+    stats_.max_steps_in_flight_observed = ss.max_steps_in_flight_observed;
     stats_.num_preemptions = ss.num_preemptions;
     stats_.num_failed_steps = ss.num_failed_steps;
     stats_.num_prompt_tokens = ss.num_prompt_tokens;
@@ -322,7 +335,10 @@ void Engine::PublishStats() {
     stats_.num_accepted_per_position = ss.num_accepted_per_position;
     stats_.num_accepted_draft_tokens = ss.num_accepted_draft_tokens;
     stats_.draft_acceptance_rate = ss.draft_acceptance_rate();
-    if (pipeline_ != nullptr) stats_.num_group_messages = pipeline_->num_messages();
+    if (pipeline_ != nullptr) {
+      stats_.num_group_messages = pipeline_->num_messages();
+      stats_.stage_compute_seconds = static_cast<double>(pipeline_->compute_nanos()) * 1e-9;
+    }
   }
   idle_cv_.notify_all();
 }

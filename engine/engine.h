@@ -20,8 +20,11 @@
 //    Create with the same group_key within connect_timeout), loads this rank's layers and TP
 //    slice, and agrees on the KV block count (the smallest over the ranks).
 //  - The head (pp 0, tp 0) returns an engine that works exactly as a single-process one: its
-//    scheduler drives a PipelinedModel that broadcasts every step to the other ranks and returns
-//    the last stage's result. Every decision is the head's; the other ranks follow it. The last
+//    scheduler drives a PipelinedModel that sends every step to the other ranks and returns
+//    the last stage's result. Every decision is the head's; the other ranks follow it. With
+//    pp_size > 1 the head keeps up to max_steps_in_flight steps (micro-batches over disjoint
+//    sequences) outstanding so the stages work at once; Stats() shows the steps in flight, the
+//    most observed and each rank's time in its layers (stage_compute_seconds). The last
 //    stage returns sampled ids, or logits rows where the head needs them (MTP verification,
 //    prompt logits, min_tokens masking); a request with SamplingParams::logprobs has its token
 //    drawn and its logprobs computed on the last stage, which sends the (id, logprob) pairs.
@@ -87,6 +90,10 @@ struct EngineOptions {
   // cache takes what is left of gpu_memory_fraction of the device after weights, warm-up
   // activations at max_num_seqs / max_num_batched_tokens and reserves (cuda backend only).
   double gpu_memory_fraction = 0.0;
+  // Distributed replicas with pp_size > 1: steps (micro-batches over disjoint sequences) the
+  // head keeps in flight, so every stage works on a different one (SchedulerOptions and
+  // pipelined_model.h). 0 = pp_size; 1 = one step at a time. MTP keeps one in any case.
+  int max_steps_in_flight = 0;
   // This engine's place in a replica spread over ranks (engine/pipeline/shard_topology.h). The
   // default is the whole model in this process. Budgets above (kv_cache_bytes, max_num_seqs,
   // ...) are per rank; the head's scheduler options are the ones that count.
@@ -101,7 +108,10 @@ struct EngineStats {
   int kv_num_blocks = 0;
   int kv_num_free_blocks = 0;
   int kv_num_cached_blocks = 0;
-  int64_t num_steps = 0;
+  int64_t num_steps = 0;            // steps submitted to the model (a follower: served)
+  int64_t num_steps_completed = 0;  // steps whose results were applied
+  int num_steps_in_flight = 0;      // submitted, not completed yet
+  int max_steps_in_flight_observed = 0;  // the most outstanding at once so far
   int64_t num_preemptions = 0;
   int64_t num_failed_steps = 0;  // steps failed without stopping the engine (SchedulerStats)
   int64_t num_prompt_tokens = 0;
@@ -118,6 +128,9 @@ struct EngineStats {
   // received; it advances at least every shard.op_timeout / 4 while the group is alive.
   int64_t num_group_messages = 0;
   bool group_done = false;  // follower: its loop has ended (the head stopped it, or failure)
+  // Distributed replicas: seconds this rank spent in its stage's layers; its growth over an
+  // interval / the interval is the stage's busy fraction.
+  double stage_compute_seconds = 0.0;
 };
 
 // A request's event queue. Thread-safe; one consumer.

@@ -390,6 +390,8 @@ TEST(PipelineEngineTest, AFollowerThatGoesAwayFailsTheHeadsRequestsWithinSeconds
     ASSERT_TRUE(hs[0].stream->Next(&ev) && !ev.finished);
   }
 
+  // Steps are in flight (micro-batches, max_steps_in_flight = pp_size) when the stage goes.
+  EXPECT_GE(replica->head().Stats().max_steps_in_flight_observed, 2);
   const auto killed_at = Clock::now();
   replica->ranks[1].reset();  // the middle stage leaves; its sockets close
   for (auto& h : hs) {
@@ -452,6 +454,93 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PipelineCase{"tiny-moe", {{0, 4}}},                 // TP 2
                       PipelineCase{"tiny-sparse", {{0, 1}, {2, 4}}}),     // TP 2 x PP 2
     CaseName);
+
+// Micro-batches in flight (EngineOptions::max_steps_in_flight): the same greedy ids as the
+// single-process engine with one step in flight and with pp_size, and with pp_size the head
+// really keeps several steps outstanding.
+class PipelineInFlightTest : public ::testing::TestWithParam<PipelineCase> {};
+
+TEST_P(PipelineInFlightTest, GreedyTokensEqualTheSingleProcessEngineAtEveryDepth) {
+  const PipelineCase& pc = GetParam();
+  const golden::Fixture fx = FixtureNamed(pc.fixture);
+  ASSERT_FALSE(fx.name.empty());
+  const int tp_size = pc.mtp;  // this suite's third field is the TP size
+  EngineOptions options = SmallChunks(fx.dir);
+  std::vector<std::vector<int32_t>> want;
+  {
+    auto single = Engine::Create(options);
+    ASSERT_TRUE(single.ok()) << single.status();
+    want = RunConcurrent(**single, fx);
+  }
+  const int pp_size = static_cast<int>(pc.stages.size());
+  for (int depth : {1, pp_size}) {
+    SCOPED_TRACE(absl::StrCat("max_steps_in_flight ", depth));
+    options.max_steps_in_flight = depth;
+    auto replica = StartReplica(options, pc.stages, tp_size);
+    ExpectStarted(*replica);
+    EXPECT_EQ(RunConcurrent(replica->head(), fx), want);
+    ASSERT_TRUE(replica->head().Drain().ok());
+    const EngineStats st = replica->head().Stats();
+    EXPECT_EQ(st.max_steps_in_flight_observed, depth);
+    EXPECT_EQ(st.num_steps_completed, st.num_steps);
+    EXPECT_EQ(st.num_steps_in_flight, 0);
+    for (size_t r = 1; r < replica->ranks.size(); ++r) {
+      Engine& follower = *replica->ranks[r];
+      EXPECT_TRUE(WaitFor([&] { return follower.Stats().num_steps >= st.num_steps; }))
+          << "rank " << r << " served " << follower.Stats().num_steps << " of " << st.num_steps;
+      EXPECT_TRUE(follower.status().ok()) << "rank " << r << ": " << follower.status();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Partitions, PipelineInFlightTest,
+    ::testing::Values(PipelineCase{"tiny-sparse", {{0, 1}, {2, 4}}, 1},          // PP 2
+                      PipelineCase{"tiny-sparse", {{0, 0}, {1, 3}, {4, 4}}, 1},  // PP 3, uneven,
+                                                                                 // before shared 4
+                      PipelineCase{"tiny-sparse", {{0, 1}, {2, 4}}, 2}),         // TP 2 x PP 2
+    [](const ::testing::TestParamInfo<PipelineCase>& info) {
+      std::string name = absl::StrCat(info.param.fixture, "_pp", info.param.stages.size(), "_tp",
+                                       info.param.mtp);
+      for (char& c : name) {
+        if (c == '-') c = '_';
+      }
+      return name;
+    });
+
+// An abort of a request whose step is outstanding ends its stream with kAborted; the others keep
+// their greedy ids and the replica stays healthy.
+TEST(PipelineEngineTest, AbortMidFlightLeavesTheOtherRequestsExact) {
+  const golden::Fixture fx = FixtureNamed("tiny-sparse");
+  ASSERT_FALSE(fx.name.empty());
+  auto replica = StartReplica(SmallChunks(fx.dir), {{0, 0}, {1, 3}, {4, 4}});
+  ExpectStarted(*replica);
+  std::vector<RequestHandle> hs;
+  for (const golden::Case& c : fx.cases) {
+    auto h = replica->head().Submit(golden::GreedyRequest(c.prompt, 24));
+    ASSERT_TRUE(h.ok()) << h.status();
+    hs.push_back(*h);
+  }
+  ASSERT_GE(hs.size(), 2u);
+  TokenEvent ev;
+  ASSERT_TRUE(hs[0].stream->Next(&ev) && !ev.finished);
+  replica->head().Abort(hs[0].id);
+  TokenEvent last;
+  hs[0].stream->CollectTokens(&last);
+  EXPECT_EQ(last.finish_reason, FinishReason::kAborted);
+  for (size_t i = 1; i < hs.size(); ++i) {
+    EXPECT_EQ(hs[i].stream->CollectTokens(&last),
+              std::vector<int32_t>(fx.cases[i].greedy.begin(), fx.cases[i].greedy.begin() + 24))
+        << "case " << i;
+    EXPECT_EQ(last.finish_reason, FinishReason::kLength) << last.error;
+  }
+  ASSERT_TRUE(replica->head().Drain().ok());
+  EXPECT_GE(replica->head().Stats().max_steps_in_flight_observed, 2);
+  EXPECT_EQ(replica->head().Stats().kv_num_free_blocks, replica->head().Stats().kv_num_blocks);
+  for (size_t r = 1; r < replica->ranks.size(); ++r) {
+    EXPECT_TRUE(replica->ranks[r]->status().ok()) << "rank " << r;
+  }
+}
 
 }  // namespace
 }  // namespace glm::engine

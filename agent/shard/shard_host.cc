@@ -476,6 +476,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   eo.kv_block_size = mo.kv.block_size;
   eo.kv_cache_bytes = kv_bytes;
   eo.num_threads = options_.num_threads;
+  eo.max_steps_in_flight = options_.max_steps_in_flight;
   eo.backend = backend_kind;
   eo.weight_dtype = weight_dtype;
   eo.kv_dtype = kv_dtype;

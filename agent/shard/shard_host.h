@@ -61,6 +61,9 @@ struct ShardHostOptions {
   // Adaptive policy: a load with no progress for this long counts as stalled.
   Clock::Duration stall_timeout = std::chrono::seconds(20);
   int num_threads = 0;  // CPU backend threads; 0 = hardware concurrency
+  // Head of a PP replica: micro-batches in flight (EngineOptions::max_steps_in_flight); 0 = the
+  // replica's pp_size, 1 = one step at a time.
+  int max_steps_in_flight = 0;
   // Numeric IP this node binds for its shard group's connections (its fabric IP, else the
   // agent's listen IP; 127.0.0.1 on local clusters).
   std::string group_host = "127.0.0.1";

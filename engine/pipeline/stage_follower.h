@@ -39,6 +39,8 @@ class StageFollower {
   // Steps served (kStep and kMtpStep) and messages received (steps and heartbeats).
   int64_t num_steps() const { return num_steps_.load(); }
   int64_t num_messages() const { return num_messages_.load(); }
+  // Wall time in this rank's layers so far (StageGroup::compute_nanos).
+  int64_t compute_nanos() const { return group_->compute_nanos(); }
 
  private:
   void Loop();

@@ -1,6 +1,7 @@
 #include "engine/pipeline/stage_group.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -112,6 +113,35 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
     }
   }
 
+  // The head's messages and the last stage's results travel on communicators of their own: on
+  // the head, other threads use them (stage_group.h).
+  GlooCommunicatorOptions co = wo;
+  co.key_prefix = absl::StrCat(t.group_key, "/pipeline/control");
+  auto control = GlooCommunicator::Create(t.rendezvous, co);
+  if (!control.ok()) {
+    return g->PeerFailureOr(
+        Annotate(control.status(), absl::StrCat("forming the replica's control group on ", me)));
+  }
+  g->control_ = *std::move(control);
+  if (t.comm_meter != nullptr) {
+    g->control_ = std::make_unique<MeteredCommunicator>(std::move(g->control_), t.comm_meter);
+  }
+  if (t.pp_size > 1 && (t.is_head() || t.world_rank() == g->last_tp0())) {
+    GlooCommunicatorOptions ro = wo;
+    ro.rank = t.is_head() ? 0 : 1;
+    ro.size = 2;
+    ro.key_prefix = absl::StrCat(t.group_key, "/pipeline/result");
+    auto result = GlooCommunicator::Create(t.rendezvous, ro);
+    if (!result.ok()) {
+      return g->PeerFailureOr(Annotate(
+          result.status(), absl::StrCat("forming the head's result link on ", me)));
+    }
+    g->result_ = *std::move(result);
+    if (t.comm_meter != nullptr) {
+      g->result_ = std::make_unique<MeteredCommunicator>(std::move(g->result_), t.comm_meter);
+    }
+  }
+
   if (absl::Status s = g->CheckNeighbours(); !s.ok()) {
     // The ranks that passed wait for this one in AgreeKvBlocks: tell them.
     (void)g->AgreeKvBlocks(s);
@@ -203,19 +233,46 @@ absl::StatusOr<int> StageGroup::AgreeKvBlocks(const absl::StatusOr<int>& local_b
   return agreed;
 }
 
-absl::Status StageGroup::Usable() const {
-  if (!failure_.ok()) return failure_;
-  if (world_ == nullptr) return absl::FailedPreconditionError("the pipeline group is closed");
+absl::Status StageGroup::failure() const {
+  std::lock_guard<std::mutex> l(failure_mu_);
+  return failure_;
+}
+
+void StageGroup::CloseOwned(Owned owned) {
+  // A follower's one thread owns everything; the head's threads each own theirs.
+  if (!topology_.is_head()) owned = kAll;
+  if (owned & kStepComms) {
+    world_.reset();
+    tp_.reset();
+  }
+  if (owned & kControl) control_.reset();
+  if (owned & kResult) result_.reset();
+}
+
+absl::Status StageGroup::Usable(Owned owned) {
+  if (absl::Status f = failure(); !f.ok()) {
+    CloseOwned(owned);
+    return f;
+  }
+  const bool gone = ((owned & kStepComms) && world_ == nullptr) ||
+                    ((owned & kControl) && control_ == nullptr) ||
+                    ((owned & kResult) && result_ == nullptr && topology_.pp_size > 1);
+  if (gone) return absl::FailedPreconditionError("the pipeline group is closed");
   return absl::OkStatus();
 }
 
-absl::Status StageGroup::Fail(const absl::Status& status, const std::string& what) {
-  if (failure_.ok()) {
-    failure_ = Annotate(status, absl::StrCat(what, " on ",
-                                             DescribeRank(topology_, topology_.world_rank())));
+absl::Status StageGroup::Fail(const absl::Status& status, const std::string& what, Owned owned) {
+  absl::Status first;
+  {
+    std::lock_guard<std::mutex> l(failure_mu_);
+    if (failure_.ok()) {
+      failure_ = Annotate(status, absl::StrCat(what, " on ",
+                                               DescribeRank(topology_, topology_.world_rank())));
+    }
+    first = failure_;
   }
-  Close();
-  return failure_;
+  CloseOwned(owned);
+  return first;
 }
 
 absl::Status StageGroup::Barrier() {
@@ -224,25 +281,27 @@ absl::Status StageGroup::Barrier() {
   return absl::OkStatus();
 }
 
-void StageGroup::Close() {
-  world_.reset();
-  tp_.reset();
-}
+void StageGroup::Close() { CloseOwned(kAll); }
 
 absl::Status StageGroup::Send(const StepMessage& message) {
-  GLM_RETURN_IF_ERROR(Usable());
+  GLM_RETURN_IF_ERROR(Usable(kControl));
   StepMessage m = message;
   m.sequence = ++sequence_;
   const std::string payload = EncodePayload(m);
   float header[kHeaderFloats];
   EncodeHeader(Header{m.kind, payload.size()}, header);
-  absl::Status s = world_->Broadcast(header, kHeaderFloats, 0);
-  if (s.ok() && !payload.empty()) {
-    std::vector<float> body = BytesToFloats(payload);
-    s = world_->Broadcast(body.data(), body.size(), 0);
-  }
-  if (!s.ok()) {
-    return Fail(s, absl::StrCat("broadcasting the ", MessageKindName(m.kind), " message"));
+  const std::vector<float> body = BytesToFloats(payload);
+  // World-rank order: the head's own stage's TP ranks first, then stage by stage, each send
+  // waiting only for its receiver to take it.
+  for (int r = 1; r < topology_.world_size(); ++r) {
+    absl::Status s = control_->Send(header, kHeaderFloats, r);
+    if (s.ok() && !body.empty()) s = control_->Send(body.data(), body.size(), r);
+    if (!s.ok()) {
+      return Fail(s,
+                  absl::StrCat("sending the ", MessageKindName(m.kind), " message to ",
+                               DescribeRank(topology_, r)),
+                  kControl);
+    }
   }
   return absl::OkStatus();
 }
@@ -250,14 +309,14 @@ absl::Status StageGroup::Send(const StepMessage& message) {
 absl::StatusOr<StepMessage> StageGroup::Receive() {
   GLM_RETURN_IF_ERROR(Usable());
   float header[kHeaderFloats] = {};
-  if (absl::Status s = world_->Broadcast(header, kHeaderFloats, 0); !s.ok()) {
+  if (absl::Status s = control_->Recv(header, kHeaderFloats, 0); !s.ok()) {
     return Fail(s, "waiting for the head's next message");
   }
   absl::StatusOr<Header> h = DecodeHeader(header);
   if (!h.ok()) return Fail(h.status(), "decoding the head's message");
   std::vector<float> body(FloatsForBytes(h->payload_bytes));
   if (!body.empty()) {
-    if (absl::Status s = world_->Broadcast(body.data(), body.size(), 0); !s.ok()) {
+    if (absl::Status s = control_->Recv(body.data(), body.size(), 0); !s.ok()) {
       return Fail(s, "receiving the head's message");
     }
   }
@@ -371,20 +430,24 @@ absl::Status StageGroup::SendResult(const ForwardBatch& batch, const ForwardResu
     data.insert(data.end(), out.hidden.begin(), out.hidden.end());
     data.insert(data.end(), logprobs.begin(), logprobs.end());
   }
-  absl::Status s = world_->Send(desc.data(), desc.size(), 0);
-  if (s.ok() && !data.empty()) s = world_->Send(data.data(), data.size(), 0);
+  absl::Status s = result_->Send(desc.data(), desc.size(), 0);
+  if (s.ok() && !data.empty()) s = result_->Send(data.data(), data.size(), 0);
   if (!s.ok()) return Fail(s, "sending the last stage's result to the head (world rank 0)");
   return absl::OkStatus();
 }
 
 absl::Status StageGroup::RecvResult(const ForwardBatch& batch, ForwardResult* result) {
+  GLM_RETURN_IF_ERROR(Usable(kResult));
+  if (result_ == nullptr) {
+    return absl::FailedPreconditionError("RecvResult: this rank receives no stage's result");
+  }
   const int from = last_tp0();
   const std::string what = absl::StrCat("receiving the result from the last pp stage (",
                                         DescribeRank(topology_, from), ")");
   constexpr size_t D = kResultDescFloats;
   std::vector<float> desc(batch.seqs.size() * D);
-  if (absl::Status s = world_->Recv(desc.data(), desc.size(), from); !s.ok()) {
-    return Fail(s, what);
+  if (absl::Status s = result_->Recv(desc.data(), desc.size(), 1); !s.ok()) {
+    return Fail(s, what, kResult);
   }
   size_t total = 0;
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
@@ -392,14 +455,14 @@ absl::Status StageGroup::RecvResult(const ForwardBatch& batch, ForwardResult* re
     if (num_logprobs > 0 && num_logprobs % 2 != 1) {
       return Fail(absl::DataLossError(absl::StrCat("sequence ", batch.seqs[i].seq_id, ": ",
                                                    num_logprobs, " logprob values (not 1 + 2k)")),
-                  what);
+                  what, kResult);
     }
     total += Unbits(desc[i * D + 1]) + Unbits(desc[i * D + 2]) + num_logprobs;
   }
   std::vector<float> data(total);
   if (total > 0) {
-    if (absl::Status s = world_->Recv(data.data(), data.size(), from); !s.ok()) {
-      return Fail(s, what);
+    if (absl::Status s = result_->Recv(data.data(), data.size(), 1); !s.ok()) {
+      return Fail(s, what, kResult);
     }
   }
   result->seqs.assign(batch.seqs.size(), SequenceOutput{});
@@ -430,7 +493,12 @@ absl::Status StageGroup::RunStep(Model& model, ForwardBatch& batch, ForwardResul
   const ShardTopology& t = topology_;
   if (!t.first_stage()) GLM_RETURN_IF_ERROR(RecvActivations(batch));
   ForwardResult local;
-  if (absl::Status s = model.Forward(batch, &local); !s.ok()) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status forward = model.Forward(batch, &local);
+  compute_nanos_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count();
+  if (absl::Status s = forward; !s.ok()) {
     return Fail(s, absl::StrCat("running pp stage ", t.pp_rank, " (layers ", t.first_layer, "-",
                                 t.last_layer, ")"));
   }
@@ -439,7 +507,6 @@ absl::Status StageGroup::RunStep(Model& model, ForwardBatch& batch, ForwardResul
   } else if (t.tp_rank == 0 && !t.is_head()) {
     GLM_RETURN_IF_ERROR(SendResult(batch, local));
   }
-  if (t.is_head() && !t.last_stage()) return RecvResult(batch, result);
   *result = std::move(local);
   return absl::OkStatus();
 }
@@ -451,14 +518,18 @@ absl::Status StageGroup::RunMtpStep(Model& model, const ForwardBatch& batch,
   const ShardTopology& t = topology_;
   if (t.last_stage()) {
     ForwardResult local;
-    if (absl::Status s = model.ForwardMtp(batch, hidden, &local); !s.ok()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status forward = model.ForwardMtp(batch, hidden, &local);
+    compute_nanos_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+    if (absl::Status s = forward; !s.ok()) {
       return Fail(s, "running the MTP layer");
     }
     if (t.tp_rank == 0 && !t.is_head()) GLM_RETURN_IF_ERROR(SendResult(batch, local));
     *result = std::move(local);
     return absl::OkStatus();
   }
-  if (t.is_head()) return RecvResult(batch, result);
   result->seqs.clear();
   return absl::OkStatus();
 }

@@ -2,14 +2,23 @@
 // step, shared by the head (PipelinedModel) and the followers (StageFollower).
 //
 // Communicators (GlooCommunicator, host memory):
-//  - world: every rank of the replica, rank = ShardTopology::world_rank(). Carries the head's
-//    step messages (Broadcast from world rank 0, step_message.h), the activations between
-//    stages and the last stage's result.
+//  - control: every rank of the replica, rank = ShardTopology::world_rank(). Carries the head's
+//    step messages (step_message.h) as point-to-point sends from world rank 0 to every other
+//    rank, in world-rank order. A Gloo send completes once its receiver has posted the matching
+//    receive, so the head sends from a thread of its own (PipelinedModel): the head's step
+//    thread never waits for a busy stage to take the next message.
+//  - world: every rank of the replica. Carries the activations between stages and the final
+//    barrier.
+//  - result: the head and the last stage's tp 0 (none when pp_size is 1), rank 0 = the head.
+//    Carries the last stage's result; the head receives it on a thread of its own.
 //  - tp: the tp_size ranks of this stage (null when tp_size is 1), handed to the model for the
 //    all-reduces inside its layers.
+// Three communicators on the head because each is used by one thread there (a Communicator is
+// not thread-safe): control by the sender, world and tp by the step thread, result by the
+// receiver. A follower uses all of them from its one loop thread.
 //
 // One step, every rank in the same order (so every rank issues the same operations):
-//  1. the head broadcasts the message; every other rank receives it;
+//  1. the head sends the message to every rank; every other rank receives it;
 //  2. a stage after the first receives from the same tp rank of the previous stage one Send of
 //     [T, hidden] floats (the residual stream of every new token, slices in batch order), then,
 //     when its first layer is IndexShare "shared", [T, index_topk] int32 top-k (as float bits)
@@ -25,14 +34,24 @@
 //     sends the token and 1 + 2k logprob floats (the token's logprob, then (i32 id as bits,
 //     logprob) per alternative) instead of its vocab row.
 // An MTP step (kMtpStep) is step 1 then, on the last stage only, Model::ForwardMtp and step 5.
+// Several steps may be in flight (micro-batches): a follower serves the messages strictly in
+// order, each stage hands step i on before it takes step i + 1, and the last stage's results
+// reach the head in message order, so every pair of ranks issues matching operations in the same
+// order and the pipeline cannot deadlock: stage s works on step i while stage s + 1 works on
+// step i - 1.
 //
 // Failure: any error (a peer that closed its sockets, a timeout, a size mismatch, a model
-// error) closes this rank's communicators, so every rank blocked on it fails at once too, and
-// the group stays failed. Not thread-safe: one thread (the step loop).
+// error) is recorded as the group's failure and closes the failing thread's communicators (on a
+// follower: all of them), so every rank blocked on it fails at once too, and the group stays
+// failed: every later call returns the first failure. Threads: a follower's loop uses
+// everything; on the head, Send is the sender thread's, RecvResult the receiver thread's, the
+// rest the step thread's; failure() from any of them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -67,33 +86,50 @@ class StageGroup {
   // inside Engine::Create.
   absl::StatusOr<int> AgreeKvBlocks(const absl::StatusOr<int>& local_blocks);
 
-  // The head: broadcasts `message` (its header, then the payload). Followers: receives the next
-  // one and checks its sequence number.
+  // The head (its sender thread): numbers `message` and sends it (its header, then the payload)
+  // to every other rank. Followers: receives the next one and checks its sequence number.
   absl::Status Send(const StepMessage& message);
   absl::StatusOr<StepMessage> Receive();
 
   // Steps 2-5 above for a kStep message whose slices are `batch` (input_residual / input_topk
-  // are filled here on a later stage). On the head, `result` gets the last stage's outputs
-  // (logits or sampled tokens, hidden when asked); on other ranks it holds the local outputs.
+  // are filled here on a later stage); `result` gets this rank's outputs. On the head with
+  // pp_size > 1 those are stage 0's (residuals, already handed on): the last stage's result
+  // comes through RecvResult.
   absl::Status RunStep(Model& model, ForwardBatch& batch, ForwardResult* result);
-  // The MTP step: on the last stage Model::ForwardMtp, then the result to the head.
+  // The MTP step: on the last stage Model::ForwardMtp, then the result to the head (which, with
+  // pp_size > 1, receives it through RecvResult).
   absl::Status RunMtpStep(Model& model, const ForwardBatch& batch,
                           const std::vector<std::vector<float>>& hidden, ForwardResult* result);
+  // The head (its receiver thread), pp_size > 1: the last stage's result of the oldest step not
+  // received yet, whose slices are `batch` (logits or sampled tokens, hidden when asked).
+  absl::Status RecvResult(const ForwardBatch& batch, ForwardResult* result);
 
   // Every rank of the replica: returns once all have arrived (after a kStop message, so that
   // no rank closes its connections while another still reads the message).
   absl::Status Barrier();
 
-  // Closes both communicators: peers blocked on this rank fail at once. Later calls fail.
+  // Closes every communicator: peers blocked on this rank fail at once. Later calls fail. Only
+  // when no other thread uses the group (the head joins its sender and receiver first).
   void Close();
-  // The first failure (OK while the group works).
-  const absl::Status& failure() const { return failure_; }
+  // The first failure (OK while the group works). Any thread.
+  absl::Status failure() const;
+  // Wall time this rank spent in its stage's layers (Model::Forward / ForwardMtp inside RunStep
+  // and RunMtpStep) so far: over an interval, its growth / the interval is the stage's busy
+  // fraction. Any thread.
+  int64_t compute_nanos() const { return compute_nanos_.load(); }
 
  private:
+  // Which communicators a thread owns (closed by that thread when it fails).
+  enum Owned : unsigned { kStepComms = 1, kControl = 2, kResult = 4, kAll = 7 };
+
   StageGroup(const ShardTopology& topology, const ModelConfig& config);
-  // Records the first failure, annotated with this rank and `what`, and closes the group.
-  absl::Status Fail(const absl::Status& status, const std::string& what);
-  absl::Status Usable() const;
+  // Records the first failure, annotated with this rank and `what`, and closes the calling
+  // thread's communicators (`owned` on the head; every one on a follower).
+  absl::Status Fail(const absl::Status& status, const std::string& what,
+                    Owned owned = kStepComms);
+  void CloseOwned(Owned owned);
+  // The failure, if any (then closing `owned`), or an error when `owned`'s communicator is gone.
+  absl::Status Usable(Owned owned = kStepComms);
   // The TP ranks of this stage hold the same layers; this stage starts where the previous ends.
   absl::Status CheckNeighbours() const;
   // `symptom` (a failed group formation), unless another rank posted that it failed: then that
@@ -102,15 +138,18 @@ class StageGroup {
   absl::Status RecvActivations(ForwardBatch& batch);
   absl::Status SendActivations(const ForwardBatch& batch, const ForwardResult& local);
   absl::Status SendResult(const ForwardBatch& batch, const ForwardResult& local);
-  absl::Status RecvResult(const ForwardBatch& batch, ForwardResult* result);
   int last_tp0() const { return topology_.WorldRank(topology_.pp_size - 1, 0); }
 
   ShardTopology topology_;  // last_layer resolved
   const ModelConfig config_;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> tp_;
+  std::unique_ptr<Communicator> control_;
+  std::unique_ptr<Communicator> result_;  // head and last tp 0 only, pp_size > 1
   uint64_t sequence_ = 0;  // of the last message sent (head) or received (followers)
-  absl::Status failure_;
+  std::atomic<int64_t> compute_nanos_{0};
+  mutable std::mutex failure_mu_;
+  absl::Status failure_;  // guarded by failure_mu_
 };
 
 }  // namespace glm::engine::pipeline

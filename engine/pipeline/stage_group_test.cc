@@ -203,6 +203,38 @@ TEST(StageGroupTest, LogprobSlicesComeBackAsTokenAndPairsNotTheRow) {
   EXPECT_TRUE(r.seqs[1].top_logprobs.empty());
 }
 
+// Two steps outstanding (max_steps_in_flight = pp_size = 2): both go out before either result is
+// collected, results come back in submission order, and the head refuses a third or an
+// out-of-order collect without failing the group.
+TEST(StageGroupTest, TwoStepsInFlightComeBackInOrder) {
+  auto s = Start(std::chrono::seconds(5));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->head->max_steps_in_flight(), 2);
+  ForwardBatch b = OneSlice(3, 0);
+  b.seqs[0].seq_id = 2;
+  b.seqs[0].block_table = {2, 3};
+  absl::StatusOr<int64_t> first = s->head->Submit(OneSlice(2, 0));
+  absl::StatusOr<int64_t> second = s->head->Submit(b);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(s->head->num_steps_in_flight(), 2);
+  EXPECT_EQ(s->head->Submit(OneSlice(1, 1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ForwardResult r;
+  EXPECT_EQ(s->head->Collect(*second, &r).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s->head->Collect(*first, &r).ok());
+  EXPECT_EQ(Argmax(r.seqs.at(0).logits), (2 + 1) % kVocab);
+  ASSERT_TRUE(s->head->Collect(*second, &r).ok());
+  EXPECT_EQ(Argmax(r.seqs.at(0).logits), (3 + 1) % kVocab);
+  s->head->Stop();
+  for (int i = 0; i < 500 && !s->follower->done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(s->follower->status().ok()) << s->follower->status();
+  EXPECT_EQ(s->follower->num_steps(), 2);
+}
+
+
 TEST(StageGroupTest, AStalledFollowerFailsTheStepAfterOpTimeout) {
   const auto op_timeout = std::chrono::milliseconds(1000);
   auto s = Start(op_timeout);

@@ -2,12 +2,13 @@
 // control messages (serving.md §6.3: the head decides every step shape and broadcasts it; no
 // rank decides on its own).
 //
-// A message crosses the world communicator as two Broadcasts from world rank 0:
+// A message crosses the control communicator (stage_group.h) as two point-to-point sends from
+// world rank 0 to every other rank:
 //  1. the header, kHeaderFloats floats = 16 bytes:
 //       uint32 magic kMagic | uint32 kind (MessageKind) | uint64 payload_bytes
 //  2. the payload, ceil(payload_bytes / 4) floats, skipped when payload_bytes is 0.
 // The Communicator moves fp32 elements; messages are bytes copied into a float buffer (memcpy,
-// zero-padded to a whole float). Broadcast and Send copy bytes and never compute on them, so any
+// zero-padded to a whole float). Send and Recv copy bytes and never compute on them, so any
 // bit pattern (NaN payloads, int32 -1) arrives unchanged. Every rank of a replica has the same
 // byte order (little-endian x86-64 and aarch64 alike); integers are written in host order.
 //
