@@ -68,6 +68,64 @@ void FillBytesRange(uint64_t key, uint8_t* out, int64_t begin, int64_t end) {
   for (; i < end; ++i, z >>= 8) out[i] = static_cast<uint8_t>(z);
 }
 
+// Root mean square of the signed values a uniformly random INT4 nibble / INT8 byte / e2m1 nibble
+// stands for.
+float CodeRms(WeightDType dtype) {
+  double sq = 0;
+  int n = 0;
+  if (dtype == WeightDType::kNvfp4) {
+    for (float v : {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f}) {
+      sq += static_cast<double>(v) * v;
+      ++n;
+    }
+  } else {
+    const int offset = dtype == WeightDType::kInt4 ? 8 : 128;
+    for (int u = 0; u < 2 * offset; ++u) {
+      sq += static_cast<double>(u - offset) * (u - offset);
+      ++n;
+    }
+  }
+  return static_cast<float>(std::sqrt(sq / n));
+}
+
+// Uniformly random bytes [begin, end) (begin a multiple of 8) of the stream `key`.
+void FillRawBytesRange(uint64_t key, uint8_t* out, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const uint64_t z = Mix(key + static_cast<uint64_t>(i / 8 + 1) * kGolden);
+    std::memcpy(out + i, &z, 8);
+  }
+  uint64_t z = Mix(key + static_cast<uint64_t>(i / 8 + 1) * kGolden);
+  for (; i < end; ++i, z >>= 8) out[i] = static_cast<uint8_t>(z);
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool IsRoutedExpert(const std::string& name) {
+  return name.find(".mlp.experts.") != std::string::npos && EndsWith(name, "_proj.weight");
+}
+
+// The INT8 linears of the Int4-Int8Mix layout: attention projections, dense MLP, shared experts.
+bool IsInt8MixLinear(const std::string& name) {
+  for (const char* m : {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"}) {
+    if (EndsWith(name, std::string(".self_attn.") + m + ".weight")) return true;
+  }
+  return (name.find(".mlp.shared_experts.") != std::string::npos ||
+          name.find(".mlp.gate_proj.") != std::string::npos ||
+          name.find(".mlp.up_proj.") != std::string::npos ||
+          name.find(".mlp.down_proj.") != std::string::npos) &&
+         EndsWith(name, "_proj.weight");
+}
+
+uint16_t Bf16Bits(float v) {  // round to nearest even (finite inputs)
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
 }  // namespace
 
 
@@ -166,6 +224,111 @@ absl::StatusOr<Fp8BlockTensor> LazyRandomWeights::ReadFp8Block(const std::string
   return t;
 }
 
+std::optional<QuantizedInfo> LazyRandomWeights::QuantizedInfoOf(const std::string& name) const {
+  using Q = Options::Quantized;
+  auto it = index_.find(name);
+  if (options_.quantized == Q::kNone || it == index_.end() ||
+      specs_[it->second].shape.size() != 2) {
+    return std::nullopt;
+  }
+  QuantizedInfo info;
+  info.shape = specs_[it->second].shape;
+  if (options_.quantized == Q::kNvfp4) {
+    if (!IsRoutedExpert(name)) return std::nullopt;
+    info.dtype = WeightDType::kNvfp4;
+    info.group_size = 16;
+  } else if (IsRoutedExpert(name)) {
+    info.dtype = WeightDType::kInt4;
+    info.group_size = 128;
+  } else if (IsInt8MixLinear(name)) {
+    info.dtype = WeightDType::kInt8;
+    info.group_size = 128;
+  } else {
+    return std::nullopt;
+  }
+  return info;
+}
+
+absl::StatusOr<QuantizedTensor> LazyRandomWeights::ReadQuantized(const std::string& name,
+                                                                 const TensorSlice& slice) {
+  const std::optional<QuantizedInfo> info = QuantizedInfoOf(name);
+  if (!info.has_value()) {
+    return absl::NotFoundError(absl::StrCat(
+        "tensor ", name, " is not a quantized tensor of this random checkpoint (",
+        options_.quantized == Options::Quantized::kNone ? "Options::quantized is off"
+                                                        : "the layout keeps it plain",
+        ")"));
+  }
+  const Spec& s = specs_[index_.at(name)];
+  const int64_t rows = s.shape[0], cols = s.shape[1];
+  int64_t r0 = 0, r1 = rows, c0 = 0, c1 = cols;
+  if (slice.dim == TensorSlice::kRows) r0 = slice.begin, r1 = slice.end;
+  if (slice.dim == TensorSlice::kCols) c0 = slice.begin, c1 = slice.end;
+  if (r0 < 0 || r1 > rows || r0 > r1 || c0 < 0 || c1 > cols || c0 > c1) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": slice [", slice.begin,
+                                                   ", ", slice.end, ") is outside it"));
+  }
+  if (!QuantizedSliceAligned(*info, slice)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", name, ": the slice [", slice.begin, ", ", slice.end,
+        ") splits a quantization group or a packed word"));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (pending_.valid()) pending_.get();  // a prefetch of something else: discard
+  const bool fp4 = info->dtype == WeightDType::kNvfp4;
+  const int bits = info->dtype == WeightDType::kInt8 ? 8 : 4;
+  auto packed_bytes = [&](int64_t n) { return fp4 ? (n + 1) / 2 : 4 * ((n * bits + 31) / 32); };
+  const int64_t row_bytes = packed_bytes(cols);
+
+  // The whole tensor's codes (a pure function of the seed and the name), then the slice.
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * row_bytes));
+  const uint64_t key = Mix(options_.seed * kGolden ^ NameHash(s.name) ^ 0x5151515151ull);
+  const int64_t n = static_cast<int64_t>(codes.size());
+  const int threads = static_cast<int>(
+      std::clamp<int64_t>(n / (1 << 20), 1, std::max(1, options_.num_threads)));
+  const int64_t chunk = ((n + threads - 1) / threads + 7) / 8 * 8;
+  std::vector<std::thread> workers;
+  for (int i = 1; i < threads; ++i) {
+    workers.emplace_back(FillRawBytesRange, key, codes.data(), std::min(n, i * chunk),
+                         std::min(n, (i + 1) * chunk));
+  }
+  FillRawBytesRange(key, codes.data(), 0, std::min(n, chunk));
+  for (std::thread& w : workers) w.join();
+
+  // One scale value for the whole tensor, so that W's standard deviation is the fp32 tensor's.
+  // NVFP4: every block scale is 1.0 (e4m3 0x38) and the global scale carries it.
+  const float scale = s.stddev / CodeRms(info->dtype);
+  uint8_t scale_entry[2] = {0x38, 0};
+  if (!fp4) {
+    const uint16_t b = Bf16Bits(scale);
+    std::memcpy(scale_entry, &b, 2);
+  }
+
+  QuantizedTensor t;
+  t.dtype = info->dtype;
+  t.full_shape = s.shape;
+  t.shape = {r1 - r0, c1 - c0};
+  t.group_size = info->group_size;
+  t.global_scale = fp4 ? scale : 1.0f;
+  t.scale_bytes = fp4 ? 1 : 2;
+  t.row_bytes = packed_bytes(c1 - c0);
+  t.scale_cols = (c1 - c0 + info->group_size - 1) / info->group_size;
+  const int64_t byte0 = fp4 ? c0 / 2 : c0 * bits / 8;  // a whole word / byte (aligned slice)
+  t.data.resize(static_cast<size_t>(t.shape[0] * t.row_bytes));
+  for (int64_t r = r0; r < r1; ++r) {
+    std::memcpy(t.data.data() + (r - r0) * t.row_bytes, codes.data() + r * row_bytes + byte0,
+                static_cast<size_t>(std::min(t.row_bytes, row_bytes - byte0)));
+  }
+  t.scales.resize(static_cast<size_t>(t.shape[0] * t.scale_cols * t.scale_bytes));
+  for (size_t i = 0; i < t.scales.size(); i += t.scale_bytes) {
+    std::memcpy(t.scales.data() + i, scale_entry, t.scale_bytes);
+  }
+  seconds_generating_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  bytes_served_ += static_cast<int64_t>(t.data.size() + t.scales.size());
+  return t;
+}
+
 std::vector<float> LazyRandomWeights::Generate(size_t spec_index) const {
   const Spec& s = specs_[spec_index];
   std::vector<float> v(static_cast<size_t>(s.numel()));
@@ -191,7 +354,8 @@ absl::StatusOr<std::vector<float>> LazyRandomWeights::ReadFloat(const std::strin
   }
   if (data.empty() && specs_[idx].numel() > 0) data = Generate(idx);
   // Prefetch the next tensor unless the loader will take it as fp8 (ReadFp8Block, no fp32 copy).
-  if (options_.prefetch && idx + 1 < specs_.size() && !IsFp8Block(specs_[idx + 1].name)) {
+  if (options_.prefetch && idx + 1 < specs_.size() && !IsFp8Block(specs_[idx + 1].name) &&
+      !QuantizedInfoOf(specs_[idx + 1].name).has_value()) {
     pending_index_ = idx + 1;
     pending_ = std::async(std::launch::async, [this, next = idx + 1] { return Generate(next); });
   }

@@ -15,6 +15,18 @@
 //   are also served as e4m3 + 128 x 128 block scales (IsFp8Block / ReadFp8Block, for
 //   ModelLoadOptions::weight_dtype "auto"), with the same standard deviation; ReadFloat still
 //   serves them in fp32 (different values).
+// - With Options::quantized, the Linear weights a quantized checkpoint of that layout stores
+//   narrow are also served as stored (QuantizedInfoOf / ReadQuantized, for weight_dtype "auto";
+//   ../shared/specs/quantized-checkpoints.md):
+//     kInt4Int8Mix  routed experts INT4 group 128; attention projections (q_a, q_b,
+//                   kv_a_proj_with_mqa, kv_b, o), dense MLP and shared experts INT8 group 128;
+//                   the indexer, router, lm_head and eh_proj stay plain. (The real checkpoint
+//                   also keeps layer 0 plain; here every layer is quantized, so a one-layer model
+//                   measures the quantized layout.)
+//     kNvfp4        routed experts NVFP4 (e2m1, one e4m3 scale per 16 inputs, fp32 global
+//                   scale); everything else plain.
+//   Codes are uniform random bits; the scales (one value per tensor) give the fp32 tensor's
+//   standard deviation. ReadFloat still serves the fp32 values (different values).
 // - Host memory: the tensor returned plus at most one prefetched tensor (the one that follows the
 //   last request in the loader's order, generated in the background while the caller uploads).
 // - Not thread-safe: one ReadFloat at a time (the model loader's thread); bytes_served() may be
@@ -25,6 +37,7 @@
 #include <cstdint>
 #include <future>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +55,8 @@ class LazyRandomWeights : public WeightSource {
     int num_threads = 0;    // generator threads; 0 = hardware concurrency
     bool prefetch = true;   // generate the next tensor (load order) in the background
     bool fp8_linear = false;  // serve Linear weights as e4m3 block-scaled tensors too
+    enum class Quantized { kNone, kInt4Int8Mix, kNvfp4 };
+    Quantized quantized = Quantized::kNone;  // serve a quantized checkpoint's weights too
   };
   // One tensor (random_weights.h): values = mean + sqrt(3) * stddev * u, u uniform in [-1, 1).
   using Spec = RandomTensorSpec;
@@ -54,6 +69,9 @@ class LazyRandomWeights : public WeightSource {
                                                std::vector<int64_t>* shape) override;
   bool IsFp8Block(const std::string& name) const override;
   absl::StatusOr<Fp8BlockTensor> ReadFp8Block(const std::string& name) override;
+  std::optional<QuantizedInfo> QuantizedInfoOf(const std::string& name) const override;
+  absl::StatusOr<QuantizedTensor> ReadQuantized(const std::string& name,
+                                                const TensorSlice& slice) override;
 
   // Whether GlmMoeDsa's loader stores `name` through WeightLoader::Linear (narrow dtypes apply).
   static bool IsLinearWeight(const std::string& name);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -124,6 +125,93 @@ TEST(LazyRandomWeights, ServesLinearWeightsAsFp8BlocksWithTheSameSpread) {
   EXPECT_NEAR(std::sqrt(sq / t->data.size()), 0.25, 0.01);
   // Deterministic.
   EXPECT_EQ(fp8.ReadFp8Block("lm_head.weight")->data, t->data);
+}
+
+TEST(LazyRandomWeights, ServesQuantizedLayoutsAsStoredWithTheSameSpread) {
+  ModelConfig c = SmallTestConfig(1, 0, false);
+  c.hidden_size = 256;  // two 128-input groups
+  using Q = LazyRandomWeights::Options::Quantized;
+  LazyRandomWeights plain(c, {});
+  LazyRandomWeights mix(c, {.seed = 3, .num_threads = 3, .quantized = Q::kInt4Int8Mix});
+  LazyRandomWeights fp4(c, {.seed = 3, .quantized = Q::kNvfp4});
+  const std::string expert = "model.layers.0.mlp.experts.1.gate_proj.weight";
+  const std::string q_a = "model.layers.0.self_attn.q_a_proj.weight";
+  EXPECT_FALSE(plain.QuantizedInfoOf(expert).has_value());
+  EXPECT_EQ(mix.QuantizedInfoOf(expert)->dtype, WeightDType::kInt4);
+  EXPECT_EQ(mix.QuantizedInfoOf(expert)->group_size, 128);
+  EXPECT_EQ(mix.QuantizedInfoOf(q_a)->dtype, WeightDType::kInt8);
+  EXPECT_EQ(mix.QuantizedInfoOf("model.layers.0.self_attn.o_proj.weight")->dtype,
+            WeightDType::kInt8);
+  EXPECT_FALSE(mix.QuantizedInfoOf("model.layers.0.mlp.gate.weight").has_value());
+  EXPECT_FALSE(mix.QuantizedInfoOf("model.layers.0.self_attn.indexer.wk.weight").has_value());
+  EXPECT_FALSE(mix.QuantizedInfoOf("lm_head.weight").has_value());
+  EXPECT_EQ(fp4.QuantizedInfoOf(expert)->dtype, WeightDType::kNvfp4);
+  EXPECT_FALSE(fp4.QuantizedInfoOf(q_a).has_value());
+  EXPECT_EQ(plain.ReadQuantized(expert, {}).status().code(), absl::StatusCode::kNotFound);
+
+  // Dequantized W[r][k] = q * scale * global; its spread is the fp32 tensor's.
+  auto spread = [](const QuantizedTensor& t) {
+    double sq = 0;
+    int64_t n = 0;
+    for (int64_t r = 0; r < t.shape[0]; ++r) {
+      for (int64_t k = 0; k < t.shape[1]; ++k) {
+        const uint8_t* row = t.data.data() + r * t.row_bytes;
+        double q = 0, s = 0;
+        if (t.dtype == WeightDType::kNvfp4) {
+          static const double kE2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+          const int code = (row[k / 2] >> (4 * (k % 2))) & 0xF;
+          q = (code & 8 ? -1 : 1) * kE2m1[code & 7];
+          const uint8_t e = t.scales[r * t.scale_cols + k / t.group_size];
+          EXPECT_EQ(e, 0x38);  // e4m3 1.0
+          s = t.global_scale;
+        } else {
+          const int bits = t.dtype == WeightDType::kInt4 ? 4 : 8;
+          const int per_word = 32 / bits;
+          uint32_t word;
+          std::memcpy(&word, row + 4 * (k / per_word), 4);
+          const int u = (word >> (bits * (k % per_word))) & ((1 << bits) - 1);
+          q = u - (1 << (bits - 1));
+          uint16_t b;
+          std::memcpy(&b, t.scales.data() + 2 * (r * t.scale_cols + k / t.group_size), 2);
+          const uint32_t f = static_cast<uint32_t>(b) << 16;
+          float fs;
+          std::memcpy(&fs, &f, 4);
+          s = fs;
+        }
+        sq += q * q * s * s;
+        ++n;
+      }
+    }
+    return std::sqrt(sq / n);
+  };
+  std::vector<int64_t> shape;
+  for (LazyRandomWeights* w : {&mix, &fp4}) {
+    for (const std::string& name : {expert, q_a}) {
+      if (!w->QuantizedInfoOf(name).has_value()) continue;
+      auto whole = w->ReadQuantized(name, {});
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      auto fp32 = plain.ReadFloat(name, &shape);
+      ASSERT_TRUE(fp32.ok());
+      EXPECT_EQ(whole->full_shape, shape);
+      EXPECT_EQ(whole->shape, shape);
+      double sq = 0;
+      for (float v : *fp32) sq += static_cast<double>(v) * v;
+      const double want = std::sqrt(sq / fp32->size());
+      EXPECT_NEAR(spread(*whole), want, 0.05 * want) << name;
+      // A column slice on group boundaries is the whole tensor's bytes; deterministic.
+      auto cols = w->ReadQuantized(name, {TensorSlice::kCols, 128, 256});
+      ASSERT_TRUE(cols.ok()) << cols.status();
+      EXPECT_EQ(cols->shape, (std::vector<int64_t>{shape[0], 128}));
+      for (int64_t r = 0; r < shape[0]; ++r) {
+        ASSERT_EQ(0, std::memcmp(cols->data.data() + r * cols->row_bytes,
+                                 whole->data.data() + r * whole->row_bytes + whole->row_bytes / 2,
+                                 cols->row_bytes));
+      }
+      EXPECT_EQ(w->ReadQuantized(name, {})->data, whole->data);
+      EXPECT_EQ(w->ReadQuantized(name, {TensorSlice::kCols, 8, 256}).status().code(),
+                absl::StatusCode::kInvalidArgument);  // splits a group
+    }
+  }
 }
 
 TEST(LazyRandomWeights, ModelLoadsAndDecodesFiniteLogits) {
