@@ -1,7 +1,8 @@
 // glm-bench-cuda-decode: decode step of a model with GLM-5's full layer widths on one GPU, per
 // layer, against the bytes a step must read at HBM bandwidth.
 //
-//   glm-bench-cuda-decode [--config DIR] [--dtype fp32|bf16|fp8] [--layers auto|N1,N2]
+//   glm-bench-cuda-decode [--config DIR] [--dtype fp32|bf16|fp8|int4mix|nvfp4]
+//       [--layers auto|N1,N2]
 //       [--batches 1,8,64] [--contexts 4096,131072] [--steps 8] [--warmup 2] [--block-size 64]
 //       [--reserve-gib 4] [--max-layers 3] [--device 0] [--seed 1] [--threads 0]
 //       [--backend cuda|cpu] [--small] [--graphs on|off] [--kv-dtype fp32|fp8|both]
@@ -14,6 +15,10 @@
 // shared expert, vocab 154880), every layer MoE with a full indexer, no MTP layer. Weights:
 // LazyRandomWeights (engine/model/lazy_random_weights.h), generated tensor by tensor on the host
 // with all cores. --small: a tiny config for a smoke test (any backend).
+// --dtype int4mix / nvfp4: the Linear weights of a quantized checkpoint's layout kept narrow as
+// stored (LazyRandomWeights::Options::quantized; weight_dtype "auto"): int4mix = routed experts
+// INT4 g128 and attention / shared-expert INT8 g128 (kv_b_proj widened to bf16 at load, as the
+// model's absorption needs), nvfp4 = routed experts NVFP4; every other Linear bf16.
 //
 // KV: the model's paged cache is filled with random values once allocated (--kv-fill random, the
 // default: ModelLoadOptions::random_kv, PagedKvStorage::FillRandom), or left zero (--kv-fill
@@ -258,22 +263,43 @@ ModelConfig BenchConfig(const ModelConfig& base, int num_layers) {
   return c;
 }
 
+bool QuantizedLayout(const std::string& dtype) { return dtype == "int4mix" || dtype == "nvfp4"; }
+
+LazyRandomWeights::Options::Quantized QuantizedOption(const std::string& dtype) {
+  using Q = LazyRandomWeights::Options::Quantized;
+  return dtype == "int4mix" ? Q::kInt4Int8Mix : dtype == "nvfp4" ? Q::kNvfp4 : Q::kNone;
+}
+
 // Bytes per element of a Linear weight as the model stores it (fp8: e4m3 + one fp32 scale per
-// 128 x 128 block).
+// 128 x 128 block; the quantized layouts' plain Linears: bf16).
 double LinearElemBytes(const std::string& dtype) {
-  if (dtype == "bf16") return 2.0;
+  if (dtype == "bf16" || QuantizedLayout(dtype)) return 2.0;
   if (dtype == "fp8") return 1.0 + 4.0 / (128.0 * 128.0);
   return 4.0;
+}
+// Bytes per element of a quantized-layout weight (packed codes + one bf16 / e4m3 scale per group).
+double QuantElemBytes(WeightDType d) {
+  if (d == WeightDType::kInt4) return 0.5 + 2.0 / 128;
+  if (d == WeightDType::kInt8) return 1.0 + 2.0 / 128;
+  return 0.5 + 1.0 / 16;  // NVFP4
+}
+// The stored bytes per element of tensor `name` (kv_b_proj, which the loader widens, as bf16).
+double ElemBytes(const LazyRandomWeights& w, const std::string& dtype, const std::string& name) {
+  if (!LazyRandomWeights::IsLinearWeight(name)) return 4.0;
+  const bool kv_b = name.find("kv_b_proj") != std::string::npos;
+  if (const auto q = w.QuantizedInfoOf(name); q.has_value() && !kv_b) {
+    return QuantElemBytes(q->dtype);
+  }
+  return LinearElemBytes(dtype);
 }
 
 // Estimated device bytes of the weights of `c` (fp32 models also keep an absorbed W_UK^T copy
 // per layer; narrow models absorb from kv_b_proj as stored).
 int64_t DeviceWeightBytes(const ModelConfig& c, const std::string& dtype) {
-  LazyRandomWeights w(c, {});
+  LazyRandomWeights w(c, {.quantized = QuantizedOption(dtype)});
   double bytes = 0;
   for (const auto& s : w.specs()) {
-    bytes += static_cast<double>(s.numel()) *
-             (LazyRandomWeights::IsLinearWeight(s.name) ? LinearElemBytes(dtype) : 4.0);
+    bytes += static_cast<double>(s.numel()) * ElemBytes(w, dtype, s.name);
   }
   if (dtype == "fp32") {
     bytes += 4.0 * c.num_hidden_layers * c.num_attention_heads * c.kv_lora_rank *
@@ -305,19 +331,26 @@ struct LayerBytes {
 LayerBytes MinLayerBytes(const ModelConfig& c, const std::string& dtype, int batch, int context,
                          KvDType kv_dtype = KvDType::kF32) {
   const double lb = LinearElemBytes(dtype);
+  // The quantized layouts: attention (but kv_b) and shared experts INT8 in int4mix; experts
+  // INT4 / NVFP4.
+  const double attn_b = dtype == "int4mix" ? QuantElemBytes(WeightDType::kInt8) : lb;
+  const double expert_b = dtype == "int4mix" ? QuantElemBytes(WeightDType::kInt4)
+                          : dtype == "nvfp4" ? QuantElemBytes(WeightDType::kNvfp4)
+                                             : lb;
   const double H = c.hidden_size, nh = c.num_attention_heads, qlr = c.q_lora_rank,
                kvr = c.kv_lora_rank, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
                vd = c.v_head_dim, inh = c.index_n_heads, ihd = c.index_head_dim,
                mi = c.moe_intermediate_size, ne = c.n_routed_experts;
   LayerBytes b;
-  b.attn_weights = lb * (qlr * H + nh * (nope + rope) * qlr + (kvr + rope) * H + H * nh * vd) +
-                   lb * (nh * kvr * nope + nh * vd * kvr) +  // W_UK, W_UV (kv_b as stored)
-                   4.0 * (2 * H + qlr + kvr);                  // norms
+  b.attn_weights =
+      attn_b * (qlr * H + nh * (nope + rope) * qlr + (kvr + rope) * H + H * nh * vd) +
+      lb * (nh * kvr * nope + nh * vd * kvr) +  // W_UK, W_UV (kv_b as stored)
+      4.0 * (2 * H + qlr + kvr);                // norms
   b.indexer_weights = lb * (inh * ihd * qlr + ihd * H + inh * H) + 4.0 * 2 * ihd;
   b.router = 4.0 * (ne * H + ne);
   b.experts_hit = ExpectedExperts(c, batch);
-  b.experts = b.experts_hit * lb * 3 * mi * H;
-  b.shared = lb * 3 * mi * std::max(1, c.n_shared_experts) * H;
+  b.experts = b.experts_hit * expert_b * 3 * mi * H;
+  b.shared = attn_b * 3 * mi * std::max(1, c.n_shared_experts) * H;
   const double keys = static_cast<double>(context) + 1;
   if (kv_dtype == KvDType::kFp8) {  // kv_fp8_layout.h: 656 + 132 bytes per token at GLM-5 widths
     b.kv = batch * (keys * static_cast<double>(kv_fp8::IndexBytesPerToken(c.index_head_dim)) +
@@ -394,7 +427,8 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   o.expanded_prefill = false;
   o.random_kv = a.random_kv;
   // fp8: "auto" keeps the e4m3 tensors the weight source serves (fp8_linear below) as they are.
-  o.weight_dtype = a.dtype == "fp8" ? "auto" : a.dtype;
+  // int4mix / nvfp4: "auto" keeps the quantized tensors as served (quantized below).
+  o.weight_dtype = a.dtype == "fp8" || QuantizedLayout(a.dtype) ? "auto" : a.dtype;
   SetGraphs(o, a.graphs);
   o.fuse_linears = a.fuse;
   o.kv.dtype = a.kv;
@@ -421,7 +455,8 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   LazyRandomWeights weights(c, {.seed = a.seed,
                                 .num_threads = a.threads,
                                 .prefetch = true,
-                                .fp8_linear = a.dtype == "fp8"});
+                                .fp8_linear = a.dtype == "fp8",
+                                .quantized = QuantizedOption(a.dtype)});
   const int64_t total = weights.TotalBytes();
   std::atomic<bool> loading{true};
   const double t0 = Now();
@@ -605,14 +640,16 @@ int Main(int argc, char** argv) {
     }
   }
   if (a.batches.empty() || a.contexts.empty() || a.steps < 1 || a.block_size < 1 ||
-      (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8") ||
+      (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp8" &&
+       !QuantizedLayout(a.dtype)) ||
       (a.kv_dtype != "fp32" && a.kv_dtype != "fp8" && a.kv_dtype != "both") ||
       (a.ab != "none" && FindAbKnob(a.ab) == nullptr) || a.policy.smem_cap_bytes < 0 ||
       (a.fused != "on" && a.fused != "off" && a.fused != "both")) {
     std::fprintf(stderr,
                  "bad flags: --batches/--contexts are comma lists of integers, --steps and "
-                 "--block-size >= 1, --dtype fp32|bf16|fp8, --kv-dtype fp32|fp8|both, --ab "
-                 "none|attncore|idxselect|idxwide, --smem-cap >= 0, --fused on|off|both\n");
+                 "--block-size >= 1, --dtype fp32|bf16|fp8|int4mix|nvfp4, --kv-dtype "
+                 "fp32|fp8|both, --ab none|attncore|idxselect|idxwide, --smem-cap >= 0, --fused "
+                 "on|off|both\n");
     return 2;
   }
   a.ab_knob = FindAbKnob(a.ab);
