@@ -10,7 +10,9 @@
 //
 // Elements per call: AllReduceSum / Send / Recv / Broadcast count `count`; SendRecv counts
 // send_count + recv_count; Barrier counts 0. Bytes = elements * sizeof(float).
-// Every call is recorded, failed ones included (the status passes through unchanged).
+// Every call is recorded, failed ones included (the status passes through unchanged), under the
+// channel its communicator was given: one meter can then tell a replica's communicators apart
+// (engine/pipeline/stage_group.h: world, tp, control, result).
 #pragma once
 
 #include <array>
@@ -31,6 +33,12 @@ inline constexpr int kNumCommOps = 6;
 // "all_reduce", "send", "recv", "sendrecv", "broadcast", "barrier".
 std::string_view CommOpName(CommOp op);
 
+// Which of a replica's communicators a call went through (stage_group.h).
+enum class CommChannel { kWorld = 0, kTp, kControl, kResult };
+inline constexpr int kNumCommChannels = 4;
+// "world", "tp", "control", "result".
+std::string_view CommChannelName(CommChannel channel);
+
 // Totals of one operation kind.
 struct CommOpTotals {
   uint64_t calls = 0;
@@ -41,27 +49,34 @@ struct CommOpTotals {
 
 // A copy of a meter's counters at one moment; subtract two to get what happened in between.
 struct CommSnapshot {
-  std::array<CommOpTotals, kNumCommOps> ops{};
+  // [channel][op]
+  std::array<std::array<CommOpTotals, kNumCommOps>, kNumCommChannels> totals{};
 
-  const CommOpTotals& operator[](CommOp op) const { return ops[static_cast<int>(op)]; }
-  // Sums over every kind.
+  const CommOpTotals& At(CommChannel channel, CommOp op) const {
+    return totals[static_cast<int>(channel)][static_cast<int>(op)];
+  }
+  // One kind over every channel.
+  CommOpTotals operator[](CommOp op) const;
+  // Every kind of one channel.
+  CommOpTotals Total(CommChannel channel) const;
+  // Everything.
   CommOpTotals Total() const;
-  // this - earlier, per kind.
+  // this - earlier, per channel and kind.
   CommSnapshot Since(const CommSnapshot& earlier) const;
 };
 
 // The counters one or more MeteredCommunicators add to. Owned by the caller; must outlive the
-// communicators that write to it. Writers: one thread at a time (the communicators' step
-// thread; the Communicator contract allows no more). Snapshot() may be called from any thread at
-// any time: each counter is read atomically, the set of them is not (a call recorded during the
-// read may be partly in the copy).
+// communicators that write to it. Record() and Snapshot() may be called from any thread at any
+// time (every counter is an atomic; a pipeline head drives its communicators from three
+// threads): each counter is read whole, the set of them is not (a call recorded during the read
+// may be partly in the copy).
 class CommMeter {
  public:
   CommMeter() = default;
   CommMeter(const CommMeter&) = delete;
   CommMeter& operator=(const CommMeter&) = delete;
 
-  void Record(CommOp op, uint64_t elements, int64_t nanos);
+  void Record(CommChannel channel, CommOp op, uint64_t elements, int64_t nanos);
   CommSnapshot Snapshot() const;
 
  private:
@@ -70,14 +85,14 @@ class CommMeter {
     std::atomic<uint64_t> elements{0};
     std::atomic<int64_t> nanos{0};
   };
-  std::array<Counters, kNumCommOps> ops_;
+  std::array<std::array<Counters, kNumCommOps>, kNumCommChannels> counters_;
 };
 
 class MeteredCommunicator : public Communicator {
  public:
-  // Forwards to `inner` (owned) and records into `meter` (not owned, not null). `clock` (not
-  // owned) times the calls; Clock::Real() by default.
-  MeteredCommunicator(std::unique_ptr<Communicator> inner, CommMeter* meter,
+  // Forwards to `inner` (owned) and records into `meter` (not owned, not null) under `channel`.
+  // `clock` (not owned) times the calls; Clock::Real() by default.
+  MeteredCommunicator(std::unique_ptr<Communicator> inner, CommMeter* meter, CommChannel channel,
                       const Clock* clock = Clock::Real());
 
   int rank() const override { return inner_->rank(); }
@@ -97,6 +112,7 @@ class MeteredCommunicator : public Communicator {
  private:
   std::unique_ptr<Communicator> inner_;
   CommMeter* meter_;
+  CommChannel channel_;
   const Clock* clock_;
 };
 

@@ -74,7 +74,8 @@ struct Fixture {
   explicit Fixture(std::chrono::nanoseconds per_call = std::chrono::microseconds(5)) {
     auto r = std::make_unique<RecordingCommunicator>(&clock, per_call);
     inner = r.get();
-    comm = std::make_unique<MeteredCommunicator>(std::move(r), &meter, &clock);
+    comm = std::make_unique<MeteredCommunicator>(std::move(r), &meter, CommChannel::kControl,
+                                                 &clock);
   }
 };
 
@@ -150,6 +151,8 @@ TEST(MeteredCommunicatorTest, CountsCallsElementsBytesAndTimePerKind) {
 
   const CommOpTotals total = s.Total();
   EXPECT_EQ(total.calls, 7u);
+  EXPECT_EQ(s.Total(CommChannel::kControl).calls, 7u);  // the fixture's channel
+  EXPECT_EQ(s.Total(CommChannel::kWorld).calls, 0u);
   EXPECT_EQ(total.elements, 160u + 10 + 40 + 50 + 4);
   EXPECT_EQ(total.nanos, 7 * 5'000);
 }
@@ -178,24 +181,36 @@ TEST(MeteredCommunicatorTest, ErrorsPassThroughUnchangedAndAreStillRecorded) {
   EXPECT_EQ(f.meter.Snapshot()[CommOp::kAllReduce].elements, 4u);
 }
 
-TEST(MeteredCommunicatorTest, TwoCommunicatorsShareOneMeter) {
+TEST(MeteredCommunicatorTest, CallsAreRecordedUnderTheirCommunicatorsChannel) {
   FakeClock clock;
   CommMeter meter;
   MeteredCommunicator world(
       std::make_unique<RecordingCommunicator>(&clock, std::chrono::microseconds(1)), &meter,
-      &clock);
+      CommChannel::kWorld, &clock);
   MeteredCommunicator tp(
       std::make_unique<RecordingCommunicator>(&clock, std::chrono::microseconds(2)), &meter,
-      &clock);
+      CommChannel::kTp, &clock);
   float a[6] = {};
   ASSERT_TRUE(world.Send(a, 6, 1).ok());
+  ASSERT_TRUE(world.AllReduceSum(a, 1).ok());
   ASSERT_TRUE(tp.AllReduceSum(a, 6).ok());
   ASSERT_TRUE(tp.AllReduceSum(a, 6).ok());
   const CommSnapshot s = meter.Snapshot();
-  EXPECT_EQ(s[CommOp::kSend].calls, 1u);
-  EXPECT_EQ(s[CommOp::kSend].nanos, 1'000);
-  EXPECT_EQ(s[CommOp::kAllReduce].calls, 2u);
-  EXPECT_EQ(s[CommOp::kAllReduce].nanos, 4'000);
+  EXPECT_EQ(s.At(CommChannel::kWorld, CommOp::kSend).calls, 1u);
+  EXPECT_EQ(s.At(CommChannel::kWorld, CommOp::kSend).nanos, 1'000);
+  EXPECT_EQ(s.At(CommChannel::kWorld, CommOp::kAllReduce).elements, 1u);
+  EXPECT_EQ(s.At(CommChannel::kTp, CommOp::kAllReduce).calls, 2u);
+  EXPECT_EQ(s.At(CommChannel::kTp, CommOp::kAllReduce).elements, 12u);
+  EXPECT_EQ(s.At(CommChannel::kTp, CommOp::kAllReduce).nanos, 4'000);
+  EXPECT_EQ(s.At(CommChannel::kTp, CommOp::kSend).calls, 0u);
+  EXPECT_EQ(s.At(CommChannel::kControl, CommOp::kSend).calls, 0u);
+  // Summed over channels, and per channel.
+  EXPECT_EQ(s[CommOp::kAllReduce].calls, 3u);
+  EXPECT_EQ(s[CommOp::kAllReduce].elements, 13u);
+  EXPECT_EQ(s.Total(CommChannel::kWorld).calls, 2u);
+  EXPECT_EQ(s.Total(CommChannel::kTp).nanos, 4'000);
+  EXPECT_EQ(s.Total(CommChannel::kResult).calls, 0u);
+  EXPECT_EQ(s.Total().calls, 4u);
 }
 
 TEST(MeteredCommunicatorTest, SinceSubtractsPerKind) {
@@ -212,33 +227,41 @@ TEST(MeteredCommunicatorTest, SinceSubtractsPerKind) {
   EXPECT_EQ(d.Total().calls, 2u);
 }
 
-// Snapshot() from another thread while the writer records: every counter read is one the writer
-// stored (never torn), and the final read sees everything.
-TEST(MeteredCommunicatorTest, SnapshotWhileRecordingFromAnotherThread) {
+// Snapshot() from another thread while writers record (a pipeline head records from three
+// threads): every counter read is one a writer stored (never torn), and the final read sees
+// every call.
+TEST(MeteredCommunicatorTest, SnapshotWhileThreadsRecord) {
   CommMeter meter;
   constexpr int kCalls = 20000;
-  std::thread writer([&] {
-    for (int i = 0; i < kCalls; ++i) meter.Record(CommOp::kAllReduce, 3, 7);
-  });
+  constexpr int kWriters = 3;
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&] {
+      for (int i = 0; i < kCalls; ++i) meter.Record(CommChannel::kTp, CommOp::kAllReduce, 3, 7);
+    });
+  }
   uint64_t last_calls = 0;
   for (int i = 0; i < 1000; ++i) {
-    const CommOpTotals t = meter.Snapshot()[CommOp::kAllReduce];
+    const CommOpTotals t = meter.Snapshot().At(CommChannel::kTp, CommOp::kAllReduce);
     EXPECT_GE(t.calls, last_calls);
     EXPECT_EQ(t.elements % 3, 0u);
     EXPECT_EQ(t.nanos % 7, 0);
     last_calls = t.calls;
   }
-  writer.join();
-  const CommOpTotals t = meter.Snapshot()[CommOp::kAllReduce];
-  EXPECT_EQ(t.calls, static_cast<uint64_t>(kCalls));
-  EXPECT_EQ(t.elements, 3u * kCalls);
-  EXPECT_EQ(t.nanos, 7 * kCalls);
+  for (std::thread& w : writers) w.join();
+  const CommOpTotals t = meter.Snapshot().At(CommChannel::kTp, CommOp::kAllReduce);
+  EXPECT_EQ(t.calls, static_cast<uint64_t>(kWriters * kCalls));
+  EXPECT_EQ(t.elements, 3u * kWriters * kCalls);
+  EXPECT_EQ(t.nanos, 7 * kWriters * kCalls);
+  EXPECT_EQ(meter.Snapshot().Total().calls, static_cast<uint64_t>(kWriters * kCalls));
 }
 
-TEST(MeteredCommunicatorTest, OpNames) {
+TEST(MeteredCommunicatorTest, Names) {
   EXPECT_EQ(CommOpName(CommOp::kAllReduce), "all_reduce");
   EXPECT_EQ(CommOpName(CommOp::kSendRecv), "sendrecv");
   EXPECT_EQ(CommOpName(CommOp::kBarrier), "barrier");
+  EXPECT_EQ(CommChannelName(CommChannel::kWorld), "world");
+  EXPECT_EQ(CommChannelName(CommChannel::kResult), "result");
 }
 
 }  // namespace

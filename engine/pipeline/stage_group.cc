@@ -95,7 +95,8 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
   }
   g->world_ = *std::move(world);
   if (t.comm_meter != nullptr) {
-    g->world_ = std::make_unique<MeteredCommunicator>(std::move(g->world_), t.comm_meter);
+    g->world_ = std::make_unique<MeteredCommunicator>(std::move(g->world_), t.comm_meter,
+                                                      CommChannel::kWorld);
   }
   if (t.tp_size > 1) {
     GlooCommunicatorOptions to = wo;
@@ -109,7 +110,8 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
     }
     g->tp_ = *std::move(tp);
     if (t.comm_meter != nullptr) {
-      g->tp_ = std::make_unique<MeteredCommunicator>(std::move(g->tp_), t.comm_meter);
+      g->tp_ = std::make_unique<MeteredCommunicator>(std::move(g->tp_), t.comm_meter,
+                                                     CommChannel::kTp);
     }
   }
 
@@ -124,7 +126,8 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
   }
   g->control_ = *std::move(control);
   if (t.comm_meter != nullptr) {
-    g->control_ = std::make_unique<MeteredCommunicator>(std::move(g->control_), t.comm_meter);
+    g->control_ = std::make_unique<MeteredCommunicator>(std::move(g->control_), t.comm_meter,
+                                                        CommChannel::kControl);
   }
   if (t.pp_size > 1 && (t.is_head() || t.world_rank() == g->last_tp0())) {
     GlooCommunicatorOptions ro = wo;
@@ -138,7 +141,8 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
     }
     g->result_ = *std::move(result);
     if (t.comm_meter != nullptr) {
-      g->result_ = std::make_unique<MeteredCommunicator>(std::move(g->result_), t.comm_meter);
+      g->result_ = std::make_unique<MeteredCommunicator>(std::move(g->result_), t.comm_meter,
+                                                         CommChannel::kResult);
     }
   }
 
