@@ -16,6 +16,7 @@
 #include "engine/backend/cuda/cuda_indexer.h"
 #include "engine/backend/cuda/cuda_linear.h"
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/cuda_quant_linear.h"
 #include "kernels/cuda_util.h"
 #include "kernels/layernorm.h"
 #include "kernels/moe_route.h"
@@ -142,13 +143,15 @@ std::atomic<int64_t> g_absorb_beside_launches{0};
 class CudaBackend : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream, std::unique_ptr<cuda::LtMatmul> matmul,
-              std::unique_ptr<cuda::NarrowLinear> narrow, const kernels::KernelPolicy& policy)
+              std::unique_ptr<cuda::NarrowLinear> narrow, std::unique_ptr<cuda::QuantLinear> quant,
+              const kernels::KernelPolicy& policy)
       : policy_(policy),
         device_(device),
         stream_(stream),
         main_stream_(stream),
         matmul_(std::move(matmul)),
         narrow_(std::move(narrow)),
+        quant_(std::move(quant)),
         scratch_(stream),
         widen_scratch_(stream) {}
   ~CudaBackend() override {
@@ -158,6 +161,7 @@ class CudaBackend : public Backend {
     }
     matmul_.reset();
     narrow_.reset();
+    quant_.reset();
     if (side_stream_ != nullptr) cudaStreamDestroy(side_stream_);
     if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
     if (join_event_ != nullptr) cudaEventDestroy(join_event_);
@@ -187,7 +191,14 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   int num_threads() const override { return 1; }
   absl::Status status() const override { return status_; }
+  // Every WeightDType; INT4 / INT8 / NVFP4 through cuda_quant_linear.h, in the shapes
+  // kernels/gemv_quant.h takes.
   bool SupportsWeightDType(WeightDType) const override { return true; }
+  bool SupportsQuantizedShape(WeightDType dtype, int64_t rows, int64_t cols,
+                              int64_t group_size) const override {
+    return !IsQuantizedWeight(dtype) ||
+           cuda::QuantShapeSupported(dtype, rows, cols, group_size);
+  }
 
   std::unique_ptr<Buffer> Allocate(size_t bytes) override { return AllocateOr(bytes, true); }
   std::unique_ptr<Buffer> TryAllocate(size_t bytes) override { return AllocateOr(bytes, false); }
@@ -218,6 +229,12 @@ class CudaBackend : public Backend {
     if (x.rows == 0 || w.rows == 0 || !Bind() || !MainOnly("Linear")) return;
     if (x.cols == 0) {
       if (!accumulate) Fill(y, 0.0f);
+      return;
+    }
+    if (IsQuantizedWeight(w.dtype)) {  // INT4 / INT8 / NVFP4 weights: cuda_quant_linear.h
+      Record(Annotate(quant_->Run(x, w, y, accumulate, policy_, scratch_, widen_scratch_,
+                                  *narrow_, stream_),
+                      "Linear"));
       return;
     }
     if (w.dtype != WeightDType::kF32) {  // bf16 / fp8 weights: cuda_linear.h
@@ -290,6 +307,12 @@ class CudaBackend : public Backend {
     if (x.rows == 0 || x.heads == 0 || y.dim == 0 || !Bind() || !MainOnly("AbsorbPerHead")) return;
     if (x.dim == 0) {
       for (int64_t h = 0; h < y.heads; ++h) Fill(y.Head(h), 0.0f);
+      return;
+    }
+    if (IsQuantizedWeight(w.dtype)) {
+      Record(absl::InvalidArgumentError(
+          "AbsorbPerHead: the weight is INT4 / INT8 / NVFP4; this op takes fp32 / bf16 / fp8 "
+          "(WeightLoader widens a quantized kv_b_proj at load: LinearPart::keep_quantized)"));
       return;
     }
     kernels::PerHeadNarrowArgs a;
@@ -381,7 +404,7 @@ class CudaBackend : public Backend {
         return;
       }
     }
-    if (fuse && w.dtype != WeightDType::kF32) {
+    if (fuse && w.dtype != WeightDType::kF32 && !IsQuantizedWeight(w.dtype)) {
       if (!Bind() || !MainOnly("RmsNormLinear")) return;
       bool taken = false;
       Record(Annotate(
@@ -499,7 +522,9 @@ class CudaBackend : public Backend {
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                   const ExpertWeights& experts, const MatView& out) override {
     if (x.rows == 0 || !Bind() || !MainOnly("MoeExperts")) return;
-    Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, experts, out, scratch_, stream_,
+    ExpertWeights ew = experts;
+    if (!WidenQuantizedExperts(experts, &ew, "MoeExperts")) return;
+    Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, ew, out, scratch_, stream_,
                                      policy_),
                     "MoeExperts"));
   }
@@ -507,9 +532,25 @@ class CudaBackend : public Backend {
   void MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
                        const ExpertWeights& experts, const MatView& out) override {
     if (x.rows == 0 || !Bind() || !MainOnly("MoeRouteExperts")) return;
-    Record(Annotate(cuda::MoeRouteExperts(logits, r, x, experts, out, scratch_, stream_,
+    ExpertWeights ew = experts;
+    if (!WidenQuantizedExperts(experts, &ew, "MoeRouteExperts")) return;
+    Record(Annotate(cuda::MoeRouteExperts(logits, r, x, ew, out, scratch_, stream_,
                                           policy_),
                     "MoeRouteExperts"));
+  }
+
+  // INT4 / INT8 / NVFP4 experts widened to bf16 views in *out (QuantLinear::WidenExperts); out
+  // unchanged otherwise. False (error recorded) on failure.
+  bool WidenQuantizedExperts(const ExpertWeights& experts, ExpertWeights* out, const char* op) {
+    if (experts.num_experts <= 0 || experts.gate == nullptr || experts.up == nullptr ||
+        experts.down == nullptr ||
+        !(IsQuantizedWeight(experts.gate[0].dtype) || IsQuantizedWeight(experts.up[0].dtype) ||
+          IsQuantizedWeight(experts.down[0].dtype))) {
+      return true;
+    }
+    const absl::Status s = quant_->WidenExperts(experts, widen_scratch_, stream_, out);
+    Record(Annotate(s, op));
+    return s.ok();
   }
 
   void Sample(const SampleArgs& a) override {
@@ -682,9 +723,11 @@ class CudaBackend : public Backend {
   bool side_pending_ = false;  // a branch not joined yet
   std::unique_ptr<cuda::LtMatmul> matmul_;
   std::unique_ptr<cuda::NarrowLinear> narrow_;
+  std::unique_ptr<cuda::QuantLinear> quant_;
   DeviceScratch scratch_;
-  // AbsorbPerHead's widened weights for many tokens (slot 0). Its own so that no other op's
-  // slot grows to a weight's size; its growth moves scratch_epoch() too.
+  // Widened weights: AbsorbPerHead's for many tokens (slot 0), a quantized Linear's for many
+  // tokens (slot 1), a layer's quantized experts (slot 2; cuda_quant_linear.h). Its own so that
+  // no other op's slot grows to a weight's size; its growth moves scratch_epoch() too.
   DeviceScratch widen_scratch_;
   absl::Status status_;
   bool pointer_checks_ = true;
@@ -739,8 +782,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal,
     cudaStreamDestroy(stream);
     return Annotate(narrow.status(), "CUDA backend: cuBLASLt setup (bf16/fp8 Linear)");
   }
+  auto quant = cuda::QuantLinear::Create();
+  if (!quant.ok()) {
+    cudaStreamDestroy(stream);
+    return Annotate(quant.status(), "CUDA backend: INT4 / INT8 / NVFP4 Linear setup");
+  }
   return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
-      device_ordinal, stream, std::move(*matmul), std::move(*narrow), policy));
+      device_ordinal, stream, std::move(*matmul), std::move(*narrow), std::move(*quant),
+      policy));
 }
 
 }  // namespace glm::engine

@@ -6,7 +6,8 @@
 //   shape. Linear with bf16 / fp8 block-scaled weights (backend.h WeightDType): cuda_linear.h;
 //   AbsorbPerHead (MLA W_UK / W_UV on kv_b_proj as stored): kernels/per_head_narrow.h up to
 //   8 tokens, else the blocks widened to fp32 scratch (PerHeadWidenF32) + the fp32 GEMM;
-//   MoeExperts widens bf16 / fp8 expert weights inside its tiles. Small ops: the kernels in
+//   MoeExperts widens bf16 / fp8 expert weights inside its tiles. INT4 / INT8 / NVFP4 weights
+//   (Linear and experts) stay as stored: cuda_quant_linear.h. Small ops: the kernels in
 //   kernels/ (rmsnorm, layernorm, rope, silu_mul, rows, moe_route). Attention, IndexerTopK,
 //   MoeExperts: cuda_ops.h. Temporary device memory of those comes from a grow-only scratch
 //   (cuda_ops.h Scratch) owned by the backend.

@@ -21,7 +21,8 @@ target_link_libraries(glm_backend_cuda PUBLIC glm_kernels_dsa_indexer)
 target_sources(glm_backend_cuda PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops_kv_fp8.cc
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_linear.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_linear.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_quant_linear.cc)
 target_link_libraries(glm_backend_cuda PRIVATE glm_kernels_gemm glm_kernels_per_head_gemv
   glm_kernels_attention)
 

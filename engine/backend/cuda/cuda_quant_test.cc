@@ -1,0 +1,540 @@
+// INT4 / INT8 / NVFP4 weights kept as stored on the CUDA backend (cuda_quant_linear.h):
+// - Linear against a double-precision reference of its documented numerics: decode sizes (GEMV:
+//   bf16(x) times the exact weight) and prefill sizes (bf16(x) times the weight rounded to bf16,
+//   kernels::DequantizeToBf16, then the bf16 GEMM), both summed in fp32: within 2e-5 of
+//   sum |x w| per output (fp32 summation over k <= 512 terms); decode Linear calls allocate
+//   nothing once warm, and replay from a CUDA graph bit for bit.
+// - MoeExperts with quantized experts against the CPU backend on the same experts widened to
+//   bf16 (the CUDA path's documented numerics): 1e-4 of max |out|.
+// - The tiny quantized checkpoints of quantized_checkpoint_test (the tiny-fp8 fixture
+//   re-quantized: INT4 experts / INT8 group and channel linears; NVFP4 experts with distinct
+//   gate / up global scales) loaded with weight_dtype auto on the CUDA backend (weights narrow;
+//   decode steps as CUDA graphs) against the same checkpoint on the CPU backend in fp32 (exact
+//   dequantization): prompt logits within 2e-2 of max |logit| (every quantized Linear rounds x
+//   to bf16, 2^-9 relative per element, through 3 layers + lm_head: the same budget
+//   engine_golden_narrow_test gives bf16 weights against fp32), greedy ids identical (a
+//   divergence only at a near tie, cpu margin < 2e-2), and the Linear weights' bytes are the
+//   narrow ones.
+// Skips (printing why) without a usable GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/model/glm_moe_dsa.h"
+#include "engine/weights/safetensors_writer.h"
+#include "engine/weights/weight_store.h"
+#include "kernels/gemv_quant.h"
+#include "nlohmann/json.hpp"
+
+namespace glm::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+float Bf16Round(float f) {
+  const uint32_t u = static_cast<uint32_t>(kernels::GemvQuantBf16Bits(f)) << 16;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+// A random quantized weight [n, k] in host memory, laid out as WeightLoader stores it.
+struct HostQuant {
+  WeightDType dtype;
+  int64_t n = 0, k = 0, group = 0, ld = 0, scale_ld = 0;
+  int scale_bytes = 2;
+  float global_scale = 1.0f;
+  std::vector<uint8_t> data, scales;
+
+  kernels::QuantWeightView View() const {
+    kernels::QuantWeightView v;
+    v.format = dtype == WeightDType::kInt4   ? kernels::QuantFormat::kInt4
+               : dtype == WeightDType::kInt8 ? kernels::QuantFormat::kInt8
+                                             : kernels::QuantFormat::kNvfp4;
+    v.data = data.data();
+    v.ld_bytes = ld;
+    v.scales = scales.data();
+    v.scale_ld = scale_ld;
+    v.group_size = group;
+    v.global_scale = global_scale;
+    v.rows = n;
+    v.cols = k;
+    return v;
+  }
+  std::vector<float> Dequantized() const {
+    std::vector<float> w(n * k);
+    EXPECT_TRUE(kernels::DequantizeQuantHost(View(), w.data(), k).ok());
+    return w;
+  }
+};
+
+HostQuant MakeQuant(WeightDType dtype, int64_t n, int64_t k, int64_t group, std::mt19937& rng) {
+  HostQuant q;
+  q.dtype = dtype;
+  q.n = n, q.k = k, q.group = group;
+  q.scale_bytes = dtype == WeightDType::kNvfp4 ? 1 : 2;
+  const int64_t row_bytes = dtype == WeightDType::kInt8 ? k : k / 2;
+  q.ld = (row_bytes + 15) / 16 * 16;
+  const int64_t scols = (k + group - 1) / group;
+  q.scale_ld = (scols * q.scale_bytes + 15) / 16 * 16 / q.scale_bytes;
+  q.data.resize(n * q.ld);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t b = 0; b < row_bytes; ++b) q.data[r * q.ld + b] = static_cast<uint8_t>(rng());
+  }
+  q.scales.resize(n * q.scale_ld * q.scale_bytes);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < scols; ++j) {
+      uint8_t* s = q.scales.data() + (r * q.scale_ld + j) * q.scale_bytes;
+      if (dtype == WeightDType::kNvfp4) {
+        s[0] = static_cast<uint8_t>(((4 + rng() % 7) << 3) | (rng() % 8));  // e4m3, 2^-3..2^3
+      } else {
+        const float f = std::uniform_real_distribution<float>(0.002f, 0.02f)(rng);
+        const uint16_t b = kernels::GemvQuantBf16Bits(f);
+        std::memcpy(s, &b, 2);
+      }
+    }
+  }
+  q.global_scale = dtype == WeightDType::kNvfp4 ? 0.01f : 1.0f;
+  return q;
+}
+
+class CudaQuantTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const absl::Status avail = CudaDeviceAvailable();
+    if (!avail.ok()) GTEST_SKIP() << avail.message();
+    auto gpu = CreateCudaBackend(0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    gpu_ = std::move(*gpu);
+  }
+
+  // The quantized weight in device memory, as a MatView.
+  MatView Upload(const HostQuant& q) {
+    buffers_.push_back(gpu_->Allocate(q.data.size()));
+    gpu_->CopyToDevice(buffers_.back()->data(), q.data.data(), q.data.size());
+    void* data = buffers_.back()->data();
+    buffers_.push_back(gpu_->Allocate(q.scales.size()));
+    gpu_->CopyToDevice(buffers_.back()->data(), q.scales.data(), q.scales.size());
+    MatView v{static_cast<float*>(data), q.n, q.k, q.ld};
+    v.dtype = q.dtype;
+    v.group_scales = buffers_.back()->data();
+    v.scale_ld = q.scale_ld;
+    v.group_size = q.group;
+    v.global_scale = q.global_scale;
+    return v;
+  }
+  float* Floats(const std::vector<float>& v) {
+    buffers_.push_back(gpu_->Allocate(v.size() * sizeof(float)));
+    gpu_->CopyToDevice(buffers_.back()->data(), v.data(), v.size() * sizeof(float));
+    return buffers_.back()->f32();
+  }
+
+  std::unique_ptr<Backend> gpu_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+TEST_F(CudaQuantTest, LinearMatchesTheHostReference) {
+  std::mt19937 rng(5);
+  struct Shape {
+    WeightDType dtype;
+    int64_t n, k, group;
+  };
+  const Shape shapes[] = {{WeightDType::kInt4, 96, 256, 32},  {WeightDType::kInt4, 160, 512, 128},
+                          {WeightDType::kInt8, 64, 192, 16},  {WeightDType::kInt8, 80, 160, 160},
+                          {WeightDType::kInt4, 48, 96, 96},   {WeightDType::kNvfp4, 96, 256, 16},
+                          {WeightDType::kNvfp4, 40, 160, 16}};
+  for (const Shape& s : shapes) {
+    ASSERT_TRUE(gpu_->SupportsQuantizedShape(s.dtype, s.n, s.k, s.group));
+    const HostQuant q = MakeQuant(s.dtype, s.n, s.k, s.group, rng);
+    const MatView w = Upload(q);
+    const std::vector<float> wf = q.Dequantized();
+    for (int64_t m : {1, 3, 16, 17, 40}) {
+      SCOPED_TRACE(absl::StrCat(q.View().DebugString(), " m=", m));
+      std::vector<float> x(m * s.k), y0(m * s.n);
+      for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+      for (float& v : y0) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+      for (bool accumulate : {false, true}) {
+        const MatView xd{Floats(x), m, s.k, s.k};
+        const MatView yd{Floats(y0), m, s.n, s.n};
+        gpu_->Linear(xd, w, yd, accumulate);
+        std::vector<float> y(m * s.n);
+        gpu_->CopyToHost(y.data(), yd.data, y.size() * sizeof(float));
+        ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+        // Reference: bf16(x) . W (exact W up to 16 rows; W rounded to bf16 beyond), in double.
+        const double tol = 2e-5;
+        double worst = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            double sum = 0, mag = 0;
+            for (int64_t c = 0; c < s.k; ++c) {
+              const double wv = m <= kernels::kGemvQuantMaxM ? wf[j * s.k + c]
+                                                              : Bf16Round(wf[j * s.k + c]);
+              const double p = static_cast<double>(Bf16Round(x[i * s.k + c])) * wv;
+              sum += p;
+              mag += std::fabs(p);
+            }
+            if (accumulate) sum += y0[i * s.n + j];
+            worst = std::max(worst, std::fabs(y[i * s.n + j] - sum) / std::max(mag, 1e-20));
+          }
+        }
+        EXPECT_LT(worst, tol) << (accumulate ? "accumulate" : "overwrite");
+      }
+    }
+  }
+  // Shapes the kernels refuse are refused up front (the loader widens those).
+  EXPECT_FALSE(gpu_->SupportsQuantizedShape(WeightDType::kInt4, 160, 48, 16));
+  EXPECT_TRUE(gpu_->SupportsQuantizedShape(WeightDType::kInt8, 160, 48, 16));
+}
+
+TEST_F(CudaQuantTest, DecodeLinearAllocatesNothingOnceWarm) {
+  std::mt19937 rng(9);
+  const HostQuant q = MakeQuant(WeightDType::kInt4, 256, 512, 128, rng);
+  const MatView w = Upload(q);
+  std::vector<float> x(4 * 512, 0.5f), y(4 * 256, 0.0f);
+  const MatView xd{Floats(x), 4, 512, 512};
+  const MatView yd{Floats(y), 4, 256, 256};
+  gpu_->Linear(xd, w, yd, false);
+  gpu_->Synchronize();
+  const int64_t epoch = gpu_->scratch_epoch();
+  for (int i = 0; i < 3; ++i) gpu_->Linear(xd, w, yd, true);
+  gpu_->Synchronize();
+  EXPECT_EQ(gpu_->scratch_epoch(), epoch);
+  ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+  // And it records into a graph that replays.
+  ASSERT_TRUE(gpu_->SupportsGraphs());
+  gpu_->BeginCapture();
+  gpu_->Linear(xd, w, yd, false);
+  auto graph = gpu_->EndCapture();
+  ASSERT_NE(graph, nullptr) << gpu_->status();
+  gpu_->ReplayGraph(*graph);
+  std::vector<float> replayed(y.size()), eager(y.size());
+  gpu_->CopyToHost(replayed.data(), yd.data, y.size() * sizeof(float));
+  gpu_->Linear(xd, w, yd, false);
+  gpu_->CopyToHost(eager.data(), yd.data, y.size() * sizeof(float));
+  EXPECT_EQ(replayed, eager);
+  EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+}
+
+TEST_F(CudaQuantTest, MoeExpertsMatchCpuOnBf16WidenedExperts) {
+  const int64_t hidden = 128, inter = 64, tokens = 5;
+  const int32_t experts = 4;
+  const int top_k = 2;
+  std::mt19937 rng(3);
+  std::unique_ptr<Backend> cpu = CreateCpuBackend(2);
+  for (WeightDType dtype : {WeightDType::kInt4, WeightDType::kNvfp4}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    const int64_t group = dtype == WeightDType::kNvfp4 ? 16 : 32;
+    std::vector<MatView> gg, gu, gd;  // GPU quantized views
+    std::vector<MatView> cg, cu, cd;  // CPU bf16 views of the widened weights
+    std::vector<std::unique_ptr<Buffer>> cpu_buffers;
+    auto add = [&](int64_t n, int64_t k, std::vector<MatView>* g, std::vector<MatView>* c) {
+      const HostQuant q = MakeQuant(dtype, n, k, group, rng);
+      g->push_back(Upload(q));
+      const std::vector<float> wf = q.Dequantized();
+      cpu_buffers.push_back(cpu->Allocate(n * k * 2));
+      auto* b = static_cast<uint16_t*>(cpu_buffers.back()->data());
+      for (int64_t i = 0; i < n * k; ++i) b[i] = kernels::GemvQuantBf16Bits(wf[i]);
+      MatView v{reinterpret_cast<float*>(b), n, k, k};
+      v.dtype = WeightDType::kBF16;
+      c->push_back(v);
+    };
+    for (int e = 0; e < experts; ++e) {
+      add(inter, hidden, &gg, &cg);
+      add(inter, hidden, &gu, &cu);
+      add(hidden, inter, &gd, &cd);
+    }
+    std::vector<float> x(tokens * hidden), w(tokens * top_k);
+    std::vector<int32_t> ids(tokens * top_k);
+    for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    for (int64_t t = 0; t < tokens; ++t) {
+      ids[t * top_k] = static_cast<int32_t>(t % experts);
+      ids[t * top_k + 1] = static_cast<int32_t>((t + 1 + t / 2) % experts);
+      w[t * top_k] = 0.7f, w[t * top_k + 1] = 0.3f;
+    }
+    std::vector<float> out_cpu(tokens * hidden, 0.0f), out_gpu(tokens * hidden);
+    cpu->MoeExperts(MatView{x.data(), tokens, hidden, hidden}, ids.data(), w.data(), top_k,
+                    ExpertWeights{cg.data(), cu.data(), cd.data(), experts},
+                    MatView{out_cpu.data(), tokens, hidden, hidden});
+    buffers_.push_back(gpu_->Allocate(ids.size() * 4));
+    gpu_->CopyToDevice(buffers_.back()->data(), ids.data(), ids.size() * 4);
+    const int32_t* ids_d = buffers_.back()->i32();
+    const MatView out_d{Floats(std::vector<float>(tokens * hidden, 0.0f)), tokens, hidden, hidden};
+    gpu_->MoeExperts(MatView{Floats(x), tokens, hidden, hidden}, ids_d, Floats(w), top_k,
+                     ExpertWeights{gg.data(), gu.data(), gd.data(), experts}, out_d);
+    gpu_->CopyToHost(out_gpu.data(), out_d.data, out_gpu.size() * sizeof(float));
+    ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+    double diff = 0, ref = 1e-30;
+    for (size_t i = 0; i < out_cpu.size(); ++i) {
+      diff = std::max(diff, std::fabs(static_cast<double>(out_gpu[i]) - out_cpu[i]));
+      ref = std::max(ref, std::fabs(static_cast<double>(out_cpu[i])));
+    }
+    EXPECT_LT(diff / ref, 1e-4);
+    std::printf("MoeExperts quantized (%d) vs cpu bf16: %.3g of max |out|\n",
+                static_cast<int>(dtype), diff / ref);
+  }
+}
+
+// ---- The model on tiny quantized checkpoints ----------------------------------------------------
+
+fs::path Fixture() { return fs::path(GLM_GOLDEN_DIR) / "tiny-fp8"; }
+
+json ReadJson(const fs::path& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+struct Encoding {
+  enum Kind { kPlain, kInt, kNvfp4 } kind = kPlain;
+  int bits = 0;
+  int64_t group = 0;
+};
+
+// The fixture's tensors (fp8 dequantized) written to `dir` with `encode` choosing each linear
+// weight's encoding (quantized_checkpoint_test's recipe); returns how many were quantized.
+int WriteCheckpoint(const std::function<Encoding(const std::string&)>& encode, const fs::path& dir,
+                    const json& config) {
+  auto mc = LoadModelConfig(Fixture().string());
+  EXPECT_TRUE(mc.ok()) << mc.status();
+  WeightStoreOptions options;
+  options.block = {mc->quantization->block_rows, mc->quantization->block_cols};
+  options.quantization = mc->quantization;
+  auto store = WeightStore::Open(Fixture().string(), options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  SafetensorsWriter out;
+  int count = 0;
+  for (const std::string& name : (*store)->TensorNames()) {
+    if (name.ends_with("_scale_inv")) continue;
+    const std::vector<int64_t> shape = *(*store)->ShapeOf(name);
+    const std::vector<float> values = *(*store)->ReadFloat(name);
+    Encoding e;
+    const std::string module = name.substr(0, name.size() - 7);
+    if (name.ends_with(".weight") && shape.size() == 2) e = encode(module);
+    absl::Status st;
+    if (e.kind == Encoding::kInt) {
+      st = out.AddPackQuantized(module, shape, values, e.bits, e.group);
+      ++count;
+    } else if (e.kind == Encoding::kNvfp4) {
+      float scale_2 = 0;  // up projections: 3x the natural global scale (gate and up differ)
+      if (module.ends_with("up_proj")) {
+        float amax = 0;
+        for (float v : values) amax = std::max(amax, std::fabs(v));
+        scale_2 = 3.0f * amax / (6.0f * 448.0f);
+      }
+      st = out.AddNvfp4Quantized(module, shape, values, nullptr, scale_2, 0.5f);
+      ++count;
+    } else {
+      st = out.AddFloat(name, DType::kF32, shape, values);
+    }
+    EXPECT_TRUE(st.ok()) << name << ": " << st;
+  }
+  fs::create_directories(dir);
+  EXPECT_TRUE(out.WriteFile((dir / "model.safetensors").string()).ok());
+  std::ofstream(dir / "config.json") << config.dump(2) << "\n";
+  return count;
+}
+
+std::unique_ptr<Model> Load(const fs::path& dir, const std::string& backend,
+                            const std::string& dtype) {
+  ModelLoadOptions o;
+  o.model_dir = dir.string();
+  o.kv = {4, 64};
+  o.num_threads = 2;
+  o.backend = backend;
+  o.weight_dtype = dtype;
+  auto m = LoadGlmMoeDsa(o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+double MaxAbs(const std::vector<float>& v) {
+  double m = 1e-30;
+  for (float f : v) m = std::max(m, std::fabs(static_cast<double>(f)));
+  return m;
+}
+
+int32_t ArgMax(const std::vector<float>& v, size_t offset, size_t n) {
+  return static_cast<int32_t>(std::max_element(v.begin() + offset, v.begin() + offset + n) -
+                              (v.begin() + offset));
+}
+
+class CudaQuantModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const absl::Status avail = CudaDeviceAvailable();
+    if (!avail.ok()) GTEST_SKIP() << avail.message();
+    config_ = ReadJson(Fixture() / "config.json");
+    config_.erase("quantization_config");
+    prompt_ = ReadJson(Fixture() / "reference.json")["prompt_ids"].get<std::vector<int32_t>>();
+    root_ = fs::path(::testing::TempDir()) / "cuda_quant_model_test";
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Prompt logits (all positions) of `prompt`, then greedy decode of `steps` tokens.
+  static void Run(Model& m, int64_t seq_id, const std::vector<int32_t>& prompt, int steps,
+                  std::vector<float>* logits, std::vector<std::vector<float>>* step_logits,
+                  const std::vector<int32_t>* forced, std::vector<int32_t>* ids) {
+    ForwardBatch b;
+    SequenceSlice s;
+    s.seq_id = seq_id;
+    s.token_ids = prompt;
+    for (int i = 0; i < 32; ++i) s.block_table.push_back(static_cast<int32_t>((seq_id - 1) * 32 + i));
+    s.all_logits = true;
+    b.seqs.push_back(s);
+    ForwardResult r;
+    absl::Status st = m.Forward(b, &r);
+    ASSERT_TRUE(st.ok()) << st;
+    *logits = r.seqs[0].logits;
+    const size_t V = logits->size() / prompt.size();
+    int32_t tok = ArgMax(*logits, logits->size() - V, V);
+    int32_t pos = static_cast<int32_t>(prompt.size());
+    for (int i = 0; i < steps; ++i, ++pos) {
+      ids->push_back(tok);
+      ForwardBatch d;
+      s.token_ids = {forced != nullptr ? (*forced)[i] : tok};
+      s.start_pos = pos;
+      s.all_logits = false;
+      d.seqs = {s};
+      ForwardResult dr;
+      st = m.Forward(d, &dr);
+      ASSERT_TRUE(st.ok()) << st;
+      step_logits->push_back(dr.seqs[0].logits);
+      tok = ArgMax(dr.seqs[0].logits, 0, V);
+    }
+  }
+
+  // The checkpoint on CUDA (auto: narrow) vs on the CPU (fp32: exact dequantization).
+  void Compare(const fs::path& dir, int quantized_tensors) {
+    auto gpu = Load(dir, "cuda", "auto");
+    auto cpu = Load(dir, "cpu", "fp32");
+    ASSERT_NE(gpu, nullptr);
+    ASSERT_NE(cpu, nullptr);
+    const auto mem = WeightMemoryOf(*gpu);
+    ASSERT_TRUE(mem.has_value());
+    std::printf("cuda auto: %lld of %lld quantized tensors kept narrow, %lld bytes; Linear "
+                "weights %lld bytes (%lld in fp32)\n",
+                static_cast<long long>(mem->num_linear_quantized), quantized_tensors * 1LL,
+                static_cast<long long>(mem->quantized_bytes),
+                static_cast<long long>(mem->linear_bytes),
+                static_cast<long long>(mem->linear_fp32_bytes));
+    EXPECT_GT(mem->num_linear_quantized, 0);
+    EXPECT_LE(mem->num_linear_quantized, quantized_tensors);
+    EXPECT_GT(mem->quantized_bytes, 0);
+    EXPECT_LT(mem->linear_bytes, mem->linear_fp32_bytes / 2);
+    // Longer prompt too: prefill rows beyond the GEMV (weights widened to bf16 in scratch).
+    std::vector<int32_t> long_prompt;
+    while (long_prompt.size() < 40) {
+      long_prompt.insert(long_prompt.end(), prompt_.begin(), prompt_.end());
+    }
+    long_prompt.resize(40);
+    for (const auto* p : {&prompt_, &long_prompt}) {
+      SCOPED_TRACE(p->size());
+      std::vector<float> lc, lg;
+      std::vector<std::vector<float>> sc, sg;
+      std::vector<int32_t> ic, ig;
+      const int64_t seq_id = p == &prompt_ ? 1 : 2;
+      Run(*cpu, seq_id, *p, 8, &lc, &sc, nullptr, &ic);
+      // The GPU decodes the CPU's tokens, so that both see the same prefixes.
+      Run(*gpu, seq_id, *p, 8, &lg, &sg, &ic, &ig);
+      ASSERT_EQ(lc.size(), lg.size());
+      double diff = 0;
+      for (size_t i = 0; i < lc.size(); ++i) {
+        diff = std::max(diff, std::fabs(static_cast<double>(lg[i]) - lc[i]));
+      }
+      const double rel = diff / MaxAbs(lc);
+      std::printf("prompt of %zu: logits cuda narrow vs cpu fp32 %.3g of max |logit|\n",
+                  p->size(), rel);
+      EXPECT_LT(rel, kTol);
+      const size_t V = sc[0].size();
+      for (size_t i = 0; i < sc.size(); ++i) {
+        const int32_t want = ArgMax(sc[i], 0, V), got = ArgMax(sg[i], 0, V);
+        double step = 0;
+        for (size_t j = 0; j < V; ++j) {
+          step = std::max(step, std::fabs(static_cast<double>(sg[i][j]) - sc[i][j]));
+        }
+        EXPECT_LT(step / MaxAbs(sc[i]), kTol) << "decode step " << i;
+        if (got != want) {
+          const double margin = (sc[i][want] - sc[i][got]) / MaxAbs(sc[i]);
+          EXPECT_LT(margin, kTol) << "decode step " << i << ": cuda " << got << " cpu " << want;
+        }
+      }
+    }
+  }
+
+  static constexpr double kTol = 2e-2;
+  json config_;
+  std::vector<int32_t> prompt_;
+  fs::path root_;
+};
+
+TEST_F(CudaQuantModelTest, Int4Int8MixNarrowMatchesCpu) {
+  const std::regex experts(R"(.*mlp\.experts\.\d+\.(gate|up|down)_proj$)");
+  const std::regex layer0(R"(model\.layers\.0\..*)");
+  const std::regex l2attn(
+      R"(model\.layers\.2\.self_attn\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj)$)");
+  const std::regex linears(
+      R"(.*(self_attn\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj)|mlp\.(gate|up|down)_proj|mlp\.shared_experts\.(gate|up|down)_proj)$)");
+  auto encode = [&](const std::string& m) {
+    if (std::regex_match(m, layer0)) return Encoding{};
+    if (std::regex_match(m, experts)) return Encoding{Encoding::kInt, 4, 16};
+    if (std::regex_match(m, l2attn)) return Encoding{Encoding::kInt, 8, 0};
+    if (std::regex_match(m, linears)) return Encoding{Encoding::kInt, 8, 16};
+    return Encoding{};
+  };
+  json q = json::parse(R"({
+    "quant_method": "compressed-tensors", "format": "pack-quantized", "kv_cache_scheme": null,
+    "config_groups": {
+      "w4a16_experts": {"targets": ["re:.*mlp\\.experts\\.\\d+\\.(gate|up|down)_proj$"],
+        "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group",
+                    "group_size": 16, "dynamic": false, "actorder": null}},
+      "w8a16_channel": {"targets": ["re:model\\.layers\\.2\\.self_attn\\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj)$"],
+        "weights": {"num_bits": 8, "type": "int", "symmetric": true, "strategy": "channel",
+                    "group_size": -1, "dynamic": false}},
+      "w8a16_linears": {"targets": ["re:.*self_attn\\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj)$",
+                                    "re:.*mlp\\.(gate|up|down)_proj$",
+                                    "re:.*mlp\\.shared_experts\\.(gate|up|down)_proj$"],
+        "weights": {"num_bits": 8, "type": "int", "symmetric": true, "strategy": "group",
+                    "group_size": 16, "dynamic": false}}},
+    "ignore": ["re:model\\.layers\\.0\\..*", "re:.*mlp\\.gate$", "re:.*self_attn\\.indexer\\..*",
+               "lm_head"]})");
+  json config = config_;
+  config["quantization_config"] = q;
+  const int count = WriteCheckpoint(encode, root_ / "int4mix", config);
+  ASSERT_GT(count, 40);
+  Compare(root_ / "int4mix", count);
+}
+
+TEST_F(CudaQuantModelTest, Nvfp4NarrowMatchesCpu) {
+  const std::regex experts(R"(model\.layers\.[1-9]\d*\.mlp\.experts\.\d+\.(gate|up|down)_proj$)");
+  auto encode = [&](const std::string& m) {
+    return std::regex_match(m, experts) ? Encoding{Encoding::kNvfp4, 4, 16} : Encoding{};
+  };
+  const int count = WriteCheckpoint(encode, root_ / "nvfp4", config_);
+  ASSERT_GT(count, 40);
+  std::ofstream(root_ / "nvfp4" / "hf_quant_config.json") << R"({
+    "producer": {"name": "modelopt", "version": "0.46.0"},
+    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16,
+                     "exclude_modules": ["lm_head", "model.layers.*.self_attn*",
+                                         "model.layers.*.mlp.shared_experts*",
+                                         "model.layers.*.mlp.gate", "model.layers.0.*"]}})";
+  Compare(root_ / "nvfp4", count);
+}
+
+}  // namespace
+}  // namespace glm::engine
