@@ -2,15 +2,16 @@
 // single-process model, split into compute and communication.
 //
 //   glm-bench-dist [--golden DIR] [--fixture NAME] [--no-golden] [--no-synthetic]
-//                  [--layouts 1,tp2,pp2,tp2pp2] [--steps N] [--batch B] [--context C]
-//                  [--prefill P] [--threads N] [--hidden H] [--layers L]
+//                  [--layouts 1,tp2,pp2,tp2pp2] [--steps N] [--repeats R] [--batch B]
+//                  [--context C] [--prefill P] [--threads N] [--hidden H] [--layers L]
 //                  [--weight-dtype fp32|bf16]
 //
 // Models: (a) a golden fixture (default tiny-sparse: 5 layers with IndexShare "shared" layers, so
 // a PP boundary falls before one), (b) a synthetic model at GLM-5's hidden width (6144), head
-// dims and index_topk (2048), with --layers layers (default 4: 1 dense + 3 MoE, indexers
-// full/full/shared/full), 8 heads, 4 experts top-2 of width 256 and a 4K vocab, random weights
-// (random_weights.h): about 1 GB in fp32 (SyntheticConfig).
+// dims and index_topk (2048), with --layers layers (default 2: dense + MoE, indexers full then
+// shared; 4 for PP 4), 8 heads, 4 experts top-2 of width 256 and a 4K vocab, random weights
+// (random_weights.h): about 0.6 GB in fp32 at 2 layers (SyntheticConfig). The defaults finish in
+// about a minute on 2 cores, most of it generating and loading weights.
 //
 // Layouts: "1" (one process, no communicator), "tpT", "ppP", "tpTppP". Every rank of a layout is
 // a thread of this process: StageGroup over an InProcessRendezvous and Gloo on 127.0.0.1 (the
@@ -20,8 +21,10 @@
 //
 // Phases: decode batch 1 and batch B (one token per sequence per step over a C-token context)
 // and a prefill chunk (P new tokens of one sequence per step). Each phase: one warm-up step, then
-// N measured steps, each a Forward (one step in flight). Printed per layout:
-//   step ms        the head's wall time per Forward (mean over the N steps), and the ratio to "1"
+// R windows of N measured steps, each a Forward (one step in flight); the window of median step
+// time is reported, with the range over the R windows. Printed per layout:
+//   step ms        the head's wall time per Forward (mean over the window's N steps), its range,
+//                  and the ratio to "1"
 //   per rank       compute ms: wall time inside the rank's model (its layers) minus its TP
 //                  all-reduces; comm ms = step ms - compute ms (all-reduces, hand-offs, waiting
 //                  for the other stages: where the pipeline bubble shows). Then the time inside
@@ -77,12 +80,13 @@ struct Args {
   bool run_synthetic = true;
   std::string layouts = "1,tp2,pp2,tp2pp2";
   int steps = 3;
+  int repeats = 3;
   int batch = 8;
   int context = 32;
   int prefill = 16;
   int threads = 0;
   int64_t hidden = 6144;
-  int layers = 4;
+  int layers = 2;
   std::string weight_dtype = "fp32";
 };
 
@@ -333,12 +337,14 @@ struct Phase {
   int tokens_per_seq = 1;  // new tokens per sequence per step (1 = decode)
 };
 
+// One window of measured steps, or a phase's median window with the spread of all of them.
 struct PhaseResult {
   bool ok = false;
   double step_ms = 0;
+  double min_step_ms = 0, max_step_ms = 0;  // over the phase's windows
   int steps = 0;
-  int64_t tokens = 0;              // new tokens over the measured steps
-  std::vector<CommSnapshot> comm;     // per world rank, over the measured steps
+  int64_t tokens = 0;                // new tokens over the window's steps
+  std::vector<CommSnapshot> comm;    // per world rank, over the window
   std::vector<int64_t> model_nanos;  // per world rank: time inside its model's Forward
 };
 
@@ -365,15 +371,16 @@ SequenceSlice Slice(int64_t seq_id, std::vector<int32_t> tokens, int start_pos,
   return s;
 }
 
-// Runs one phase: its context (decode) and a warm-up step, then `steps` measured steps.
+// Runs one phase: its context (decode) and a warm-up step, then --repeats windows of --steps
+// measured steps each; returns the window of median step time, with the spread of all of them.
 PhaseResult RunPhase(Replica& r, const Phase& p, const Args& a, int blocks_per_seq) {
-  PhaseResult out;
+  PhaseResult failed;
   const int64_t vocab = r.model().config().vocab_size;
   ForwardResult res;
   auto fail = [&](const absl::Status& s) {
     std::fprintf(stderr, "%s, %s: %s\n", r.layout().name.c_str(), p.name.c_str(),
                  s.ToString().c_str());
-    return out;
+    return failed;
   };
   int pos = 0;
   if (p.tokens_per_seq == 1 && a.context > 0) {  // decode: fill the context first
@@ -384,34 +391,47 @@ PhaseResult RunPhase(Replica& r, const Phase& p, const Args& a, int blocks_per_s
     if (absl::Status s = r.Forward(ctx, &res); !s.ok()) return fail(s);
     pos = a.context;
   }
-  auto step = [&](int i) {
+  int step_index = 0;
+  auto step = [&]() {
     ForwardBatch b;
     for (int s = 0; s < p.batch; ++s) {
-      b.seqs.push_back(Slice(s + 1, Tokens(p.tokens_per_seq, vocab, 1000 + 31 * i + s), pos,
+      b.seqs.push_back(Slice(s + 1,
+                             Tokens(p.tokens_per_seq, vocab, 1000 + 31 * step_index + s), pos,
                              blocks_per_seq, s));
     }
     pos += p.tokens_per_seq;
+    ++step_index;
     return r.Forward(b, &res);
   };
-  if (absl::Status s = step(0); !s.ok()) return fail(s);  // warm-up
-  if (absl::Status s = r.SettleFollowers(); !s.ok()) return fail(s);
-  const std::vector<RankSnapshot> before = r.Snapshots();
-  const SteadyClock::time_point t0 = SteadyClock::now();
-  for (int i = 1; i <= a.steps; ++i) {
-    if (absl::Status s = step(i); !s.ok()) return fail(s);
-  }
-  const double seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
-  if (absl::Status s = r.SettleFollowers(); !s.ok()) return fail(s);
-  const std::vector<RankSnapshot> after = r.Snapshots();
-  for (size_t w = 0; w < after.size(); ++w) {
-    out.comm.push_back(after[w].comm.Since(before[w].comm));
-    out.model_nanos.push_back(after[w].model_nanos - before[w].model_nanos);
+  if (absl::Status s = step(); !s.ok()) return fail(s);  // warm-up
+  std::vector<PhaseResult> windows;
+  for (int rep = 0; rep < a.repeats; ++rep) {
+    PhaseResult w;
+    if (absl::Status s = r.SettleFollowers(); !s.ok()) return fail(s);
+    const std::vector<RankSnapshot> before = r.Snapshots();
+    const SteadyClock::time_point t0 = SteadyClock::now();
+    for (int i = 0; i < a.steps; ++i) {
+      if (absl::Status s = step(); !s.ok()) return fail(s);
+    }
+    const double seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+    if (absl::Status s = r.SettleFollowers(); !s.ok()) return fail(s);
+    const std::vector<RankSnapshot> after = r.Snapshots();
+    for (size_t k = 0; k < after.size(); ++k) {
+      w.comm.push_back(after[k].comm.Since(before[k].comm));
+      w.model_nanos.push_back(after[k].model_nanos - before[k].model_nanos);
+    }
+    w.ok = true;
+    w.steps = a.steps;
+    w.step_ms = seconds * 1e3 / a.steps;
+    w.tokens = static_cast<int64_t>(a.steps) * p.batch * p.tokens_per_seq;
+    windows.push_back(std::move(w));
   }
   for (int s = 0; s < p.batch; ++s) r.model().ReleaseSequence(s + 1);
-  out.ok = true;
-  out.steps = a.steps;
-  out.step_ms = seconds * 1e3 / a.steps;
-  out.tokens = static_cast<int64_t>(a.steps) * p.batch * p.tokens_per_seq;
+  std::sort(windows.begin(), windows.end(),
+            [](const PhaseResult& x, const PhaseResult& y) { return x.step_ms < y.step_ms; });
+  PhaseResult out = windows[windows.size() / 2];
+  out.min_step_ms = windows.front().step_ms;
+  out.max_step_ms = windows.back().step_ms;
   return out;
 }
 
@@ -423,7 +443,8 @@ void PrintLayout(const BenchModel& m, const Layout& l, const PhaseResult& r,
     std::printf("  %-8s failed (see stderr)\n", l.name.c_str());
     return;
   }
-  std::printf("  %-8s step %9.2f ms", l.name.c_str(), r.step_ms);
+  std::printf("  %-8s step %9.2f ms (windows %.2f-%.2f)", l.name.c_str(), r.step_ms,
+              r.min_step_ms, r.max_step_ms);
   if (single_ms.has_value()) std::printf("   x%.2f of single", r.step_ms / *single_ms);
   std::printf("\n");
   if (r.comm.empty()) return;
@@ -524,7 +545,8 @@ int RunModel(const BenchModel& m, const std::vector<Layout>& layouts, const Args
       {absl::StrCat("prefill chunk of ", a.prefill), 1, a.prefill},
   };
   const int block_size = 16;
-  const int max_len = std::max(a.context + a.steps + 1, a.prefill * (a.steps + 1));
+  const int measured = a.repeats * a.steps;
+  const int max_len = std::max(a.context + measured + 1, a.prefill * (measured + 1));
   const int blocks_per_seq = max_len / block_size + 1;
   const KvCacheGeometry kv{block_size, blocks_per_seq * std::max(a.batch, 1)};
   // results[phase][layout]
@@ -558,11 +580,11 @@ int RunModel(const BenchModel& m, const std::vector<Layout>& layouts, const Args
   }
   for (size_t pi = 0; pi < phases.size(); ++pi) {
     if (phases[pi].tokens_per_seq == 1) {
-      std::printf(" %s (%d measured steps after a %d-token context):\n", phases[pi].name.c_str(),
-                  a.steps, a.context);
+      std::printf(" %s (median of %d windows of %d steps, after a %d-token context):\n",
+                  phases[pi].name.c_str(), a.repeats, a.steps, a.context);
     } else {
-      std::printf(" %s (%d measured steps: consecutive chunks of one sequence):\n",
-                  phases[pi].name.c_str(), a.steps);
+      std::printf(" %s (median of %d windows of %d steps: consecutive chunks of one sequence):\n",
+                  phases[pi].name.c_str(), a.repeats, a.steps);
     }
     std::optional<double> single;
     for (size_t li = 0; li < layouts.size(); ++li) {
@@ -584,8 +606,8 @@ int Main(int argc, char** argv) {
   }
   const char* kUsage =
       "usage: glm-bench-dist [--golden DIR] [--fixture NAME] [--no-golden] [--no-synthetic] "
-      "[--layouts 1,tp2,pp2,tp2pp2] [--steps N] [--batch B] [--context C] [--prefill P] "
-      "[--threads N] [--hidden H] [--layers L] [--weight-dtype fp32|bf16]\n";
+      "[--layouts 1,tp2,pp2,tp2pp2] [--steps N] [--repeats R] [--batch B] [--context C] "
+      "[--prefill P] [--threads N] [--hidden H] [--layers L] [--weight-dtype fp32|bf16]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     auto next = [&]() -> std::string {
@@ -610,6 +632,7 @@ int Main(int argc, char** argv) {
     else if (k == "--no-synthetic") a.run_synthetic = false;
     else if (k == "--layouts") a.layouts = next();
     else if (k == "--steps") a.steps = next_int(1);
+    else if (k == "--repeats") a.repeats = next_int(1);
     else if (k == "--batch") a.batch = next_int(1);
     else if (k == "--context") a.context = next_int(0);
     else if (k == "--prefill") a.prefill = next_int(1);
@@ -634,10 +657,10 @@ int Main(int argc, char** argv) {
   }
   const int threads = a.threads > 0 ? a.threads
                                     : std::max(1u, std::thread::hardware_concurrency());
-  std::printf("glm-bench-dist: layouts %s, %d measured steps per phase (mean), batch %d, "
+  std::printf("glm-bench-dist: layouts %s, %d windows of %d steps per phase, batch %d, "
               "context %d, prefill chunk %d, %d CPU threads (per rank: threads / tp), weights "
               "%s, Gloo on 127.0.0.1\n",
-              a.layouts.c_str(), a.steps, a.batch, a.context, a.prefill, threads,
+              a.layouts.c_str(), a.repeats, a.steps, a.batch, a.context, a.prefill, threads,
               a.weight_dtype.c_str());
   int failures = 0;
   if (a.run_golden) {
