@@ -45,9 +45,10 @@ struct ShardTopology {
   // step (the head waits for the last stage's result) and the idle heartbeat interval follows
   // from it (op_timeout / 4). A peer that exits closes its sockets and fails the group at once.
   std::chrono::milliseconds op_timeout{30'000};
-  // When set, this rank's world and tp communicators record every call into it
-  // (MeteredCommunicator): benchmarks split a step into compute and communication. Not owned;
-  // must outlive the engine. Null (the default) = not metered.
+  // When set, every communicator of this rank (world, tp, control, result: stage_group.h)
+  // records its calls into it under its channel (MeteredCommunicator): benchmarks split a step
+  // into compute and communication. Not owned; must outlive the engine. Null (the default) =
+  // not metered.
   CommMeter* comm_meter = nullptr;
 
   int world_size() const { return pp_size * tp_size; }
