@@ -1,8 +1,10 @@
 // A rank other than the head: a thread that serves the head's messages (step_message.h) with
 // this rank's stage until the head stops it or the group fails.
 //
-// Per message: apply the releases (Model::ReleaseSequence), then kStep runs StageGroup::RunStep,
-// kMtpStep RunMtpStep, kIdle nothing, kStop a final barrier and a clean exit. Any failure (a
+// Per message, strictly in order: apply the releases (Model::ReleaseSequence), then kStep runs
+// StageGroup::RunStep, kMtpStep RunMtpStep, kIdle nothing, kStop a final barrier and a clean
+// exit. With micro-batches in flight the head's next step message waits (in the head's sender)
+// until this rank has handed the previous step on, so one thread suffices here. Any failure (a
 // peer gone or silent past op_timeout, a malformed message, a model error) closes this rank's
 // communicators, so the rest of the group fails at once, and ends the loop with that error.
 //
