@@ -4,7 +4,7 @@
 //   glm-bench-dist [--golden DIR] [--fixture NAME] [--no-golden] [--no-synthetic]
 //                  [--layouts 1,tp2,pp2,tp2pp2] [--steps N] [--repeats R] [--batch B]
 //                  [--context C] [--prefill P] [--threads N] [--hidden H] [--layers L]
-//                  [--weight-dtype fp32|bf16]
+//                  [--weight-dtype fp32|bf16] [--floor-iters N]
 //
 // Models: (a) a golden fixture (default tiny-sparse: 5 layers with IndexShare "shared" layers, so
 // a PP boundary falls before one), (b) a synthetic model at GLM-5's hidden width (6144), head
@@ -37,6 +37,9 @@
 //                  layer); every TP rank of a stage sends its own copy.
 //   TP all-reduce  bytes per token per layer, measured, and the formula 2 * hidden * 4 (the
 //                  attention output and the MLP output), with calls per layer and time per call.
+// Then per model the loopback floor: the same all-reduce and hand-off of one token's hidden row
+// with no model around them (--floor-iters each, 0 = skip), next to what
+// controller/plan/decode_projection.h projects for them with its default fabric.
 // No figure is asserted; docs/benchmarks.md records a run.
 #include <algorithm>
 #include <atomic>
@@ -58,6 +61,7 @@
 #include "common/status_util.h"
 #include "engine/backend/backend.h"
 #include "engine/config/model_config.h"
+#include "engine/dist/gloo_communicator.h"
 #include "engine/dist/in_process_rendezvous.h"
 #include "engine/dist/metered_communicator.h"
 #include "engine/model/glm_moe_dsa.h"
@@ -81,6 +85,7 @@ struct Args {
   std::string layouts = "1,tp2,pp2,tp2pp2";
   int steps = 3;
   int repeats = 3;
+  int floor_iters = 200;
   int batch = 8;
   int context = 32;
   int prefill = 16;
@@ -531,6 +536,109 @@ ModelConfig SyntheticConfig(int64_t hidden, int num_layers) {
   return c;
 }
 
+// The loopback floor: the collectives of a step with no model around them, so no rank waits for
+// another's compute. `ranks` threads, each with a GlooCommunicator on 127.0.0.1; rank 0 times
+// `iters` all-reduces of `floats` and (2 ranks and more) `iters` ping-pongs of `floats` between
+// ranks 0 and 1 (a hand-off = half a round trip). Medians and minima in microseconds.
+struct CommFloor {
+  bool ok = false;
+  double allreduce_p50_us = 0, allreduce_min_us = 0;
+  double handoff_p50_us = 0, handoff_min_us = 0;
+};
+
+CommFloor MeasureCommFloor(int ranks, size_t floats, int iters) {
+  static std::atomic<int> next_group{0};
+  InProcessRendezvous rendezvous;
+  const std::string prefix = absl::StrCat("bench/floor", next_group++);
+  std::vector<double> allreduce_us, handoff_us;
+  std::vector<absl::Status> status(ranks);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooCommunicatorOptions o;
+      o.rank = rank;
+      o.size = ranks;
+      o.key_prefix = prefix;
+      o.connect_timeout = std::chrono::seconds(60);
+      o.op_timeout = std::chrono::seconds(60);
+      auto comm = GlooCommunicator::Create(&rendezvous, o);
+      if (!comm.ok()) {
+        status[rank] = comm.status();
+        return;
+      }
+      Communicator& c = **comm;
+      std::vector<float> data(floats, 1.0f);  // [floats]
+      auto run = [&]() -> absl::Status {
+        GLM_RETURN_IF_ERROR(c.Barrier());
+        for (int i = 0; i < iters; ++i) {
+          const SteadyClock::time_point t0 = SteadyClock::now();
+          GLM_RETURN_IF_ERROR(c.AllReduceSum(data.data(), floats));
+          if (rank == 0) {
+            allreduce_us.push_back(
+                std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count());
+          }
+        }
+        GLM_RETURN_IF_ERROR(c.Barrier());
+        for (int i = 0; i < iters && rank < 2; ++i) {
+          const SteadyClock::time_point t0 = SteadyClock::now();
+          if (rank == 0) {
+            GLM_RETURN_IF_ERROR(c.Send(data.data(), floats, 1));
+            GLM_RETURN_IF_ERROR(c.Recv(data.data(), floats, 1));
+            handoff_us.push_back(
+                std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count() / 2);
+          } else {
+            GLM_RETURN_IF_ERROR(c.Recv(data.data(), floats, 0));
+            GLM_RETURN_IF_ERROR(c.Send(data.data(), floats, 0));
+          }
+        }
+        return c.Barrier();
+      };
+      status[rank] = run();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CommFloor f;
+  for (const absl::Status& st : status) {
+    if (!st.ok()) {
+      std::fprintf(stderr, "loopback floor, %d ranks: %s\n", ranks, st.ToString().c_str());
+      return f;
+    }
+  }
+  std::sort(allreduce_us.begin(), allreduce_us.end());
+  std::sort(handoff_us.begin(), handoff_us.end());
+  f.ok = !allreduce_us.empty() && !handoff_us.empty();
+  if (!f.ok) return f;
+  f.allreduce_p50_us = allreduce_us[allreduce_us.size() / 2];
+  f.allreduce_min_us = allreduce_us.front();
+  f.handoff_p50_us = handoff_us[handoff_us.size() / 2];
+  f.handoff_min_us = handoff_us.front();
+  return f;
+}
+
+// The floor for one decode token at this model's width, next to what the planner projects per
+// all-reduce and per hand-off (controller/plan/decode_projection.h, its default fabric: 10 us
+// per hop, 25 GB/s).
+void PrintCommFloor(const ModelConfig& c, const std::vector<Layout>& layouts, int iters) {
+  constexpr double kHopUs = 10.0, kLinkBytesPerUs = 25e9 / 1e6;
+  std::vector<int> sizes;  // the TP sizes of the layouts; 2 for a layout of PP only
+  for (const Layout& l : layouts) {
+    if (l.world() > 1) sizes.push_back(std::max(l.tp, 2));
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  const double bytes = static_cast<double>(c.hidden_size) * 4;
+  for (int n : sizes) {
+    const CommFloor f = MeasureCommFloor(n, static_cast<size_t>(c.hidden_size), iters);
+    if (!f.ok) continue;
+    std::printf(" loopback floor, no model, %d ranks, one token (%lld floats): all-reduce p50 %.0f "
+                "us (min %.0f), projected %.1f; hand-off p50 %.0f us (min %.0f), projected %.1f\n",
+                n, static_cast<long long>(c.hidden_size), f.allreduce_p50_us, f.allreduce_min_us,
+                2.0 * (n - 1) * (kHopUs + bytes / n / kLinkBytesPerUs), f.handoff_p50_us,
+                f.handoff_min_us, kHopUs + bytes / kLinkBytesPerUs);
+  }
+  std::fflush(stdout);
+}
+
 int RunModel(const BenchModel& m, const std::vector<Layout>& layouts, const Args& a,
              int threads) {
   const ModelConfig& c = m.config;
@@ -594,6 +702,7 @@ int RunModel(const BenchModel& m, const std::vector<Layout>& layouts, const Args
       if (!skipped[li]) PrintLayout(m, layouts[li], results[pi][li], single);
     }
   }
+  if (a.floor_iters > 0) PrintCommFloor(c, layouts, a.floor_iters);
   return failures;
 }
 
@@ -607,7 +716,8 @@ int Main(int argc, char** argv) {
   const char* kUsage =
       "usage: glm-bench-dist [--golden DIR] [--fixture NAME] [--no-golden] [--no-synthetic] "
       "[--layouts 1,tp2,pp2,tp2pp2] [--steps N] [--repeats R] [--batch B] [--context C] "
-      "[--prefill P] [--threads N] [--hidden H] [--layers L] [--weight-dtype fp32|bf16]\n";
+      "[--prefill P] [--threads N] [--hidden H] [--layers L] [--weight-dtype fp32|bf16] "
+      "[--floor-iters N]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     auto next = [&]() -> std::string {
@@ -633,6 +743,7 @@ int Main(int argc, char** argv) {
     else if (k == "--layouts") a.layouts = next();
     else if (k == "--steps") a.steps = next_int(1);
     else if (k == "--repeats") a.repeats = next_int(1);
+    else if (k == "--floor-iters") a.floor_iters = next_int(0);
     else if (k == "--batch") a.batch = next_int(1);
     else if (k == "--context") a.context = next_int(0);
     else if (k == "--prefill") a.prefill = next_int(1);
