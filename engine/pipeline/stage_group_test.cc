@@ -2,6 +2,7 @@
 // models, one thread each, Gloo on 127.0.0.1: a follower that stalls fails the head's step after
 // op_timeout, one whose model fails fails it at once, and both errors name the rank.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -46,6 +47,7 @@ class StageModel : public Model {
   const ModelConfig& config() const override { return config_; }
   const KvCacheGeometry& kv_geometry() const override { return geometry_; }
   absl::Status Forward(const ForwardBatch& batch, ForwardResult* result) override {
+    ++num_started_;
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return !stall_; });
@@ -80,6 +82,8 @@ class StageModel : public Model {
     }
     cv_.notify_all();
   }
+  // Forward calls begun so far (a stalled one included). Any thread.
+  int num_started() const { return num_started_.load(); }
   void FailWith(absl::Status s) {
     std::lock_guard<std::mutex> l(mu_);
     fail_ = std::move(s);
@@ -93,11 +97,13 @@ class StageModel : public Model {
   std::condition_variable cv_;
   bool stall_ = false;
   absl::Status fail_;
+  std::atomic<int> num_started_{0};
 };
 
 struct TwoStages {
   InProcessRendezvous rendezvous;
   std::unique_ptr<PipelinedModel> head;
+  StageModel* head_model = nullptr;  // owned by head
   std::unique_ptr<StageModel> model1;
   StageModel* follower_model = nullptr;  // model1
   std::unique_ptr<StageFollower> follower;  // declared last: goes before model1
@@ -131,8 +137,9 @@ std::unique_ptr<TwoStages> Start(std::chrono::milliseconds op_timeout) {
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
   if (!groups[0] || !groups[1]) return nullptr;
-  s->head = std::make_unique<PipelinedModel>(std::make_unique<StageModel>(false),
-                                             std::move(groups[0]), 16);
+  auto head_model = std::make_unique<StageModel>(false);
+  s->head_model = head_model.get();
+  s->head = std::make_unique<PipelinedModel>(std::move(head_model), std::move(groups[0]), 16);
   s->model1 = std::make_unique<StageModel>(true);
   s->follower_model = s->model1.get();
   s->follower = std::make_unique<StageFollower>(s->model1.get(), std::move(groups[1]));
@@ -232,6 +239,39 @@ TEST(StageGroupTest, TwoStepsInFlightComeBackInOrder) {
   }
   EXPECT_TRUE(s->follower->status().ok()) << s->follower->status();
   EXPECT_EQ(s->follower->num_steps(), 2);
+}
+
+
+// The stages overlap: while stage 1 is inside step 1 (stalled), the head runs stage 0 of step 2.
+TEST(StageGroupTest, StageZeroRunsTheNextStepWhileStageOneWorks) {
+  auto s = Start(std::chrono::seconds(10));
+  ASSERT_NE(s, nullptr);
+  s->follower_model->Stall(true);
+  absl::StatusOr<int64_t> first = s->head->Submit(OneSlice(2, 0));
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (int i = 0; i < 500 && s->follower_model->num_started() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(s->follower_model->num_started(), 1);  // stage 1 is inside step 1
+  ForwardBatch b = OneSlice(3, 0);
+  b.seqs[0].seq_id = 2;
+  b.seqs[0].block_table = {2, 3};
+  absl::StatusOr<int64_t> second;
+  std::thread submit([&] { second = s->head->Submit(b); });
+  for (int i = 0; i < 500 && s->head_model->num_started() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(s->head_model->num_started(), 2);  // stage 0 ran step 2 ...
+  EXPECT_EQ(s->follower_model->num_started(), 1);  // ... while stage 1 still works on step 1
+  s->follower_model->Stall(false);
+  submit.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ForwardResult r;
+  ASSERT_TRUE(s->head->Collect(*first, &r).ok());
+  EXPECT_EQ(Argmax(r.seqs.at(0).logits), (2 + 1) % kVocab);
+  ASSERT_TRUE(s->head->Collect(*second, &r).ok());
+  EXPECT_EQ(Argmax(r.seqs.at(0).logits), (3 + 1) % kVocab);
+  s->head->Stop();
 }
 
 
