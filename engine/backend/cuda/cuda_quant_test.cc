@@ -6,6 +6,8 @@
 //   nothing once warm, and replay from a CUDA graph bit for bit.
 // - MoeExperts with quantized experts against the CPU backend on the same experts widened to
 //   bf16 (the CUDA path's documented numerics): 1e-4 of max |out|.
+// - The loader's stored layout (checkpoint bytes, padding, TP shares) decodes through the
+//   kernels' host mirror (DequantizeQuantHost) to the dequantizer's values (runs without a GPU).
 // - The tiny quantized checkpoints of quantized_checkpoint_test (the tiny-fp8 fixture
 //   re-quantized: INT4 experts / INT8 group and channel linears; NVFP4 experts with distinct
 //   gate / up global scales) loaded with weight_dtype auto on the CUDA backend (weights narrow;
@@ -15,7 +17,7 @@
 //   engine_golden_narrow_test gives bf16 weights against fp32), greedy ids identical (a
 //   divergence only at a near tie, cpu margin < 2e-2), and the Linear weights' bytes are the
 //   narrow ones.
-// Skips (printing why) without a usable GPU.
+// The GPU tests skip (printing why) without a usable GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,7 +36,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_quant_linear.h"
+#include "engine/model/layers.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/weights/safetensors_writer.h"
 #include "engine/weights/weight_store.h"
@@ -288,6 +293,102 @@ TEST_F(CudaQuantTest, MoeExpertsMatchCpuOnBf16WidenedExperts) {
     std::printf("MoeExperts quantized (%d) vs cpu bf16: %.3g of max |out|\n",
                 static_cast<int>(dtype), diff / ref);
   }
+}
+
+// ---- The loader's layout through the kernels' host mirror (no GPU needed) ----------------------
+
+// The checkpoint source the model uses (glm_moe_dsa.cc StoreWeights), reduced to what the
+// loader calls.
+class StoreSource : public WeightSource {
+ public:
+  explicit StoreSource(std::unique_ptr<WeightStore> store) : store_(std::move(store)) {}
+  bool Has(const std::string& name) const override { return store_->Contains(name); }
+  absl::StatusOr<std::vector<float>> ReadFloat(const std::string& name,
+                                               std::vector<int64_t>* shape) override {
+    auto s = store_->ShapeOf(name);
+    if (!s.ok()) return s.status();
+    if (shape != nullptr) *shape = *s;
+    return store_->ReadFloat(name);
+  }
+  std::optional<QuantizedInfo> QuantizedInfoOf(const std::string& name) const override {
+    return StoreQuantizedInfo(*store_, name);
+  }
+  absl::StatusOr<QuantizedTensor> ReadQuantized(const std::string& name,
+                                                const TensorSlice& slice) override {
+    return ReadStoreQuantized(*store_, name, slice);
+  }
+  const WeightStore& store() const { return *store_; }
+
+ private:
+  std::unique_ptr<WeightStore> store_;
+};
+
+// A CPU backend that takes what the CUDA backend takes (host memory the test can read).
+class CudaShapedCpuBackend final : public CpuBackend {
+ public:
+  CudaShapedCpuBackend() : CpuBackend(1) {}
+  bool SupportsWeightDType(WeightDType) const override { return true; }
+  bool SupportsQuantizedShape(WeightDType d, int64_t rows, int64_t cols,
+                              int64_t group) const override {
+    return cuda::QuantShapeSupported(d, rows, cols, group);
+  }
+};
+
+// What WeightLoader stores (checkpoint bytes, padded rows, TP slices) is what
+// kernels/gemv_quant reads: DequantizeQuantHost on the stored view gives the dequantizer's
+// values, for every format and for row- and column-parallel shares.
+TEST(CudaQuantLayout, LoaderViewsDecodeThroughTheKernelsHostMirror) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "cuda_quant_layout";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  constexpr int64_t kRows = 64, kCols = 256;
+  std::mt19937 rng(17);
+  std::vector<float> v(kRows * kCols);
+  SafetensorsWriter w;
+  auto fill = [&] {
+    for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  };
+  fill();
+  ASSERT_TRUE(w.AddPackQuantized("int4g32", {kRows, kCols}, v, 4, 32).ok());
+  fill();
+  ASSERT_TRUE(w.AddPackQuantized("int4ch", {kRows, kCols}, v, 4, 0).ok());
+  fill();
+  ASSERT_TRUE(w.AddPackQuantized("int8g16", {kRows, kCols}, v, 8, 16).ok());
+  fill();
+  ASSERT_TRUE(w.AddPackQuantized("int8ch", {kRows, kCols}, v, 8, 0).ok());
+  fill();
+  ASSERT_TRUE(w.AddNvfp4Quantized("nvfp4", {kRows, kCols}, v, nullptr, 0.0f, 0.5f).ok());
+  ASSERT_TRUE(w.WriteFile((dir / "model.safetensors").string()).ok());
+  auto store = WeightStore::Open(dir.string());
+  ASSERT_TRUE(store.ok()) << store.status();
+  StoreSource source(std::move(store).value());
+  CudaShapedCpuBackend backend;
+  for (const char* name :
+       {"int4g32.weight", "int4ch.weight", "int8g16.weight", "int8ch.weight", "nvfp4.weight"}) {
+    for (int tp : {1, 2, 4}) {
+      for (TpSplit split : {TpSplit::kColumnParallel, TpSplit::kRowParallel}) {
+        SCOPED_TRACE(absl::StrCat(name, " tp ", tp, split == TpSplit::kRowParallel ? " row" : ""));
+        WeightLoader loader(source, &backend, LinearWeightMode::kAuto);
+        loader.set_tp({tp - 1, tp});
+        auto m = loader.Linear(name, kRows, kCols, split);
+        ASSERT_TRUE(m.ok()) << m.status();
+        const MatView& view = m->view;
+        ASSERT_TRUE(IsQuantizedWeight(view.dtype));
+        ASSERT_TRUE(kernels::CheckQuantWeight(cuda::QuantViewOf(view)).ok())
+            << kernels::CheckQuantWeight(cuda::QuantViewOf(view));
+        std::vector<float> got(view.rows * view.cols);
+        ASSERT_TRUE(
+            kernels::DequantizeQuantHost(cuda::QuantViewOf(view), got.data(), view.cols).ok());
+        const bool by_rows = split == TpSplit::kColumnParallel;
+        const int64_t n = (by_rows ? kRows : kCols) / tp, begin = (tp - 1) * n;
+        auto want = by_rows ? source.store().ReadRowSlice(name, begin, begin + n)
+                            : source.store().ReadColSlice(name, begin, begin + n);
+        ASSERT_TRUE(want.ok()) << want.status();
+        EXPECT_EQ(got, *want);
+      }
+    }
+  }
+  fs::remove_all(dir);
 }
 
 // ---- The model on tiny quantized checkpoints ----------------------------------------------------
