@@ -1,5 +1,6 @@
 #include "agent/shard/shard_host.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -823,6 +824,7 @@ absl::Status ShardHost::Start(const glm::v1::StartShardRequest& req, const Progr
 void ShardHost::Monitor() {
   std::unique_lock<std::mutex> lock(mu_);
   int64_t last_tokens = 0;
+  double last_compute_s = 0.0;
   auto last_time = std::chrono::steady_clock::now();
   bool first = true;
   while (!monitor_stop_) {
@@ -836,8 +838,13 @@ void ShardHost::Monitor() {
     const double tps = first || secs <= 0
                            ? 0.0
                            : static_cast<double>(st.num_generated_tokens - last_tokens) / secs;
+    const double busy =
+        first || secs <= 0
+            ? 0.0
+            : std::clamp((st.stage_compute_seconds - last_compute_s) / secs, 0.0, 1.0);
     first = false;
     last_tokens = st.num_generated_tokens;
+    last_compute_s = st.stage_compute_seconds;
     last_time = now;
     bool changed = false;
     lock.lock();
@@ -850,6 +857,9 @@ void ShardHost::Monitor() {
             : 0.0);
     status_.set_tokens_per_second(tps);
     status_.set_requests_in_flight(st.num_running + st.num_waiting);
+    status_.set_steps_in_flight(st.num_steps_in_flight);
+    status_.set_max_steps_in_flight_observed(st.max_steps_in_flight_observed);
+    status_.set_stage_busy_fraction(busy);
     status_.set_spec_drafts(st.num_drafts);
     status_.set_spec_draft_tokens(st.num_draft_tokens);
     status_.set_spec_accepted_tokens(st.num_accepted_draft_tokens);

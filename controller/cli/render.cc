@@ -78,6 +78,29 @@ double SpecAcceptanceRate(const glm::v1::ReplicaStatus& r) {
              : 0.0;
 }
 
+// A replica of several PP stages while it runs: the head's micro-batches in flight (now / the
+// most at once) and each stage's busy fraction over the last status interval, e.g.
+//   "  pipeline: 2 steps in flight (at most 2); stage busy: node-0 41%, node-1 38%"
+void PrintPipelineLine(std::ostream& out, const glm::v1::ClusterStatus& s,
+                       const glm::v1::ReplicaStatus& r) {
+  const glm::v1::ShardStatus* head = nullptr;
+  std::vector<std::string> busy;
+  for (const std::string& name : r.nodes()) {
+    for (const auto& n : s.nodes()) {
+      if (n.name() != name || !n.has_shard()) continue;
+      const glm::v1::ShardStatus& shard = n.shard();
+      if (shard.pp_size() <= 1 || shard.state() != glm::v1::SHARD_STATE_RUNNING) continue;
+      if (shard.head()) head = &shard;
+      busy.push_back(
+          absl::StrFormat("%s %.0f%%", name, 100.0 * shard.stage_busy_fraction()));
+    }
+  }
+  if (head == nullptr) return;
+  out << "  pipeline: " << head->steps_in_flight() << " steps in flight (at most "
+      << head->max_steps_in_flight_observed() << "); stage busy: " << absl::StrJoin(busy, ", ")
+      << "\n";
+}
+
 }  // namespace
 
 std::string NodeStateName(glm::v1::NodeState s) {
@@ -263,6 +286,7 @@ void PrintStatusTable(std::ostream& out, const glm::v1::ClusterStatus& s) {
         << absl::StrJoin(std::vector<std::string>(r.nodes().begin(), r.nodes().end()), ",")
         << "\n";
     if (!r.message().empty()) out << "  " << r.message() << "\n";
+    PrintPipelineLine(out, s, r);
     if (r.mtp_draft_tokens() > 0) {
       out << "  speculative decoding: " << r.mtp_draft_tokens() << " MTP drafts per step; "
           << r.spec_accepted_tokens() << " of " << r.spec_draft_tokens() << " drafts accepted ("

@@ -77,6 +77,36 @@ TEST(RenderTest, SpeculativeDecodingShowsOnlyWhenOn) {
   EXPECT_EQ(j["accepted_per_position"][2], 22);
 }
 
+TEST(RenderTest, PipelineLineShowsStepsInFlightAndStageBusy) {
+  glm::v1::ClusterStatus s = Sample();
+  std::ostringstream before;
+  PrintStatusTable(before, s);
+  EXPECT_EQ(before.str().find("pipeline:"), std::string::npos) << before.str();
+  s.mutable_replicas(0)->add_nodes("node-2");
+  auto* n2 = s.add_nodes();
+  n2->set_name("node-2");
+  for (auto* n : {s.mutable_nodes(0), n2}) {
+    glm::v1::ShardStatus* shard = n->mutable_shard();
+    shard->set_state(glm::v1::SHARD_STATE_RUNNING);
+    shard->set_pp_size(2);
+  }
+  glm::v1::ShardStatus* head = s.mutable_nodes(0)->mutable_shard();
+  head->set_head(true);
+  head->set_steps_in_flight(1);
+  head->set_max_steps_in_flight_observed(2);
+  head->set_stage_busy_fraction(0.41);
+  n2->mutable_shard()->set_stage_busy_fraction(0.376);
+  std::ostringstream out;
+  PrintStatusTable(out, s);
+  EXPECT_NE(out.str().find("  pipeline: 1 steps in flight (at most 2); stage busy: node-1 41%, "
+                           "node-2 38%"),
+            std::string::npos)
+      << out.str();
+  const auto j = StatusToJson(s)["nodes"][0]["shard"];
+  EXPECT_EQ(j["max_steps_in_flight_observed"], 2);
+  EXPECT_DOUBLE_EQ(j["stage_busy_fraction"].get<double>(), 0.41);
+}
+
 TEST(RenderTest, AnOpenControlPlaneIsAWarning) {
   glm::v1::ClusterStatus s = Sample();
   s.set_config_path("/etc/glm/cluster.yaml");
