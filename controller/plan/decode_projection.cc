@@ -98,6 +98,13 @@ absl::StatusOr<DecodeProjection> ProjectDecode(const Plan& plan, const cluster::
     out.hop_latency_assumed = false;
   }
   out.activation_bytes_per_token = model.hidden_size * 4;
+  out.topk_bytes_per_token = int64_t{model.index_topk} * 4;
+  for (const PlanStage& stage : plan.stages) {
+    if (stage.pp_rank > 0 && stage.first_layer < static_cast<int>(model.indexer_types.size()) &&
+        model.indexer_types[stage.first_layer] == engine::IndexerType::kShared) {
+      ++out.shared_indexer_boundaries;
+    }
+  }
   out.num_experts_per_tok = model.num_experts_per_tok;
   out.n_routed_experts = model.n_routed_experts;
 
@@ -139,7 +146,10 @@ absl::StatusOr<DecodeProjection> ProjectDecode(const Plan& plan, const cluster::
   auto allreduce = [&](int tokens) {
     return 2.0 * (tp - 1) * (hop_latency + act * tokens / tp / link);
   };
-  // The step's hops: broadcast, pp - 1 activation hand-offs, the result.
+  const double topk = static_cast<double>(out.topk_bytes_per_token);
+  const int topk_boundaries = out.shared_indexer_boundaries;
+  // The step's hops: broadcast, pp - 1 activation hand-offs (+ the top-k where a stage starts
+  // on a shared-indexer layer), the result.
   auto step_hops = [&](int tokens, int* count) {
     double seconds = 0;
     *count = 0;
@@ -147,7 +157,8 @@ absl::StatusOr<DecodeProjection> ProjectDecode(const Plan& plan, const cluster::
       seconds += hop_latency;
       ++*count;
     }
-    seconds += (pp - 1) * (hop_latency + act * tokens / link);
+    seconds += (pp - 1) * (hop_latency + act * tokens / link) +
+               topk_boundaries * topk * tokens / link;
     *count += pp - 1;
     if (pp > 1) {
       seconds += hop_latency;

@@ -105,6 +105,10 @@ struct DecodeProjection {
   double hop_latency_us = kDefaultHopLatencyUs;
   bool hop_latency_assumed = true;
   int64_t activation_bytes_per_token = 0;  // hidden_size × 4 (fp32)
+  // A stage that starts on a shared-indexer layer also receives the previous layer's top-k
+  // (index_topk int32 per token); how many of the replica's PP boundaries do.
+  int64_t topk_bytes_per_token = 0;
+  int shared_indexer_boundaries = 0;
   int num_experts_per_tok = 0;
   int n_routed_experts = 0;
   int mtp_draft_tokens = 0;                       // k

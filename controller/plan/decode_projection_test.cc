@@ -112,6 +112,21 @@ TEST(DecodeProjection, TwoStagesAddOneHandOffPlusBroadcastAndResult) {
   EXPECT_NEAR(r.step_seconds - Project(MakeToy(1, 1, 0)).replicas[0].step_seconds, 30.16e-6, 1e-12);
 }
 
+TEST(DecodeProjection, AStageStartingOnASharedIndexerLayerAlsoReceivesTheTopK) {
+  Toy t = MakeToy(1, 2, 0);
+  t.model.index_topk = 1000;  // 4,000 B of int32 top-k per token
+  t.model.indexer_types = {engine::IndexerType::kFull, engine::IndexerType::kShared};
+  const DecodeProjection d = Project(t);
+  EXPECT_EQ(d.topk_bytes_per_token, 4000);
+  EXPECT_EQ(d.shared_indexer_boundaries, 1);
+  // The hand-off carries 4,000 B of activations + 4,000 B of top-k: 0.32 µs at 25 GB/s.
+  EXPECT_EQ(d.replicas[0].hops_per_token, 3);
+  EXPECT_NEAR(d.replicas[0].hop_seconds, 30.32e-6, 1e-12);
+  t.model.indexer_types = {engine::IndexerType::kFull, engine::IndexerType::kFull};
+  EXPECT_EQ(Project(t).shared_indexer_boundaries, 0);
+  EXPECT_NEAR(Project(t).replicas[0].hop_seconds, 30.16e-6, 1e-12);
+}
+
 TEST(DecodeProjection, TensorParallelHalvesBytesAndAddsAllReduces) {
   DecodeProjection d = Project(MakeToy(2, 1, 0));
   const DecodeReplicaProjection& r = d.replicas[0];

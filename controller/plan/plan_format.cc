@@ -67,10 +67,17 @@ void AppendDecode(const Plan& plan, std::string* out) {
     }
     if (r.hops_per_token > 0) {
       absl::StrAppend(out, "  hops: ", r.hops_per_token, " per step (step broadcast",
-                      plan.pipeline > 1 ? absl::StrCat(", ", plan.pipeline - 1,
-                                                       " activation hand-off(s) of ",
-                                                       d.activation_bytes_per_token, " B, result")
-                                        : std::string(),
+                      plan.pipeline > 1
+                          ? absl::StrCat(", ", plan.pipeline - 1, " activation hand-off(s) of ",
+                                         d.activation_bytes_per_token, " B",
+                                         d.shared_indexer_boundaries > 0
+                                             ? absl::StrCat(" (+", d.topk_bytes_per_token,
+                                                            " B of top-k at ",
+                                                            d.shared_indexer_boundaries,
+                                                            " shared-indexer boundary)")
+                                             : std::string(),
+                                         ", result")
+                          : std::string(),
                       ") × latency ", latency, plan.pipeline > 1 ? absl::StrCat(", link ", link) : "",
                       " = ", Ms(r.hop_seconds), "\n");
     }
@@ -231,6 +238,8 @@ nlohmann::json PlanToJson(const Plan& plan) {
     decode["hop_latency_us"] = d.hop_latency_us;
     decode["hop_latency_assumed"] = d.hop_latency_assumed;
     decode["activation_bytes_per_token"] = d.activation_bytes_per_token;
+    decode["topk_bytes_per_token"] = d.topk_bytes_per_token;
+    decode["shared_indexer_boundaries"] = d.shared_indexer_boundaries;
     decode["num_experts_per_tok"] = d.num_experts_per_tok;
     decode["n_routed_experts"] = d.n_routed_experts;
     decode["mtp_draft_tokens"] = d.mtp_draft_tokens;
