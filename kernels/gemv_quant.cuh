@@ -31,6 +31,8 @@
 // ≡ 64 mod 128 bytes; int8 lanes read two units, rows ≡ 16 mod 128.
 // Limits: m <= 16; k a multiple of 32 (int4, nvfp4) / 16 (int8); 16-byte aligned weight rows.
 // Rows past n and windows past k contribute nothing (their loads are skipped and their x is 0).
+// The warp's window loop (GqWarpWindows) is shared with moe_quant.cuh, whose CTAs gather their
+// token rows per expert and then run the same arithmetic.
 // NOTE: shared memory per CTA is m x (K range) x 2 bytes; the host caps the K range so that two
 // CTAs fit an SM (GB10: ~49 KiB, H100/H200: ~113 KiB per CTA). No sm_90-only instructions:
 // mma.sync, prmt and the bf16x2 arithmetic all exist on sm_80.
@@ -212,61 +214,25 @@ __device__ __forceinline__ int GqUnitOffset(int u) {
   return win * (kUnitsPerWindow * 16) + t * (kUnitsPerChunk * 16) + cs * 16;
 }
 
+// One warp's MMAs over the staged windows [0, nwin) of the CTA's K range (global windows
+// win_begin + i): acc[nt][e] += the products of weight rows lo = g, hi = g + 8 of its 16 (w_lo /
+// w_hi: their packed rows, sc_lo / sc_hi: their scale rows, v_lo / v_hi: whether they exist) and
+// the staged tokens nt * 8 + 2t + e % 2 (tok_ok[nt]: token nt * 8 + g exists). smem holds the
+// staged bf16 x, x_stride bytes per token; k: the weight's inputs; group: inputs per scale
+// (min(group_size, k)). The arithmetic of GemvQuantKernel (and of moe_quant's kernels, which
+// gather their token rows and then call this): warp-uniform, no barriers.
 template <int kFmt, bool kWindowScale, int kNT>
-__global__ void __launch_bounds__(kGqThreads, 2) GemvQuantKernel(GemvQuantParams p) {
+__device__ __forceinline__ void GqWarpWindows(float (&acc)[kNT][4], const uint8_t* smem,
+                                              int x_stride, const uint8_t* w_lo,
+                                              const uint8_t* w_hi, const uint8_t* sc_lo,
+                                              const uint8_t* sc_hi, bool v_lo, bool v_hi,
+                                              const bool (&tok_ok)[kNT], int64_t win_begin,
+                                              int nwin, int64_t k, int64_t group, int g, int t) {
   constexpr int kE = GqChunkElems(kFmt);
   constexpr int kWE = GqWindowElems(kFmt);
   constexpr int kUnitsPerChunk = kE / 8;
   constexpr int kDepth = kGemvQuantDepth<kNT>;
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ int s_last;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGqRows;
-  const int64_t total_windows = (p.k + kWE - 1) / kWE;
-  const int64_t win_begin = static_cast<int64_t>(blockIdx.y) * p.windows_per_split;
-  const int nwin = static_cast<int>(min(static_cast<int64_t>(p.windows_per_split),
-                                        total_windows - win_begin));
-  const int64_t k0 = win_begin * kWE;
-
-  // Stage x[:, k0 : k0 + nwin * kWE) as bf16 (0 past k), in the widening's order.
-  {
-    const int units = nwin * (kWE / 8);
-    for (int i = tid; i < p.m * units; i += kGqThreads) {
-      const int tok = i / units, u = i - tok * units;
-      const int64_t kk = k0 + static_cast<int64_t>(u) * 8;
-      const float* xr = p.x + tok * p.ldx + kk;
-      float v[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = kk + j < p.k ? __ldg(xr + j) : 0.0f;
-      *reinterpret_cast<uint4*>(smem + tok * p.x_stride + GqUnitOffset<kFmt>(u)) =
-          GqPackUnit<kFmt>(v);
-    }
-  }
-  __syncthreads();
-
-  const int64_t r0 = n0 + warp * 16;
-  const int64_t row_lo = r0 + g, row_hi = r0 + g + 8;
-  const bool v_lo = row_lo < p.n, v_hi = row_hi < p.n;
-  const uint8_t* w_lo = p.w + row_lo * p.ld_bytes;
-  const uint8_t* w_hi = p.w + row_hi * p.ld_bytes;
-  const uint8_t* sc_lo = static_cast<const uint8_t*>(p.scales) +
-                         row_lo * p.scale_ld * (kFmt == kGqNvfp4 ? 1 : 2);
-  const uint8_t* sc_hi = static_cast<const uint8_t*>(p.scales) +
-                         row_hi * p.scale_ld * (kFmt == kGqNvfp4 ? 1 : 2);
-  bool tok_ok[kNT];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) tok_ok[nt] = nt * 8 + g < p.m;
-
-  float acc[kNT][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-  }
-
-  const bool warp_active = r0 < p.n;
-  for (int wb = 0; warp_active && wb < nwin; wb += kDepth) {
+  for (int wb = 0; wb < nwin; wb += kDepth) {
     uint4 wl[kDepth], wh[kDepth];
     // Scales: [d][0] row g / [d][1] row g + 8; index 0: the chunk's first half, 1: second.
     uint32_t sraw[kDepth][2][2];
@@ -274,7 +240,7 @@ __global__ void __launch_bounds__(kGqThreads, 2) GemvQuantKernel(GemvQuantParams
     for (int d = 0; d < kDepth; ++d) {
       const int64_t win = win_begin + wb + d;
       const int64_t kc = win * kWE + t * kE;  // the lane's first input
-      const bool in = wb + d < nwin && kc < p.k;
+      const bool in = wb + d < nwin && kc < k;
       const int64_t byte = win * kGqWindowBytes + t * 16;
       wl[d] = in && v_lo ? LoadStreaming16(w_lo + byte) : make_uint4(0, 0, 0, 0);
       wh[d] = in && v_hi ? LoadStreaming16(w_hi + byte) : make_uint4(0, 0, 0, 0);
@@ -287,10 +253,10 @@ __global__ void __launch_bounds__(kGqThreads, 2) GemvQuantKernel(GemvQuantParams
           sraw[d][r][0] = ok ? __ldg(sr + s0) : 0u;
           sraw[d][r][1] = ok ? __ldg(sr + s0 + 1) : 0u;
         } else {
-          const int64_t s0 = kc / p.group;
+          const int64_t s0 = kc / group;
           sraw[d][r][0] = ok ? GqLoadU16(sr + 2 * s0) : 0u;
           if constexpr (!kWindowScale && kFmt == kGqInt4) {
-            const int64_t s1 = (kc + kE / 2) / p.group;
+            const int64_t s1 = (kc + kE / 2) / group;
             sraw[d][r][1] = ok ? GqLoadU16(sr + 2 * s1) : 0u;
           } else {
             sraw[d][r][1] = sraw[d][r][0];
@@ -306,7 +272,7 @@ __global__ void __launch_bounds__(kGqThreads, 2) GemvQuantKernel(GemvQuantParams
       uint4 xb[kNT][kUnitsPerChunk];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        const uint8_t* xs = smem + (nt * 8 + g) * p.x_stride +
+        const uint8_t* xs = smem + (nt * 8 + g) * x_stride +
                             local_win * (4 * kUnitsPerChunk * 16) + t * (kUnitsPerChunk * 16);
 #pragma unroll
         for (int c = 0; c < kUnitsPerChunk; ++c) {
@@ -412,6 +378,63 @@ __global__ void __launch_bounds__(kGqThreads, 2) GemvQuantKernel(GemvQuantParams
         }
       }
     }
+  }
+}
+
+template <int kFmt, bool kWindowScale, int kNT>
+__global__ void __launch_bounds__(kGqThreads, 2) GemvQuantKernel(GemvQuantParams p) {
+  constexpr int kWE = GqWindowElems(kFmt);
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ int s_last;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGqRows;
+  const int64_t total_windows = (p.k + kWE - 1) / kWE;
+  const int64_t win_begin = static_cast<int64_t>(blockIdx.y) * p.windows_per_split;
+  const int nwin = static_cast<int>(min(static_cast<int64_t>(p.windows_per_split),
+                                        total_windows - win_begin));
+  const int64_t k0 = win_begin * kWE;
+
+  // Stage x[:, k0 : k0 + nwin * kWE) as bf16 (0 past k), in the widening's order.
+  {
+    const int units = nwin * (kWE / 8);
+    for (int i = tid; i < p.m * units; i += kGqThreads) {
+      const int tok = i / units, u = i - tok * units;
+      const int64_t kk = k0 + static_cast<int64_t>(u) * 8;
+      const float* xr = p.x + tok * p.ldx + kk;
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = kk + j < p.k ? __ldg(xr + j) : 0.0f;
+      *reinterpret_cast<uint4*>(smem + tok * p.x_stride + GqUnitOffset<kFmt>(u)) =
+          GqPackUnit<kFmt>(v);
+    }
+  }
+  __syncthreads();
+
+  const int64_t r0 = n0 + warp * 16;
+  const int64_t row_lo = r0 + g, row_hi = r0 + g + 8;
+  const bool v_lo = row_lo < p.n, v_hi = row_hi < p.n;
+  const uint8_t* w_lo = p.w + row_lo * p.ld_bytes;
+  const uint8_t* w_hi = p.w + row_hi * p.ld_bytes;
+  const uint8_t* sc_lo = static_cast<const uint8_t*>(p.scales) +
+                         row_lo * p.scale_ld * (kFmt == kGqNvfp4 ? 1 : 2);
+  const uint8_t* sc_hi = static_cast<const uint8_t*>(p.scales) +
+                         row_hi * p.scale_ld * (kFmt == kGqNvfp4 ? 1 : 2);
+  bool tok_ok[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) tok_ok[nt] = nt * 8 + g < p.m;
+
+  float acc[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+  }
+
+  const bool warp_active = r0 < p.n;
+  if (warp_active) {
+    GqWarpWindows<kFmt, kWindowScale, kNT>(acc, smem, p.x_stride, w_lo, w_hi, sc_lo, sc_hi, v_lo,
+                                           v_hi, tok_ok, win_begin, nwin, p.k, p.group, g, t);
   }
 
   // acc[nt][e]: row r0 + g + 8 * (e / 2), token nt * 8 + 2t + e % 2.

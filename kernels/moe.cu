@@ -86,16 +86,7 @@ void* Carve(void*& p, size_t bytes) {
 
 size_t Rounded(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-absl::Status LaunchCombineByPair(const float* y, const int32_t* ids, const float* weights,
-                                 int top_k, int num_experts, int64_t tokens, int64_t hidden,
-                                 float* out, int64_t out_ld, cudaStream_t stream) {
-  LaunchKernel(moe::MoeCombineByPairKernel,
-               dim3(static_cast<unsigned>(tokens),
-                    static_cast<unsigned>(detail::CeilDiv(hidden, moe::kCombineThreads))),
-               moe::kCombineThreads, 0, stream, y, ids, weights, top_k, num_experts,
-               static_cast<int>(hidden), out, out_ld);
-  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeCombineByPairKernel launch");
-}
+using moe::LaunchCombineByPair;
 
 const char* PathName(Path p) {
   switch (p) {
@@ -109,6 +100,21 @@ const char* PathName(Path p) {
 }
 
 }  // namespace
+
+namespace moe {
+
+absl::Status LaunchCombineByPair(const float* y, const int32_t* ids, const float* weights,
+                                 int top_k, int num_experts, int64_t tokens, int64_t hidden,
+                                 float* out, int64_t out_ld, cudaStream_t stream) {
+  LaunchKernel(MoeCombineByPairKernel,
+               dim3(static_cast<unsigned>(tokens),
+                    static_cast<unsigned>(detail::CeilDiv(hidden, kCombineThreads))),
+               kCombineThreads, 0, stream, y, ids, weights, top_k, num_experts,
+               static_cast<int>(hidden), out, out_ld);
+  return detail::CudaCheck(cudaGetLastError(), kOp, "MoeCombineByPairKernel launch");
+}
+
+}  // namespace moe
 
 absl::StatusOr<MoeExpertTable> MoeExpertTableFor(const void* key, const MoeExpert* experts,
                                                  int num_experts, int64_t hidden, int64_t inter,

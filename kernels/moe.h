@@ -13,6 +13,8 @@
 // bytes, weights 16-byte aligned with 16-byte row strides); without, kAuto takes the tiled GEMM.
 // Results are deterministic (fixed summation order, no float atomics), and do not depend on the
 // grid, so a graph replay equals the eager call bit for bit. Plain C++ (no device code).
+// INT4 / INT8 / NVFP4 experts (read narrow) are a sibling op on the same token lists and
+// combine: moe_quant.h.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -3,6 +3,8 @@
 // include it; no device code here (moe_common.cuh has the shared device helpers).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -79,5 +81,11 @@ struct DecodeLists {
   const int32_t* unit_expert;  // [units]
   const int32_t* unit_off;     // [units + 1]: rows of unit u are unit_off[u] .. unit_off[u + 1]
 };
+
+// MoeCombineByPairKernel (moe.cuh) on `stream`: out[t] += sum_j weights[t, j] * y[t * top_k +
+// j] over the valid ids (kernels/moe.cu; also moe_quant's last step).
+absl::Status LaunchCombineByPair(const float* y, const int32_t* ids, const float* weights,
+                                 int top_k, int num_experts, int64_t tokens, int64_t hidden,
+                                 float* out, int64_t out_ld, cudaStream_t stream);
 
 }  // namespace glm::kernels::moe

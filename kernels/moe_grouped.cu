@@ -38,14 +38,16 @@ absl::Status LaunchGroupFor(int wt, const DecodeParams& p, const DecodeLists& l,
 }  // namespace
 
 absl::Status LaunchListRoute(const int32_t* ids, int pairs, int num_experts,
-                             const DeviceLists& lists, cudaStream_t stream) {
-  if (pairs < 1 || pairs > kMoeGroupedMaxPairs || num_experts < 1 || num_experts > kMaxExperts) {
+                             const DeviceLists& lists, cudaStream_t stream, int group_tokens) {
+  if (pairs < 1 || pairs > kMoeGroupedMaxPairs || num_experts < 1 || num_experts > kMaxExperts ||
+      group_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cuda ", kOp, ": the device token lists take 1..", kMoeGroupedMaxPairs, " pairs (got ",
-        pairs, ") of 1..", kMaxExperts, " experts (got ", num_experts, ")"));
+        pairs, ") of 1..", kMaxExperts, " experts (got ", num_experts, ") in units of >= 1 rows "
+        "(got ", group_tokens, ")"));
   }
   LaunchKernel(MoeListRouteKernel, 1, kRouteThreads, 0, stream, ids, pairs, num_experts,
-               kGroupMaxTokens, lists.n_active, lists.slot_expert, lists.slot_off, lists.row_pair,
+               group_tokens, lists.n_active, lists.slot_expert, lists.slot_off, lists.row_pair,
                lists.n_units, lists.unit_expert, lists.unit_off);
   return detail::CudaCheck(cudaGetLastError(), kOp, "MoeListRouteKernel launch");
 }

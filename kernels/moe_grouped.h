@@ -17,9 +17,11 @@ inline constexpr int kGrpStages = 4;
 inline constexpr int kGroupMaxTokens = 4;  // token rows per unit: the register accumulators' limit
 inline constexpr int64_t kGrpWarpSmem = int64_t{kGrpStages} * kDecWRows * 32 * 16;
 
-// Units of the token-group kernel for pairs: at most one partial unit per distinct expert.
-inline int64_t MaxGroupUnits(int64_t pairs, int64_t max_slots) {
-  return max_slots + pairs / kGroupMaxTokens;
+// Units of group_tokens rows (the token-group kernel's kGroupMaxTokens; moe_quant's 16) for
+// pairs: at most one partial unit per distinct expert.
+inline int64_t MaxGroupUnits(int64_t pairs, int64_t max_slots,
+                             int64_t group_tokens = kGroupMaxTokens) {
+  return max_slots + pairs / group_tokens;
 }
 
 // The lists' device memory, written by LaunchListRoute (sizes: DecodeLists; slots =
@@ -35,9 +37,10 @@ struct DeviceLists {
 };
 
 // MoeListRouteKernel: the lists of ids [pairs] (pairs <= kMoeGroupedMaxPairs, num_experts <=
-// kMoeMaxExperts).
+// kMoeMaxExperts), units of at most group_tokens rows (>= 1).
 absl::Status LaunchListRoute(const int32_t* ids, int pairs, int num_experts,
-                             const DeviceLists& lists, cudaStream_t stream);
+                             const DeviceLists& lists, cudaStream_t stream,
+                             int group_tokens = kGroupMaxTokens);
 
 // MoeGroupKernel: one weight pass (fused: gate|up into act; else down into y) over the lists'
 // units (at most max_units). FailedPrecondition where a block cannot hold one warp's ring.
