@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "engine/backend/cuda/cublaslt_matmul.h"
+#include "engine/backend/cuda/cuda_device_stream.h"
 #include "engine/backend/cuda/cuda_indexer.h"
 #include "engine/backend/cuda/cuda_linear.h"
 #include "engine/backend/cuda/cuda_ops.h"
@@ -136,9 +137,12 @@ constexpr size_t kSmallF32GemvMaxWeightBytes = size_t{16} << 20;
 constexpr int64_t kNormLinearFusionMaxRows = kernels::kGemvNarrowMaxM;
 // Observers for tests: whether the last RmsNormLinear call ran as one fused launch
 // (LastCudaNormLinearFused), and how many AbsorbPerHead launches ran beside the previous kernel
-// (CudaAbsorbBesideLaunches). Neither changes what runs.
+// (CudaAbsorbBesideLaunches), and how quantized experts ran (CudaQuantExpertCallCounts). None
+// changes what runs.
 std::atomic<bool> g_norm_linear_fused{false};
 std::atomic<int64_t> g_absorb_beside_launches{0};
+std::atomic<int64_t> g_quant_experts_narrow{0};
+std::atomic<int64_t> g_quant_experts_widened{0};
 
 class CudaBackend : public Backend {
  public:
@@ -189,6 +193,8 @@ class CudaBackend : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  // The main stream (a collective enqueued there follows every op, side branches once joined).
+  DeviceStream* device_stream() override { return &device_stream_; }
   int num_threads() const override { return 1; }
   absl::Status status() const override { return status_; }
   // Every WeightDType; INT4 / INT8 / NVFP4 through cuda_quant_linear.h, in the shapes
@@ -519,9 +525,19 @@ class CudaBackend : public Backend {
                              renormalize, scale, appended, ids, weights, stream_));
   }
 
+  // INT4 / INT8 / NVFP4 experts: read narrow (cuda::MoeQuantExperts) up to
+  // kernels::kMoeQuantMaxPairs pairs when every projection shares one format and group size;
+  // else (prefill beyond that, mixed layers) widened to bf16 and run as bf16 experts.
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                   const ExpertWeights& experts, const MatView& out) override {
     if (x.rows == 0 || !Bind() || !MainOnly("MoeExperts")) return;
+    if (QuantizedExperts(experts) && cuda::QuantExpertsNarrow(experts, x.rows * top_k)) {
+      g_quant_experts_narrow.fetch_add(1, std::memory_order_relaxed);
+      Record(Annotate(cuda::MoeQuantExperts(x, ids, weights, top_k, experts, out, scratch_,
+                                            stream_, policy_),
+                      "MoeExperts"));
+      return;
+    }
     ExpertWeights ew = experts;
     if (!WidenQuantizedExperts(experts, &ew, "MoeExperts")) return;
     Record(Annotate(cuda::MoeExperts(x, ids, weights, top_k, ew, out, scratch_, stream_,
@@ -532,6 +548,14 @@ class CudaBackend : public Backend {
   void MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
                        const ExpertWeights& experts, const MatView& out) override {
     if (x.rows == 0 || !Bind() || !MainOnly("MoeRouteExperts")) return;
+    const int64_t pairs = x.rows * (r.top_k + (r.appended >= 0 ? 1 : 0));
+    if (QuantizedExperts(experts) && cuda::QuantExpertsNarrow(experts, pairs)) {
+      g_quant_experts_narrow.fetch_add(1, std::memory_order_relaxed);
+      Record(Annotate(cuda::MoeQuantRouteExperts(logits, r, x, experts, out, scratch_, stream_,
+                                                 policy_),
+                      "MoeRouteExperts"));
+      return;
+    }
     ExpertWeights ew = experts;
     if (!WidenQuantizedExperts(experts, &ew, "MoeRouteExperts")) return;
     Record(Annotate(cuda::MoeRouteExperts(logits, r, x, ew, out, scratch_, stream_,
@@ -539,15 +563,18 @@ class CudaBackend : public Backend {
                     "MoeRouteExperts"));
   }
 
+  static bool QuantizedExperts(const ExpertWeights& experts) {
+    return experts.num_experts > 0 && experts.gate != nullptr && experts.up != nullptr &&
+           experts.down != nullptr &&
+           (IsQuantizedWeight(experts.gate[0].dtype) || IsQuantizedWeight(experts.up[0].dtype) ||
+            IsQuantizedWeight(experts.down[0].dtype));
+  }
+
   // INT4 / INT8 / NVFP4 experts widened to bf16 views in *out (QuantLinear::WidenExperts); out
   // unchanged otherwise. False (error recorded) on failure.
   bool WidenQuantizedExperts(const ExpertWeights& experts, ExpertWeights* out, const char* op) {
-    if (experts.num_experts <= 0 || experts.gate == nullptr || experts.up == nullptr ||
-        experts.down == nullptr ||
-        !(IsQuantizedWeight(experts.gate[0].dtype) || IsQuantizedWeight(experts.up[0].dtype) ||
-          IsQuantizedWeight(experts.down[0].dtype))) {
-      return true;
-    }
+    if (!QuantizedExperts(experts)) return true;
+    g_quant_experts_widened.fetch_add(1, std::memory_order_relaxed);
     const absl::Status s = quant_->WidenExperts(experts, widen_scratch_, stream_, out);
     Record(Annotate(s, op));
     return s.ok();
@@ -717,6 +744,7 @@ class CudaBackend : public Backend {
   const int device_;
   cudaStream_t stream_;  // where ops are enqueued: main_stream_, or side_stream_ on a branch
   const cudaStream_t main_stream_;
+  cuda::CudaDeviceStream device_stream_{device_, main_stream_};  // device_stream()
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   bool in_side_ = false;       // between BeginSide and EndSide
@@ -758,6 +786,10 @@ absl::Status CudaDeviceAvailable() {
 bool LastCudaNormLinearFused() { return g_norm_linear_fused.load(); }
 
 int64_t CudaAbsorbBesideLaunches() { return g_absorb_beside_launches.load(); }
+
+CudaQuantExpertCalls CudaQuantExpertCallCounts() {
+  return {g_quant_experts_narrow.load(), g_quant_experts_widened.load()};
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal,
                                                            const kernels::KernelPolicy& policy) {

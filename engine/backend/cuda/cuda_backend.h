@@ -7,8 +7,9 @@
 //   AbsorbPerHead (MLA W_UK / W_UV on kv_b_proj as stored): kernels/per_head_narrow.h up to
 //   8 tokens, else the blocks widened to fp32 scratch (PerHeadWidenF32) + the fp32 GEMM;
 //   MoeExperts widens bf16 / fp8 expert weights inside its tiles. INT4 / INT8 / NVFP4 weights
-//   (Linear and experts) stay as stored: cuda_quant_linear.h. Small ops: the kernels in
-//   kernels/ (rmsnorm, layernorm, rope, silu_mul, rows, moe_route). Attention, IndexerTopK,
+//   (Linear and experts) stay as stored: cuda_quant_linear.h (experts read narrow by
+//   kernels/moe_quant.h at decode sizes). Small ops: the kernels in kernels/ (rmsnorm,
+//   layernorm, rope, silu_mul, rows, moe_route). Attention, IndexerTopK,
 //   MoeExperts: cuda_ops.h. Temporary device memory of those comes from a grow-only scratch
 //   (cuda_ops.h Scratch) owned by the backend.
 // - Errors: ops return void (hot path). The first CUDA / cuBLAS / launch-check error is kept
@@ -20,6 +21,7 @@
 //   events (graph capture turns them into edges).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -50,5 +52,15 @@ bool LastCudaNormLinearFused();
 // waits only before it exits; the same y). How many AbsorbPerHead launches so far (all CUDA
 // backends, graph captures included) ran that way (tests: the model's decode step takes it).
 int64_t CudaAbsorbBesideLaunches();
+
+// MoeExperts / MoeRouteExperts calls with INT4 / INT8 / NVFP4 experts so far (all CUDA backends,
+// graph captures included): read narrow (kernels/moe_quant.h) or widened to bf16 first
+// (QuantLinear::WidenExperts: beyond kernels::kMoeQuantMaxPairs pairs, or a layer mixing
+// formats). Tests: decode steps never widen.
+struct CudaQuantExpertCalls {
+  int64_t narrow = 0;
+  int64_t widened = 0;
+};
+CudaQuantExpertCalls CudaQuantExpertCallCounts();
 
 }  // namespace glm::engine

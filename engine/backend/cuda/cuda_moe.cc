@@ -1,13 +1,16 @@
 // Backend::MoeExperts / MoeRouteExperts on the CUDA backend: the engine's views (MatView,
-// ExpertWeights, MoeRouteArgs, Scratch) as kernels/moe.h arguments. The kernels, the path choice
-// and the per-expert device table are kernels/moe*.
+// ExpertWeights, MoeRouteArgs, Scratch) as kernels/moe.h arguments, and INT4 / INT8 / NVFP4
+// experts as kernels/moe_quant.h arguments. The kernels, the path choice and the per-expert
+// device tables are kernels/moe*.
 #include <cstdint>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/cuda_quant_linear.h"
 #include "kernels/moe.h"
+#include "kernels/moe_quant.h"
 
 namespace glm::engine::cuda {
 namespace {
@@ -80,7 +83,98 @@ absl::Status Run(const MatView& x, const int32_t* ids, const float* weights, int
   return kernels::MoeExperts(args, policy, ws, stream, info);
 }
 
+// The layer's quantized device table (kernels::MoeQuantTableFor, keyed by the gate view array);
+// the caller checked QuantExpertsNarrow.
+absl::StatusOr<kernels::MoeQuantTable> QuantTable(const ExpertWeights& w, cudaStream_t stream) {
+  const int64_t inter = w.gate[0].rows, hidden = w.gate[0].cols;
+  std::vector<kernels::MoeQuantExpert> host(w.num_experts);
+  auto matrix = [](const MatView& v) {
+    kernels::MoeQuantMatrix m;
+    m.data = v.data;
+    m.ld_bytes = v.ld;
+    m.scales = v.group_scales;
+    m.scale_ld = v.scale_ld;
+    m.global_scale = v.global_scale;
+    return m;
+  };
+  for (int32_t e = 0; e < w.num_experts; ++e) {
+    const MatView &g = w.gate[e], &u = w.up[e], &d = w.down[e];
+    if (g.rows != inter || u.rows != inter || g.cols != hidden || u.cols != hidden ||
+        d.rows != hidden || d.cols != inter) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda MoeExperts: expert ", e, " has gate [", g.rows, ", ", g.cols, "], up [", u.rows,
+          ", ", u.cols, "], down [", d.rows, ", ", d.cols, "]; expert 0 has moe_inter ", inter,
+          " and hidden ", hidden, " (all experts must have the same shapes)"));
+    }
+    host[e] = {matrix(g), matrix(u), matrix(d)};
+  }
+  return kernels::MoeQuantTableFor(w.gate, host.data(), w.num_experts, hidden, inter,
+                                   QuantViewOf(w.gate[0]).format, w.gate[0].group_size, stream);
+}
+
+absl::Status RunQuant(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                      const ExpertWeights& experts, const MatView& out, Scratch& scratch,
+                      cudaStream_t stream, const kernels::KernelPolicy& policy,
+                      const kernels::MoeRouting* route) {
+  if (x.rows == 0) return absl::OkStatus();
+  GLM_ASSIGN_OR_RETURN(const kernels::MoeQuantTable table, QuantTable(experts, stream));
+  if (x.cols != table.hidden || out.cols != table.hidden || out.rows != x.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeExperts: x [", x.rows, ", ", x.cols, "] and out [", out.rows, ", ", out.cols,
+        "] must be [tokens, hidden ", table.hidden, "]"));
+  }
+  kernels::MoeQuantArgs args;
+  args.x = x.data, args.x_ld = x.ld, args.tokens = x.rows;
+  args.ids = ids, args.weights = weights, args.top_k = top_k;
+  args.experts = &table;
+  args.out = out.data, args.out_ld = out.ld;
+  args.route = route;
+  ScratchWorkspace ws(scratch);
+  return kernels::MoeQuantExperts(args, policy, ws, stream);
+}
+
+kernels::MoeRouting RoutingOf(const MatView& logits, const MoeRouteArgs& r) {
+  kernels::MoeRouting route;
+  route.logits = logits.data, route.logits_ld = logits.ld, route.logits_rows = logits.rows;
+  route.num_routed = static_cast<int>(logits.cols);
+  route.bias = r.bias, route.n_group = r.n_group, route.topk_group = r.topk_group;
+  route.top_k = r.top_k, route.renormalize = r.renormalize, route.scale = r.scale;
+  route.appended = r.appended, route.ids = r.ids, route.weights = r.weights;
+  return route;
+}
+
 }  // namespace
+
+bool QuantExpertsNarrow(const ExpertWeights& w, int64_t pairs) {
+  if (pairs < 1 || pairs > kernels::kMoeQuantMaxPairs || w.num_experts <= 0 ||
+      w.gate == nullptr || w.up == nullptr || w.down == nullptr) {
+    return false;
+  }
+  const MatView& first = w.gate[0];
+  if (!IsQuantizedWeight(first.dtype)) return false;
+  for (int32_t e = 0; e < w.num_experts; ++e) {
+    for (const MatView* v : {&w.gate[e], &w.up[e], &w.down[e]}) {
+      if (v->dtype != first.dtype || v->group_size != first.group_size) return false;
+    }
+  }
+  return true;
+}
+
+absl::Status MoeQuantExperts(const MatView& x, const int32_t* ids, const float* weights,
+                             int top_k, const ExpertWeights& experts, const MatView& out,
+                             Scratch& scratch, cudaStream_t stream,
+                             const kernels::KernelPolicy& policy) {
+  return RunQuant(x, ids, weights, top_k, experts, out, scratch, stream, policy, nullptr);
+}
+
+absl::Status MoeQuantRouteExperts(const MatView& logits, const MoeRouteArgs& r, const MatView& x,
+                                  const ExpertWeights& experts, const MatView& out,
+                                  Scratch& scratch, cudaStream_t stream,
+                                  const kernels::KernelPolicy& policy) {
+  const kernels::MoeRouting route = RoutingOf(logits, r);
+  return RunQuant(x, r.ids, r.weights, r.top_k + (r.appended >= 0 ? 1 : 0), experts, out,
+                  scratch, stream, policy, &route);
+}
 
 absl::Status MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                         const ExpertWeights& experts, const MatView& out, Scratch& scratch,
@@ -93,12 +187,7 @@ absl::Status MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const
                              const ExpertWeights& experts, const MatView& out, Scratch& scratch,
                              cudaStream_t stream, const kernels::KernelPolicy& policy,
                              kernels::MoeRunInfo* info) {
-  kernels::MoeRouting route;
-  route.logits = logits.data, route.logits_ld = logits.ld, route.logits_rows = logits.rows;
-  route.num_routed = static_cast<int>(logits.cols);
-  route.bias = r.bias, route.n_group = r.n_group, route.topk_group = r.topk_group;
-  route.top_k = r.top_k, route.renormalize = r.renormalize, route.scale = r.scale;
-  route.appended = r.appended, route.ids = r.ids, route.weights = r.weights;
+  const kernels::MoeRouting route = RoutingOf(logits, r);
   return Run(x, r.ids, r.weights, r.top_k + (r.appended >= 0 ? 1 : 0), experts, out, scratch,
              stream, policy, info, &route);
 }

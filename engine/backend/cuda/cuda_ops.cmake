@@ -11,6 +11,8 @@ set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
 # Routed experts: the adapter to kernels/moe.h (plain C++).
 target_sources(glm_backend_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_moe.cc)
 target_link_libraries(glm_backend_cuda PUBLIC glm_kernels_moe)
+# INT4 / INT8 / NVFP4 experts read narrow (kernels/moe_quant.h), also from cuda_moe.cc.
+target_link_libraries(glm_backend_cuda PUBLIC glm_kernels_moe_quant)
 # IndexerTopK: the adapter to kernels/dsa_indexer.h (plain C++).
 target_sources(glm_backend_cuda PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_indexer.cc)
 target_link_libraries(glm_backend_cuda PUBLIC glm_kernels_dsa_indexer)

@@ -12,12 +12,16 @@
 //   scratch (slot 1, [N, round_up(K, 8)] bf16: the largest quantized weight's bf16 size, e.g.
 //   201 MB for GLM-5's o_proj 6144 x 16384), then NarrowLinear's bf16 cuBLASLt GEMM. The weight
 //   is then rounded to bf16 as well (not exact; one rounding of each weight element).
-// - MoeExperts / MoeRouteExperts with quantized experts (WidenExperts): every expert of the layer
-//   is widened to bf16 into the widening scratch (slot 2) on each call and the bf16 expert path
-//   of cuda_moe.cc runs on those views. Correct and graph-capturable, but it costs a layer's
-//   experts in bf16 of scratch (GLM-5: 256 x 3 x 2048 x 6144 x 2 B = 19.3 GB at TP 1, 4.8 GB at
-//   TP 4) and writing them every step; a narrow expert kernel (or widening only the routed
-//   experts) is the next step.
+// - MoeExperts / MoeRouteExperts with quantized experts: up to kernels::kMoeQuantMaxPairs (4096)
+//   (token, expert) pairs, every routed expert's packed weight is read narrow by
+//   kernels/moe_quant.h (cuda_ops.h MoeQuantExperts: gemv_quant's arithmetic per unit of up to
+//   16 rows of one expert, over device token lists; nothing widened). Beyond that (prefill of
+//   more than 4096 / top_k tokens) and for layers whose projections mix formats or group sizes,
+//   WidenExperts widens every expert of the layer to bf16 into the widening scratch (slot 2) on
+//   each call and the bf16 expert path of cuda_moe.cc runs on those views: correct and
+//   graph-capturable, but it costs a layer's experts in bf16 of scratch (GLM-5: 256 x 3 x 2048 x
+//   6144 x 2 B = 19.3 GB at TP 1, 4.8 GB at TP 4), so a serving deployment keeps prefill chunks
+//   at or below 4096 / top_k tokens (512 at top-8) to never take it.
 // Requirements (checked, InvalidArgument naming the rule): data and scales 16-byte aligned, row
 // strides multiples of 16 bytes (WeightLoader::Linear stores them so), group_size > 0.
 #pragma once
@@ -61,6 +65,7 @@ class QuantLinear {
   absl::Status Run(const MatView& x, const MatView& w, const MatView& y, bool accumulate,
                    const kernels::KernelPolicy& policy, Scratch& scratch, Scratch& widen,
                    NarrowLinear& narrow, cudaStream_t stream);
+  // The fallback of quantized experts beyond the narrow path (see above).
   // experts with quantized views widened to bf16 into `widen` (slot 2); *out receives views of
   // the same experts (bf16 for the quantized ones, the others as given) in arrays this object
   // keeps per layer (keyed by experts.gate), valid until the next call for that layer.

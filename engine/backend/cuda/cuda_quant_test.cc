@@ -4,8 +4,12 @@
 //   kernels::DequantizeToBf16, then the bf16 GEMM), both summed in fp32: within 2e-5 of
 //   sum |x w| per output (fp32 summation over k <= 512 terms); decode Linear calls allocate
 //   nothing once warm, and replay from a CUDA graph bit for bit.
-// - MoeExperts with quantized experts against the CPU backend on the same experts widened to
-//   bf16 (the CUDA path's documented numerics): 1e-4 of max |out|.
+// - MoeExperts with quantized experts: at decode sizes read narrow (kernels/moe_quant.h)
+//   against a host reference of its numerics (GemvQuantHost per pair, silu, combine): 1e-3 of
+//   max |out| (fp32 sums, plus an act element's bf16 rounding landing on the other side of a
+//   tie); beyond kernels::kMoeQuantMaxPairs widened to bf16 against the CPU backend on the same
+//   experts widened to bf16: 1e-4 of max |out|. CudaQuantExpertCallCounts says which ran.
+// - Which expert layers take the narrow path (runs without a GPU).
 // - The loader's stored layout (checkpoint bytes, padding, TP shares) decodes through the
 //   kernels' host mirror (DequantizeQuantHost) to the dequantizer's values (runs without a GPU).
 // - The tiny quantized checkpoints of quantized_checkpoint_test (the tiny-fp8 fixture
@@ -15,8 +19,8 @@
 //   dequantization): prompt logits within 2e-2 of max |logit| (every quantized Linear rounds x
 //   to bf16, 2^-9 relative per element, through 3 layers + lm_head: the same budget
 //   engine_golden_narrow_test gives bf16 weights against fp32), greedy ids identical (a
-//   divergence only at a near tie, cpu margin < 2e-2), and the Linear weights' bytes are the
-//   narrow ones.
+//   divergence only at a near tie, cpu margin < 2e-2), the Linear weights' bytes are the
+//   narrow ones, and the experts are read narrow at every step (never widened).
 // The GPU tests skip (printing why) without a usable GPU.
 #include <gtest/gtest.h>
 
@@ -38,12 +42,14 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/cuda_quant_linear.h"
 #include "engine/model/layers.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/weights/safetensors_writer.h"
 #include "engine/weights/weight_store.h"
 #include "kernels/gemv_quant.h"
+#include "kernels/moe_quant.h"
 #include "nlohmann/json.hpp"
 
 namespace glm::engine {
@@ -236,63 +242,137 @@ TEST_F(CudaQuantTest, DecodeLinearAllocatesNothingOnceWarm) {
   EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
 }
 
-TEST_F(CudaQuantTest, MoeExpertsMatchCpuOnBf16WidenedExperts) {
-  const int64_t hidden = 128, inter = 64, tokens = 5;
+// out (+)= the quantized experts' sum as kernels/moe_quant.h defines it, on the host.
+void QuantExpertsHost(const std::vector<HostQuant>& gate, const std::vector<HostQuant>& up,
+                      const std::vector<HostQuant>& down, const std::vector<float>& x,
+                      int64_t tokens, const std::vector<int32_t>& ids,
+                      const std::vector<float>& w, int top_k, std::vector<float>* out) {
+  const int64_t inter = gate[0].n, hidden = gate[0].k;
+  std::vector<float> g(inter), u(inter), act(inter), y(hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int j = 0; j < top_k; ++j) {
+      const int32_t e = ids[t * top_k + j];
+      if (e < 0 || e >= static_cast<int32_t>(gate.size())) continue;
+      const float* xr = x.data() + t * hidden;
+      ASSERT_TRUE(
+          kernels::GemvQuantHost(1, xr, hidden, gate[e].View(), g.data(), inter, false).ok());
+      ASSERT_TRUE(
+          kernels::GemvQuantHost(1, xr, hidden, up[e].View(), u.data(), inter, false).ok());
+      for (int64_t i = 0; i < inter; ++i) act[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      ASSERT_TRUE(kernels::GemvQuantHost(1, act.data(), inter, down[e].View(), y.data(), hidden,
+                                         false)
+                      .ok());
+      for (int64_t c = 0; c < hidden; ++c) (*out)[t * hidden + c] += w[t * top_k + j] * y[c];
+    }
+  }
+}
+
+// Decode sizes read the experts narrow (host reference of moe_quant's numerics); more pairs than
+// kernels::kMoeQuantMaxPairs widen them to bf16 (the CPU backend on the bf16-widened experts).
+TEST_F(CudaQuantTest, MoeExpertsNarrowAtDecodeWidenedBeyond) {
+  const int64_t hidden = 128, inter = 64;
   const int32_t experts = 4;
   const int top_k = 2;
   std::mt19937 rng(3);
   std::unique_ptr<Backend> cpu = CreateCpuBackend(2);
-  for (WeightDType dtype : {WeightDType::kInt4, WeightDType::kNvfp4}) {
-    SCOPED_TRACE(static_cast<int>(dtype));
-    const int64_t group = dtype == WeightDType::kNvfp4 ? 16 : 32;
-    std::vector<MatView> gg, gu, gd;  // GPU quantized views
-    std::vector<MatView> cg, cu, cd;  // CPU bf16 views of the widened weights
-    std::vector<std::unique_ptr<Buffer>> cpu_buffers;
-    auto add = [&](int64_t n, int64_t k, std::vector<MatView>* g, std::vector<MatView>* c) {
-      const HostQuant q = MakeQuant(dtype, n, k, group, rng);
-      g->push_back(Upload(q));
-      const std::vector<float> wf = q.Dequantized();
-      cpu_buffers.push_back(cpu->Allocate(n * k * 2));
-      auto* b = static_cast<uint16_t*>(cpu_buffers.back()->data());
-      for (int64_t i = 0; i < n * k; ++i) b[i] = kernels::GemvQuantBf16Bits(wf[i]);
-      MatView v{reinterpret_cast<float*>(b), n, k, k};
-      v.dtype = WeightDType::kBF16;
-      c->push_back(v);
-    };
-    for (int e = 0; e < experts; ++e) {
-      add(inter, hidden, &gg, &cg);
-      add(inter, hidden, &gu, &cu);
-      add(hidden, inter, &gd, &cd);
+  for (const int64_t tokens : {int64_t{5}, kernels::kMoeQuantMaxPairs / top_k + 3}) {
+    for (WeightDType dtype : {WeightDType::kInt4, WeightDType::kNvfp4}) {
+      const bool narrow = tokens * top_k <= kernels::kMoeQuantMaxPairs;
+      SCOPED_TRACE(absl::StrCat(static_cast<int>(dtype), narrow ? " narrow" : " widened"));
+      const int64_t group = dtype == WeightDType::kNvfp4 ? 16 : 32;
+      std::vector<HostQuant> hg, hu, hd;  // host packed weights (the narrow reference)
+      std::vector<MatView> gg, gu, gd;  // GPU quantized views
+      std::vector<MatView> cg, cu, cd;  // CPU bf16 views of the widened weights
+      std::vector<std::unique_ptr<Buffer>> cpu_buffers;
+      auto add = [&](int64_t n, int64_t k, std::vector<MatView>* g, std::vector<MatView>* c,
+                     std::vector<HostQuant>* h) {
+        HostQuant q = MakeQuant(dtype, n, k, group, rng);
+        // nvfp4: global scales that differ per expert and per projection.
+        if (dtype == WeightDType::kNvfp4) {
+          q.global_scale = 0.005f * static_cast<float>(1 + g->size() % 3 + h->size());
+        }
+        g->push_back(Upload(q));
+        const std::vector<float> wf = q.Dequantized();
+        cpu_buffers.push_back(cpu->Allocate(n * k * 2));
+        auto* b = static_cast<uint16_t*>(cpu_buffers.back()->data());
+        for (int64_t i = 0; i < n * k; ++i) b[i] = kernels::GemvQuantBf16Bits(wf[i]);
+        MatView v{reinterpret_cast<float*>(b), n, k, k};
+        v.dtype = WeightDType::kBF16;
+        c->push_back(v);
+        h->push_back(std::move(q));
+      };
+      for (int e = 0; e < experts; ++e) {
+        add(inter, hidden, &gg, &cg, &hg);
+        add(inter, hidden, &gu, &cu, &hu);
+        add(hidden, inter, &gd, &cd, &hd);
+      }
+      std::vector<float> x(tokens * hidden), w(tokens * top_k);
+      std::vector<int32_t> ids(tokens * top_k);
+      for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+      for (int64_t t = 0; t < tokens; ++t) {
+        ids[t * top_k] = static_cast<int32_t>(t % experts);
+        ids[t * top_k + 1] = static_cast<int32_t>((t + 1 + t / 2) % experts);
+        w[t * top_k] = 0.7f, w[t * top_k + 1] = 0.3f;
+      }
+      std::vector<float> out_cpu(tokens * hidden, 0.0f), out_gpu(tokens * hidden);
+      if (narrow) {
+        QuantExpertsHost(hg, hu, hd, x, tokens, ids, w, top_k, &out_cpu);
+      } else {
+        cpu->MoeExperts(MatView{x.data(), tokens, hidden, hidden}, ids.data(), w.data(), top_k,
+                        ExpertWeights{cg.data(), cu.data(), cd.data(), experts},
+                        MatView{out_cpu.data(), tokens, hidden, hidden});
+      }
+      const CudaQuantExpertCalls before = CudaQuantExpertCallCounts();
+      buffers_.push_back(gpu_->Allocate(ids.size() * 4));
+      gpu_->CopyToDevice(buffers_.back()->data(), ids.data(), ids.size() * 4);
+      const int32_t* ids_d = buffers_.back()->i32();
+      const MatView out_d{Floats(std::vector<float>(tokens * hidden, 0.0f)), tokens, hidden,
+                          hidden};
+      gpu_->MoeExperts(MatView{Floats(x), tokens, hidden, hidden}, ids_d, Floats(w), top_k,
+                       ExpertWeights{gg.data(), gu.data(), gd.data(), experts}, out_d);
+      gpu_->CopyToHost(out_gpu.data(), out_d.data, out_gpu.size() * sizeof(float));
+      ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+      const CudaQuantExpertCalls after = CudaQuantExpertCallCounts();
+      EXPECT_EQ(after.narrow - before.narrow, narrow ? 1 : 0);
+      EXPECT_EQ(after.widened - before.widened, narrow ? 0 : 1);
+      double diff = 0, ref = 1e-30;
+      for (size_t i = 0; i < out_cpu.size(); ++i) {
+        diff = std::max(diff, std::fabs(static_cast<double>(out_gpu[i]) - out_cpu[i]));
+        ref = std::max(ref, std::fabs(static_cast<double>(out_cpu[i])));
+      }
+      EXPECT_LT(diff / ref, narrow ? 1e-3 : 1e-4);
+      std::printf("MoeExperts quantized (%d), %lld tokens, %s: %.3g of max |out|\n",
+                  static_cast<int>(dtype), static_cast<long long>(tokens),
+                  narrow ? "narrow vs the host reference" : "widened vs cpu bf16", diff / ref);
     }
-    std::vector<float> x(tokens * hidden), w(tokens * top_k);
-    std::vector<int32_t> ids(tokens * top_k);
-    for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-    for (int64_t t = 0; t < tokens; ++t) {
-      ids[t * top_k] = static_cast<int32_t>(t % experts);
-      ids[t * top_k + 1] = static_cast<int32_t>((t + 1 + t / 2) % experts);
-      w[t * top_k] = 0.7f, w[t * top_k + 1] = 0.3f;
-    }
-    std::vector<float> out_cpu(tokens * hidden, 0.0f), out_gpu(tokens * hidden);
-    cpu->MoeExperts(MatView{x.data(), tokens, hidden, hidden}, ids.data(), w.data(), top_k,
-                    ExpertWeights{cg.data(), cu.data(), cd.data(), experts},
-                    MatView{out_cpu.data(), tokens, hidden, hidden});
-    buffers_.push_back(gpu_->Allocate(ids.size() * 4));
-    gpu_->CopyToDevice(buffers_.back()->data(), ids.data(), ids.size() * 4);
-    const int32_t* ids_d = buffers_.back()->i32();
-    const MatView out_d{Floats(std::vector<float>(tokens * hidden, 0.0f)), tokens, hidden, hidden};
-    gpu_->MoeExperts(MatView{Floats(x), tokens, hidden, hidden}, ids_d, Floats(w), top_k,
-                     ExpertWeights{gg.data(), gu.data(), gd.data(), experts}, out_d);
-    gpu_->CopyToHost(out_gpu.data(), out_d.data, out_gpu.size() * sizeof(float));
-    ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
-    double diff = 0, ref = 1e-30;
-    for (size_t i = 0; i < out_cpu.size(); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(out_gpu[i]) - out_cpu[i]));
-      ref = std::max(ref, std::fabs(static_cast<double>(out_cpu[i])));
-    }
-    EXPECT_LT(diff / ref, 1e-4);
-    std::printf("MoeExperts quantized (%d) vs cpu bf16: %.3g of max |out|\n",
-                static_cast<int>(dtype), diff / ref);
   }
+}
+
+// Which layers take the narrow expert path (host logic, no GPU needed): one quantized dtype and
+// group size for every projection, up to kernels::kMoeQuantMaxPairs pairs; the rest widen.
+TEST(CudaQuantExperts, NarrowPathTakesUniformQuantizedLayersUpToThePairLimit) {
+  auto view = [](WeightDType d, int64_t group) {
+    MatView v;
+    v.dtype = d;
+    v.group_size = group;
+    return v;
+  };
+  std::vector<MatView> g(3, view(WeightDType::kInt4, 128)), u = g, d = g;
+  const ExpertWeights w{g.data(), u.data(), d.data(), 3};
+  EXPECT_TRUE(cuda::QuantExpertsNarrow(w, 1));
+  EXPECT_TRUE(cuda::QuantExpertsNarrow(w, kernels::kMoeQuantMaxPairs));
+  EXPECT_FALSE(cuda::QuantExpertsNarrow(w, kernels::kMoeQuantMaxPairs + 1));  // prefill: widen
+  EXPECT_FALSE(cuda::QuantExpertsNarrow(w, 0));
+  d[2] = view(WeightDType::kInt8, 128);  // a layer mixing formats
+  EXPECT_FALSE(cuda::QuantExpertsNarrow(w, 8));
+  d[2] = view(WeightDType::kInt4, 32);  // or group sizes
+  EXPECT_FALSE(cuda::QuantExpertsNarrow(w, 8));
+  d[2] = view(WeightDType::kBF16, 0);  // or quantized and bf16 projections
+  EXPECT_FALSE(cuda::QuantExpertsNarrow(w, 8));
+  std::vector<MatView> nv(3, view(WeightDType::kNvfp4, 16));
+  EXPECT_TRUE(cuda::QuantExpertsNarrow(ExpertWeights{nv.data(), nv.data(), nv.data(), 3}, 64));
+  std::vector<MatView> bf(3, view(WeightDType::kBF16, 0));
+  EXPECT_FALSE(cuda::QuantExpertsNarrow(ExpertWeights{bf.data(), bf.data(), bf.data(), 3}, 8));
 }
 
 // ---- The loader's layout through the kernels' host mirror (no GPU needed) ----------------------
@@ -552,7 +632,14 @@ class CudaQuantModelTest : public ::testing::Test {
       const int64_t seq_id = p == &prompt_ ? 1 : 2;
       Run(*cpu, seq_id, *p, 8, &lc, &sc, nullptr, &ic);
       // The GPU decodes the CPU's tokens, so that both see the same prefixes.
+      const CudaQuantExpertCalls before = CudaQuantExpertCallCounts();
       Run(*gpu, seq_id, *p, 8, &lg, &sg, &ic, &ig);
+      const CudaQuantExpertCalls after = CudaQuantExpertCallCounts();
+      std::printf("quantized expert calls: %lld narrow, %lld widened\n",
+                  static_cast<long long>(after.narrow - before.narrow),
+                  static_cast<long long>(after.widened - before.widened));
+      EXPECT_GT(after.narrow, before.narrow);
+      EXPECT_EQ(after.widened, before.widened) << "a step widened the experts";
       ASSERT_EQ(lc.size(), lg.size());
       double diff = 0;
       for (size_t i = 0; i < lc.size(); ++i) {
