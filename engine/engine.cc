@@ -11,6 +11,8 @@
 #include "engine/pipeline/stage_follower.h"
 #include "engine/pipeline/stage_group.h"
 #if GLM_ENGINE_HAVE_MODEL
+#include "engine/backend/backend.h"
+#include "engine/backend/create_backend.h"
 #include "engine/model/glm_moe_dsa.h"
 #endif
 
@@ -111,28 +113,46 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return CreateWithModel(std::move(model), options);
   }
 
-  // A rank of a distributed replica: the groups first (the model's layers need the TP group),
-  // then this rank's layers, then the KV block count every rank can hold.
+  // A rank of a distributed replica: the backend first (a TP group over NCCL enqueues on its
+  // stream, so it must exist before the group forms), then the groups (the model's layers need
+  // the TP group), then this rank's layers on that backend, then the KV block count every rank
+  // can hold.
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      CreateBackend(load.backend, load.num_threads, load.device, load.kernel_policy);
+  if (!backend.ok()) {
+    // The other ranks are forming the groups: tell them why this one never joins.
+    pipeline::StageGroup::PostLoadFailure(shard, backend.status());
+    return backend.status();
+  }
+  pipeline::StageDevice device;
+  device.backend = (*backend)->name();
+  device.stream = (*backend)->device_stream();
   GLM_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::StageGroup> group,
-                       pipeline::StageGroup::Create(shard, config));
+                       pipeline::StageGroup::Create(shard, config, device));
+  const std::string tp_transport =
+      shard.tp_size > 1 ? group->tp_transport().Describe() : std::string();
   // The TP communicator outlives the model: the group is destroyed after it (PipelinedModel,
   // StageFollower), and a closed group never runs the model again.
   load.tp_rank = shard.tp_rank;
   load.tp_size = shard.tp_size;
   load.tp_comm = group->tp_comm();
-  absl::StatusOr<std::unique_ptr<Model>> model = LoadGlmMoeDsa(load);
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadGlmMoeDsa(load, *std::move(backend));
   // Publishes this rank's block count, or its load failure so the other ranks fail at once.
   absl::StatusOr<int> local_blocks =
       model.ok() ? absl::StatusOr<int>((*model)->kv_geometry().num_blocks) : model.status();
   GLM_ASSIGN_OR_RETURN(const int agreed_blocks, group->AgreeKvBlocks(local_blocks));
+  std::unique_ptr<Engine> engine;
   if (!shard.is_head()) {
-    return std::unique_ptr<Engine>(new Engine(*std::move(model), std::move(group), options));
+    engine.reset(new Engine(*std::move(model), std::move(group), options));
+  } else {
+    auto pipelined = std::make_unique<pipeline::PipelinedModel>(
+        *std::move(model), std::move(group), agreed_blocks, options.max_steps_in_flight);
+    pipeline::PipelinedModel* raw = pipelined.get();
+    GLM_RETURN_IF_ERROR(ValidateModelAndOptions(*pipelined, options));
+    engine.reset(new Engine(std::move(pipelined), options, raw));
   }
-  auto pipelined = std::make_unique<pipeline::PipelinedModel>(
-      *std::move(model), std::move(group), agreed_blocks, options.max_steps_in_flight);
-  pipeline::PipelinedModel* raw = pipelined.get();
-  GLM_RETURN_IF_ERROR(ValidateModelAndOptions(*pipelined, options));
-  return std::unique_ptr<Engine>(new Engine(std::move(pipelined), options, raw));
+  engine->tp_transport_ = tp_transport;  // before any other thread sees the engine
+  return engine;
 #else
   (void)options;
   return absl::UnimplementedError(

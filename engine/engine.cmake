@@ -56,3 +56,13 @@ if(TARGET glm_model)
   target_compile_definitions(engine_pipeline_test PRIVATE
     GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
 endif()
+
+# TP over NCCL on real GPUs (label gpu; skips without 2 GPUs or GLM_NCCL_LIBRARY): TP 2 = the
+# single-GPU greedy tokens, two ranks on one GPU take the host path, a killed rank fails the head
+# within seconds. Links no NCCL and no CUDA (tools/gpu/run_multigpu.sh).
+if(TARGET glm_model)
+  glm_add_test(NAME engine_nccl_gpu_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_nccl_gpu_test.cc
+    LIBS glm_engine glm_model glm_dist ${CMAKE_DL_LIBS} nlohmann_json::nlohmann_json LABELS gpu)
+  target_compile_definitions(engine_nccl_gpu_test PRIVATE
+    GLM_GOLDEN_DIR="${PROJECT_SOURCE_DIR}/tests/golden")
+endif()

@@ -200,6 +200,9 @@ class Engine {
   // The model's memory plan (fixed at load) and decode-graph counters; any thread.
   MemoryPlan memory_plan() const { return model_->memory_plan(); }
   DecodeGraphStats decode_graph_stats() const { return model_->decode_graph_stats(); }
+  // How this rank's TP group all-reduces, fixed at Create: "nccl", "gloo (<why not NCCL>)"
+  // (engine/pipeline/tp_transport.h), or empty without TP (tp_size 1). Any thread.
+  const std::string& tp_transport() const { return tp_transport_; }
 
  private:
   Engine(std::unique_ptr<Model> model, const EngineOptions& options,
@@ -213,6 +216,7 @@ class Engine {
   void PublishStats();  // loop thread: copies scheduler stats, retires finished requests
 
   const EngineOptions options_;
+  std::string tp_transport_;  // set by Create before the engine is handed out
   std::unique_ptr<Model> model_;
   std::unique_ptr<Scheduler> scheduler_;  // step-loop thread only (Validate: any thread)
   // Head of a distributed replica: model_ itself (step-loop thread only); else null.

@@ -33,6 +33,8 @@
 
 namespace glm::engine {
 
+class DeviceStream;  // engine/dist/device_stream.h
+
 // Backend memory; freed when destroyed.
 class Buffer {
  public:
@@ -249,6 +251,10 @@ class Backend {
   // before have run (cpu: they run synchronously); false means device memory, reached through
   // CopyToHost / CopyToDevice only.
   virtual bool HostMemory() const { return false; }
+  // The stream the ops are enqueued on, for a communicator that enqueues its collectives behind
+  // them (NcclCommunicator: a TP all-reduce on device memory without a host round trip). Owned
+  // by the backend and valid while it lives; nullptr on backends without one (cpu).
+  virtual DeviceStream* device_stream() { return nullptr; }
 
   // Whether Linear's `w` and MoeExperts' weights may be stored as `dtype` (the model's loader
   // asks before keeping weights narrower than fp32). Default: fp32 only; the cpu backend takes

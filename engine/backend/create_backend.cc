@@ -4,6 +4,7 @@
 #include "common/status_util.h"
 #ifdef GLM_HAVE_CUDA_BACKEND
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_devices.h"
 #endif
 
 namespace glm::engine {
@@ -15,6 +16,14 @@ absl::Status CudaBackendAvailable() {
   return absl::FailedPreconditionError(
       "this build has no CUDA backend (configured without nvcc or with -DGLM_ENABLE_CUDA=OFF); "
       "rebuild with -DGLM_ENABLE_CUDA=ON or use the cpu backend");
+#endif
+}
+
+absl::StatusOr<int> CudaDeviceCount() {
+#ifdef GLM_HAVE_CUDA_BACKEND
+  return cuda::VisibleDeviceCount();
+#else
+  return CudaBackendAvailable();  // always an error here: the build has no CUDA backend
 #endif
 }
 

@@ -18,6 +18,11 @@ inline constexpr const char* kBackendKinds = "cpu|cuda|auto";
 // usable. Otherwise FailedPrecondition saying which of the two is missing.
 absl::Status CudaBackendAvailable();
 
+// How many CUDA devices this process sees (the ordinals CreateBackend's device_ordinal may take
+// are 0 .. count - 1). FailedPrecondition without the CUDA backend in the build or without a
+// driver.
+absl::StatusOr<int> CudaDeviceCount();
+
 // The kind "auto" resolves to on this machine ("cuda" or "cpu"); other kinds unchanged.
 std::string ResolveBackendKind(const std::string& kind);
 

@@ -32,6 +32,10 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Whether the data pointers are device memory (NcclCommunicator: on its stream's device) or
+  // host memory (every other implementation). Callers holding device activations pass them
+  // directly when true and stage them through host memory when false (engine/model/tp.h).
+  virtual bool DeviceMemory() const { return false; }
 
   // In place: data[i] = sum over ranks of data[i] (fp32).
   virtual absl::Status AllReduceSum(float* data, size_t count) = 0;

@@ -97,6 +97,7 @@ class MeteredCommunicator : public Communicator {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
+  bool DeviceMemory() const override { return inner_->DeviceMemory(); }
   absl::Status AllReduceSum(float* data, size_t count) override;
   absl::Status Send(const float* data, size_t count, int peer) override;
   absl::Status Recv(float* data, size_t count, int peer) override;

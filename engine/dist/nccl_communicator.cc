@@ -86,6 +86,10 @@ absl::Status NcclCommunicator::Init(Rendezvous* rendezvous) {
   // TODO(issue 5): ncclCommInitRankConfig with blocking = 0 (needs the symbol in the table and
   // the loader) would let a peer that never joins fail here within op_timeout too; today init
   // waits for NCCL's bootstrap timeout.
+  // ncclCommInitRank binds the communicator to the calling thread's current device.
+  GLM_RETURN_IF_ERROR(Annotate(stream_->MakeCurrent(),
+                               absl::StrCat("NCCL rank ", options_.rank,
+                                            ": selecting the stream's device")));
   nccl::Result r = table_.CommInitRank(&comm_, options_.size, id, options_.rank);
   if (r != kSuccess) {
     comm_ = nullptr;
@@ -125,6 +129,12 @@ absl::Status NcclCommunicator::Fail(absl::Status status) {
   }
   poisoned_ = status;
   return status;
+}
+
+void NcclCommunicator::Abort() {
+  if (comm_ == nullptr) return;
+  (void)Fail(absl::AbortedError(absl::StrCat("NCCL communicator (rank ", options_.rank,
+                                             ") aborted: its group was torn down")));
 }
 
 absl::Status NcclCommunicator::Check(nccl::Result result, const char* op) {
@@ -225,7 +235,9 @@ absl::Status NcclCommunicator::Synchronize() {
           "aborted; the group must be restarted)")));
     }
     std::this_thread::sleep_for(backoff);
-    backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(2));
+    // Capped low: the model waits here once per step (tp.h Finish), so the cap bounds what the
+    // poll adds to a step's latency; a query costs about a microsecond.
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::microseconds(200));
   }
 }
 

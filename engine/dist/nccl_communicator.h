@@ -39,7 +39,9 @@ struct NcclCommunicatorOptions {
 class NcclCommunicator : public Communicator {
  public:
   // `table` is copied; the library it came from must outlive the communicator. `stream` and
-  // `rendezvous` must outlive this call; `stream` must outlive the communicator. Blocks in
+  // `rendezvous` must outlive this call; `stream` must outlive every operation but the
+  // destructor (which calls ncclCommDestroy only). Makes the stream's device current
+  // (DeviceStream::MakeCurrent: the communicator binds to the current device), then blocks in
   // ncclCommInitRank until every rank has joined (NCCL's bootstrap; see the TODO in the .cc).
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       const nccl::FunctionTable& table, DeviceStream* stream, Rendezvous* rendezvous,
@@ -51,6 +53,7 @@ class NcclCommunicator : public Communicator {
 
   int rank() const override { return options_.rank; }
   int size() const override { return options_.size; }
+  bool DeviceMemory() const override { return true; }
   absl::Status AllReduceSum(float* data, size_t count) override;
   absl::Status Send(const float* data, size_t count, int peer) override;
   absl::Status Recv(float* data, size_t count, int peer) override;
@@ -59,6 +62,10 @@ class NcclCommunicator : public Communicator {
   absl::Status Broadcast(float* data, size_t count, int root) override;
   absl::Status Barrier() override;
   absl::Status Synchronize() override;
+  // Aborts the communicator (ncclCommAbort: NCCL kernels waiting on a peer exit) and poisons it;
+  // later calls fail. For tearing down a failed group, whose peers may never arrive (the
+  // destructor's ncclCommDestroy may wait for them). No-op when already aborted.
+  void Abort();
 
  private:
   NcclCommunicator(const nccl::FunctionTable& table, DeviceStream* stream,

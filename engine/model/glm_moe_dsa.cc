@@ -155,8 +155,8 @@ class GlmMoeDsaModel : public Model {
   absl::Status WarmUp(int tokens, int num_seqs);
   // The backend's sticky error, or the TP group's (a failed all-reduce): either is fatal.
   absl::Status StepStatus() const { return tp_.status().ok() ? backend_->status() : tp_.status(); }
-  // Decode steps as CUDA graphs: not with TP, whose all-reduce stages through host memory and
-  // cannot be captured (tp.h).
+  // Decode steps as CUDA graphs: not with TP (tp.h AllReduce: a staged all-reduce cannot be
+  // captured; NCCL's runs eagerly too).
   bool graphs_enabled() const { return options_.cuda_graphs && options_.tp_size == 1; }
   bool first_stage() const { return first_layer_ == 0; }
   bool last_stage() const { return last_layer_ == config_.num_hidden_layers - 1; }
@@ -209,6 +209,12 @@ absl::Status GlmMoeDsaModel::Load(WeightSource& source) {
   GLM_ASSIGN_OR_RETURN(const LinearWeightMode mode, ParseLinearWeightMode(options_.weight_dtype));
   const bool mtp_wanted = options_.load_mtp && c.num_nextn_predict_layers > 0 && last_stage();
   GLM_RETURN_IF_ERROR(ValidateTp(c, options_, first_layer_, last_layer_, mtp_wanted));
+  if (options_.tp_size > 1 && options_.tp_comm->DeviceMemory() && backend_->HostMemory()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelLoadOptions.tp_comm takes device memory (NCCL) but the ", backend_->name(),
+        " backend's memory is host memory; TP over NCCL needs the cuda backend on every rank "
+        "(engine/pipeline/tp_transport.h picks Gloo otherwise)"));
+  }
   tp_ = TpGroup(options_.tp_rank, options_.tp_size, options_.tp_comm);
   if (mode != LinearWeightMode::kF32 && !backend_->SupportsWeightDType(WeightDType::kBF16)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -418,6 +424,9 @@ void GlmMoeDsaModel::Finish(StepContext& ctx, const StepPlan& p, const ForwardBa
   if (hidden_rows == nullptr) hidden_sel = sel;
   MatView logits = ctx.ws->Mat(R, V);  // [R, vocab_size]
   backend_->Linear(sel, lm_head_.view, logits, false);
+  // The step's all-reduces complete (or fail within the TP op_timeout) before Emit's copy waits
+  // on the stream.
+  if (!tp_.Finish().ok()) return;
   logits_out_.Emit(backend_, batch, p.out_begin, logits, result);
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const int64_t begin = p.out_begin[i];
@@ -484,7 +493,9 @@ absl::Status GlmMoeDsaModel::Forward(const ForwardBatch& batch, ForwardResult* r
     Finish(ctx, plan, batch, h, final_norm_, nullptr, result);
     return StepStatus();
   }
-  // A middle stage: hand the residual stream (and the top-k for a shared next layer) on.
+  // A middle stage: hand the residual stream (and the top-k for a shared next layer) on, once
+  // the step's all-reduces completed (tp.h Finish).
+  GLM_RETURN_IF_ERROR(tp_.Finish());
   const bool pass_topk = !config_.HasIndexer(last_layer_ + 1);
   result->seqs.resize(batch.seqs.size());
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
@@ -562,8 +573,8 @@ absl::Status GlmMoeDsaModel::ForwardDecode(const ForwardBatch& batch, const Step
       graphs_.Run(static_cast<int>(B), key_bucket, graphs_enabled() && graphs_allowed_, body));
   std::vector<int64_t> row_begin(B);  // one lm_head row per sequence
   for (int64_t i = 0; i < B; ++i) row_begin[i] = i;
+  GLM_RETURN_IF_ERROR(tp_.Finish());  // before Emit's copy waits on the stream
   logits_out_.Emit(backend_, batch, row_begin, logits, result);
-  GLM_RETURN_IF_ERROR(tp_.status());
   for (int64_t i = 0; i < B; ++i) {
     SequenceOutput& out = result->seqs[i];
     out.hidden.clear();
@@ -898,6 +909,11 @@ absl::StatusOr<std::unique_ptr<Model>> CreateGlmMoeDsa(const ModelConfig& config
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& options) {
+  return LoadGlmMoeDsa(options, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& options,
+                                                     std::unique_ptr<Backend> backend) {
 #ifdef GLM_HAVE_WEIGHTS
   GLM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
   WeightStoreOptions store_options;
@@ -918,15 +934,18 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& opt
   auto store = WeightStore::Open(options.model_dir, std::move(store_options));
   if (!store.ok()) return Annotate(store.status(), options.model_dir);
   StoreWeights weights(std::move(store).value());
-  auto created =
-      CreateBackend(options.backend, options.num_threads, options.device, options.kernel_policy);
-  if (!created.ok()) return Annotate(created.status(), options.model_dir);
-  std::unique_ptr<Backend> backend = std::move(created).value();
+  if (backend == nullptr) {
+    auto created =
+        CreateBackend(options.backend, options.num_threads, options.device, options.kernel_policy);
+    if (!created.ok()) return Annotate(created.status(), options.model_dir);
+    backend = std::move(created).value();
+  }
   auto model = std::make_unique<GlmMoeDsaModel>(config, options, backend.get());
   if (absl::Status s = model->Load(weights); !s.ok()) return Annotate(s, options.model_dir);
   model->owned_backend = std::move(backend);
   return std::unique_ptr<Model>(std::move(model));
 #else
+  (void)backend;
   return absl::UnimplementedError(absl::StrCat(
       "LoadGlmMoeDsa(", options.model_dir, "): built without engine/weights (glm_weights)"));
 #endif

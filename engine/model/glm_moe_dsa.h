@@ -75,9 +75,10 @@ struct ModelLoadOptions {
   // weights and runs its share of the heads and of every MLP / expert's intermediate width; the
   // row-parallel outputs (o_proj, the MoE's experts, the dense MLP's down) are all-reduced
   // through tp_comm, whose rank() and size() must be tp_rank and tp_size. tp_comm is not owned,
-  // must outlive the model, and is required when tp_size > 1; on a device backend (cuda) its
-  // all-reduces take host memory (GlooCommunicator; staged copies) and decode steps run without
-  // CUDA graphs. Every rank of the group must run the same steps with the same batches; on a
+  // must outlive the model, and is required when tp_size > 1. On a device backend (cuda) a
+  // device communicator (NcclCommunicator on this backend's stream, Backend::device_stream)
+  // all-reduces in place; a host one (GlooCommunicator) through staged copies (tp.h); decode
+  // steps run without CUDA graphs either way. Every rank of the group must run the same steps with the same batches; on a
   // device backend that includes the memory-planning warm-up inside the load
   // (plan_max_num_seqs), so load the ranks concurrently with the same options.
   // Needs num_attention_heads, moe_intermediate_size and intermediate_size (of the layers held)
@@ -166,6 +167,11 @@ int64_t KvCacheBytesPerToken(const ModelConfig& config, const ModelLoadOptions& 
 // names (the model owns it). Errors name the file and tensor (missing tensor, wrong shape, bad
 // KV geometry), or the backend failure (no GPU, device out of memory).
 absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& options);
+// Same on a backend the caller created (the model takes it; options.backend, num_threads, device
+// and kernel_policy are not used): Engine::Create makes the backend before the TP group, whose
+// NcclCommunicator enqueues on the backend's stream.
+absl::StatusOr<std::unique_ptr<Model>> LoadGlmMoeDsa(const ModelLoadOptions& options,
+                                                     std::unique_ptr<Backend> backend);
 
 // Same, from an already parsed config and an arbitrary weight source (tests, synthetic models).
 // `backend` must outlive the model; `weights` is only used during the call.

@@ -20,7 +20,16 @@ void TpGroup::AllReduce(Backend* backend, const MatView& x) {
     return;
   }
   absl::Status st;
-  if (backend->HostMemory()) {
+  if (comm_->DeviceMemory()) {
+    if (backend->HostMemory()) {  // a setup error: the transport decision never picks this
+      st = absl::FailedPreconditionError(absl::StrCat(
+          "the TP communicator takes device memory but the ", backend->name(),
+          " backend's memory is host memory"));
+    } else {
+      st = comm_->AllReduceSum(x.data, count);
+      pending_ = pending_ || st.ok();
+    }
+  } else if (backend->HostMemory()) {
     st = comm_->AllReduceSum(x.data, count);
   } else {
     staging_.resize(count);
@@ -31,6 +40,17 @@ void TpGroup::AllReduce(Backend* backend, const MatView& x) {
   if (!st.ok() && status_.ok()) {
     status_ = Annotate(st, absl::StrCat("TP all-reduce on rank ", rank_, " of ", size_));
   }
+}
+
+const absl::Status& TpGroup::Finish() {
+  if (!pending_) return status_;
+  pending_ = false;
+  if (!status_.ok()) return status_;
+  if (absl::Status st = comm_->Synchronize(); !st.ok()) {
+    status_ = Annotate(st, absl::StrCat("TP all-reduce on rank ", rank_, " of ", size_,
+                                        " (waiting for the step's collectives)"));
+  }
+  return status_;
 }
 
 }  // namespace glm::engine

@@ -64,22 +64,34 @@ class TpGroup {
   bool adds_residual() const { return rank_ == 0; }
 
   // In place: x = the sum over the group's ranks of x. x: [rows, cols] backend memory with
-  // contiguous rows (ld == cols, as Workspace::Mat gives). No-op with one rank. On a backend
-  // whose memory is host memory (Backend::HostMemory: cpu) the communicator reduces x directly;
-  // device memory is staged through a host copy (CopyToHost, AllReduceSum, CopyToDevice).
-  // TODO(issue 26): device memory through NcclCommunicator on the backend's stream (no host
-  // round trip, and capturable in a decode graph); until then TP on cuda runs decode eagerly.
+  // contiguous rows (ld == cols, as Workspace::Mat gives). No-op with one rank. The
+  // communicator reduces x where it lives when it can take that memory: host memory on a host
+  // backend (Backend::HostMemory: cpu, with Gloo), device memory with a device communicator
+  // (Communicator::DeviceMemory: NcclCommunicator, enqueued on the backend's stream behind the
+  // layer that wrote x, no host wait). A device backend with a host communicator (Gloo between
+  // ranks that share a GPU or lack NCCL: engine/pipeline/tp_transport.h) stages x through a host
+  // copy (CopyToHost, AllReduceSum, CopyToDevice). Decode steps run eagerly under TP either way
+  // (no CUDA graphs: a staged all-reduce cannot be captured, and NCCL's would bind the graph to
+  // the communicator of one group epoch).
   // A failure (a dead or stuck peer, a mismatched collective) is kept in status(), the first
   // one; the model returns it after the step. Every rank must call AllReduce the same number of
   // times with the same shapes (the same layers, the same batch).
   void AllReduce(Backend* backend, const MatView& x);
+  // Ends the step's collectives before the host waits on the backend (its first CopyToHost of
+  // the step's results): with a device communicator and an all-reduce enqueued since the last
+  // call, waits for them through Communicator::Synchronize, which polls the stream and NCCL's
+  // asynchronous error and gives up after its op_timeout, aborting the communicator, so a dead
+  // or stuck peer fails the step instead of hanging the stream (a blocking copy behind a stuck
+  // NCCL kernel would never return). Nothing otherwise. Returns status().
+  const absl::Status& Finish();
   // The first AllReduce failure, OK if none. Sticky: the communicator is poisoned by then.
   const absl::Status& status() const { return status_; }
 
  private:
   int rank_ = 0, size_ = 1;
   Communicator* comm_ = nullptr;
-  std::vector<float> staging_;  // host copy of x on device backends
+  std::vector<float> staging_;  // host copy of x on device backends with a host communicator
+  bool pending_ = false;        // device all-reduces enqueued since the last Finish()
   absl::Status status_;
 };
 

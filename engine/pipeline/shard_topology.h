@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "engine/dist/nccl_table.h"
 
 namespace glm::engine {
 
@@ -50,6 +51,11 @@ struct ShardTopology {
   // into compute and communication. Not owned; must outlive the engine. Null (the default) =
   // not metered.
   CommMeter* comm_meter = nullptr;
+  // The NCCL library this rank may use for its stage's TP all-reduces (the one the agent loaded
+  // and verified: agent/stage/nccl_loader.h). Not owned; must outlive the engine. The TP group
+  // runs over NCCL only when every rank of the stage has one, runs the cuda backend and sits on
+  // a GPU of its own (pipeline/tp_transport.h); null = Gloo.
+  const nccl::FunctionTable* nccl = nullptr;
 
   int world_size() const { return pp_size * tp_size; }
   int world_rank() const { return pp_rank * tp_size + tp_rank; }

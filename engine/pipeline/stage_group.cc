@@ -10,9 +10,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/logging.h"
 #include "common/status_util.h"
+#include "engine/dist/device_stream.h"
 #include "engine/dist/gloo_communicator.h"
 #include "engine/dist/metered_communicator.h"
+#include "engine/dist/nccl_communicator.h"
 #include "engine/dist/rendezvous.h"
 #include "engine/sample/logprobs.h"
 #include "engine/sample/sampler.h"
@@ -25,6 +28,24 @@ std::string LayersKey(const ShardTopology& t, int world_rank) {
 }
 std::string KvBlocksKey(const ShardTopology& t, int world_rank) {
   return absl::StrCat(t.group_key, "/pipeline/kv_blocks/", world_rank);
+}
+std::string TpPrefix(const ShardTopology& t) {
+  return absl::StrCat(t.group_key, "/pipeline/tp", t.pp_rank);
+}
+std::string TpDeviceKey(const ShardTopology& t, int tp_rank) {
+  return absl::StrCat(TpPrefix(t), "/device/", tp_rank);
+}
+
+// What this rank publishes for the TP transport choice.
+TpRankDevice LocalDevice(const ShardTopology& t, const StageDevice& device) {
+  TpRankDevice d;
+  d.backend = device.backend;
+  if (device.stream != nullptr) d.device_uuid = device.stream->device_uuid();
+  if (t.nccl != nullptr && t.nccl->GetVersion != nullptr) {
+    int version = 0;
+    if (t.nccl->GetVersion(&version) == 0 && version > 0) d.nccl_version = version;
+  }
+  return d;
 }
 
 absl::StatusOr<std::pair<int, int>> GetLayers(const ShardTopology& t, int world_rank) {
@@ -71,7 +92,8 @@ StageGroup::StageGroup(const ShardTopology& topology, const ModelConfig& config)
 StageGroup::~StageGroup() = default;
 
 absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopology& topology,
-                                                              const ModelConfig& config) {
+                                                              const ModelConfig& config,
+                                                              const StageDevice& device) {
   GLM_RETURN_IF_ERROR(ValidateShardTopology(topology, config));
   std::unique_ptr<StageGroup> g(new StageGroup(topology, config));
   const ShardTopology& t = g->topology_;
@@ -80,6 +102,11 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
       t.rendezvous->Put(LayersKey(t, t.world_rank()),
                         absl::StrCat(t.first_layer, ",", t.last_layer)),
       absl::StrCat("publishing the layer range of ", me)));
+  if (t.tp_size > 1) {
+    GLM_RETURN_IF_ERROR(Annotate(
+        t.rendezvous->Put(TpDeviceKey(t, t.tp_rank), LocalDevice(t, device).Encode()),
+        absl::StrCat("publishing the TP device of ", me)));
+  }
 
   GlooCommunicatorOptions wo;
   wo.rank = t.world_rank();
@@ -99,20 +126,12 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
                                                       CommChannel::kWorld);
   }
   if (t.tp_size > 1) {
-    GlooCommunicatorOptions to = wo;
-    to.rank = t.tp_rank;
-    to.size = t.tp_size;
-    to.key_prefix = absl::StrCat(t.group_key, "/pipeline/tp", t.pp_rank);
-    auto tp = GlooCommunicator::Create(t.rendezvous, to);
-    if (!tp.ok()) {
+    if (absl::Status st = g->FormTpGroup(device); !st.ok()) {
       return g->PeerFailureOr(Annotate(
-          tp.status(), absl::StrCat("forming the TP group of pp stage ", t.pp_rank, " on ", me)));
+          st, absl::StrCat("forming the TP group of pp stage ", t.pp_rank, " on ", me)));
     }
-    g->tp_ = *std::move(tp);
-    if (t.comm_meter != nullptr) {
-      g->tp_ = std::make_unique<MeteredCommunicator>(std::move(g->tp_), t.comm_meter,
-                                                     CommChannel::kTp);
-    }
+  } else {
+    g->tp_transport_.reason = "one rank: nothing to all-reduce";
   }
 
   // The head's messages and the last stage's results travel on communicators of their own: on
@@ -152,6 +171,47 @@ absl::StatusOr<std::unique_ptr<StageGroup>> StageGroup::Create(const ShardTopolo
     return s;
   }
   return g;
+}
+
+absl::Status StageGroup::FormTpGroup(const StageDevice& device) {
+  const ShardTopology& t = topology_;
+  std::vector<TpRankDevice> ranks;
+  for (int r = 0; r < t.tp_size; ++r) {
+    GLM_ASSIGN_OR_RETURN(std::string v, t.rendezvous->Get(TpDeviceKey(t, r), t.connect_timeout));
+    GLM_ASSIGN_OR_RETURN(TpRankDevice d, TpRankDevice::Decode(v));
+    ranks.push_back(std::move(d));
+  }
+  tp_transport_ = ChooseTpTransport(ranks);
+  GLM_LOG_INFO("tp transport group={} pp_rank={} tp_rank={} tp_size={} transport={}",
+               t.group_key, t.pp_rank, t.tp_rank, t.tp_size, tp_transport_.Describe());
+  if (tp_transport_.nccl()) {
+    if (device.stream == nullptr || t.nccl == nullptr) {  // the choice rules this out
+      return absl::InternalError("TP over NCCL chosen without a device stream or NCCL table");
+    }
+    NcclCommunicatorOptions no;
+    no.rank = t.tp_rank;
+    no.size = t.tp_size;
+    no.key_prefix = absl::StrCat(TpPrefix(t), "/nccl");
+    no.rendezvous_timeout = t.connect_timeout;
+    no.op_timeout = t.op_timeout;
+    GLM_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> nccl,
+                         NcclCommunicator::Create(*t.nccl, device.stream, t.rendezvous, no));
+    nccl_tp_ = nccl.get();
+    tp_ = std::move(nccl);
+  } else {
+    GlooCommunicatorOptions to;
+    to.rank = t.tp_rank;
+    to.size = t.tp_size;
+    to.key_prefix = TpPrefix(t);
+    to.host = t.host;
+    to.connect_timeout = t.connect_timeout;
+    to.op_timeout = t.op_timeout;
+    GLM_ASSIGN_OR_RETURN(tp_, GlooCommunicator::Create(t.rendezvous, to));
+  }
+  if (t.comm_meter != nullptr) {
+    tp_ = std::make_unique<MeteredCommunicator>(std::move(tp_), t.comm_meter, CommChannel::kTp);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StageGroup::PeerFailureOr(const absl::Status& symptom) const {
@@ -201,6 +261,12 @@ absl::Status StageGroup::CheckNeighbours() const {
   return absl::OkStatus();
 }
 
+void StageGroup::PostLoadFailure(const ShardTopology& topology, const absl::Status& failure) {
+  if (topology.rendezvous == nullptr || !topology.distributed()) return;
+  (void)topology.rendezvous->Put(KvBlocksKey(topology, topology.world_rank()),
+                                 absl::StrCat("failed: ", failure.ToString()));
+}
+
 absl::StatusOr<int> StageGroup::AgreeKvBlocks(const absl::StatusOr<int>& local_blocks) {
   const ShardTopology& t = topology_;
   const std::string kFailed = "failed: ";
@@ -247,6 +313,10 @@ void StageGroup::CloseOwned(Owned owned) {
   if (!topology_.is_head()) owned = kAll;
   if (owned & kStepComms) {
     world_.reset();
+    // A failed group's NCCL peers may be gone or stuck: abort (ncclCommAbort) rather than let
+    // ncclCommDestroy wait for them.
+    if (nccl_tp_ != nullptr && !failure().ok()) nccl_tp_->Abort();
+    nccl_tp_ = nullptr;
     tp_.reset();
   }
   if (owned & kControl) control_.reset();

@@ -1,7 +1,7 @@
 // One rank's membership in its replica: the communicators and the data movement of a pipeline
 // step, shared by the head (PipelinedModel) and the followers (StageFollower).
 //
-// Communicators (GlooCommunicator, host memory):
+// Communicators (GlooCommunicator, host memory, except tp over NCCL as below):
 //  - control: every rank of the replica, rank = ShardTopology::world_rank(). Carries the head's
 //    step messages (step_message.h) as point-to-point sends from world rank 0 to every other
 //    rank, in world-rank order. A Gloo send completes once its receiver has posted the matching
@@ -12,7 +12,11 @@
 //  - result: the head and the last stage's tp 0 (none when pp_size is 1), rank 0 = the head.
 //    Carries the last stage's result; the head receives it on a thread of its own.
 //  - tp: the tp_size ranks of this stage (null when tp_size is 1), handed to the model for the
-//    all-reduces inside its layers.
+//    all-reduces inside its layers. A NcclCommunicator on the backend's stream (device memory)
+//    when every rank of the stage runs the cuda backend on a GPU of its own with the NCCL
+//    library loaded; else Gloo (tp_transport.h has the rule; tp_transport() the choice). The
+//    activations between stages stay on the Gloo world group (host memory; a hand-off per step
+//    is small next to the two all-reduces per layer).
 // Three communicators on the head because each is used by one thread there (a Communicator is
 // not thread-safe): control by the sender, world and tp by the step thread, result by the
 // receiver. A follower uses all of them from its one loop thread.
@@ -52,6 +56,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,8 +65,23 @@
 #include "engine/model/forward_batch.h"
 #include "engine/pipeline/shard_topology.h"
 #include "engine/pipeline/step_message.h"
+#include "engine/pipeline/tp_transport.h"
+
+namespace glm::engine {
+class DeviceStream;
+class NcclCommunicator;
+}  // namespace glm::engine
 
 namespace glm::engine::pipeline {
+
+// The backend this rank runs, for its TP group's transport (tp_transport.h). The default is a
+// host backend.
+struct StageDevice {
+  std::string backend = "cpu";     // Backend::name()
+  // Backend::device_stream(): where a NcclCommunicator enqueues. Not owned; must outlive every
+  // use of tp_comm() (the model's; the group's destructor does not use it). Null on cpu.
+  DeviceStream* stream = nullptr;
+};
 
 class StageGroup {
  public:
@@ -69,14 +89,20 @@ class StageGroup {
   // stage's TP group (blocking until every rank has joined, up to connect_timeout), and checks
   // that the stages' layer ranges tile the model (the TP ranks of a stage agree; stage s + 1
   // starts where stage s ends). `topology` must be valid for `config` (ValidateShardTopology)
-  // and its rendezvous is used during this call only.
+  // and its rendezvous is used during this call only. The TP group's transport is chosen from
+  // what every rank of the stage publishes (`device`, topology.nccl), logged, and kept in
+  // tp_transport().
   static absl::StatusOr<std::unique_ptr<StageGroup>> Create(const ShardTopology& topology,
-                                                           const ModelConfig& config);
+                                                           const ModelConfig& config,
+                                                           const StageDevice& device = {});
   ~StageGroup();
 
   const ShardTopology& topology() const { return topology_; }
   // This stage's TP communicator (ModelLoadOptions::tp_comm); null when tp_size is 1.
   Communicator* tp_comm() const { return tp_.get(); }
+  // How the TP group all-reduces (the same choice on every rank of the stage); Gloo with the
+  // reason "one rank: nothing to all-reduce" when tp_size is 1.
+  const TpTransportChoice& tp_transport() const { return tp_transport_; }
 
   // Every rank publishes its KV block count once its model is loaded, or its load failure;
   // returns the smallest count over the replica, which the head's block manager must use (every
@@ -85,6 +111,9 @@ class StageGroup {
   // each rank (the bound on the skew between the ranks' loading). Uses the rendezvous: call it
   // inside Engine::Create.
   absl::StatusOr<int> AgreeKvBlocks(const absl::StatusOr<int>& local_blocks);
+  // For a rank that fails before Create (its backend): posts `failure` where AgreeKvBlocks
+  // would, so the other ranks, whose group formation then times out, report it as the cause.
+  static void PostLoadFailure(const ShardTopology& topology, const absl::Status& failure);
 
   // The head (its sender thread): numbers `message` and sends it (its header, then the payload)
   // to every other rank. Followers: receives the next one and checks its sequence number.
@@ -135,6 +164,9 @@ class StageGroup {
   // `symptom` (a failed group formation), unless another rank posted that it failed: then that
   // rank's reason, which is the cause.
   absl::Status PeerFailureOr(const absl::Status& symptom) const;
+  // Reads every TP rank's device (published before the world group formed), chooses the
+  // transport (tp_transport_) and forms tp_ over it.
+  absl::Status FormTpGroup(const StageDevice& device);
   absl::Status RecvActivations(ForwardBatch& batch);
   absl::Status SendActivations(const ForwardBatch& batch, const ForwardResult& local);
   absl::Status SendResult(const ForwardBatch& batch, const ForwardResult& local);
@@ -144,6 +176,8 @@ class StageGroup {
   const ModelConfig config_;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> tp_;
+  NcclCommunicator* nccl_tp_ = nullptr;  // tp_'s NCCL communicator (inside the meter), if NCCL
+  TpTransportChoice tp_transport_;
   std::unique_ptr<Communicator> control_;
   std::unique_ptr<Communicator> result_;  // head and last tp 0 only, pp_size > 1
   uint64_t sequence_ = 0;  // of the last message sent (head) or received (followers)

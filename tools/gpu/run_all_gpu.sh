@@ -23,6 +23,8 @@
 #   racecheck  compute-sanitizer racecheck on the kernels that share shared memory between warps
 #              or stage through it (MoE ring, indexer passes, fused norms)
 #   nccl       engine/dist's real-NCCL test through the dlopen'd table (run_nccl_test.sh)
+#   multigpu   TP over NCCL between GPUs (run_multigpu.sh; 2+ GPUs, the -x2 / -x4 kinds: TP 2 =
+#              the single-GPU greedy tokens, a killed rank fails the group within seconds)
 #   table      the decode-step table of docs/benchmarks.md: glm-bench-cuda-decode --dtype fp8
 #              --kv-dtype fp8 --graphs on --layers LAYERS (1,6) --steps TABLE_STEPS (16)
 #              --batches BATCHES (1,8,64) --contexts CONTEXTS (4096,131072).
@@ -62,7 +64,7 @@ tests=(rmsnorm_test rope_test silu_mul_test layernorm_test rows_test moe_route_t
   engine_golden_narrow_test engine_kv_fp8_test)
 benches=(gemv_bench gemv_quant_bench gemm_bench per_head_narrow_bench smallops_bench read_pattern_bench
   cuda_ops_bench cuda_kv_bench cuda_indexer_bench)
-others=(nccl_gpu_test glm-run glm-bench-cuda-decode glm-bench-cpu)
+others=(nccl_gpu_test engine_nccl_gpu_test glm-run glm-bench-cuda-decode glm-bench-cpu)
 if [[ ${1:-} == --targets ]]; then
   echo "${tests[*]} ${benches[*]} ${others[*]}"
   exit 0
@@ -373,6 +375,10 @@ for s in $steps; do
       has nccl_gpu_test && GPU_STEP_GREP="$verdict_grep|GB/s" gpu_step nccl_gpu_test nccl.log 300 \
         env BIN="$bin/nccl_gpu_test" STAGE_DIR="$stage" OUT="$out" tools/gpu/run_nccl_test.sh
       ;;
+    multigpu)
+      has engine_nccl_gpu_test && gpu_step multigpu multigpu-all.log 600 \
+        env STAGE_DIR="$stage" OUT="$out" tools/gpu/run_multigpu.sh "$stage"
+      ;;
     table) run_table ;;
     bench) run_bench ;;
     profile) run_profile ;;
@@ -388,7 +394,7 @@ for s in $steps; do
             bash tools/bench/mtp.sh
       done
       ;;
-    *) summary+=("$(printf '%-40s unknown step (tests memcheck racecheck nccl table bench profile cpubench serve)' "$s")") ;;
+    *) summary+=("$(printf '%-40s unknown step (tests memcheck racecheck nccl multigpu table bench profile cpubench serve)' "$s")") ;;
   esac
 done
 echo "== summary (logs in $out)"

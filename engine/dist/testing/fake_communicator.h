@@ -1,7 +1,9 @@
 // A Communicator for tests of code that issues collectives (the model's TP all-reduce) without a
-// group behind it: AllReduceSum leaves the data as it is (each rank's partial), counts the calls
-// and returns `all_reduce_status`; the point-to-point and broadcast calls, which such code must
-// not issue, return Unimplemented.
+// group behind it: AllReduceSum leaves the data as it is (each rank's partial), counts the calls,
+// notes the pointer and returns `all_reduce_status`; Synchronize counts its calls and returns
+// `synchronize_status`; DeviceMemory() returns `device_memory` (a stand-in for NCCL's device
+// path). The point-to-point and broadcast calls, which such code must not issue, return
+// Unimplemented.
 #pragma once
 
 #include <cstddef>
@@ -20,8 +22,10 @@ class FakeCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  absl::Status AllReduceSum(float*, size_t) override {
+  bool DeviceMemory() const override { return device_memory; }
+  absl::Status AllReduceSum(float* data, size_t) override {
     ++num_all_reduce;
+    last_all_reduce_data = data;
     return all_reduce_status_;
   }
   absl::Status Send(const float*, size_t, int) override { return Unused("Send"); }
@@ -31,9 +35,16 @@ class FakeCommunicator : public Communicator {
   }
   absl::Status Broadcast(float*, size_t, int) override { return Unused("Broadcast"); }
   absl::Status Barrier() override { return Unused("Barrier"); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::Status Synchronize() override {
+    ++num_synchronize;
+    return synchronize_status;
+  }
 
+  bool device_memory = false;
+  absl::Status synchronize_status;
   int num_all_reduce = 0;
+  int num_synchronize = 0;
+  const float* last_all_reduce_data = nullptr;
 
  private:
   static absl::Status Unused(const char* op) {
