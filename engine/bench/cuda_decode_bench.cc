@@ -18,7 +18,8 @@
 // --dtype int4mix / nvfp4: the Linear weights of a quantized checkpoint's layout kept narrow as
 // stored (LazyRandomWeights::Options::quantized; weight_dtype "auto"): int4mix = routed experts
 // INT4 g128 and attention / shared-expert INT8 g128 (kv_b_proj widened to bf16 at load, as the
-// model's absorption needs), nvfp4 = routed experts NVFP4; every other Linear bf16.
+// model's absorption needs), nvfp4 = routed experts NVFP4; every other Linear bf16. The routed
+// experts are read narrow by kernels/moe_quant.h (the run ends with the count of such calls).
 //
 // KV: the model's paged cache is filled with random values once allocated (--kv-fill random, the
 // default: ModelLoadOptions::random_kv, PagedKvStorage::FillRandom), or left zero (--kv-fill
@@ -90,6 +91,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/create_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/model/layers.h"
 #include "engine/model/lazy_random_weights.h"
@@ -566,6 +568,13 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
     }
   }
   if (a.graphs) PrintGraphStats(**model);
+  // Quantized layouts: the routed experts are read narrow (kernels/moe_quant.h) at every decode
+  // batch up to 4096 / top_k tokens; a widened call would show here.
+  const CudaQuantExpertCalls calls = CudaQuantExpertCallCounts();
+  if (calls.narrow + calls.widened > 0) {
+    std::printf("quantized expert calls so far: %lld read narrow, %lld widened to bf16\n",
+                static_cast<long long>(calls.narrow), static_cast<long long>(calls.widened));
+  }
   return true;
 }
 

@@ -15,6 +15,6 @@ glm_add_test(NAME lazy_random_weights_test
 if(GLM_HAVE_CUDA)
   add_executable(glm-bench-cuda-decode ${CMAKE_CURRENT_LIST_DIR}/cuda_decode_bench.cc)
   target_link_libraries(glm-bench-cuda-decode PRIVATE glm_lazy_random_weights glm_model
-    glm_backend glm_kernels CUDA::cudart absl::strings)
+    glm_backend glm_backend_cuda glm_kernels CUDA::cudart absl::strings)
   glm_set_warnings(glm-bench-cuda-decode)
 endif()
