@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "engine/backend/cuda/cublaslt_matmul.h"
+#include "engine/backend/cuda/cuda_device_stream.h"
 #include "engine/backend/cuda/cuda_indexer.h"
 #include "engine/backend/cuda/cuda_linear.h"
 #include "engine/backend/cuda/cuda_ops.h"
@@ -192,6 +193,8 @@ class CudaBackend : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  // The main stream (a collective enqueued there follows every op, side branches once joined).
+  DeviceStream* device_stream() override { return &device_stream_; }
   int num_threads() const override { return 1; }
   absl::Status status() const override { return status_; }
   // Every WeightDType; INT4 / INT8 / NVFP4 through cuda_quant_linear.h, in the shapes
@@ -741,6 +744,7 @@ class CudaBackend : public Backend {
   const int device_;
   cudaStream_t stream_;  // where ops are enqueued: main_stream_, or side_stream_ on a branch
   const cudaStream_t main_stream_;
+  cuda::CudaDeviceStream device_stream_{device_, main_stream_};  // device_stream()
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   bool in_side_ = false;       // between BeginSide and EndSide
