@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/compute_capability.h"
 #include "kernels/gemm_fp8_block.cuh"
 #include "kernels/gemm_fp8_block.h"
 #include "kernels/launch.cuh"
@@ -222,11 +223,10 @@ absl::StatusOr<std::unique_ptr<GemmFp8BlockPlan>> GemmFp8BlockPlan::Create(
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   GLM_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major * 10 + minor < 89) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "GemmFp8BlockPlan: e4m3 needs compute capability 8.9 or newer; this device is ", major,
-        ".", minor));
-  }
+  // sm_80 (A800) converts e4m3 in software (cuda_fp8.h; cvt.*.e4m3x2 is sm_89+), exactly; the
+  // cuBLASLt path is refused below on anything but 9.0.
+  GLM_RETURN_IF_ERROR(
+      RequireComputeCapability("GemmFp8BlockPlan", {major, minor}, {8, 0}, "f16 mma.sync"));
 
   // Workspace: quantized x [m, k] e4m3, its scales [ceil(k/128), m rounded up to 4], then the
   // split-K partials (own kernel) or cuBLASLt's workspace.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/compute_capability.h"
 #include "kernels/cuda_util.h"
 #include "kernels/gemv_narrow.cuh"
 #include "kernels/gemv_narrow.h"
@@ -214,11 +215,9 @@ absl::StatusOr<GemvNarrowPlan> GemvNarrowPlan::Create(const GemvNarrowShape& sha
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   GLM_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major * 10 + minor < (fp8 ? 89 : 80)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "GemvNarrow: ", fp8 ? "e4m3 needs compute capability 8.9" : "bf16 mma needs 8.0",
-        " or newer; this device is ", major, ".", minor));
-  }
+  // sm_80 (A800) converts e4m3 in software (cuda_fp8.h; cvt.*.e4m3x2 is sm_89+), exactly.
+  GLM_RETURN_IF_ERROR(RequireComputeCapability("GemvNarrow", {major, minor}, {8, 0},
+                                               fp8 ? "e4m3 x f16 mma.sync" : "bf16 mma.sync"));
   GLM_ASSIGN_OR_RETURN(DeviceLimits limits,
                        QueryDeviceLimits(policy.smem_cap_bytes, policy.max_sms));
   const int64_t m1 = std::max<int64_t>(shape.m, 1);

@@ -154,7 +154,7 @@ class GemvNarrowPlan {
  public:
   // Plans for the current device (QueryDeviceLimits under policy.smem_cap_bytes / max_sms).
   // InvalidArgument for a bad shape; FailedPrecondition on a device older than compute
-  // capability 8.9 (fp8) / 8.0. `reduce` picks the split-K reduction (kAuto in production).
+  // capability 8.0 (sm_80 widens e4m3 in software). `reduce` picks the split-K reduction (kAuto in production).
   // ctas_per_sm: GemvNarrowOptions::ctas_per_sm (0: the kernel's occupancy). tuning:
   // GemvNarrowTuning (latency knobs, same values; auto in production).
   static absl::StatusOr<GemvNarrowPlan> Create(const GemvNarrowShape& shape,
