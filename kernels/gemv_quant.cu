@@ -11,9 +11,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "kernels/compute_capability.h"
 #include "kernels/cuda_util.h"
 #include "kernels/gemv_quant.cuh"
 #include "kernels/gemv_quant.h"
+#include "kernels/gemv_quant_fp4mma.cuh"
 
 namespace glm::kernels {
 namespace {
@@ -100,7 +102,8 @@ std::string QuantWeightView::DebugString() const {
 std::string GemvQuantTiling::DebugString() const {
   return absl::StrCat("row_blocks=", row_blocks, " splits=", splits,
                       " windows/split=", windows_per_split, " smem=", smem_bytes,
-                      " partial=", partial_bytes, window_scale ? " window-scale" : " widen");
+                      " partial=", partial_bytes,
+                      fp4_mma ? " fp4-mma" : window_scale ? " window-scale" : " widen");
 }
 
 std::string GemvQuantPlan::DebugString() const {
@@ -201,7 +204,38 @@ absl::StatusOr<GemvQuantPlan> GemvQuantPlan::Create(int64_t m, const QuantWeight
   plan.shape_.data = nullptr;
   plan.shape_.scales = nullptr;
   GLM_ASSIGN_OR_RETURN(plan.tiling_, PlanGemvQuant(m, w, limits));
+  if (policy.linear.nvfp4_path == LinearPolicy::Nvfp4Path::kFp4Mma) {
+    GLM_RETURN_IF_ERROR(plan.UseFp4Mma(device));
+  }
   return plan;
+}
+
+absl::Status GemvQuantPlan::UseFp4Mma(int device) {
+  if (shape_.format != QuantFormat::kNvfp4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GemvQuant: the FP4 tensor-core path (LinearPolicy::Nvfp4Path::kFp4Mma) takes nvfp4 "
+        "weights; got ", shape_.DebugString()));
+  }
+  ComputeCapability cc;
+  GLM_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&cc.major, cudaDevAttrComputeCapabilityMajor, device));
+  GLM_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&cc.minor, cudaDevAttrComputeCapabilityMinor, device));
+  int compiled = 0;
+  if (cc.major == 12) {
+    GLM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyFromSymbol(&compiled, detail::g_gqf4_compiled, sizeof(compiled)));
+  }
+  GLM_RETURN_IF_ERROR(Fp4MmaSupport(kOp, cc, compiled != 0));
+  const int windows = tiling_.windows_per_split;
+  const size_t smem =
+      static_cast<size_t>(std::max<int64_t>(m_, 1)) * detail::Gqf4XStride(windows);
+  GLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(&detail::GemvQuantFp4MmaKernel,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(smem)));
+  tiling_.fp4_mma = true;
+  tiling_.smem_bytes = smem;
+  return absl::OkStatus();
 }
 
 absl::Status GemvQuantPlan::Run(const GemvQuantArgs& a, void* workspace, size_t workspace_bytes,
@@ -269,6 +303,28 @@ absl::Status GemvQuantPlan::Run(const GemvQuantArgs& a, void* workspace, size_t 
   if (w.group_size >= w.cols) p.group = w.cols;
   const dim3 grid(static_cast<unsigned>(tiling_.row_blocks),
                   static_cast<unsigned>(tiling_.splits));
+  if (tiling_.fp4_mma) {
+    detail::GemvQuantFp4Params f{};
+    f.x = p.x;
+    f.ldx = p.ldx;
+    f.w = p.w;
+    f.ld_bytes = p.ld_bytes;
+    f.scales = static_cast<const uint8_t*>(p.scales);
+    f.scale_ld = p.scale_ld;
+    f.out_scale = p.out_scale;
+    f.y = p.y;
+    f.ldy = p.ldy;
+    f.partial = p.partial;
+    f.counters = p.counters;
+    f.n = p.n;
+    f.k = p.k;
+    f.m = p.m;
+    f.windows_per_split = p.windows_per_split;
+    f.x_stride = detail::Gqf4XStride(p.windows_per_split);
+    f.accumulate = p.accumulate;
+    detail::GemvQuantFp4MmaKernel<<<grid, detail::kGqf4Threads, tiling_.smem_bytes, stream>>>(f);
+    return CudaStatus(cudaGetLastError(), "GemvQuantFp4MmaKernel launch");
+  }
   Kernel(w.format, tiling_.window_scale, m_)<<<grid, detail::kGqThreads, tiling_.smem_bytes,
                                                stream>>>(p);
   return CudaStatus(cudaGetLastError(), "GemvQuantKernel launch");

@@ -92,6 +92,10 @@ struct GemvQuantTiling {
   // each 64-byte window's sums (a group is whole windows); false: each weight is dequantized to
   // bf16 in registers (exactly: nvfp4 in one bf16, int as hi + lo, two products).
   bool window_scale = false;
+  // nvfp4 only, LinearPolicy::Nvfp4Path::kFp4Mma: the FP4-activation kernel
+  // (gemv_quant_fp4mma.cuh, gemv_quant_fp4.h's contract) on the same grid; its staged x needs
+  // less than smem_bytes.
+  bool fp4_mma = false;
 
   std::string DebugString() const;
 };
@@ -108,7 +112,9 @@ class GemvQuantPlan {
  public:
   // Plans for the current device (QueryDeviceLimits under policy.smem_cap_bytes / max_sms) and
   // w's shape (format, rows, cols, group_size; its pointers are not used). InvalidArgument for a
-  // bad shape; FailedPrecondition on a device older than compute capability 8.0.
+  // bad shape; FailedPrecondition on a device older than compute capability 8.0, and for
+  // policy.linear.nvfp4_path == kFp4Mma where the device or this build has no FP4 tensor-core
+  // path (compute_capability.h Fp4MmaSupport; InvalidArgument for a non-nvfp4 weight).
   static absl::StatusOr<GemvQuantPlan> Create(int64_t m, const QuantWeightView& w,
                                               const KernelPolicy& policy = {});
 
@@ -128,6 +134,9 @@ class GemvQuantPlan {
   std::string DebugString() const;
 
  private:
+  // Switches the plan to the FP4-activation kernel after the checks (Create, kFp4Mma).
+  absl::Status UseFp4Mma(int device);
+
   int64_t m_ = 0;
   QuantWeightView shape_;  // pointers cleared
   GemvQuantTiling tiling_;

@@ -3,7 +3,8 @@
 // scales: what must come from HBM), GB/s, the fraction of a device-to-device copy measured in
 // the same run (read + write bytes / time: the HBM limit), and the baseline measured on the same
 // shape in the same run: gemv_narrow on the fp8 (e4m3, 128x128 block scales) weight, the format
-// the project serves today (vs_fp8 = fp8 time / quant time).
+// the project serves today (vs_fp8 = fp8 time / quant time). Row nvfp4a: the opt-in
+// FP4-activation path (gemv_quant_fp4.h) where the device and build have it (cc 12.x).
 // Timing (as gemv_bench): `calls` back-to-back calls rotating over weight copies that together
 // exceed 256 MiB (weights come from HBM, not the L2), captured in one CUDA graph and replayed;
 // time = median replay / calls (bench_util.h).
@@ -108,7 +109,14 @@ void BenchProjection(const Proj& p, const std::vector<int64_t>& ms, double d2d_g
                 static_cast<long long>(p.k), fp8_us, fp8_bytes / 1e6,
                 fp8_bytes / (fp8_us * 1e-6) / 1e9, fp8_bytes / (fp8_us * 1e-6) / 1e9 / d2d_gbs,
                 "1.00x");
-    for (QuantFormat f : {QuantFormat::kInt4, QuantFormat::kInt8, QuantFormat::kNvfp4}) {
+    // nvfp4 twice: the weight-only default and, where the device has it, the FP4-activation path
+    // (LinearPolicy::Nvfp4Path::kFp4Mma, row "nvfp4a").
+    for (int variant = 0; variant < 4; ++variant) {
+      const QuantFormat f = variant == 0   ? QuantFormat::kInt4
+                            : variant == 1 ? QuantFormat::kInt8
+                                           : QuantFormat::kNvfp4;
+      KernelPolicy policy;
+      if (variant == 3) policy.linear.nvfp4_path = LinearPolicy::Nvfp4Path::kFp4Mma;
       QuantWeightView v;
       v.format = f;
       v.rows = p.n;
@@ -119,9 +127,14 @@ void BenchProjection(const Proj& p, const std::vector<int64_t>& ms, double d2d_g
       v.global_scale = 0.5f;
       const size_t dbytes = static_cast<size_t>(p.n * v.ld_bytes);
       const size_t sbytes = static_cast<size_t>(p.n * v.scale_ld) * (f == QuantFormat::kNvfp4 ? 1 : 2);
-      WeightSets w(dbytes, sbytes, f == QuantFormat::kNvfp4);
-      auto plan = GemvQuantPlan::Create(m, v);
+      auto plan = GemvQuantPlan::Create(m, v, policy);
+      if (variant == 3 && !plan.ok()) {
+        std::printf("%-16s %-6s %3lld  skipped: %s\n", p.name, "nvfp4a",
+                    static_cast<long long>(m), std::string(plan.status().message()).c_str());
+        continue;
+      }
       CheckOk(plan.status(), "gemv_quant plan");
+      WeightSets w(dbytes, sbytes, f == QuantFormat::kNvfp4);
       void* work = Alloc(plan->workspace_bytes());
       const double us = TimeEnqueues(
                             [&](int i) {
@@ -142,7 +155,8 @@ void BenchProjection(const Proj& p, const std::vector<int64_t>& ms, double d2d_g
       const double bytes = static_cast<double>(dbytes + sbytes);
       const double gbs = bytes / (us * 1e-6) / 1e9;
       std::printf("%-16s %-6s %3lld %6lld %6lld %8.2f %8.2f %6.0f %6.3f %6.2fx  %s\n", p.name,
-                  QuantFormatName(f), static_cast<long long>(m), static_cast<long long>(p.n),
+                  variant == 3 ? "nvfp4a" : QuantFormatName(f), static_cast<long long>(m),
+                  static_cast<long long>(p.n),
                   static_cast<long long>(p.k), us, bytes / 1e6, gbs, gbs / d2d_gbs, fp8_us / us,
                   plan->tiling().DebugString().c_str());
     }
@@ -183,7 +197,9 @@ int Main(int argc, char** argv) {
   std::printf("\nus: one call (graph replay over weight copies > 256 MiB); MB_read = packed "
               "weight + scale bytes (fp8: e4m3 + fp32 block scales); GB/s = MB_read / us; "
               "of_d2d = GB/s / D2D copy GB/s; vs_fp8 = fp8 gemv_narrow us / this us (same shape, "
-              "same run). int4 / int8: group 128 (bf16 scales); nvfp4: 16-input e4m3 scales.\n");
+              "same run). int4 / int8: group 128 (bf16 scales); nvfp4: 16-input e4m3 scales; "
+              "nvfp4a: nvfp4 with the activations quantized to nvfp4 on the FP4 tensor cores "
+              "(gemv_quant_fp4.h; cc 12.x with sm_120a / sm_121a code only).\n");
   cudaFree(counters);
   cudaStreamDestroy(stream);
   return 0;

@@ -10,10 +10,19 @@
 
 namespace glm::kernels {
 
-// Dense Linear / GEMV choices (kernels/gemv_narrow, per_head_gemv; engine/backend/cuda). None
-// today: the GEMV / GEMM cut-over, the norm fusion and the GEMV's split and prefetch all follow
-// the shape (engine/backend/cuda/cuda_linear.cc GemvPreferred, kernels/gemv_narrow.cu).
-struct LinearPolicy {};
+// Dense Linear / GEMV choices (kernels/gemv_narrow, gemv_quant, per_head_gemv;
+// engine/backend/cuda). The GEMV / GEMM cut-over, the norm fusion and the GEMV's split and
+// prefetch all follow the shape (engine/backend/cuda/cuda_linear.cc GemvPreferred,
+// kernels/gemv_narrow.cu).
+struct LinearPolicy {
+  // The nvfp4 decode GEMV (kernels/gemv_quant.h). kWidenBf16: the weight-only contract (bf16
+  // activations, exact weights; every device). kFp4Mma: activations quantized to nvfp4 and both
+  // operands on the block-scaled FP4 tensor cores (kernels/gemv_quant_fp4.h has the contract,
+  // which changes the numerics); compute capability 12.0 / 12.1 with sm_120a / sm_121a code only,
+  // GemvQuantPlan::Create refuses it elsewhere. Opt-in: a test / bench choice until measured.
+  enum class Nvfp4Path : uint8_t { kWidenBf16, kFp4Mma };
+  Nvfp4Path nvfp4_path = Nvfp4Path::kWidenBf16;
+};
 
 // Routed-expert (MoE) choices (kernels/moe.h).
 struct MoePolicy {
