@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/scratch_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -25,7 +26,7 @@ nodes:
 )";
 
 std::string Write(const std::string& text) {
-  std::filesystem::path p = std::filesystem::path(testing::TempDir()) / "node_config_test.yaml";
+  std::filesystem::path p = testing_util::ScratchDir("node_config") / "node_config_test.yaml";
   std::ofstream(p) << text;
   return p.string();
 }

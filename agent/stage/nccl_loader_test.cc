@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/scratch_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,8 +60,7 @@ TEST(NcclLoaderTest, MissingSymbolNamed) {
 }
 
 TEST(NcclLoaderTest, UnloadableFile) {
-  std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "nccl_unloadable";
-  std::filesystem::create_directories(dir);
+  std::filesystem::path dir = testing_util::ScratchDir("nccl_unloadable");
   std::string path = (dir / "libnccl.so.2").string();
   std::ofstream(path) << "this is not an ELF file\n";
   auto lib = NcclLibrary::Load(path, "2.30.4");

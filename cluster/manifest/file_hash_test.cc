@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/scratch_dir.h"
 #include "gtest/gtest.h"
 
 namespace glm::cluster {
@@ -11,7 +12,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(FileHashTest, KnownVectorAndStreaming) {
-  fs::path p = fs::path(::testing::TempDir()) / "hash_vec";
+  fs::path p = testing_util::ScratchDir("file_hash") / "hash_vec";
   std::ofstream(p) << "";
   // XXH3-128 of the empty input (xxhash test vectors).
   EXPECT_EQ(HashFile(p.string())->xxh3_128, "99aa06d3014798d86001c324468d497f");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/testing/scratch_dir.h"
 #include "engine/config/model_config.h"
 #include "nlohmann/json.hpp"
 
@@ -210,8 +211,7 @@ TEST(QuantizationConfig, ModelOptRefusals) {
 }
 
 TEST(QuantizationConfig, LoadModelConfigReadsHfQuantConfig) {
-  const std::string dir = ::testing::TempDir() + "/hf_quant_model";
-  std::filesystem::create_directories(dir);
+  const std::string dir = testing_util::ScratchDir("hf_quant_model").string();
   std::ifstream src(std::string(GLM_TEST_SOURCE_DIR) + "/tests/golden/tiny-moe/config.json");
   json config = json::parse(src);
   std::ofstream(dir + "/config.json") << config.dump();

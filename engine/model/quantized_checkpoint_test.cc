@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/scratch_dir.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/weights/safetensors_writer.h"
 #include "engine/weights/weight_store.h"
@@ -154,8 +155,7 @@ class QuantizedCheckpoint : public ::testing::Test {
     config_ = ReadJson(Fixture() / "config.json");
     config_.erase("quantization_config");
     prompt_ = ReadJson(Fixture() / "reference.json")["prompt_ids"].get<std::vector<int32_t>>();
-    root_ = fs::path(::testing::TempDir()) / "quantized_checkpoint_test";
-    fs::remove_all(root_);
+    root_ = testing_util::ScratchDir("quantized_checkpoint");
   }
 
   // Loads both directories and compares their prompt logits.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/scratch_dir.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/layers.h"
 #include "engine/model/weight_source.h"
@@ -139,9 +140,7 @@ constexpr int64_t kRows = 48, kCols = 64;
 class QuantizedNarrowTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / "quantized_weights_narrow_test";
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testing_util::ScratchDir("quantized_weights_narrow");
     std::mt19937 rng(11);
     std::vector<float> v(kRows * kCols);
     SafetensorsWriter w;

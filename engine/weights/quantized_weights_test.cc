@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/scratch_dir.h"
 #include "engine/config/quantization_config.h"
 #include "engine/weights/dequantize.h"
 #include "engine/weights/float_codec.h"
@@ -22,9 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string TempPath(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "quantized_weights_test";
-  fs::create_directories(dir);
-  return (dir / name).string();
+  return (testing_util::ScratchDir("quantized_weights") / name).string();
 }
 
 QuantizationConfig Ct(const std::string& groups, const std::string& ignore = "[]") {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/scratch_dir.h"
 #include "engine/weights/dequantize.h"
 #include "engine/weights/safetensors_writer.h"
 #include "gmock/gmock.h"
@@ -35,9 +36,7 @@ absl::StatusOr<SafetensorsHeader> Parse(const std::string& header, size_t data_b
 }
 
 std::string TempPath(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/safetensors_test";
-  std::filesystem::create_directories(dir);
-  return dir + "/" + name;
+  return (testing_util::ScratchDir("safetensors") / name).string();
 }
 
 TEST(SafetensorsHeaderTest, ParsesValidHeader) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/scratch_dir.h"
 #include "engine/weights/float_codec.h"
 #include "engine/weights/safetensors_writer.h"
 #include "gmock/gmock.h"
@@ -20,7 +21,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::string FreshDir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "weight_store_test" / name;
+  const fs::path dir = testing_util::ScratchDir("weight_store") / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();

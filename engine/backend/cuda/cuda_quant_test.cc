@@ -39,13 +39,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/scratch_dir.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/cuda_quant_linear.h"
-#include "engine/model/layers.h"
 #include "engine/model/glm_moe_dsa.h"
+#include "engine/model/layers.h"
 #include "engine/weights/safetensors_writer.h"
 #include "engine/weights/weight_store.h"
 #include "kernels/gemv_quant.h"
@@ -418,9 +419,7 @@ class CudaShapedCpuBackend final : public CpuBackend {
 // kernels/gemv_quant reads: DequantizeQuantHost on the stored view gives the dequantizer's
 // values, for every format and for row- and column-parallel shares.
 TEST(CudaQuantLayout, LoaderViewsDecodeThroughTheKernelsHostMirror) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "cuda_quant_layout";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = testing_util::ScratchDir("cuda_quant_layout");
   constexpr int64_t kRows = 64, kCols = 256;
   std::mt19937 rng(17);
   std::vector<float> v(kRows * kCols);
@@ -562,8 +561,7 @@ class CudaQuantModelTest : public ::testing::Test {
     config_ = ReadJson(Fixture() / "config.json");
     config_.erase("quantization_config");
     prompt_ = ReadJson(Fixture() / "reference.json")["prompt_ids"].get<std::vector<int32_t>>();
-    root_ = fs::path(::testing::TempDir()) / "cuda_quant_model_test";
-    fs::remove_all(root_);
+    root_ = testing_util::ScratchDir("cuda_quant_model");
   }
   void TearDown() override { fs::remove_all(root_); }
 
