@@ -213,6 +213,9 @@ absl::StatusOr<DecodeProjection> ProjectDecode(const Plan& plan, const cluster::
         }
       }
       sp.seconds = static_cast<double>(sp.bytes_per_token) / best;
+      sp.busy_seconds = sp.seconds + (tp > 1 ? 2.0 * (stage.last_layer - stage.first_layer + 1) *
+                                                   allreduce(1)
+                                             : 0.0);
       rep.compute_seconds += sp.seconds;
       verify_compute_uniform += static_cast<double>(sp.verify_bytes_uniform) / best;
       if (sp.mtp_bytes_per_pass > 0) {
@@ -226,6 +229,19 @@ absl::StatusOr<DecodeProjection> ProjectDecode(const Plan& plan, const cluster::
     rep.step_seconds =
         rep.compute_seconds + rep.allreduces_per_token * rep.allreduce_seconds + rep.hop_seconds;
     rep.tokens_per_s = rep.step_seconds > 0 ? 1.0 / rep.step_seconds : 0.0;
+    rep.micro_batches = pp > 1 ? (spec.parallel.micro_batches > 0
+                                      ? std::min(spec.parallel.micro_batches, pp)
+                                      : pp)
+                               : 1;
+    for (const DecodeStageProjection& sp : rep.stages) {
+      if (sp.busy_seconds > rep.busiest_stage_seconds) {
+        rep.busiest_stage_seconds = sp.busy_seconds;
+        rep.busiest_stage = sp.pp_rank;
+      }
+    }
+    const double cycle =
+        std::max(rep.step_seconds, rep.micro_batches * rep.busiest_stage_seconds);
+    rep.pipelined_tokens_per_s = cycle > 0 ? rep.micro_batches / cycle : 0.0;
     if (k > 0) {
       int hops = 0;
       const double verify_comm =

@@ -18,6 +18,12 @@
 //     than one rank; pipeline - 1 activation hand-offs of hidden_size × 4 B per token; the last
 //     stage's result back to the head when pipeline > 1. Each: hop latency + bytes / link.
 //   step time (k = 0) = Σ compute + all-reduces + hops; tokens/s = 1 / step time.
+//   Micro-batches (pipeline > 1; m = parallel.micro_batches, default pipeline): with m
+//     sequences decoding at once the head keeps m steps in flight, so stages work on different
+//     steps. A stage is busy per step for its compute and its layers' all-reduces (hand-offs
+//     overlap other steps' compute); the busiest stage bounds the rate: m sequences together
+//     make m / max(step time, m × busiest stage) tokens/s (each sequence still its own step
+//     time per token while the stages keep up).
 //   MTP (k = model.mtp_draft_tokens > 0): with per-position acceptance a (a draft is accepted
 //     with probability a when the drafts before it were), tokens per step = 1 + a + ... + a^k
 //     = 1 + k r, where r = accepted / drafted drafts is the rate `glmctl status` measures
@@ -75,6 +81,7 @@ struct DecodeStageProjection {
   double efficiency = 0;
   bool efficiency_measured = true;  // kMeasuredDecodeBandwidthEfficiency, not the YAML's
   double seconds = 0;               // bytes_per_token / (bandwidth × efficiency)
+  double busy_seconds = 0;          // per step: seconds + its layers' all-reduces
 };
 
 struct DecodeReplicaProjection {
@@ -87,6 +94,12 @@ struct DecodeReplicaProjection {
   double compute_seconds = 0;  // Σ stage seconds
   double step_seconds = 0;     // k = 0
   double tokens_per_s = 0;     // k = 0
+  // Micro-batches (pipeline > 1): m steps in flight, the busiest stage's busy time, and the
+  // tokens/s of m sequences together (k = 0).
+  int micro_batches = 1;
+  int busiest_stage = 0;
+  double busiest_stage_seconds = 0;
+  double pipelined_tokens_per_s = 0;
   // MTP, when k > 0.
   double verify_seconds = 0;
   double verify_seconds_uniform = 0;

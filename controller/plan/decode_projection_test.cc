@@ -112,6 +112,31 @@ TEST(DecodeProjection, TwoStagesAddOneHandOffPlusBroadcastAndResult) {
   EXPECT_NEAR(r.step_seconds - Project(MakeToy(1, 1, 0)).replicas[0].step_seconds, 30.16e-6, 1e-12);
 }
 
+TEST(DecodeProjection, MicroBatchesOverlapTheStagesUpToTheBusiestOne) {
+  Toy t = MakeToy(1, 2, 0);
+  DecodeProjection d = Project(t);
+  const DecodeReplicaProjection& r = d.replicas[0];
+  // Default: pipeline (2) steps in flight. Stage 1 (layer 1 + lm_head, 12 ms) is the busiest;
+  // two sequences need 2 × 12 ms > one step (20.03 ms) per pair of tokens.
+  EXPECT_EQ(r.micro_batches, 2);
+  EXPECT_EQ(r.busiest_stage, 1);
+  EXPECT_DOUBLE_EQ(r.busiest_stage_seconds, 0.012);
+  EXPECT_NEAR(r.pipelined_tokens_per_s, 2 / 0.024, 1e-9);
+  EXPECT_GT(r.pipelined_tokens_per_s, 1.6 * r.tokens_per_s);
+  // One step at a time: the single-sequence rate.
+  t.spec.parallel.micro_batches = 1;
+  const DecodeReplicaProjection one = Project(t).replicas[0];
+  EXPECT_EQ(one.micro_batches, 1);
+  EXPECT_DOUBLE_EQ(one.pipelined_tokens_per_s, one.tokens_per_s);
+  // No pipeline: nothing to overlap.
+  const DecodeReplicaProjection flat = Project(MakeToy(1, 1, 0)).replicas[0];
+  EXPECT_EQ(flat.micro_batches, 1);
+  EXPECT_DOUBLE_EQ(flat.pipelined_tokens_per_s, flat.tokens_per_s);
+  // TP all-reduces keep a stage busy too (2 per layer).
+  const DecodeReplicaProjection tp = Project(MakeToy(2, 2, 0)).replicas[0];
+  EXPECT_NEAR(tp.busiest_stage_seconds, tp.stages[1].seconds + 2 * tp.allreduce_seconds, 1e-12);
+}
+
 TEST(DecodeProjection, AStageStartingOnASharedIndexerLayerAlsoReceivesTheTopK) {
   Toy t = MakeToy(1, 2, 0);
   t.model.index_topk = 1000;  // 4,000 B of int32 top-k per token

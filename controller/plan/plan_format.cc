@@ -83,6 +83,15 @@ void AppendDecode(const Plan& plan, std::string* out) {
     }
     absl::StrAppend(out, "  step ", Ms(r.step_seconds), ": ",
                     absl::StrFormat("%.1f tokens/s", r.tokens_per_s), " without MTP\n");
+    if (plan.pipeline > 1) {
+      const DecodeStageProjection& busiest = r.stages[r.busiest_stage];
+      absl::StrAppend(out, "  micro-batches: ", r.micro_batches,
+                      " steps in flight (parallel.micro_batches; default pipeline): ",
+                      r.micro_batches, " sequences make ",
+                      absl::StrFormat("%.1f tokens/s", r.pipelined_tokens_per_s),
+                      " together; the busiest stage, ", r.busiest_stage, " on ", busiest.node,
+                      ", is busy ", Ms(r.busiest_stage_seconds), " per step\n");
+    }
     if (d.mtp_draft_tokens > 0) {
       const int k = d.mtp_draft_tokens;
       absl::StrAppend(
@@ -268,7 +277,11 @@ nlohmann::json PlanToJson(const Plan& plan) {
                            {"hops_per_token", r.hops_per_token},
                            {"hop_seconds", r.hop_seconds},
                            {"step_seconds", r.step_seconds},
-                           {"tokens_per_s", r.tokens_per_s}};
+                           {"tokens_per_s", r.tokens_per_s},
+                           {"micro_batches", r.micro_batches},
+                           {"busiest_stage", r.busiest_stage},
+                           {"busiest_stage_seconds", r.busiest_stage_seconds},
+                           {"pipelined_tokens_per_s", r.pipelined_tokens_per_s}};
       if (d.mtp_draft_tokens > 0) {
         rj["mtp"] = {{"tokens_per_step", r.tokens_per_step},
                      {"verify_seconds", r.verify_seconds},
