@@ -56,6 +56,7 @@ nlohmann::json ShardToJson(const glm::v1::NodeStatus& node) {
           {"tp_size", s.tp_size()},
           {"tp_replicated", s.tp_replicated()},
           {"tp_note", s.tp_note()},
+          {"tp_transport", s.tp_transport()},
           {"bytes_loaded", s.bytes_loaded()},
           {"bytes_total", s.bytes_total()},
           {"tensors_loaded", s.tensors_loaded()},
@@ -98,9 +99,18 @@ void PrintShardTable(std::ostream& out, const glm::v1::ClusterStatus& status) {
   for (const auto& n : status.nodes()) {
     if (!HasShard(n)) continue;
     const glm::v1::ShardStatus& s = n.shard();
-    std::string tp = s.tp_size() > 1 ? absl::StrCat(s.tp_rank(), "/", s.tp_size(),
-                                                    s.tp_replicated() ? " full copy" : "")
-                                     : "-";
+    // "1/2 nccl", "1/2 gloo": the transport's first word; the reason goes to the notes.
+    const std::string& transport = s.tp_transport();
+    std::string tp = s.tp_size() > 1
+                         ? absl::StrCat(s.tp_rank(), "/", s.tp_size(),
+                                        s.tp_replicated() ? " full copy" : "",
+                                        transport.empty() ? "" : " ",
+                                        transport.substr(0, transport.find(' ')))
+                         : "-";
+    if (s.tp_size() > 1 && s.tp_rank() == 0 && transport.find(' ') != std::string::npos) {
+      notes.push_back(absl::StrCat(n.name(), ": pp stage ", s.pp_rank(), " tp transport: ",
+                                   transport));
+    }
     rows.push_back({n.name(), ShardStateWord(s.state()),
                     absl::StrCat(s.layer_begin(), "-", (s.layer_end() - 1)), tp,
                     absl::StrCat(HumanBytes(s.bytes_loaded()), "/", HumanBytes(s.bytes_total()),

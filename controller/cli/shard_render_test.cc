@@ -104,5 +104,30 @@ TEST(ShardRenderTest, StatusJsonAndTableCarryTheShard) {
   EXPECT_THAT(failed.str(), Not(HasSubstr("local-1: drop_caches")));
 }
 
+TEST(ShardRenderTest, TpTransportShowsInTheTableJsonAndWhyNotNcclInTheNotes) {
+  glm::v1::ClusterStatus s = TwoNodes();
+  for (int i = 0; i < 2; ++i) {
+    glm::v1::ShardStatus* sh = s.mutable_nodes(i)->mutable_shard();
+    sh->set_tp_replicated(false);
+    sh->set_state(glm::v1::SHARD_STATE_RUNNING);
+    sh->set_tp_transport("gloo (host path: ranks 0 and 1 share GPU GPU-0b1c)");
+  }
+  std::ostringstream gloo;
+  PrintShardTable(gloo, s);
+  EXPECT_THAT(gloo.str(),
+              AllOf(HasSubstr("0/2 gloo"), HasSubstr("1/2 gloo"),
+                    HasSubstr("local-1: pp stage 0 tp transport: gloo (host path: ranks 0 and 1 "
+                              "share GPU GPU-0b1c)")));
+  EXPECT_THAT(gloo.str(), Not(HasSubstr("local-2: pp stage")));  // one note per stage
+  EXPECT_EQ(ShardToJson(s.nodes(1))["tp_transport"],
+            "gloo (host path: ranks 0 and 1 share GPU GPU-0b1c)");
+
+  for (int i = 0; i < 2; ++i) s.mutable_nodes(i)->mutable_shard()->set_tp_transport("nccl");
+  std::ostringstream nccl;
+  PrintShardTable(nccl, s);
+  EXPECT_THAT(nccl.str(), AllOf(HasSubstr("0/2 nccl"), HasSubstr("1/2 nccl")));
+  EXPECT_THAT(nccl.str(), Not(HasSubstr("tp transport")));
+}
+
 }  // namespace
 }  // namespace glm::cli
