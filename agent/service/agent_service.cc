@@ -313,6 +313,7 @@ grpc::Status AgentService::StageNccl(grpc::ServerContext*, const glm::v1::StageN
   if (library_path.empty()) {
     writer->Write(MakeProgress("skip", "nccl: cluster.yaml names no NCCL library; skipped", 0, 0,
                                true));
+    shard_.SetNcclLibrary(nullptr);  // TP over Gloo
     return grpc::Status::OK;
   }
   {
@@ -369,6 +370,12 @@ grpc::Status AgentService::StageNccl(grpc::ServerContext*, const glm::v1::StageN
              : std::string("present and verified"),
       ", version ", library ? library->version() : std::string("?"));
   GLM_LOG_INFO("stage-nccl node={} {}", options_.node, line);
+  if (library != nullptr) {
+    // The verified library stays loaded for the shard's TP all-reduces (ShardTopology::nccl);
+    // the table pointer keeps it alive.
+    std::shared_ptr<const stage::NcclLibrary> kept = std::move(library);
+    shard_.SetNcclLibrary(std::shared_ptr<const nccl::FunctionTable>(kept, &kept->table()));
+  }
   writer->Write(MakeProgress("done", line, 0, 0, true));
   return grpc::Status::OK;
 }

@@ -319,6 +319,25 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
                               tp_size, " (ranks count from 0)"),
                  "re-run glmctl up so the plan assigns this node its rank");
   }
+  // The CUDA device of this node's shard (nodes[].gpu): several agents on one multi-GPU host
+  // each take their own.
+  if (req.gpu() < 0) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("gpu = ", req.gpu(), " (LoadShardRequest.gpu, nodes[].gpu in "
+                              "cluster.yaml) is not a CUDA device ordinal"),
+                 absl::StrCat("set nodes[].gpu of node '", options_.node,
+                              "' to 0 (the first GPU) or another ordinal nvidia-smi -L lists"));
+  }
+  if (backend_kind == "cuda") {
+    absl::StatusOr<int> devices = engine::CudaDeviceCount();
+    if (devices.ok() && req.gpu() >= *devices) {
+      return error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("nodes[].gpu = ", req.gpu(), " (LoadShardRequest.gpu) is past "
+                                "this machine's ", *devices, " CUDA device(s)"),
+                   absl::StrCat("set nodes[].gpu of node '", options_.node, "' in cluster.yaml "
+                                "to an ordinal in 0..", *devices - 1, " (nvidia-smi -L lists them)"));
+    }
+  }
   absl::StatusOr<pagecache::Policy> policy = pagecache::ParsePolicy(policy_name);
   if (!policy.ok()) {
     return error(absl::StatusCode::kInvalidArgument, std::string(policy.status().message()),
@@ -382,6 +401,7 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   mo.load_mtp = req.load_mtp();
   mo.num_threads = options_.num_threads;
   mo.backend = backend_kind;
+  mo.device = req.gpu();
   mo.weight_dtype = weight_dtype;
   mo.kv.block_size = req.kv_block_size() > 0 ? req.kv_block_size() : kDefaultKvBlockSize;
   if (absl::Status s = engine::ParseKvDType(kv_dtype, &mo.kv.dtype); !s.ok()) {
@@ -477,8 +497,11 @@ absl::Status ShardHost::DoLoad(const glm::v1::LoadShardRequest& req, const Progr
   eo.kv_block_size = mo.kv.block_size;
   eo.kv_cache_bytes = kv_bytes;
   eo.num_threads = options_.num_threads;
-  eo.max_steps_in_flight = options_.max_steps_in_flight;
+  // The request's (cluster.yaml parallel.micro_batches) wins over the agent's own default.
+  eo.max_steps_in_flight = req.max_steps_in_flight() > 0 ? req.max_steps_in_flight()
+                                                         : options_.max_steps_in_flight;
   eo.backend = backend_kind;
+  eo.device = req.gpu();
   eo.weight_dtype = weight_dtype;
   eo.kv_dtype = kv_dtype;
   eo.mtp_draft_tokens = req.mtp_draft_tokens();
@@ -663,6 +686,7 @@ absl::Status ShardHost::Start(const glm::v1::StartShardRequest& req, const Progr
   engine::EngineOptions eo;
   std::unique_ptr<Loaded> loaded;
   std::shared_ptr<engine::Engine> previous;
+  std::shared_ptr<const nccl::FunctionTable> nccl;  // outlives the engine started here
   std::string policy_name;
   glm::v1::PageCachePolicy page_cache;
   {
@@ -719,6 +743,8 @@ absl::Status ShardHost::Start(const glm::v1::StartShardRequest& req, const Progr
           " ranks; nothing was changed. Fix: start shards through glm-controller (glmctl up)"));
     }
     previous = std::move(engine_);
+    nccl = nccl_;
+    eo.shard.nccl = nccl.get();
     loaded = std::move(loaded_);
     if (loaded == nullptr) loaded = std::make_unique<Loaded>();
     policy_name = loaded_request_.page_cache().policy().empty()
@@ -791,7 +817,13 @@ absl::Status ShardHost::Start(const glm::v1::StartShardRequest& req, const Progr
     if (rendezvous != nullptr) rendezvous->DeleteNamespace();
     return Fail(failed);
   }
-  std::shared_ptr<engine::Engine> eng = *std::move(created);
+  // The engine keeps the NCCL library its TP group uses (a later SetNcclLibrary may replace the
+  // host's).
+  std::shared_ptr<engine::Engine> eng(std::move(*created).release(),
+                                      [nccl](engine::Engine* e) { delete e; });
+  if (!eng->tp_transport().empty()) {
+    GLM_LOG_INFO("shard tp transport node={} {}: {}", options_.node, rank, eng->tp_transport());
+  }
   const engine::EngineStats stats = eng->Stats();
   std::string summary = absl::StrFormat(
       "running: %s of group %s (%s) in %.2f s on the %s backend; KV cache %d blocks of %d tokens",
@@ -805,6 +837,7 @@ absl::Status ShardHost::Start(const glm::v1::StartShardRequest& req, const Progr
     loaded_ = std::move(loaded);  // the backend a single-rank model lives on
     status_.set_state(glm::v1::SHARD_STATE_RUNNING);
     status_.set_head(eng->is_head());
+    status_.set_tp_transport(eng->tp_transport());
     // What this rank holds now (a distributed rank read only its slice in Create).
     const engine::MemoryPlan plan = eng->memory_plan();
     if (plan.weights_bytes > 0) status_.set_weight_memory_bytes(plan.weights_bytes);
@@ -819,6 +852,11 @@ absl::Status ShardHost::Start(const glm::v1::StartShardRequest& req, const Progr
   *last.mutable_shard() = status();
   emit(last);
   return absl::OkStatus();
+}
+
+void ShardHost::SetNcclLibrary(std::shared_ptr<const nccl::FunctionTable> table) {
+  std::lock_guard<std::mutex> lock(mu_);
+  nccl_ = std::move(table);
 }
 
 void ShardHost::Monitor() {

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "agent/pagecache/page_cache_manager.h"
 #include "common/clock.h"
+#include "engine/dist/nccl_table.h"
 #include "engine/engine.h"
 #include "glm/v1/agent.pb.h"
 #include "grpcpp/security/credentials.h"
@@ -61,8 +62,8 @@ struct ShardHostOptions {
   // Adaptive policy: a load with no progress for this long counts as stalled.
   Clock::Duration stall_timeout = std::chrono::seconds(20);
   int num_threads = 0;  // CPU backend threads; 0 = hardware concurrency
-  // Head of a PP replica: micro-batches in flight (EngineOptions::max_steps_in_flight); 0 = the
-  // replica's pp_size, 1 = one step at a time.
+  // Head of a PP replica: micro-batches in flight (EngineOptions::max_steps_in_flight) when the
+  // LoadShardRequest leaves it 0; 0 = the replica's pp_size, 1 = one step at a time.
   int max_steps_in_flight = 0;
   // Numeric IP this node binds for its shard group's connections (its fabric IP, else the
   // agent's listen IP; 127.0.0.1 on local clusters).
@@ -109,6 +110,12 @@ class ShardHost {
                         const std::function<bool(const glm::v1::TokenEvent&)>& write,
                         const std::function<bool()>& cancelled);
 
+  // The NCCL library the agent loaded and verified (StageNccl), for the TP all-reduces of the
+  // engines started from now on (ShardTopology::nccl: NCCL when every rank of the stage has it
+  // and a GPU of its own, engine/pipeline/tp_transport.h). The pointer keeps the library loaded;
+  // a running engine keeps the one it started with. Null = none (TP over Gloo). Any thread.
+  void SetNcclLibrary(std::shared_ptr<const nccl::FunctionTable> table);
+
   // The loaded model before Start (null otherwise, and always for a distributed replica's rank).
   // Owned by the host; valid until Start or Stop.
   engine::Model* model() const;
@@ -131,6 +138,7 @@ class ShardHost {
   engine::EngineOptions engine_options_;     // prepared by Load
   // The running engine; Generate holds a reference while its request runs.
   std::shared_ptr<engine::Engine> engine_;
+  std::shared_ptr<const nccl::FunctionTable> nccl_;  // guarded by mu_; SetNcclLibrary
   std::thread monitor_;
   bool monitor_stop_ = false;                // guarded by mu_
   std::condition_variable monitor_cv_;

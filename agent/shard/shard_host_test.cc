@@ -555,6 +555,32 @@ TEST_F(ShardHostTest, BackendCudaWithoutAUsableGpuFailsNamingNodeFieldAndFix) {
   }
 }
 
+TEST_F(ShardHostTest, NegativeGpuOrdinalFailsNamingNodeFieldAndFix) {
+  ShardHost host(Options("spark-6"));
+  glm::v1::LoadShardRequest r = Request(kGolden + "/tiny-dense", 0, 2);
+  r.set_gpu(-1);
+  absl::Status s = host.Load(r, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("node 'spark-6'"), HasSubstr("gpu = -1"),
+                    HasSubstr("nodes[].gpu"), HasSubstr("Fix: set nodes[].gpu of node 'spark-6'")));
+  EXPECT_EQ(host.state(), glm::v1::SHARD_STATE_FAILED);
+}
+
+TEST_F(ShardHostTest, GpuOrdinalPastTheDeviceCountFailsNamingTheCount) {
+  absl::StatusOr<int> devices = engine::CudaDeviceCount();
+  if (!devices.ok()) GTEST_SKIP() << "no CUDA device here: " << devices.status().message();
+  ShardHost host(Options("spark-6"));
+  glm::v1::LoadShardRequest r = Request(kGolden + "/tiny-dense", 0, 2);
+  r.set_gpu(*devices);  // one past the last device
+  r.set_backend("cuda");
+  absl::Status s = host.Load(r, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("node 'spark-6'"), HasSubstr("nodes[].gpu = " + std::to_string(*devices)),
+                    HasSubstr(std::to_string(*devices) + " CUDA device(s)")));
+}
+
 TEST_F(ShardHostTest, UnknownBackendOrWeightDtypeIsRefused) {
   ShardHost host(Options("spark-5"));
   glm::v1::LoadShardRequest r = Request(kGolden + "/tiny-dense", 0, 2);

@@ -154,13 +154,14 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Sections() 
                  "weight_dtype", "kv_cache_bytes", "kv_cache_memory_fraction",
                  "activation_reserve_bytes", "max_num_seqs", "mtp_draft_tokens", "canary"}},
       {"model.canary", {"prompt", "prompt_ids", "expect", "expect_ids", "max_tokens"}},
-      {"parallel", {"tensor", "pipeline", "replicas", "layer_partition"}},
+      {"parallel", {"tensor", "pipeline", "replicas", "layer_partition", "micro_batches"}},
       {"nccl", {"library", "source", "expected_version", "env"}},
       {"fabric", {"mtu", "subnet", "link_bandwidth", "hop_latency_us"}},
       {"node_defaults", {"hca", "port", "gid_index", "netdev", "memory_budget_bytes",
                          "memory_bandwidth", "memory_bandwidth_efficiency"}},
       {"nodes[]", {"name", "agent", "fabric_ip", "hca", "port", "gid_index", "netdev",
-                   "memory_budget_bytes", "memory_bandwidth", "memory_bandwidth_efficiency"}},
+                   "memory_budget_bytes", "memory_bandwidth", "memory_bandwidth_efficiency",
+                   "gpu"}},
       {"page_cache", {"policy", "interval_s", "min_available_bytes"}},
       {"lifecycle", {"restart_budget", "restart_window_s", "drain_timeout_s"}},
   };
@@ -287,18 +288,20 @@ class Parser {
         hint = candidate;
       }
     }
-    size_t limit = std::max<size_t>(2, name.size() / 3);
-    std::string what = "unknown key";
-    if (best <= limit) {
-      what = absl::StrCat("unknown key; did you mean `", hint, "`?");
-    } else {
-      for (const auto& [other, keys] : Sections()) {
-        if (other == section || other.empty()) continue;
-        if (std::find(keys.begin(), keys.end(), name) != keys.end()) {
-          what = absl::StrCat("unknown key here; `", name, "` belongs under `", other, "`");
-          break;
-        }
+    // A key of another section, spelled right, is misplaced rather than misspelled (`mtu` under
+    // a node is fabric's, not a typo of `gpu`).
+    std::string what;
+    for (const auto& [other, keys] : Sections()) {
+      if (other == section || other.empty()) continue;
+      if (std::find(keys.begin(), keys.end(), name) != keys.end()) {
+        what = absl::StrCat("unknown key here; `", name, "` belongs under `", other, "`");
+        break;
       }
+    }
+    if (what.empty()) {
+      const size_t limit = std::max<size_t>(2, name.size() / 3);
+      what = best <= limit ? absl::StrCat("unknown key; did you mean `", hint, "`?")
+                           : std::string("unknown key");
     }
     Error(loc, field_path, what, absl::StrCat("one of: ", absl::StrJoin(allowed, ", ")));
   }
@@ -712,6 +715,8 @@ void ParseParallel(Parser& p, const Field* f, ParallelSpec* par) {
   p.Int32(m, "tensor", false, 1, 1024, &par->tensor);
   p.Int32(m, "pipeline", false, 1, 1024, &par->pipeline);
   p.Int32(m, "replicas", false, 1, 1024, &par->replicas);
+  // More steps in flight than stages add no overlap, only queueing.
+  p.Int32(m, "micro_batches", false, 1, std::max(1, par->pipeline), &par->micro_batches);
   const Field* lp = m.valid() ? m.Get("layer_partition") : nullptr;
   if (lp == nullptr || lp->value.IsNull()) return;
   par->layer_partition_location = lp->value_loc;
@@ -897,6 +902,8 @@ void ParseNodes(Parser& p, const Field* f, const NodeDefaults& defaults, Cluster
       p.Error(m.Get("fabric_ip")->value_loc, m.Path("fabric_ip"),
               absl::StrCat("got ", Quote(node.fabric_ip)), "an IPv4 address, e.g. 192.168.100.11");
     }
+    // A CUDA device ordinal; the agent checks it against its host's device count at load.
+    p.Int32(m, "gpu", false, 0, 1023, &node.gpu);
     NodeDefaults own;
     ParseNodeCommon(p, m, &own);
     node.hca = !own.hca.empty() ? own.hca : defaults.hca;

@@ -52,6 +52,9 @@
 //     pipeline: 1
 //     replicas: 1                         # nodes = tensor * pipeline * replicas
 //     layer_partition: [11, 10, ...]      # layers per PP stage (length = pipeline)
+//     micro_batches: 2                    # PP steps the head keeps in flight, 1..pipeline
+//                                         #   (default pipeline: every stage busy; 1: one
+//                                         #   step at a time, the lowest latency per token)
 //   nccl:
 //     library: /opt/nccl/lib/libnccl.so.2 # where every node loads NCCL from
 //     source: /srv/nccl/libnccl.so.2      # the pinned build on the controller's host (default:
@@ -80,6 +83,9 @@
 //       gid_index: auto                   # integer 0..255 or auto
 //       netdev: enp1s0f1np1
 //       memory_budget_bytes: 110GiB       # memory the engine may use on this node
+//       gpu: 0                            # CUDA device ordinal of this node's shard (default 0);
+//                                         #   agents sharing a multi-GPU host take one each (two
+//                                         #   TP ranks on one GPU all-reduce over Gloo, not NCCL)
 //       memory_bandwidth: 273GB/s         # the node's memory read bandwidth (spec sheet); without
 //                                         #   it `glmctl plan` makes no decode projection
 //       memory_bandwidth_efficiency: 0.5  # fraction of memory_bandwidth a decode step reaches;
@@ -176,6 +182,7 @@ struct ParallelSpec {
   int replicas = 1;
   std::vector<int> layer_partition;       // empty: the planner proposes one
   SourceLocation layer_partition_location;
+  int micro_batches = 0;                  // 0: pipeline
 };
 
 struct NcclSpec {
@@ -207,6 +214,7 @@ struct NodeSpec {
   std::optional<int64_t> memory_budget_bytes;
   std::optional<double> memory_bandwidth_bytes_per_s;  // memory_bandwidth
   std::optional<double> memory_bandwidth_efficiency;   // (0, 1]
+  int gpu = 0;                            // CUDA device ordinal (nodes[].gpu)
   SourceLocation location;                // of this node's mapping
 };
 

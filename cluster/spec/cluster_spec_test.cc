@@ -133,6 +133,17 @@ TEST(ClusterSpec, FullSchema) {
   EXPECT_EQ(spec->nodes[1].location.line, 19);  // 14 + 5 inserted model lines
 }
 
+TEST(ClusterSpec, MicroBatches) {
+  auto spec = ParseClusterSpec(kFour, "four.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel.micro_batches, 0);  // unset: the pipeline's depth
+  spec = ParseClusterSpec(
+      Replace(kFour, "  tensor: 4\n", "  tensor: 2\n  pipeline: 2\n  micro_batches: 1\n"),
+      "pp.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel.micro_batches, 1);
+}
+
 TEST(ClusterSpec, BackendAndWeightDtypeValues) {
   const std::vector<std::pair<std::string, EngineBackend>> backends = {
       {"auto", EngineBackend::kAuto}, {"cpu", EngineBackend::kCpu}, {"cuda", EngineBackend::kCuda}};
@@ -203,6 +214,17 @@ TEST(ClusterSpec, Rates) {
   EXPECT_FALSE(ParseRate("GB/s").ok());
   EXPECT_FALSE(ParseRate("-5GB/s").ok());
   EXPECT_FALSE(ParseRate("1.2.3GB/s").ok());
+}
+
+TEST(ClusterSpec, NodeGpuOrdinal) {
+  // Two agents on one host, one GPU each; a node without `gpu` runs on device 0.
+  std::string text = Replace(kFour, "    gid_index: 3\n", "    gid_index: 3\n    gpu: 1\n");
+  text = Replace(text, "fabric_ip: 10.1.0.3}", "fabric_ip: 10.1.0.3, gpu: 7}");
+  auto spec = ParseClusterSpec(text, "gpus.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->nodes[0].gpu, 0);
+  EXPECT_EQ(spec->nodes[2].gpu, 7);
+  EXPECT_EQ(spec->nodes[3].gpu, 1);
 }
 
 TEST(ClusterSpec, BandwidthFields) {
@@ -352,6 +374,8 @@ std::vector<BadYaml> BadCases() {
        "parallel.layer_partition[1]", ">= 1"},
       {"partition_scalar", min + "parallel:\n  layer_partition: 11\n", 9, 20,
        "parallel.layer_partition", "a list of layer counts"},
+      {"micro_batches_past_pipeline", min + "parallel:\n  pipeline: 2\n  micro_batches: 3\n", 10,
+       18, "parallel.micro_batches", "1..2"},
       {"node_count", Replace(four, "  tensor: 4\n", "  tensor: 2\n"), 11, 3, "nodes",
        "= 2 × 1 × 1 = 2"},
       {"duplicate_name", Replace(four, "name: n2", "name: n1"), 15, 12, "nodes[2].name",
@@ -382,6 +406,12 @@ std::vector<BadYaml> BadCases() {
        "nodes[3].gid_index", "or `auto`"},
       {"gid_range", Replace(four, "gid_index: 3", "gid_index: 300"), 19, 16, "nodes[3].gid_index",
        "0..255"},
+      {"gpu_negative", Replace(four, "gid_index: 3", "gpu: -1"), 19, 10, "nodes[3].gpu",
+       "0..1023"},
+      {"gpu_word", Replace(four, "gid_index: 3", "gpu: first"), 19, 10, "nodes[3].gpu",
+       "\"first\""},
+      {"gpu_in_node_defaults", min + "node_defaults: {gpu: 1}\n", 8, 17, "node_defaults.gpu",
+       "belongs under `nodes[]`"},
       {"local_not_loopback", Replace(four, "name: four\n", "name: four\nlocal: true\n"), 13, 12,
        "nodes[0].agent", "not a loopback address"},
       {"local_not_bool", min + "local: maybe\n", 8, 8, "local", "true or false"},

@@ -31,6 +31,8 @@ absl::StatusOr<glm::v1::LoadShardRequest> BuildLoadShardRequest(const ClusterTop
   r.set_kv_cache_bytes(node.kv_cache_bytes);
   r.set_load_mtp(topology.mtp && node.last_stage);
   r.set_mtp_draft_tokens(topology.mtp ? topology.mtp_draft_tokens : 0);
+  r.set_max_steps_in_flight(topology.micro_batches);
+  r.set_gpu(node.gpu);
   r.mutable_page_cache()->set_policy(topology.page_cache.policy);
   r.mutable_page_cache()->set_interval_s(topology.page_cache.interval_s);
   r.mutable_page_cache()->set_min_available_bytes(topology.page_cache.min_available_bytes);

@@ -137,6 +137,16 @@ TEST_F(LoadStepTest, RequestCarriesThePlansBackendAndWeightDtype) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->backend(), "");
   EXPECT_EQ(r->weight_dtype(), "");
+  EXPECT_EQ(r->max_steps_in_flight(), 0);  // parallel.micro_batches unset: pp_size
+  ctx_.topology.micro_batches = 1;
+  r = BuildLoadShardRequest(ctx_.topology, ctx_.topology.nodes[0]);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_steps_in_flight(), 1);
+  EXPECT_EQ(r->gpu(), 0);  // nodes[].gpu unset: the first GPU
+  ctx_.topology.nodes[2].gpu = 3;
+  r = BuildLoadShardRequest(ctx_.topology, ctx_.topology.nodes[2]);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->gpu(), 3);
   ctx_.topology.backend = "cuda";
   ctx_.topology.weight_dtype = "bf16";
   ctx_.topology.kv_dtype = "fp8";

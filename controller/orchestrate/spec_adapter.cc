@@ -38,6 +38,7 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
     e.hca_port = n.port;
     e.gid_index = n.gid_index;
     e.netdev = n.netdev;
+    e.gpu = n.gpu;
     t.nodes.push_back(std::move(e));
   }
   t.fabric_mtu = spec.fabric.mtu.value_or(0);
@@ -55,6 +56,7 @@ ClusterTopology TopologyFromSpec(const cluster::ClusterSpec& spec, const std::st
   t.require_gpu = !spec.local && spec.model.backend != cluster::EngineBackend::kCpu;
   t.tensor = spec.parallel.tensor;
   t.pipeline = spec.parallel.pipeline;
+  t.micro_batches = spec.parallel.micro_batches;
   t.mtp = spec.model.mtp_draft_tokens > 0;
   t.mtp_draft_tokens = spec.model.mtp_draft_tokens;
   t.page_cache.policy = std::string(cluster::PageCachePolicyName(spec.page_cache.policy));

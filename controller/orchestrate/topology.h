@@ -25,6 +25,7 @@ struct NodeEndpoint {
   int hca_port = 1;
   std::optional<int> gid_index;  // nullopt: auto
   std::string netdev;
+  int gpu = 0;  // nodes[].gpu: the CUDA device ordinal of the node's shard (LoadShardRequest.gpu)
   // The node's shard from the plan (the Stage phase stages its files): decoder layers
   // [layer_begin, layer_end); layer_end 0 = not known, stage every file of the model.
   int layer_begin = 0;
@@ -96,6 +97,7 @@ struct ClusterTopology {
   // Load inputs: parallel.tensor / parallel.pipeline, MTP drafting on, page_cache:.
   int tensor = 1;
   int pipeline = 1;
+  int micro_batches = 0;      // parallel.micro_batches: PP steps in flight (0 = pipeline)
   bool mtp = false;           // the last stage loads the MTP layer
   int mtp_draft_tokens = 0;   // model.mtp_draft_tokens: k for every rank's engine (0 = off)
   PageCacheSettings page_cache;

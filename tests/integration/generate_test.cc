@@ -296,6 +296,42 @@ TEST_F(GenerateClusterTest, MtpStageKilledMidVerifyFailsTheGroupCleanly) {
   EXPECT_EQ(replica_state, "Failed");
 }
 
+// parallel.micro_batches reaches the head's scheduler: at 1, two concurrent requests never have
+// more than one step in flight (the default, pipeline = 2, lets them overlap), and the tokens
+// stay the fixture's.
+TEST_F(GenerateClusterTest, MicroBatchesFromTheYamlBoundTheStepsInFlight) {
+  const Layout layout{"PP2", "tiny-sparse", 2,
+                      "  tensor: 1\n  pipeline: 2\n  layer_partition: [2, 3]\n"
+                      "  micro_batches: 1\n"};
+  Bring(layout);
+  const std::vector<Golden> golden = LoadGolden(layout.fixture);
+  ASSERT_GE(golden.size(), 2u);
+  auto a = std::async(std::launch::async, [&] { return Generate(golden[0].prompt, 16); });
+  auto b = std::async(std::launch::async, [&] { return Generate(golden[1].prompt, 16); });
+  CommandResult ra = a.get(), rb = b.get();
+  ASSERT_EQ(ra.exit_code, 0) << ra.output;
+  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  EXPECT_EQ(LastLineIds(ra.output), Prefix(golden[0].greedy, 16)) << ra.output;
+  EXPECT_EQ(LastLineIds(rb.output), Prefix(golden[1].greedy, 16)) << rb.output;
+  // The head publishes its stats about once a second: wait for a status showing the steps.
+  int observed = -1;
+  nlohmann::json status;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (std::chrono::steady_clock::now() < deadline && observed < 1) {
+    status = StatusJson();
+    if (status.is_object() && status["nodes"].is_array()) {
+      for (const auto& n : status["nodes"]) {
+        const nlohmann::json& shard = n.value("shard", nlohmann::json());
+        if (shard.is_object() && shard.value("head", false)) {
+          observed = shard.value("max_steps_in_flight_observed", -1);
+        }
+      }
+    }
+    if (observed < 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  EXPECT_EQ(observed, 1) << status.dump(2);
+}
+
 TEST_F(GenerateClusterTest, ConcurrentRequestsThenAKilledRankFailsTheReplica) {
   const Layout layout{"PP2", "tiny-sparse", 2,
                       "  tensor: 1\n  pipeline: 2\n  layer_partition: [2, 3]\n"};

@@ -72,6 +72,8 @@ TEST_F(LoadClusterTest, UpLoadsEveryShardAndStatusShowsThem) {
                                                     : std::vector<int>{2, 2}));
     EXPECT_EQ(shard["tp_size"], 2);
     EXPECT_EQ(shard["tp_replicated"], false);
+    // CPU ranks: the TP all-reduces run over Gloo, and the status says why not NCCL.
+    EXPECT_EQ(shard["tp_transport"], "gloo (rank 0 runs the cpu backend)");
     EXPECT_GT(shard["bytes_total"].get<int64_t>(), 0);
     EXPECT_GE(shard["load_time_ms"].get<int64_t>(), 0);
     EXPECT_GT(shard["kv_cache_bytes"].get<int64_t>(), 0);
@@ -86,7 +88,8 @@ TEST_F(LoadClusterTest, UpLoadsEveryShardAndStatusShowsThem) {
   EXPECT_GE(freed, 0);
   CommandResult table = Glmctl({"status", yaml_}, seconds(10));
   ASSERT_EQ(table.exit_code, 0) << table.output;
-  for (const char* want : {"SHARD", "LOAD TIME", "PAGE CACHE", "Running"}) {
+  for (const char* want : {"SHARD", "LOAD TIME", "PAGE CACHE", "Running", "0/2 gloo",
+                           "pp stage 0 tp transport: gloo (rank 0 runs the cpu backend)"}) {
     EXPECT_NE(table.output.find(want), std::string::npos) << want << "\n" << table.output;
   }
 
