@@ -266,21 +266,9 @@ absl::Status MoeExperts(const MoeArgs& args, const KernelPolicy& policy, MoeWork
     // Device token lists, then the two weight passes, then the pair-indexed combine.
     const int64_t max_slots = std::min<int64_t>(num_experts, pairs);
     const int64_t max_units = moe::MaxGroupUnits(pairs, max_slots);
-    const size_t int_bytes = 2 * Rounded(sizeof(int32_t)) + Rounded(max_slots * sizeof(int32_t)) +
-                             Rounded((max_slots + 1) * sizeof(int32_t)) +
-                             Rounded(static_cast<size_t>(pairs) * sizeof(int32_t)) +
-                             Rounded(max_units * sizeof(int32_t)) +
-                             Rounded((max_units + 1) * sizeof(int32_t));
-    GLM_ASSIGN_OR_RETURN(void* ints, workspace.Get(0, int_bytes));
-    void* cur = ints;
-    moe::DeviceLists dl{};
-    dl.n_active = static_cast<int32_t*>(Carve(cur, sizeof(int32_t)));
-    dl.slot_expert = static_cast<int32_t*>(Carve(cur, max_slots * sizeof(int32_t)));
-    dl.slot_off = static_cast<int32_t*>(Carve(cur, (max_slots + 1) * sizeof(int32_t)));
-    dl.row_pair = static_cast<int32_t*>(Carve(cur, pairs * sizeof(int32_t)));
-    dl.n_units = static_cast<int32_t*>(Carve(cur, sizeof(int32_t)));
-    dl.unit_expert = static_cast<int32_t*>(Carve(cur, max_units * sizeof(int32_t)));
-    dl.unit_off = static_cast<int32_t*>(Carve(cur, (max_units + 1) * sizeof(int32_t)));
+    GLM_ASSIGN_OR_RETURN(void* ints,
+                         workspace.Get(0, moe::DeviceListsBytes(pairs, max_slots, max_units)));
+    const moe::DeviceLists dl = moe::CarveDeviceLists(ints, pairs, max_slots, max_units);
     GLM_ASSIGN_OR_RETURN(void* act, workspace.Get(1, static_cast<size_t>(pairs * inter) * 4));
     GLM_ASSIGN_OR_RETURN(void* y, workspace.Get(2, static_cast<size_t>(pairs * hidden) * 4));
     GLM_RETURN_IF_ERROR(

@@ -35,7 +35,34 @@ absl::Status LaunchGroupFor(int wt, const DecodeParams& p, const DecodeLists& l,
   });
 }
 
+size_t Aligned256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 }  // namespace
+
+size_t DeviceListsBytes(int64_t pairs, int64_t max_slots, int64_t max_units) {
+  const size_t i32 = sizeof(int32_t);
+  return 2 * Aligned256(i32) + Aligned256(max_slots * i32) + Aligned256((max_slots + 1) * i32) +
+         Aligned256(pairs * i32) + Aligned256(max_units * i32) +
+         Aligned256((max_units + 1) * i32);
+}
+
+DeviceLists CarveDeviceLists(void* ints, int64_t pairs, int64_t max_slots, int64_t max_units) {
+  char* cur = static_cast<char*>(ints);
+  auto take = [&cur](int64_t count) {
+    int32_t* p = reinterpret_cast<int32_t*>(cur);
+    cur += Aligned256(count * sizeof(int32_t));
+    return p;
+  };
+  DeviceLists dl{};
+  dl.n_active = take(1);
+  dl.slot_expert = take(max_slots);
+  dl.slot_off = take(max_slots + 1);
+  dl.row_pair = take(pairs);
+  dl.n_units = take(1);
+  dl.unit_expert = take(max_units);
+  dl.unit_off = take(max_units + 1);
+  return dl;
+}
 
 absl::Status LaunchListRoute(const int32_t* ids, int pairs, int num_experts,
                              const DeviceLists& lists, cudaStream_t stream, int group_tokens) {

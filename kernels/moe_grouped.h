@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -35,6 +36,12 @@ struct DeviceLists {
   int32_t* unit_expert;
   int32_t* unit_off;
 };
+
+// Device memory of the lists for `pairs` pairs, max_slots slots and max_units units (each list
+// 256-byte aligned), and the lists carved from `ints` (at least DeviceListsBytes of device
+// memory, 256-byte aligned).
+size_t DeviceListsBytes(int64_t pairs, int64_t max_slots, int64_t max_units);
+DeviceLists CarveDeviceLists(void* ints, int64_t pairs, int64_t max_slots, int64_t max_units);
 
 // MoeListRouteKernel: the lists of ids [pairs] (pairs <= kMoeGroupedMaxPairs, num_experts <=
 // kMoeMaxExperts), units of at most group_tokens rows (>= 1).

@@ -25,14 +25,6 @@ namespace {
 constexpr const char* kOp = "MoeQuantExperts";
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-size_t Rounded(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-void* Carve(void*& p, size_t bytes) {
-  void* r = p;
-  p = static_cast<char*>(p) + Rounded(bytes);
-  return r;
-}
-
 int Fmt(QuantFormat f) {
   return f == QuantFormat::kInt4 ? detail::kGqInt4
          : f == QuantFormat::kInt8 ? detail::kGqInt8
@@ -327,21 +319,9 @@ absl::Status MoeQuantExperts(const MoeQuantArgs& args, const KernelPolicy& polic
 
   // Device token lists (units of up to kMoeQuantUnitRows rows), the two passes, the combine.
   const int64_t max_slots = tiling.max_slots, max_units = tiling.max_units;
-  const size_t int_bytes = 2 * Rounded(sizeof(int32_t)) + Rounded(max_slots * sizeof(int32_t)) +
-                           Rounded((max_slots + 1) * sizeof(int32_t)) +
-                           Rounded(static_cast<size_t>(pairs) * sizeof(int32_t)) +
-                           Rounded(max_units * sizeof(int32_t)) +
-                           Rounded((max_units + 1) * sizeof(int32_t));
-  GLM_ASSIGN_OR_RETURN(void* ints, workspace.Get(0, int_bytes));
-  void* cur = ints;
-  moe::DeviceLists dl{};
-  dl.n_active = static_cast<int32_t*>(Carve(cur, sizeof(int32_t)));
-  dl.slot_expert = static_cast<int32_t*>(Carve(cur, max_slots * sizeof(int32_t)));
-  dl.slot_off = static_cast<int32_t*>(Carve(cur, (max_slots + 1) * sizeof(int32_t)));
-  dl.row_pair = static_cast<int32_t*>(Carve(cur, pairs * sizeof(int32_t)));
-  dl.n_units = static_cast<int32_t*>(Carve(cur, sizeof(int32_t)));
-  dl.unit_expert = static_cast<int32_t*>(Carve(cur, max_units * sizeof(int32_t)));
-  dl.unit_off = static_cast<int32_t*>(Carve(cur, (max_units + 1) * sizeof(int32_t)));
+  GLM_ASSIGN_OR_RETURN(void* ints,
+                       workspace.Get(0, moe::DeviceListsBytes(pairs, max_slots, max_units)));
+  const moe::DeviceLists dl = moe::CarveDeviceLists(ints, pairs, max_slots, max_units);
   GLM_ASSIGN_OR_RETURN(void* act, workspace.Get(1, tiling.act_bytes));
   GLM_ASSIGN_OR_RETURN(void* y, workspace.Get(2, tiling.y_bytes));
   GLM_RETURN_IF_ERROR(moe::LaunchListRoute(ids, static_cast<int>(pairs), table->num_experts, dl,

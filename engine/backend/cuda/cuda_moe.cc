@@ -30,6 +30,20 @@ kernels::MoeWeightType WeightType(WeightDType d) {
                                    : kernels::MoeWeightType::kF8E4M3Block128;
 }
 
+// Expert e has expert 0's shapes: gate, up [moe_inter, hidden], down [hidden, moe_inter].
+absl::Status CheckSameShape(const ExpertWeights& w, int32_t e) {
+  const int64_t inter = w.gate[0].rows, hidden = w.gate[0].cols;
+  const MatView &g = w.gate[e], &u = w.up[e], &d = w.down[e];
+  if (g.rows != inter || u.rows != inter || g.cols != hidden || u.cols != hidden ||
+      d.rows != hidden || d.cols != inter) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeExperts: expert ", e, " has gate [", g.rows, ", ", g.cols, "], up [", u.rows,
+        ", ", u.cols, "], down [", d.rows, ", ", d.cols, "]; expert 0 has moe_inter ", inter,
+        " and hidden ", hidden, " (all experts must have the same shapes)"));
+  }
+  return absl::OkStatus();
+}
+
 // The layer's device table (kernels::MoeExpertTableFor: uploaded once per layer, keyed by the
 // gate view array), after the engine-level checks: every expert of the same shapes and dtype.
 absl::StatusOr<kernels::MoeExpertTable> Table(const ExpertWeights& w, cudaStream_t stream) {
@@ -43,13 +57,7 @@ absl::StatusOr<kernels::MoeExpertTable> Table(const ExpertWeights& w, cudaStream
   std::vector<kernels::MoeExpert> host(w.num_experts);
   for (int32_t e = 0; e < w.num_experts; ++e) {
     const MatView &g = w.gate[e], &u = w.up[e], &d = w.down[e];
-    if (g.rows != inter || u.rows != inter || g.cols != hidden || u.cols != hidden ||
-        d.rows != hidden || d.cols != inter) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cuda MoeExperts: expert ", e, " has gate [", g.rows, ", ", g.cols, "], up [", u.rows,
-          ", ", u.cols, "], down [", d.rows, ", ", d.cols, "]; expert 0 has moe_inter ", inter,
-          " and hidden ", hidden, " (all experts must have the same shapes)"));
-    }
+    GLM_RETURN_IF_ERROR(CheckSameShape(w, e));
     if (g.dtype != dtype || u.dtype != dtype || d.dtype != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cuda MoeExperts: expert ", e, " weights mix dtypes; all experts of a layer must be "
@@ -99,13 +107,7 @@ absl::StatusOr<kernels::MoeQuantTable> QuantTable(const ExpertWeights& w, cudaSt
   };
   for (int32_t e = 0; e < w.num_experts; ++e) {
     const MatView &g = w.gate[e], &u = w.up[e], &d = w.down[e];
-    if (g.rows != inter || u.rows != inter || g.cols != hidden || u.cols != hidden ||
-        d.rows != hidden || d.cols != inter) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cuda MoeExperts: expert ", e, " has gate [", g.rows, ", ", g.cols, "], up [", u.rows,
-          ", ", u.cols, "], down [", d.rows, ", ", d.cols, "]; expert 0 has moe_inter ", inter,
-          " and hidden ", hidden, " (all experts must have the same shapes)"));
-    }
+    GLM_RETURN_IF_ERROR(CheckSameShape(w, e));
     host[e] = {matrix(g), matrix(u), matrix(d)};
   }
   return kernels::MoeQuantTableFor(w.gate, host.data(), w.num_experts, hidden, inter,
