@@ -229,10 +229,13 @@ absl::StatusOr<DecodeProjection> ProjectDecode(const Plan& plan, const cluster::
     rep.step_seconds =
         rep.compute_seconds + rep.allreduces_per_token * rep.allreduce_seconds + rep.hop_seconds;
     rep.tokens_per_s = rep.step_seconds > 0 ? 1.0 / rep.step_seconds : 0.0;
-    rep.micro_batches = pp > 1 ? (spec.parallel.micro_batches > 0
-                                      ? std::min(spec.parallel.micro_batches, pp)
-                                      : pp)
-                               : 1;
+    // A sequence is in at most one step at a time: m steps need m sequences.
+    rep.micro_batches =
+        pp > 1 ? std::max(1, std::min({spec.parallel.micro_batches > 0
+                                           ? std::min(spec.parallel.micro_batches, pp)
+                                           : pp,
+                                       spec.model.max_num_seqs}))
+               : 1;
     for (const DecodeStageProjection& sp : rep.stages) {
       if (sp.busy_seconds > rep.busiest_stage_seconds) {
         rep.busiest_stage_seconds = sp.busy_seconds;

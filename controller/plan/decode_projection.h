@@ -18,8 +18,9 @@
 //     than one rank; pipeline - 1 activation hand-offs of hidden_size × 4 B per token; the last
 //     stage's result back to the head when pipeline > 1. Each: hop latency + bytes / link.
 //   step time (k = 0) = Σ compute + all-reduces + hops; tokens/s = 1 / step time.
-//   Micro-batches (pipeline > 1; m = parallel.micro_batches, default pipeline): with m
-//     sequences decoding at once the head keeps m steps in flight, so stages work on different
+//   Micro-batches (pipeline > 1; m = parallel.micro_batches, default pipeline, at most
+//     model.max_num_seqs): with m sequences decoding at once the head keeps m steps in flight
+//     (a sequence is in one step at a time), so stages work on different
 //     steps. A stage is busy per step for its compute and its layers' all-reduces (hand-offs
 //     overlap other steps' compute); the busiest stage bounds the rate: m sequences together
 //     make m / max(step time, m × busiest stage) tokens/s (each sequence still its own step

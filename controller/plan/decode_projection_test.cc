@@ -123,11 +123,14 @@ TEST(DecodeProjection, MicroBatchesOverlapTheStagesUpToTheBusiestOne) {
   EXPECT_DOUBLE_EQ(r.busiest_stage_seconds, 0.012);
   EXPECT_NEAR(r.pipelined_tokens_per_s, 2 / 0.024, 1e-9);
   EXPECT_GT(r.pipelined_tokens_per_s, 1.6 * r.tokens_per_s);
-  // One step at a time: the single-sequence rate.
+  // One step at a time, or one sequence at most: the single-sequence rate.
   t.spec.parallel.micro_batches = 1;
   const DecodeReplicaProjection one = Project(t).replicas[0];
   EXPECT_EQ(one.micro_batches, 1);
   EXPECT_DOUBLE_EQ(one.pipelined_tokens_per_s, one.tokens_per_s);
+  t.spec.parallel.micro_batches = 0;
+  t.spec.model.max_num_seqs = 1;
+  EXPECT_EQ(Project(t).replicas[0].micro_batches, 1);
   // No pipeline: nothing to overlap.
   const DecodeReplicaProjection flat = Project(MakeToy(1, 1, 0)).replicas[0];
   EXPECT_EQ(flat.micro_batches, 1);

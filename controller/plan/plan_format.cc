@@ -86,7 +86,7 @@ void AppendDecode(const Plan& plan, std::string* out) {
     if (plan.pipeline > 1) {
       const DecodeStageProjection& busiest = r.stages[r.busiest_stage];
       absl::StrAppend(out, "  micro-batches: ", r.micro_batches,
-                      " steps in flight (parallel.micro_batches; default pipeline): ",
+                      " steps in flight (parallel.micro_batches, default pipeline, at most max_num_seqs): ",
                       r.micro_batches, " sequences make ",
                       absl::StrFormat("%.1f tokens/s", r.pipelined_tokens_per_s),
                       " together; the busiest stage, ", r.busiest_stage, " on ", busiest.node,
