@@ -70,23 +70,33 @@ absl::StatusOr<kernels::MoeExpertTable> Table(const ExpertWeights& w, cudaStream
                                     WeightType(dtype), stream);
 }
 
+// x and out against the table's hidden width, then the kernels' arguments (kernels::MoeArgs or
+// MoeQuantArgs: the same fields).
+template <typename TableT, typename Args>
+absl::Status FillArgs(const MatView& x, const int32_t* ids, const float* weights, int top_k,
+                      const TableT& table, const MatView& out, const kernels::MoeRouting* route,
+                      Args* args) {
+  if (x.cols != table.hidden || out.cols != table.hidden || out.rows != x.rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda MoeExperts: x [", x.rows, ", ", x.cols, "] and out [", out.rows, ", ", out.cols,
+        "] must be [tokens, hidden ", table.hidden, "]"));
+  }
+  args->x = x.data, args->x_ld = x.ld, args->tokens = x.rows;
+  args->ids = ids, args->weights = weights, args->top_k = top_k;
+  args->experts = &table;
+  args->out = out.data, args->out_ld = out.ld;
+  args->route = route;
+  return absl::OkStatus();
+}
+
 absl::Status Run(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                  const ExpertWeights& experts, const MatView& out, Scratch& scratch,
                  cudaStream_t stream, const kernels::KernelPolicy& policy,
                  kernels::MoeRunInfo* info, const kernels::MoeRouting* route) {
   if (x.rows == 0) return absl::OkStatus();
   GLM_ASSIGN_OR_RETURN(const kernels::MoeExpertTable table, Table(experts, stream));
-  if (x.cols != table.hidden || out.cols != table.hidden || out.rows != x.rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda MoeExperts: x [", x.rows, ", ", x.cols, "] and out [", out.rows, ", ", out.cols,
-        "] must be [tokens, hidden ", table.hidden, "]"));
-  }
   kernels::MoeArgs args;
-  args.x = x.data, args.x_ld = x.ld, args.tokens = x.rows;
-  args.ids = ids, args.weights = weights, args.top_k = top_k;
-  args.experts = &table;
-  args.out = out.data, args.out_ld = out.ld;
-  args.route = route;
+  GLM_RETURN_IF_ERROR(FillArgs(x, ids, weights, top_k, table, out, route, &args));
   ScratchWorkspace ws(scratch);
   return kernels::MoeExperts(args, policy, ws, stream, info);
 }
@@ -120,17 +130,8 @@ absl::Status RunQuant(const MatView& x, const int32_t* ids, const float* weights
                       const kernels::MoeRouting* route) {
   if (x.rows == 0) return absl::OkStatus();
   GLM_ASSIGN_OR_RETURN(const kernels::MoeQuantTable table, QuantTable(experts, stream));
-  if (x.cols != table.hidden || out.cols != table.hidden || out.rows != x.rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda MoeExperts: x [", x.rows, ", ", x.cols, "] and out [", out.rows, ", ", out.cols,
-        "] must be [tokens, hidden ", table.hidden, "]"));
-  }
   kernels::MoeQuantArgs args;
-  args.x = x.data, args.x_ld = x.ld, args.tokens = x.rows;
-  args.ids = ids, args.weights = weights, args.top_k = top_k;
-  args.experts = &table;
-  args.out = out.data, args.out_ld = out.ld;
-  args.route = route;
+  GLM_RETURN_IF_ERROR(FillArgs(x, ids, weights, top_k, table, out, route, &args));
   ScratchWorkspace ws(scratch);
   return kernels::MoeQuantExperts(args, policy, ws, stream);
 }
