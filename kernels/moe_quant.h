@@ -17,7 +17,8 @@
 // output written by one thread in a fixed order, no float atomics); independent of the grid.
 // Limits: pairs = tokens * top_k <= kMoeQuantMaxPairs (the token lists' shared memory); one
 // format and one group size for every projection of the layer; the shapes of CheckQuantWeight
-// (k a multiple of 32 / 16, 16-byte rows). The caller widens beyond (prefill).
+// (k a multiple of 32 / 16, 16-byte rows). The CUDA backend runs a prefill as consecutive
+// pieces of at most kMoeQuantMaxPairs pairs (engine/backend/cuda/cuda_moe.cc).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -129,8 +130,8 @@ struct MoeQuantArgs {
 // Enqueues the layer's experts on `stream`. Workspace slots 0 (token lists), 1 (act) and 2 (y),
 // as MoeExperts uses them. policy.smem_cap_bytes / max_sms plan as a smaller device would.
 // Errors: InvalidArgument for shapes and pointers, FailedPrecondition beyond kMoeQuantMaxPairs
-// (widen the experts and run MoeExperts) or on a device older than compute capability 8.0,
-// Internal for CUDA failures; each names the op and the limit.
+// (run the tokens in pieces, as the CUDA backend does) or on a device older than compute
+// capability 8.0, Internal for CUDA failures; each names the op and the limit.
 absl::Status MoeQuantExperts(const MoeQuantArgs& args, const KernelPolicy& policy,
                              MoeWorkspace& workspace, cudaStream_t stream);
 

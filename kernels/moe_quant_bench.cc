@@ -1,8 +1,11 @@
 // Bench for moe_quant (routed experts read narrow as INT4 / INT8 / NVFP4) at GLM-5's MoE widths:
-// hidden 6144, moe_inter 2048, 256 experts, top-8, batches of 1 / 8 / 64 tokens. Prints per call
+// hidden 6144, moe_inter 2048, 256 experts, top-8, batches of 1 / 8 / 64 tokens and 512 (one
+// prefill piece: kMoeQuantMaxPairs pairs; the CUDA backend runs a prefill as such pieces). Prints
+// per call
 // (token lists + gate|up + down + combine): time, the bytes the routed experts' packed weights
 // and scales take (what must come from HBM: each distinct routed expert once), GB/s, and the
-// fraction of a device-to-device copy measured in the same run (read + write bytes / time).
+// fraction of a device-to-device copy measured in the same run (read + write bytes / time), and
+// the tensor-core arithmetic rate (2 * pairs * 3 * hidden * inter flops / time).
 // Timing: `calls` back-to-back calls, each on its own random routing (so consecutive calls read
 // other experts, not the L2's copy), captured in one CUDA graph and replayed; time = median
 // replay / calls (bench_util.h). One layer of experts per format is allocated (int8: 9.7 GB).
@@ -64,10 +67,10 @@ int Main(int argc, char** argv) {
   cudaStream_t stream = PrintDeviceAndCreateStream();
   const double d2d = MeasureD2DGBps(size_t{2} << 30, stream);
   std::printf("limit: D2D copy %.0f GB/s (read+write bytes / time, eager memcpy)\n", d2d);
-  std::printf("\n%-6s %6s %5s %9s %9s %7s %7s  %s\n", "w", "tokens", "pairs", "us", "MB_read",
-              "GB/s", "of_d2d", "tiling");
-  std::vector<int64_t> batches = {1, 8, 64};
-  if (quick) batches = {1, 64};
+  std::printf("\n%-6s %6s %5s %9s %9s %7s %7s %7s  %s\n", "w", "tokens", "pairs", "us",
+              "MB_read", "GB/s", "of_d2d", "TFLOP/s", "tiling");
+  std::vector<int64_t> batches = {1, 8, 64, kMoeQuantMaxPairs / kTopK};
+  if (quick) batches = {1, 64, kMoeQuantMaxPairs / kTopK};
   constexpr int kCalls = 16;
   const int64_t max_tokens = *std::max_element(batches.begin(), batches.end());
   float* x = static_cast<float*>(Alloc(static_cast<size_t>(max_tokens * kHidden) * 4));
@@ -167,9 +170,11 @@ int Main(int argc, char** argv) {
       auto ql = QueryDeviceLimits(0, 0);
       if (ql.ok()) limits = *ql;
       auto plan = PlanMoeQuant(tokens * kTopK, kExperts, kHidden, kInter, f, group, limits);
-      std::printf("%-6s %6lld %5lld %9.1f %9.1f %7.0f %7.3f  %s\n", QuantFormatName(f),
+      const double tflops = 2.0 * static_cast<double>(tokens * kTopK) * 3.0 * kHidden * kInter /
+                            (us * 1e-6) / 1e12;
+      std::printf("%-6s %6lld %5lld %9.1f %9.1f %7.0f %7.3f %7.1f  %s\n", QuantFormatName(f),
                   static_cast<long long>(tokens), static_cast<long long>(tokens * kTopK), us,
-                  bytes / 1e6, gbs, gbs / d2d,
+                  bytes / 1e6, gbs, gbs / d2d, tflops,
                   plan.ok() ? plan->DebugString().c_str() : plan.status().ToString().c_str());
     }
     BENCH_CHECK(cudaStreamSynchronize(stream));
@@ -177,8 +182,9 @@ int Main(int argc, char** argv) {
   }
   std::printf("\nus: one MoeQuantExperts call (token lists, gate|up, down, combine; graph replay "
               "over %d routings); MB_read = packed weights + scales of the distinct routed "
-              "experts; GB/s = MB_read / us; of_d2d = GB/s / D2D copy GB/s. int4 / int8: group "
-              "128 (bf16 scales); nvfp4: 16-input e4m3 scales.\n",
+              "experts; GB/s = MB_read / us; of_d2d = GB/s / D2D copy GB/s; TFLOP/s = the "
+              "experts' multiply-adds x 2 / us. int4 / int8: group 128 (bf16 scales); nvfp4: "
+              "16-input e4m3 scales.\n",
               kCalls);
   for (int32_t* p : ids) cudaFree(p);
   cudaFree(x);

@@ -569,7 +569,7 @@ bool RunModel(const Args& a, const ModelConfig& base, int num_layers, Results* r
   }
   if (a.graphs) PrintGraphStats(**model);
   // Quantized layouts: the routed experts are read narrow (kernels/moe_quant.h) at every decode
-  // batch up to 4096 / top_k tokens; a widened call would show here.
+  // batch (in pieces beyond 4096 / top_k tokens); a widened call would show here.
   const CudaQuantExpertCalls calls = CudaQuantExpertCallCounts();
   if (calls.narrow + calls.widened > 0) {
     std::printf("quantized expert calls so far: %lld read narrow, %lld widened to bf16\n",

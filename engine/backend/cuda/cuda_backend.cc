@@ -525,9 +525,9 @@ class CudaBackend : public Backend {
                              renormalize, scale, appended, ids, weights, stream_));
   }
 
-  // INT4 / INT8 / NVFP4 experts: read narrow (cuda::MoeQuantExperts) up to
-  // kernels::kMoeQuantMaxPairs pairs when every projection shares one format and group size;
-  // else (prefill beyond that, mixed layers) widened to bf16 and run as bf16 experts.
+  // INT4 / INT8 / NVFP4 experts: read narrow (cuda::MoeQuantExperts; a prefill in pieces of
+  // kernels::kMoeQuantMaxPairs pairs) when every projection shares one format and group size;
+  // else (layers that mix formats) widened to bf16 and run as bf16 experts.
   void MoeExperts(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                   const ExpertWeights& experts, const MatView& out) override {
     if (x.rows == 0 || !Bind() || !MainOnly("MoeExperts")) return;

@@ -2,6 +2,7 @@
 // ExpertWeights, MoeRouteArgs, Scratch) as kernels/moe.h arguments, and INT4 / INT8 / NVFP4
 // experts as kernels/moe_quant.h arguments. The kernels, the path choice and the per-expert
 // device tables are kernels/moe*.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -124,16 +125,40 @@ absl::StatusOr<kernels::MoeQuantTable> QuantTable(const ExpertWeights& w, cudaSt
                                    QuantViewOf(w.gate[0]).format, w.gate[0].group_size, stream);
 }
 
+// Tokens run in pieces of at most kernels::kMoeQuantMaxPairs pairs (the token lists' limit), one
+// after the other on the stream: a prefill reads each routed expert once per piece, narrow,
+// instead of widening the whole layer to bf16. Rows are independent, so the pieces are the
+// same arithmetic as one call.
 absl::Status RunQuant(const MatView& x, const int32_t* ids, const float* weights, int top_k,
                       const ExpertWeights& experts, const MatView& out, Scratch& scratch,
                       cudaStream_t stream, const kernels::KernelPolicy& policy,
                       const kernels::MoeRouting* route) {
   if (x.rows == 0) return absl::OkStatus();
+  if (top_k < 1 || top_k > kernels::kMoeQuantMaxPairs) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda MoeExperts: top_k ", top_k,
+                                                   " outside 1..", kernels::kMoeQuantMaxPairs));
+  }
   GLM_ASSIGN_OR_RETURN(const kernels::MoeQuantTable table, QuantTable(experts, stream));
-  kernels::MoeQuantArgs args;
-  GLM_RETURN_IF_ERROR(FillArgs(x, ids, weights, top_k, table, out, route, &args));
   ScratchWorkspace ws(scratch);
-  return kernels::MoeQuantExperts(args, policy, ws, stream);
+  const int64_t piece_rows = kernels::kMoeQuantMaxPairs / top_k;
+  for (int64_t r0 = 0; r0 < x.rows; r0 += piece_rows) {
+    const int64_t rows = std::min(piece_rows, x.rows - r0);
+    MatView xp = x, op = out;
+    xp.data = x.data + r0 * x.ld, xp.rows = rows;
+    op.data = out.data + r0 * out.ld, op.rows = rows;
+    const int64_t pair0 = r0 * top_k;
+    kernels::MoeRouting rp;
+    if (route != nullptr) {
+      rp = *route;
+      rp.logits = route->logits + r0 * route->logits_ld, rp.logits_rows = rows;
+      rp.ids = route->ids + pair0, rp.weights = route->weights + pair0;
+    }
+    kernels::MoeQuantArgs args;
+    GLM_RETURN_IF_ERROR(FillArgs(xp, ids + pair0, weights + pair0, top_k, table, op,
+                                 route != nullptr ? &rp : nullptr, &args));
+    GLM_RETURN_IF_ERROR(kernels::MoeQuantExperts(args, policy, ws, stream));
+  }
+  return absl::OkStatus();
 }
 
 kernels::MoeRouting RoutingOf(const MatView& logits, const MoeRouteArgs& r) {
@@ -149,7 +174,7 @@ kernels::MoeRouting RoutingOf(const MatView& logits, const MoeRouteArgs& r) {
 }  // namespace
 
 bool QuantExpertsNarrow(const ExpertWeights& w, int64_t pairs) {
-  if (pairs < 1 || pairs > kernels::kMoeQuantMaxPairs || w.num_experts <= 0 ||
+  if (pairs < 1 || w.num_experts <= 0 ||
       w.gate == nullptr || w.up == nullptr || w.down == nullptr) {
     return false;
   }

@@ -70,11 +70,12 @@ absl::Status MoeRouteExperts(const MatView& logits, const MoeRouteArgs& r, const
                              kernels::MoeRunInfo* info = nullptr);
 
 // INT4 / INT8 / NVFP4 experts read narrow (cuda_moe.cc over kernels/moe_quant.h): whether the
-// layer's experts take that path for `pairs` = tokens * top_k (every projection of every expert
-// in one quantized dtype with one group size, and pairs <= kernels::kMoeQuantMaxPairs); the
-// backend widens the experts to bf16 otherwise (QuantLinear::WidenExperts: prefill beyond the
-// limit, mixed layers). The per-expert device table is built once per layer, keyed by
-// experts.gate. Same contract as MoeExperts / MoeRouteExperts above (scratch slots 0-2).
+// layer's experts take that path for `pairs` = tokens * top_k >= 1 (every projection of every
+// expert in one quantized dtype with one group size); the backend widens the experts to bf16
+// otherwise (QuantLinear::WidenExperts: layers that mix formats). More tokens than
+// kernels::kMoeQuantMaxPairs / top_k run as consecutive pieces of that many (prefill). The
+// per-expert device table is built once per layer, keyed by experts.gate. Same contract as
+// MoeExperts / MoeRouteExperts above (scratch slots 0-2).
 bool QuantExpertsNarrow(const ExpertWeights& experts, int64_t pairs);
 absl::Status MoeQuantExperts(const MatView& x, const int32_t* ids, const float* weights,
                              int top_k, const ExpertWeights& experts, const MatView& out,

@@ -268,44 +268,34 @@ void QuantExpertsHost(const std::vector<HostQuant>& gate, const std::vector<Host
   }
 }
 
-// Decode sizes read the experts narrow (host reference of moe_quant's numerics); more pairs than
-// kernels::kMoeQuantMaxPairs widen them to bf16 (the CPU backend on the bf16-widened experts).
-TEST_F(CudaQuantTest, MoeExpertsNarrowAtDecodeWidenedBeyond) {
+// Decode sizes read the experts narrow (host reference of moe_quant's numerics), and so does a
+// prefill of more pairs than kernels::kMoeQuantMaxPairs, in pieces (rows on both sides of a
+// piece boundary against the same reference); nothing widens.
+TEST_F(CudaQuantTest, MoeExpertsNarrowAtDecodeAndInPiecesBeyond) {
   const int64_t hidden = 128, inter = 64;
   const int32_t experts = 4;
   const int top_k = 2;
   std::mt19937 rng(3);
-  std::unique_ptr<Backend> cpu = CreateCpuBackend(2);
   for (const int64_t tokens : {int64_t{5}, kernels::kMoeQuantMaxPairs / top_k + 3}) {
     for (WeightDType dtype : {WeightDType::kInt4, WeightDType::kNvfp4}) {
-      const bool narrow = tokens * top_k <= kernels::kMoeQuantMaxPairs;
-      SCOPED_TRACE(absl::StrCat(static_cast<int>(dtype), narrow ? " narrow" : " widened"));
+      const bool pieces = tokens * top_k > kernels::kMoeQuantMaxPairs;
+      SCOPED_TRACE(absl::StrCat(static_cast<int>(dtype), pieces ? " in pieces" : " one call"));
       const int64_t group = dtype == WeightDType::kNvfp4 ? 16 : 32;
       std::vector<HostQuant> hg, hu, hd;  // host packed weights (the narrow reference)
       std::vector<MatView> gg, gu, gd;  // GPU quantized views
-      std::vector<MatView> cg, cu, cd;  // CPU bf16 views of the widened weights
-      std::vector<std::unique_ptr<Buffer>> cpu_buffers;
-      auto add = [&](int64_t n, int64_t k, std::vector<MatView>* g, std::vector<MatView>* c,
-                     std::vector<HostQuant>* h) {
+      auto add = [&](int64_t n, int64_t k, std::vector<MatView>* g, std::vector<HostQuant>* h) {
         HostQuant q = MakeQuant(dtype, n, k, group, rng);
         // nvfp4: global scales that differ per expert and per projection.
         if (dtype == WeightDType::kNvfp4) {
           q.global_scale = 0.005f * static_cast<float>(1 + g->size() % 3 + h->size());
         }
         g->push_back(Upload(q));
-        const std::vector<float> wf = q.Dequantized();
-        cpu_buffers.push_back(cpu->Allocate(n * k * 2));
-        auto* b = static_cast<uint16_t*>(cpu_buffers.back()->data());
-        for (int64_t i = 0; i < n * k; ++i) b[i] = kernels::GemvQuantBf16Bits(wf[i]);
-        MatView v{reinterpret_cast<float*>(b), n, k, k};
-        v.dtype = WeightDType::kBF16;
-        c->push_back(v);
         h->push_back(std::move(q));
       };
       for (int e = 0; e < experts; ++e) {
-        add(inter, hidden, &gg, &cg, &hg);
-        add(inter, hidden, &gu, &cu, &hu);
-        add(hidden, inter, &gd, &cd, &hd);
+        add(inter, hidden, &gg, &hg);
+        add(inter, hidden, &gu, &hu);
+        add(hidden, inter, &gd, &hd);
       }
       std::vector<float> x(tokens * hidden), w(tokens * top_k);
       std::vector<int32_t> ids(tokens * top_k);
@@ -316,13 +306,7 @@ TEST_F(CudaQuantTest, MoeExpertsNarrowAtDecodeWidenedBeyond) {
         w[t * top_k] = 0.7f, w[t * top_k + 1] = 0.3f;
       }
       std::vector<float> out_cpu(tokens * hidden, 0.0f), out_gpu(tokens * hidden);
-      if (narrow) {
-        QuantExpertsHost(hg, hu, hd, x, tokens, ids, w, top_k, &out_cpu);
-      } else {
-        cpu->MoeExperts(MatView{x.data(), tokens, hidden, hidden}, ids.data(), w.data(), top_k,
-                        ExpertWeights{cg.data(), cu.data(), cd.data(), experts},
-                        MatView{out_cpu.data(), tokens, hidden, hidden});
-      }
+      QuantExpertsHost(hg, hu, hd, x, tokens, ids, w, top_k, &out_cpu);
       const CudaQuantExpertCalls before = CudaQuantExpertCallCounts();
       buffers_.push_back(gpu_->Allocate(ids.size() * 4));
       gpu_->CopyToDevice(buffers_.back()->data(), ids.data(), ids.size() * 4);
@@ -334,24 +318,50 @@ TEST_F(CudaQuantTest, MoeExpertsNarrowAtDecodeWidenedBeyond) {
       gpu_->CopyToHost(out_gpu.data(), out_d.data, out_gpu.size() * sizeof(float));
       ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
       const CudaQuantExpertCalls after = CudaQuantExpertCallCounts();
-      EXPECT_EQ(after.narrow - before.narrow, narrow ? 1 : 0);
-      EXPECT_EQ(after.widened - before.widened, narrow ? 0 : 1);
+      EXPECT_EQ(after.narrow - before.narrow, 1);
+      EXPECT_EQ(after.widened - before.widened, 0);
       double diff = 0, ref = 1e-30;
       for (size_t i = 0; i < out_cpu.size(); ++i) {
         diff = std::max(diff, std::fabs(static_cast<double>(out_gpu[i]) - out_cpu[i]));
         ref = std::max(ref, std::fabs(static_cast<double>(out_cpu[i])));
       }
-      EXPECT_LT(diff / ref, narrow ? 1e-3 : 1e-4);
+      EXPECT_LT(diff / ref, 1e-3);
+      // Routing inside the op, in the same pieces: equal to MoeRoute, then MoeExperts.
+      std::vector<float> logits(tokens * experts);
+      for (float& v : logits) v = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+      const MatView logits_d{Floats(logits), tokens, experts, experts};
+      buffers_.push_back(gpu_->Allocate(tokens * top_k * 8));
+      auto* rid = buffers_.back()->i32();
+      auto* rw = reinterpret_cast<float*>(rid + tokens * top_k);
+      MoeRouteArgs route;
+      route.top_k = top_k, route.renormalize = true, route.ids = rid, route.weights = rw;
+      const MatView fused{Floats(std::vector<float>(tokens * hidden, 0.0f)), tokens, hidden,
+                          hidden};
+      const MatView split{Floats(std::vector<float>(tokens * hidden, 0.0f)), tokens, hidden,
+                          hidden};
+      const ExpertWeights ew{gg.data(), gu.data(), gd.data(), experts};
+      const MatView x_d{Floats(x), tokens, hidden, hidden};
+      gpu_->MoeRouteExperts(logits_d, route, x_d, ew, fused);
+      gpu_->MoeRoute(logits_d, nullptr, 1, 1, top_k, true, 1.0f, -1, rid, rw);
+      gpu_->MoeExperts(x_d, rid, rw, top_k, ew, split);
+      std::vector<float> a(tokens * hidden), b(tokens * hidden);
+      gpu_->CopyToHost(a.data(), fused.data, a.size() * sizeof(float));
+      gpu_->CopyToHost(b.data(), split.data, b.size() * sizeof(float));
+      ASSERT_TRUE(gpu_->status().ok()) << gpu_->status();
+      EXPECT_EQ(a, b) << "routing inside the op differs from MoeRoute then MoeExperts";
+      EXPECT_EQ(CudaQuantExpertCallCounts().widened, after.widened);
       std::printf("MoeExperts quantized (%d), %lld tokens, %s: %.3g of max |out|\n",
                   static_cast<int>(dtype), static_cast<long long>(tokens),
-                  narrow ? "narrow vs the host reference" : "widened vs cpu bf16", diff / ref);
+                  pieces ? "narrow in pieces vs the host reference" : "narrow vs the host reference",
+                  diff / ref);
     }
   }
 }
 
 // Which layers take the narrow expert path (host logic, no GPU needed): one quantized dtype and
-// group size for every projection, up to kernels::kMoeQuantMaxPairs pairs; the rest widen.
-TEST(CudaQuantExperts, NarrowPathTakesUniformQuantizedLayersUpToThePairLimit) {
+// group size for every projection, at any number of pairs (pieces beyond
+// kernels::kMoeQuantMaxPairs); the rest widen.
+TEST(CudaQuantExperts, NarrowPathTakesUniformQuantizedLayersAtAnyPairCount) {
   auto view = [](WeightDType d, int64_t group) {
     MatView v;
     v.dtype = d;
@@ -362,7 +372,7 @@ TEST(CudaQuantExperts, NarrowPathTakesUniformQuantizedLayersUpToThePairLimit) {
   const ExpertWeights w{g.data(), u.data(), d.data(), 3};
   EXPECT_TRUE(cuda::QuantExpertsNarrow(w, 1));
   EXPECT_TRUE(cuda::QuantExpertsNarrow(w, kernels::kMoeQuantMaxPairs));
-  EXPECT_FALSE(cuda::QuantExpertsNarrow(w, kernels::kMoeQuantMaxPairs + 1));  // prefill: widen
+  EXPECT_TRUE(cuda::QuantExpertsNarrow(w, 8 * kernels::kMoeQuantMaxPairs + 1));  // prefill
   EXPECT_FALSE(cuda::QuantExpertsNarrow(w, 0));
   d[2] = view(WeightDType::kInt8, 128);  // a layer mixing formats
   EXPECT_FALSE(cuda::QuantExpertsNarrow(w, 8));
