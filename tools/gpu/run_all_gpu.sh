@@ -46,6 +46,15 @@
 #                          kernel_timeline.sh / kernel_trace.cc / kernel_timeline.py), one process
 #                          per shape in SHAPES ("1x4096 1x131072"); KEEP_CSV=1 keeps the traces
 #   cpubench   glm-bench-cpu on this machine's CPU (the CPU backend's table)
+#   quant      the INT4 / INT8 / NVFP4 paths' GPU tests (gemv_quant_test, moe_quant_test,
+#              cuda_quant_test, gemv_quant_fp4mma_test)
+#   qbench     their benches: moe_quant_bench, gemv_quant_bench (--quick), and the decode table
+#              in the Int4-Int8Mix and NVFP4 layouts (glm-bench-cuda-decode --dtype
+#              int4mix|nvfp4, the table step's shapes but QUANT_LAYERS (1,2)), which prints the
+#              narrow vs widened expert calls
+#   qgolden    tests/golden/tiny-int4mix and tiny-nvfp4 remade with transformers
+#              (tools/golden/make_quantized_golden.py) into $OUT/quant-golden.tar.gz; unpack here
+#              with `tar -C tests/golden -xzf quant-golden.tar.gz`
 #   serve      the cluster on the GPU: models/demo-chat served with the CUDA backend by one agent
 #              (PP 1) and by two agents as PP 2 sharing the GPU, through glmctl generate
 #              (tools/bench/mtp.sh: every reply must start with the recorded greedy ids; tokens/s
@@ -64,14 +73,16 @@ tests=(rmsnorm_test rope_test silu_mul_test layernorm_test rows_test moe_route_t
   engine_golden_narrow_test engine_kv_fp8_test)
 benches=(gemv_bench gemv_quant_bench gemm_bench per_head_narrow_bench smallops_bench read_pattern_bench
   cuda_ops_bench cuda_kv_bench cuda_indexer_bench)
+quant=(moe_quant_test cuda_quant_test gemv_quant_fp4mma_test moe_quant_bench)
 others=(nccl_gpu_test engine_nccl_gpu_test glm-run glm-bench-cuda-decode glm-bench-cpu)
 if [[ ${1:-} == --targets ]]; then
-  echo "${tests[*]} ${benches[*]} ${others[*]}"
+  echo "${tests[*]} ${benches[*]} ${quant[*]} ${others[*]} glm-agent glm-controller glmctl"
   exit 0
 fi
 if [[ ${1:-} == --bins ]]; then
   [[ -d ${2:-} ]] || { echo "usage: $0 --bins BUILD_DIR" >&2; exit 2; }
-  for t in "${tests[@]}" "${benches[@]}" "${others[@]}"; do
+  for t in "${tests[@]}" "${benches[@]}" "${quant[@]}" "${others[@]}" glm-agent glm-controller \
+    glmctl; do
     find "$2" -name "$t" -type f -perm -u+x | head -n 1
   done | tr '\n' ' '
   exit 0
@@ -313,6 +324,28 @@ run_bench() {
   echo "== the benches' tables: $out/bench.log"
 }
 
+run_quant() {
+  local t
+  for t in gemv_quant_test moe_quant_test cuda_quant_test gemv_quant_fp4mma_test; do
+    has "$t" && GPU_STEP_GREP="^\[  FAILED  \]|narrow vs|widened vs" gpu_step "$t" quant.log 300 \
+      "$bin/$t"
+  done
+}
+
+run_qbench() {
+  local dtype
+  has moe_quant_bench && gpu_step moe_quant_bench quant-bench.log 200 "$bin/moe_quant_bench"
+  has gemv_quant_bench && gpu_step gemv_quant_bench quant-bench.log 200 "$bin/gemv_quant_bench" \
+    --quick
+  has glm-bench-cuda-decode || return 0
+  for dtype in int4mix nvfp4; do
+    GPU_STEP_GREP="$decode_grep|expert calls" gpu_step "decode table $dtype" "table-$dtype.log" 300 \
+      "$bin/glm-bench-cuda-decode" --dtype "$dtype" --kv-dtype fp8 --graphs on \
+      --layers "${QUANT_LAYERS:-1,2}" --steps "${TABLE_STEPS:-16}" --batches "${BATCHES:-1,8,64}" \
+      --contexts "${CONTEXTS:-4096,131072}"
+  done
+}
+
 run_profile() {
   has glm-bench-cuda-decode || return 0
   local dec=$bin/glm-bench-cuda-decode part b shape csv
@@ -382,6 +415,13 @@ for s in $steps; do
     table) run_table ;;
     bench) run_bench ;;
     profile) run_profile ;;
+    quant) run_quant ;;
+    qbench) run_qbench ;;
+    qgolden)
+      gpu_step "quantized golden fixtures" qgolden.log 300 env PYTHONUNBUFFERED=1 \
+        python3 tools/golden/make_quantized_golden.py --out /tmp/glm-qgolden &&
+        tar -C /tmp/glm-qgolden -czf "$out/quant-golden.tar.gz" tiny-int4mix tiny-nvfp4
+      ;;
     cpubench)
       has glm-bench-cpu && GPU_STEP_GREP='^glm-bench-cpu|^model|^[a-z0-9-]+ +[0-9]+ ' gpu_step glm-bench-cpu cpubench.log 500 \
         "$bin/glm-bench-cpu" --golden tests/golden --synthetic --repeats 5
@@ -394,7 +434,7 @@ for s in $steps; do
             bash tools/bench/mtp.sh
       done
       ;;
-    *) summary+=("$(printf '%-40s unknown step (tests memcheck racecheck nccl multigpu table bench profile cpubench serve)' "$s")") ;;
+    *) summary+=("$(printf '%-40s unknown step (tests memcheck racecheck nccl multigpu table bench profile cpubench serve quant qbench qgolden)' "$s")") ;;
   esac
 done
 echo "== summary (logs in $out)"
