@@ -57,12 +57,16 @@ absl::StatusOr<std::unique_ptr<NcclLibrary>> NcclLibrary::Load(
   struct Entry {
     const char* symbol;
     void** slot;
+    bool optional = false;  // May be absent: the slot stays null and its user falls back.
   };
   nccl::FunctionTable& t = lib->table_;
   const Entry entries[] = {
       {"ncclGetVersion", reinterpret_cast<void**>(&t.GetVersion)},
       {"ncclGetUniqueId", reinterpret_cast<void**>(&t.GetUniqueId)},
       {"ncclCommInitRank", reinterpret_cast<void**>(&t.CommInitRank)},
+      // NCCL < 2.14 has no ncclCommInitRankConfig; NcclCommunicator then uses the blocking
+      // ncclCommInitRank.
+      {"ncclCommInitRankConfig", reinterpret_cast<void**>(&t.CommInitRankConfig), true},
       {"ncclCommDestroy", reinterpret_cast<void**>(&t.CommDestroy)},
       {"ncclCommAbort", reinterpret_cast<void**>(&t.CommAbort)},
       {"ncclCommGetAsyncError", reinterpret_cast<void**>(&t.CommGetAsyncError)},
@@ -79,7 +83,7 @@ absl::StatusOr<std::unique_ptr<NcclLibrary>> NcclLibrary::Load(
   for (const Entry& e : entries) {
     dlerror();
     void* sym = dlsym(handle, e.symbol);
-    if (sym == nullptr) {
+    if (sym == nullptr && !e.optional) {
       return absl::FailedPreconditionError(absl::StrCat(
           "NCCL library ", path, " does not export ", e.symbol,
           "; it is not a usable NCCL build; fix: point nccl.library at a libnccl.so.2 from an "

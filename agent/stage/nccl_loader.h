@@ -23,8 +23,9 @@ class NcclLibrary {
   NcclLibrary(const NcclLibrary&) = delete;
   NcclLibrary& operator=(const NcclLibrary&) = delete;
 
-  // dlopen(path, RTLD_NOW | RTLD_LOCAL), resolve every FunctionTable symbol, call ncclGetVersion.
-  // When `expected_version` is not empty the version must equal it. Errors name the file, the
+  // dlopen(path, RTLD_NOW | RTLD_LOCAL), resolve every FunctionTable symbol (all required but
+  // CommInitRankConfig, left null for NCCL < 2.14), call ncclGetVersion. When
+  // `expected_version` is not empty the version must equal it. Errors name the file, the
   // missing symbol / dlerror text, or both versions, and the fix.
   static absl::StatusOr<std::unique_ptr<NcclLibrary>> Load(const std::string& path,
                                                            const std::string& expected_version);

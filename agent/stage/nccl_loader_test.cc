@@ -59,6 +59,32 @@ TEST(NcclLoaderTest, MissingSymbolNamed) {
   EXPECT_THAT(std::string(lib.status().message()), HasSubstr("does not export ncclAllReduce"));
 }
 
+TEST(NcclLoaderTest, InitRankConfigIsResolvedWhenPresent) {
+  auto lib = NcclLibrary::Load(GLM_FAKE_NCCL_23004, "2.30.4");
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  const nccl::FunctionTable& t = (*lib)->table();
+  ASSERT_NE(t.CommInitRankConfig, nullptr);
+  nccl::UniqueId id;
+  ASSERT_EQ(t.GetUniqueId(&id), 0);
+  nccl::Config config;
+  config.blocking = 0;
+  nccl::Comm comm = nullptr;
+  ASSERT_EQ(t.CommInitRankConfig(&comm, 2, id, 0, &config), 0);
+  EXPECT_EQ(reinterpret_cast<size_t>(comm), 7u);
+  config.magic = 0;  // not made by NCCL_CONFIG_INITIALIZER: the library rejects it
+  EXPECT_EQ(t.CommInitRankConfig(&comm, 2, id, 0, &config), 4);
+}
+
+TEST(NcclLoaderTest, InitRankConfigIsOptional) {
+  // NCCL 2.13 has no ncclCommInitRankConfig: the library loads, with that slot null.
+  auto lib = NcclLibrary::Load(GLM_FAKE_NCCL_21304, "2.13.4");
+  ASSERT_TRUE(lib.ok()) << lib.status();
+  const nccl::FunctionTable& t = (*lib)->table();
+  EXPECT_EQ(t.CommInitRankConfig, nullptr);
+  EXPECT_NE(t.CommInitRank, nullptr);
+  EXPECT_NE(t.AllReduce, nullptr);
+}
+
 TEST(NcclLoaderTest, UnloadableFile) {
   std::filesystem::path dir = testing_util::ScratchDir("nccl_unloadable");
   std::string path = (dir / "libnccl.so.2").string();

@@ -83,13 +83,13 @@ absl::Status NcclCommunicator::Init(Rendezvous* rendezvous) {
     }
     std::memcpy(id.internal, bytes->data(), sizeof(id.internal));
   }
-  // TODO(issue 5): ncclCommInitRankConfig with blocking = 0 (needs the symbol in the table and
-  // the loader) would let a peer that never joins fail here within op_timeout too; today init
-  // waits for NCCL's bootstrap timeout.
-  // ncclCommInitRank binds the communicator to the calling thread's current device.
+  // ncclCommInitRank(Config) binds the communicator to the calling thread's current device.
   GLM_RETURN_IF_ERROR(Annotate(stream_->MakeCurrent(),
                                absl::StrCat("NCCL rank ", options_.rank,
                                             ": selecting the stream's device")));
+  if (table_.CommInitRankConfig != nullptr) return InitNonBlocking(id);
+  // NCCL < 2.14 has no ncclCommInitRankConfig: the blocking init, as before it existed. A peer
+  // that never joins then fails this rank only after NCCL's bootstrap timeout.
   nccl::Result r = table_.CommInitRank(&comm_, options_.size, id, options_.rank);
   if (r != kSuccess) {
     comm_ = nullptr;
@@ -98,6 +98,44 @@ absl::Status NcclCommunicator::Init(Rendezvous* rendezvous) {
         ResultName(r), " (", table_.GetErrorString(r),
         "); check that every rank uses the same NCCL build and can reach rank 0"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::InitNonBlocking(const nccl::UniqueId& id) {
+  nccl::Config config;  // every field undefined (NCCL's defaults) but:
+  config.blocking = 0;
+  nccl::Comm comm = nullptr;
+  nccl::Result r = table_.CommInitRankConfig(&comm, options_.size, id, options_.rank, &config);
+  const Clock::TimePoint deadline =
+      options_.clock->Now() + std::chrono::duration_cast<Clock::Duration>(options_.init_timeout);
+  auto backoff = std::chrono::milliseconds(1);
+  // ncclInProgress: the bootstrap runs in NCCL's threads; ncclCommGetAsyncError says when it is
+  // done (ncclSuccess) or failed.
+  while (r == kInProgress) {
+    nccl::Result async_error = kInProgress;
+    r = table_.CommGetAsyncError(comm, &async_error);
+    if (r == kSuccess) r = async_error;
+    if (r != kInProgress) break;
+    if (options_.clock->Now() >= deadline) {
+      table_.CommAbort(comm);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "NCCL rank ", options_.rank, " of ", options_.size, ": communicator init did not "
+          "complete within ", options_.init_timeout.count(), " ms; a peer never joined NCCL's "
+          "bootstrap: is every rank up and able to reach rank 0? (communicator aborted; the "
+          "group must be restarted)"));
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::milliseconds(10));
+  }
+  if (r != kSuccess) {
+    // A non-blocking init that failed may have handed out the half-made communicator.
+    if (comm != nullptr) table_.CommAbort(comm);
+    return absl::UnavailableError(absl::StrCat(
+        "ncclCommInitRankConfig failed on rank ", options_.rank, " of ", options_.size, ": ",
+        ResultName(r), " (", table_.GetErrorString(r),
+        "); check that every rank uses the same NCCL build and can reach rank 0"));
+  }
+  comm_ = comm;
   return absl::OkStatus();
 }
 
@@ -138,10 +176,40 @@ void NcclCommunicator::Abort() {
 }
 
 absl::Status NcclCommunicator::Check(nccl::Result result, const char* op) {
-  if (result == kSuccess || result == kInProgress) return absl::OkStatus();
+  if (result == kSuccess) return absl::OkStatus();
+  if (result == kInProgress) return WaitEnqueued(op);
   return Fail(absl::InternalError(absl::StrCat(op, " failed on rank ", options_.rank, ": ",
                                                ResultName(result), " (",
                                                table_.GetErrorString(result), ")")));
+}
+
+absl::Status NcclCommunicator::WaitEnqueued(const char* op) {
+  // A non-blocking communicator's call returned ncclInProgress: NCCL is still issuing it and must
+  // not be called again (on this communicator) until ncclCommGetAsyncError leaves
+  // ncclInProgress. This waits for the enqueue only; Synchronize waits for the work.
+  const Clock::TimePoint deadline =
+      options_.clock->Now() + std::chrono::duration_cast<Clock::Duration>(options_.op_timeout);
+  auto backoff = std::chrono::microseconds(20);
+  while (true) {
+    nccl::Result async_error = kInProgress;
+    nccl::Result r = table_.CommGetAsyncError(comm_, &async_error);
+    if (r == kSuccess) r = async_error;
+    if (r == kSuccess) return absl::OkStatus();
+    if (r != kInProgress) {
+      return Fail(absl::UnavailableError(absl::StrCat(
+          "NCCL rank ", options_.rank, " of ", options_.size, ": ", op, " failed while being "
+          "issued: ", ResultName(r), " (", table_.GetErrorString(r),
+          "); a peer died or its link failed; the group must be restarted")));
+    }
+    if (options_.clock->Now() >= deadline) {
+      return Fail(absl::DeadlineExceededError(absl::StrCat(
+          "NCCL rank ", options_.rank, " of ", options_.size, ": ", op, " was still being issued "
+          "after ", options_.op_timeout.count(), " ms; a peer is stuck or dead (communicator "
+          "aborted; the group must be restarted)")));
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::microseconds(200));
+  }
 }
 
 absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {

@@ -2,7 +2,9 @@
 // version-checked), so the engine neither includes nccl.h nor links libnccl.
 //
 // Setup: rank 0 calls ncclGetUniqueId and publishes the 128 bytes under `<key_prefix>/nccl_id`;
-// the others read it from the Rendezvous; every rank calls ncclCommInitRank.
+// the others read it from the Rendezvous; every rank calls ncclCommInitRankConfig with
+// blocking = 0 and polls ncclCommGetAsyncError until NCCL's bootstrap completes, so a peer that
+// never joins fails init within `init_timeout` (the communicator stays non-blocking after).
 // Fail fast: Synchronize() polls the stream and ncclCommGetAsyncError until the work completes;
 // an async error (a peer died: ncclRemoteError / ncclSystemError) or `op_timeout` without
 // completion aborts the communicator (ncclCommAbort) and poisons it.
@@ -28,6 +30,10 @@ struct NcclCommunicatorOptions {
   std::string key_prefix;
   // How long rank != 0 waits for rank 0's unique id.
   std::chrono::milliseconds rendezvous_timeout{60'000};
+  // How long NCCL's bootstrap may take once this rank has the unique id: every rank must have
+  // called Create by then, else init aborts with DeadlineExceeded (NCCL alone would wait for its
+  // bootstrap timeout, minutes). Not enforced with an NCCL older than 2.14 (blocking init).
+  std::chrono::milliseconds init_timeout{60'000};
   // Longest an issued operation may stay incomplete in Synchronize() before the group is declared
   // dead (NCCL's own default is 30 minutes). Must exceed the slowest legitimate wait on a peer.
   std::chrono::milliseconds op_timeout{60'000};
@@ -41,8 +47,11 @@ class NcclCommunicator : public Communicator {
   // `table` is copied; the library it came from must outlive the communicator. `stream` and
   // `rendezvous` must outlive this call; `stream` must outlive every operation but the
   // destructor (which calls ncclCommDestroy only). Makes the stream's device current
-  // (DeviceStream::MakeCurrent: the communicator binds to the current device), then blocks in
-  // ncclCommInitRank until every rank has joined (NCCL's bootstrap; see the TODO in the .cc).
+  // (DeviceStream::MakeCurrent: the communicator binds to the current device), then waits until
+  // every rank has joined (NCCL's bootstrap), at most options.init_timeout: DeadlineExceeded
+  // (communicator aborted) when a peer never joins, Unavailable when NCCL reports an error.
+  // With an NCCL older than 2.14 (table.CommInitRankConfig null) it blocks in ncclCommInitRank
+  // instead, up to NCCL's own bootstrap timeout.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       const nccl::FunctionTable& table, DeviceStream* stream, Rendezvous* rendezvous,
       NcclCommunicatorOptions options);
@@ -71,11 +80,16 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(const nccl::FunctionTable& table, DeviceStream* stream,
                    NcclCommunicatorOptions options);
   absl::Status Init(Rendezvous* rendezvous);
+  // ncclCommInitRankConfig (blocking = 0), then polls until init completes or init_timeout.
+  absl::Status InitNonBlocking(const nccl::UniqueId& id);
   // OK, or the poisoned status.
   absl::Status Usable() const;
   absl::Status CheckPeer(int peer, const char* op) const;
   // Turns a failed NCCL call into a poisoned, aborted communicator; returns the error.
+  // ncclInProgress (a non-blocking enqueue still being issued) is polled to completion first,
+  // within op_timeout, as NCCL requires before the next call.
   absl::Status Check(nccl::Result result, const char* op);
+  absl::Status WaitEnqueued(const char* op);
   absl::Status Fail(absl::Status status);
 
   nccl::FunctionTable table_;

@@ -31,6 +31,9 @@ struct Fake {
   int (*stream_query)(void*) = nullptr;
   int* calls = nullptr;
   int* group_calls = nullptr;
+  int* init_calls = nullptr;         // ncclCommInitRank
+  int* init_config_calls = nullptr;  // ncclCommInitRankConfig
+  int* aborts = nullptr;             // ncclCommAbort
 };
 
 const Fake& GetFake() {
@@ -46,6 +49,9 @@ const Fake& GetFake() {
     f->stream_query = reinterpret_cast<int (*)(void*)>(dlsym(f->lib.handle, "fake_nccl_stream_query"));
     f->calls = static_cast<int*>(dlsym(f->lib.handle, "fake_nccl_calls"));
     f->group_calls = static_cast<int*>(dlsym(f->lib.handle, "fake_nccl_group_calls"));
+    f->init_calls = static_cast<int*>(dlsym(f->lib.handle, "fake_nccl_init_calls"));
+    f->init_config_calls = static_cast<int*>(dlsym(f->lib.handle, "fake_nccl_init_config_calls"));
+    f->aborts = static_cast<int*>(dlsym(f->lib.handle, "fake_nccl_aborts"));
     return f;
   }();
   return *fake;
@@ -76,9 +82,10 @@ struct Group {
   std::vector<std::unique_ptr<NcclCommunicator>> comms;
 };
 
-// `n` ranks created in threads (ncclCommInitRank blocks until all have joined).
+// `n` ranks created in threads (init completes once all have joined).
 std::unique_ptr<Group> MakeGroup(int n,
-                                 const std::function<void(NcclCommunicatorOptions&)>& tweak = {}) {
+                                 const std::function<void(NcclCommunicatorOptions&)>& tweak = {},
+                                 const nccl::FunctionTable& table = GetFake().lib.table) {
   auto g = std::make_unique<Group>();
   InProcessRendezvous rendezvous;
   std::string prefix = UniquePrefix();
@@ -94,11 +101,11 @@ std::unique_ptr<Group> MakeGroup(int n,
       options.size = n;
       options.key_prefix = prefix;
       options.rendezvous_timeout = std::chrono::seconds(10);
+      options.init_timeout = std::chrono::seconds(10);
       options.op_timeout = std::chrono::seconds(30);
       options.barrier_scratch = &g->scratch[r];
       if (tweak) tweak(options);
-      auto comm = NcclCommunicator::Create(GetFake().lib.table, g->streams[r].get(), &rendezvous,
-                                           options);
+      auto comm = NcclCommunicator::Create(table, g->streams[r].get(), &rendezvous, options);
       statuses[r] = comm.status();
       if (comm.ok()) g->comms[r] = std::move(*comm);
     });
@@ -127,8 +134,14 @@ class NcclAllReduceTest : public ::testing::TestWithParam<int> {};
 TEST_P(NcclAllReduceTest, GoesThroughTheTableAndSumsOnEveryRank) {
   const int n = GetParam();
   constexpr size_t kCount = 4099;
+  const int inits_before = Load(GetFake().init_calls);
+  const int config_inits_before = Load(GetFake().init_config_calls);
   auto g = MakeGroup(n);
   ASSERT_TRUE(g->comms[n - 1]);
+  // Non-blocking init (the fake then returns ncclInProgress from every enqueue, and refuses a
+  // call made before the previous one was polled to completion).
+  EXPECT_EQ(Load(GetFake().init_config_calls) - config_inits_before, n);
+  EXPECT_EQ(Load(GetFake().init_calls) - inits_before, 0);
   std::vector<std::vector<float>> data(n);
   for (int r = 0; r < n; ++r) data[r] = RandomData(r, kCount);
   std::vector<float> expected = data[0];
@@ -163,6 +176,23 @@ TEST(NcclCommunicatorTest, IssuedWorkIsAsynchronousUntilSynchronize) {
   ASSERT_TRUE(g->comms[0]->Synchronize().ok());
   EXPECT_EQ(a[0], 3.0f);
   EXPECT_EQ(b[7], 3.0f);
+}
+
+TEST(NcclCommunicatorTest, EnqueuesInProgressArePolledBeforeTheNextCall) {
+  // On a non-blocking communicator the fake returns ncclInProgress from each enqueue and fails
+  // the next call (ncclInvalidUsage) unless ncclCommGetAsyncError was polled to ncclSuccess.
+  auto g = MakeGroup(2);
+  std::vector<std::vector<float>> data(2, std::vector<float>(4, 1.0f));
+  std::vector<absl::Status> statuses(2);
+  OnRanks(2, [&](int r) {
+    absl::Status s;
+    for (int i = 0; i < 3 && s.ok(); ++i) s = g->comms[r]->AllReduceSum(data[r].data(), 4);
+    statuses[r] = s.ok() ? g->comms[r]->Synchronize() : s;
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+    EXPECT_EQ(data[r], std::vector<float>(4, 8.0f)) << "rank " << r;  // 1 -> 2 -> 4 -> 8
+  }
 }
 
 TEST(NcclCommunicatorTest, SendRecvRingIsGroupedAndDelivers) {
@@ -258,6 +288,94 @@ TEST(NcclCommunicatorTest, ASilentPeerFailsTheOthersAfterTheTimeout) {
     }
   }
   EXPECT_GE(timed_out, 1);
+}
+
+TEST(NcclCommunicatorTest, APeerThatNeverJoinsFailsInitWithinInitTimeout) {
+  // Rank 2 of 3 never calls Create (its process died before init). The fake's bootstrap would
+  // give up after 10 s (NCCL's after minutes); init_timeout ends it after 1 s.
+  constexpr int kRanks = 3, kJoined = 2;
+  constexpr auto kInitTimeout = std::chrono::milliseconds(1000);
+  InProcessRendezvous rendezvous;
+  const std::string prefix = UniquePrefix();
+  std::vector<std::unique_ptr<FakeStream>> streams;
+  for (int r = 0; r < kJoined; ++r) streams.push_back(std::make_unique<FakeStream>());
+  const int aborts_before = Load(GetFake().aborts);
+  std::vector<absl::Status> statuses(kJoined);
+  const auto start = std::chrono::steady_clock::now();
+  OnRanks(kJoined, [&](int r) {
+    NcclCommunicatorOptions options;
+    options.rank = r;
+    options.size = kRanks;
+    options.key_prefix = prefix;
+    options.rendezvous_timeout = std::chrono::seconds(10);
+    options.init_timeout = kInitTimeout;
+    statuses[r] =
+        NcclCommunicator::Create(GetFake().lib.table, streams[r].get(), &rendezvous, options)
+            .status();
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, kInitTimeout);
+  EXPECT_LT(took, std::chrono::seconds(5)) << "well before the bootstrap's 10 s";
+  for (int r = 0; r < kJoined; ++r) {
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kDeadlineExceeded) << statuses[r];
+    EXPECT_THAT(statuses[r].message(), HasSubstr("NCCL rank " + std::to_string(r) + " of 3"));
+    EXPECT_THAT(statuses[r].message(), HasSubstr("within 1000 ms"));
+    EXPECT_THAT(statuses[r].message(), HasSubstr("a peer never joined NCCL's bootstrap"));
+  }
+  EXPECT_EQ(Load(GetFake().aborts) - aborts_before, kJoined) << "each half-made comm aborted";
+}
+
+TEST(NcclCommunicatorTest, AnInitErrorIsUnavailableNamingTheNcclError) {
+  // The two ranks disagree on the group size: whichever joins NCCL's group second gets
+  // ncclInvalidUsage from ncclCommInitRankConfig; the first then waits out its init_timeout.
+  InProcessRendezvous rendezvous;
+  const std::string prefix = UniquePrefix();
+  FakeStream s0, s1;
+  std::vector<absl::Status> statuses(2);
+  OnRanks(2, [&](int r) {
+    NcclCommunicatorOptions options;
+    options.rank = r;
+    options.size = r == 0 ? 2 : 3;
+    options.key_prefix = prefix;
+    options.init_timeout = std::chrono::milliseconds(200);
+    statuses[r] =
+        NcclCommunicator::Create(GetFake().lib.table, r == 0 ? &s0 : &s1, &rendezvous, options)
+            .status();
+  });
+  int unavailable = 0;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
+    if (statuses[r].code() == absl::StatusCode::kUnavailable) {
+      ++unavailable;
+      EXPECT_THAT(statuses[r].message(), HasSubstr("ncclCommInitRankConfig failed on rank"));
+      EXPECT_THAT(statuses[r].message(), HasSubstr("ncclInvalidUsage"));
+    } else {
+      EXPECT_EQ(statuses[r].code(), absl::StatusCode::kDeadlineExceeded) << statuses[r];
+    }
+  }
+  EXPECT_EQ(unavailable, 1);
+}
+
+TEST(NcclCommunicatorTest, WithoutInitRankConfigInitIsTheBlockingOne) {
+  // NCCL < 2.14: the loader leaves CommInitRankConfig null; init is ncclCommInitRank.
+  nccl::FunctionTable table = GetFake().lib.table;
+  table.CommInitRankConfig = nullptr;
+  const int inits_before = Load(GetFake().init_calls);
+  const int config_inits_before = Load(GetFake().init_config_calls);
+  auto g = MakeGroup(2, {}, table);
+  ASSERT_TRUE(g->comms[0] && g->comms[1]);
+  EXPECT_EQ(Load(GetFake().init_calls) - inits_before, 2);
+  EXPECT_EQ(Load(GetFake().init_config_calls) - config_inits_before, 0);
+  std::vector<float> a(5, 1.0f), b(5, 4.0f);
+  std::vector<absl::Status> statuses(2);
+  OnRanks(2, [&](int r) {
+    std::vector<float>& v = r == 0 ? a : b;
+    absl::Status s = g->comms[r]->AllReduceSum(v.data(), v.size());
+    statuses[r] = s.ok() ? g->comms[r]->Synchronize() : s;
+  });
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+  EXPECT_EQ(a, std::vector<float>(5, 5.0f));
+  EXPECT_EQ(b, std::vector<float>(5, 5.0f));
 }
 
 TEST(NcclCommunicatorTest, ARankWithoutRankZeroFailsAtRendezvous) {

@@ -193,6 +193,7 @@ absl::Status StageGroup::FormTpGroup(const StageDevice& device) {
     no.size = t.tp_size;
     no.key_prefix = absl::StrCat(TpPrefix(t), "/nccl");
     no.rendezvous_timeout = t.connect_timeout;
+    no.init_timeout = t.connect_timeout;  // a TP peer that never joins NCCL's bootstrap
     no.op_timeout = t.op_timeout;
     GLM_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> nccl,
                          NcclCommunicator::Create(*t.nccl, device.stream, t.rendezvous, no));

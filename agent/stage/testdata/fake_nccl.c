@@ -1,6 +1,8 @@
 /* A stand-in libnccl for the loader tests: every FunctionTable symbol, ncclGetVersion returning
- * FAKE_NCCL_VERSION; with FAKE_NCCL_OMIT_ALLREDUCE, no ncclAllReduce. The collectives only record
- * that they were called (fake_nccl_calls), so a test can prove the call went through the table. */
+ * FAKE_NCCL_VERSION; with FAKE_NCCL_OMIT_ALLREDUCE, no ncclAllReduce; with
+ * FAKE_NCCL_OMIT_INIT_CONFIG, no ncclCommInitRankConfig (as NCCL < 2.14). The collectives only
+ * record that they were called (fake_nccl_calls), so a test can prove the call went through the
+ * table. */
 #include <stddef.h>
 #include <string.h>
 
@@ -14,6 +16,14 @@ int ncclCommInitRank(void** comm, int nranks, ncclUniqueId id, int rank) {
   *comm = (void*)(size_t)(unsigned char)id.internal[0];
   return 0;
 }
+#ifndef FAKE_NCCL_OMIT_INIT_CONFIG
+/* Reads the config's leading size / magic / version / blocking, as NCCL does. */
+typedef struct { size_t size; unsigned int magic; unsigned int version; int blocking; } fakeConfig;
+int ncclCommInitRankConfig(void** comm, int nranks, ncclUniqueId id, int rank, fakeConfig* config) {
+  if (config == NULL || config->size < sizeof(fakeConfig) || config->magic != 0xcafebeef) return 4;
+  return ncclCommInitRank(comm, nranks, id, rank);
+}
+#endif
 int ncclCommDestroy(void* comm) { (void)comm; return 0; }
 int ncclCommAbort(void* comm) { (void)comm; return 0; }
 int ncclCommGetAsyncError(void* comm, int* err) { (void)comm; *err = 0; return 0; }

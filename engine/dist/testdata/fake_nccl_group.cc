@@ -4,6 +4,17 @@
 //
 // Semantics mirror NCCL's where the communicator depends on them:
 // - ncclCommInitRank blocks until all ranks of the id have joined (10 s, then ncclSystemError).
+// - ncclCommInitRankConfig checks the config as NCCL does (magic 0xcafebeef, a size that covers
+//   `blocking`, blocking undefined / 0 / 1, else ncclInvalidArgument). Blocking, it is
+//   ncclCommInitRank. With blocking = 0 it returns ncclInProgress at once with a communicator
+//   whose ncclCommGetAsyncError reports ncclInProgress until every rank has joined (then
+//   ncclSuccess; ncclSystemError 10 s after the call if some never does, NCCL's bootstrap
+//   timeout). A peer's abort does not end that wait: the bootstrap still waits for the missing
+//   rank.
+// - On a non-blocking communicator every enqueue returns ncclInProgress (inside
+//   ncclGroupStart/End: ncclGroupEnd does), and the next ncclCommGetAsyncError reports
+//   ncclInProgress once. A call before the caller has polled that to ncclSuccess (or before init
+//   completed) is ncclInvalidUsage: NCCL requires the poll before the next call.
 // - Collectives and send/recv are asynchronous: a call enqueues work on a fake stream and returns;
 //   the work completes when every rank (or the matching peer) has issued its part. The k-th
 //   collective of every rank must match (kind, count), else the group breaks (ncclInvalidUsage).
@@ -11,6 +22,7 @@
 //   ncclRemoteError, as NCCL reports a peer whose process died.
 // Fake streams (fake_nccl_stream_*) stand in for cudaStream_t / cudaStreamQuery.
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
@@ -25,7 +37,8 @@
 namespace {
 
 constexpr int kSuccess = 0, kSystemError = 2, kInvalidArgument = 4, kInvalidUsage = 5,
-              kRemoteError = 6;
+              kRemoteError = 6, kInProgress = 7;
+constexpr auto kBootstrapTimeout = std::chrono::seconds(10);
 constexpr int kFloat32 = 7, kSum = 0;
 
 struct FakeStream {
@@ -63,12 +76,37 @@ struct Group {
 struct FakeComm {
   std::shared_ptr<Group> group;
   int rank = 0;
+  bool nonblocking = false;
+  bool init_done = true;  // false while a non-blocking init waits for the other ranks.
+  std::chrono::steady_clock::time_point bootstrap_deadline;
+  bool enqueue_pending = false;  // A non-blocking enqueue not yet polled to ncclSuccess.
 };
 
 std::mutex mu;
 std::condition_variable cv;
 std::map<std::string, std::shared_ptr<Group>> groups;
 unsigned long long next_id = 1;
+// The non-blocking communicator that enqueued inside this thread's open ncclGroupStart.
+thread_local int group_depth = 0;
+thread_local FakeComm* group_comm = nullptr;
+
+// A call on a non-blocking communicator that NCCL would refuse: init still running, or an
+// enqueue that returned ncclInProgress not yet polled to completion. Holds `mu`.
+bool NotReady(const FakeComm& fc) {
+  return fc.nonblocking && (!fc.init_done || fc.enqueue_pending);
+}
+
+// What a successful enqueue returns: ncclInProgress on a non-blocking communicator (outside a
+// group; the group's ncclGroupEnd returns it instead). Holds `mu`.
+int Enqueued(FakeComm& fc) {
+  if (!fc.nonblocking) return kSuccess;
+  if (group_depth > 0) {
+    group_comm = &fc;
+    return kSuccess;
+  }
+  fc.enqueue_pending = true;
+  return kInProgress;
+}
 
 void Complete(Group& g, Collective& c) {
   std::vector<float> result(c.count);
@@ -92,6 +130,7 @@ int Enqueue(void* comm, Kind kind, const void* s, void* r, size_t count, int typ
   auto* fc = static_cast<FakeComm*>(comm);
   if (fc == nullptr || stream == nullptr || type != kFloat32 || op != kSum) return kInvalidArgument;
   std::lock_guard<std::mutex> lock(mu);
+  if (NotReady(*fc)) return kInvalidUsage;
   Group& g = *fc->group;
   if (g.broken) return kRemoteError;
   unsigned long long seq = g.next_seq[fc->rank]++;
@@ -116,7 +155,7 @@ int Enqueue(void* comm, Kind kind, const void* s, void* r, size_t count, int typ
     Complete(g, c);
     g.collectives.erase(it);
   }
-  return kSuccess;
+  return Enqueued(*fc);
 }
 
 int EnqueueP2p(void* comm, bool is_send, const void* s, void* r, size_t count, int type, int peer,
@@ -124,6 +163,7 @@ int EnqueueP2p(void* comm, bool is_send, const void* s, void* r, size_t count, i
   auto* fc = static_cast<FakeComm*>(comm);
   if (fc == nullptr || stream == nullptr || type != kFloat32) return kInvalidArgument;
   std::lock_guard<std::mutex> lock(mu);
+  if (NotReady(*fc)) return kInvalidUsage;
   Group& g = *fc->group;
   if (g.broken) return kRemoteError;
   if (peer < 0 || peer >= g.nranks || peer == fc->rank) return kInvalidArgument;
@@ -134,7 +174,7 @@ int EnqueueP2p(void* comm, bool is_send, const void* s, void* r, size_t count, i
   auto& other = is_send ? g.recvs[key] : g.sends[key];
   if (other.empty()) {
     (is_send ? g.sends[key] : g.recvs[key]).push_back(mine);
-    return kSuccess;
+    return Enqueued(*fc);
   }
   P2p theirs = other.front();
   other.pop_front();
@@ -147,8 +187,32 @@ int EnqueueP2p(void* comm, bool is_send, const void* s, void* r, size_t count, i
   std::memcpy(rcv.recv, snd.send, snd.count * sizeof(float));
   --snd.stream->pending;
   --rcv.stream->pending;
-  return kSuccess;
+  return Enqueued(*fc);
 }
+
+// Joins `rank` to the group of `id` (creating it). Null when `nranks` disagrees with the group's.
+// Holds `mu`.
+std::shared_ptr<Group> Join(const char (&id)[128], int nranks) {
+  std::string key(id, 128);
+  std::shared_ptr<Group>& g = groups[key];
+  if (!g) {
+    g = std::make_shared<Group>();
+    g->nranks = nranks;
+    g->next_seq.assign(nranks, 0);
+  }
+  if (g->nranks != nranks) return nullptr;
+  ++g->joined;
+  cv.notify_all();
+  return g;
+}
+
+// ncclConfig_t's leading fields, which every NCCL since 2.14 reads.
+struct Config {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+};
 
 }  // namespace
 
@@ -159,8 +223,11 @@ typedef struct {
 } ncclUniqueId;
 
 // Counters a test reads through dlsym (with __atomic_load_n: ranks call from several threads).
-int fake_nccl_calls = 0;        // Collective and p2p calls that reached this library.
-int fake_nccl_group_calls = 0;  // ncclGroupStart calls.
+int fake_nccl_calls = 0;              // Collective and p2p calls that reached this library.
+int fake_nccl_group_calls = 0;        // ncclGroupStart calls.
+int fake_nccl_init_calls = 0;         // ncclCommInitRank calls.
+int fake_nccl_init_config_calls = 0;  // ncclCommInitRankConfig calls.
+int fake_nccl_aborts = 0;             // ncclCommAbort calls.
 
 void* fake_nccl_stream_create(void) { return new FakeStream; }
 void fake_nccl_stream_destroy(void* stream) { delete static_cast<FakeStream*>(stream); }
@@ -183,25 +250,43 @@ int ncclGetUniqueId(ncclUniqueId* id) {
   return kSuccess;
 }
 
-int ncclCommInitRank(void** comm, int nranks, ncclUniqueId id, int rank) {
+static int InitBlocking(void** comm, int nranks, const ncclUniqueId& id, int rank) {
   if (nranks < 1 || rank < 0 || rank >= nranks) return kInvalidArgument;
   std::unique_lock<std::mutex> lock(mu);
-  std::string key(id.internal, sizeof(id.internal));
-  std::shared_ptr<Group>& g = groups[key];
-  if (!g) {
-    g = std::make_shared<Group>();
-    g->nranks = nranks;
-    g->next_seq.assign(nranks, 0);
-  }
-  if (g->nranks != nranks) return kInvalidUsage;
-  std::shared_ptr<Group> group = g;
-  ++group->joined;
-  cv.notify_all();
-  if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return group->joined >= nranks; })) {
+  std::shared_ptr<Group> group = Join(id.internal, nranks);
+  if (!group) return kInvalidUsage;
+  if (!cv.wait_for(lock, kBootstrapTimeout, [&] { return group->joined >= nranks; })) {
     return kSystemError;
   }
   *comm = new FakeComm{group, rank};
   return kSuccess;
+}
+
+int ncclCommInitRank(void** comm, int nranks, ncclUniqueId id, int rank) {
+  __atomic_fetch_add(&fake_nccl_init_calls, 1, __ATOMIC_SEQ_CST);
+  return InitBlocking(comm, nranks, id, rank);
+}
+
+int ncclCommInitRankConfig(void** comm, int nranks, ncclUniqueId id, int rank, Config* config) {
+  __atomic_fetch_add(&fake_nccl_init_config_calls, 1, __ATOMIC_SEQ_CST);
+  // As NCCL: the caller's leading fields over the defaults; magic, version and blocking checked.
+  Config c{sizeof(Config), 0xcafebeef, 21800, INT_MIN};
+  if (config == nullptr || config->size < sizeof(Config)) return kInvalidArgument;  // no `blocking`
+  std::memcpy(&c, config, sizeof(Config));
+  if (c.magic != 0xcafebeef) return kInvalidArgument;
+  if (c.version < 21400) c.blocking = INT_MIN;
+  if (c.blocking != INT_MIN && c.blocking != 0 && c.blocking != 1) return kInvalidArgument;
+  if (c.blocking != 0) return InitBlocking(comm, nranks, id, rank);
+  if (nranks < 1 || rank < 0 || rank >= nranks) return kInvalidArgument;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<Group> group = Join(id.internal, nranks);
+  if (!group) return kInvalidUsage;
+  auto* fc = new FakeComm{group, rank};
+  fc->nonblocking = true;
+  fc->init_done = false;
+  fc->bootstrap_deadline = std::chrono::steady_clock::now() + kBootstrapTimeout;
+  *comm = fc;
+  return kInProgress;
 }
 
 int ncclCommDestroy(void* comm) {
@@ -210,6 +295,7 @@ int ncclCommDestroy(void* comm) {
 }
 
 int ncclCommAbort(void* comm) {
+  __atomic_fetch_add(&fake_nccl_aborts, 1, __ATOMIC_SEQ_CST);
   {
     std::lock_guard<std::mutex> lock(mu);
     static_cast<FakeComm*>(comm)->group->broken = true;
@@ -220,7 +306,23 @@ int ncclCommAbort(void* comm) {
 
 int ncclCommGetAsyncError(void* comm, int* async_error) {
   std::lock_guard<std::mutex> lock(mu);
-  *async_error = static_cast<FakeComm*>(comm)->group->broken ? kRemoteError : kSuccess;
+  auto* fc = static_cast<FakeComm*>(comm);
+  if (!fc->init_done) {
+    if (fc->group->joined >= fc->group->nranks) {
+      fc->init_done = true;
+      *async_error = kSuccess;
+    } else {
+      *async_error = std::chrono::steady_clock::now() < fc->bootstrap_deadline ? kInProgress
+                                                                                : kSystemError;
+    }
+    return kSuccess;
+  }
+  if (fc->enqueue_pending) {
+    fc->enqueue_pending = false;
+    *async_error = kInProgress;
+    return kSuccess;
+  }
+  *async_error = fc->group->broken ? kRemoteError : kSuccess;
   return kSuccess;
 }
 
@@ -231,6 +333,7 @@ const char* ncclGetErrorString(int result) {
     case kInvalidArgument: return "invalid argument (fake)";
     case kInvalidUsage: return "invalid usage (fake)";
     case kRemoteError: return "remote process exited or there was a network error (fake)";
+    case kInProgress: return "NCCL operation in progress (fake)";
     default: return "unknown result (fake)";
   }
 }
@@ -261,8 +364,16 @@ int ncclReduceScatter(const void*, void*, size_t, int, int, void*, void*) { retu
 
 int ncclGroupStart(void) {
   __atomic_fetch_add(&fake_nccl_group_calls, 1, __ATOMIC_SEQ_CST);
+  ++group_depth;
   return kSuccess;
 }
-int ncclGroupEnd(void) { return kSuccess; }
+int ncclGroupEnd(void) {
+  if (group_depth == 0) return kInvalidUsage;
+  if (--group_depth > 0 || group_comm == nullptr) return kSuccess;
+  std::lock_guard<std::mutex> lock(mu);
+  group_comm->enqueue_pending = true;
+  group_comm = nullptr;
+  return kInProgress;
+}
 
 }  // extern "C"

@@ -36,6 +36,9 @@ inline absl::StatusOr<DlopenedNccl> DlopenNccl(const std::string& path) {
   sym(t.GetVersion, "ncclGetVersion");
   sym(t.GetUniqueId, "ncclGetUniqueId");
   sym(t.CommInitRank, "ncclCommInitRank");
+  // Optional, as in the loader: NCCL < 2.14 lacks it (the slot stays null).
+  t.CommInitRankConfig = reinterpret_cast<decltype(t.CommInitRankConfig)>(
+      dlsym(lib.handle, "ncclCommInitRankConfig"));
   sym(t.CommDestroy, "ncclCommDestroy");
   sym(t.CommAbort, "ncclCommAbort");
   sym(t.CommGetAsyncError, "ncclCommGetAsyncError");
