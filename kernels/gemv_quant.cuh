@@ -244,16 +244,20 @@ __device__ __forceinline__ void GqWarpWindows(float (&acc)[kNT][4], const uint8_
       const int64_t byte = win * kGqWindowBytes + t * 16;
       wl[d] = in && v_lo ? LoadStreaming16(w_lo + byte) : make_uint4(0, 0, 0, 0);
       wh[d] = in && v_hi ? LoadStreaming16(w_hi + byte) : make_uint4(0, 0, 0, 0);
+      // A window scale multiplies the MMA's sums, and lane t holds the sums of tokens 2t, 2t + 1
+      // over the whole window: every lane loads it (from the window's first input) while the
+      // window exists, also a lane whose own inputs lie past k.
+      const bool scale_in = kWindowScale ? wb + d < nwin : in;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const bool ok = in && (r == 0 ? v_lo : v_hi);
+        const bool ok = scale_in && (r == 0 ? v_lo : v_hi);
         const uint8_t* sr = r == 0 ? sc_lo : sc_hi;
         if constexpr (kFmt == kGqNvfp4) {
           const int64_t s0 = kc / 16;
           sraw[d][r][0] = ok ? __ldg(sr + s0) : 0u;
           sraw[d][r][1] = ok ? __ldg(sr + s0 + 1) : 0u;
         } else {
-          const int64_t s0 = kc / group;
+          const int64_t s0 = (kWindowScale ? win * kWE : kc) / group;
           sraw[d][r][0] = ok ? GqLoadU16(sr + 2 * s0) : 0u;
           if constexpr (!kWindowScale && kFmt == kGqInt4) {
             const int64_t s1 = (kc + kE / 2) / group;
