@@ -225,7 +225,8 @@ absl::StatusOr<MoeQuantTiling> PlanMoeQuant(int64_t pairs, int num_experts, int6
   t.max_units = moe::MaxGroupUnits(pairs, t.max_slots, kMoeQuantUnitRows);
   t.gate_up_blocks = CeilDiv(inter, moe::kMqGateUpRows);
   t.down_blocks = CeilDiv(hidden, detail::kGqRows);
-  const int64_t budget = std::max<int64_t>(SmemBudget(limits), moe::kMqExchangeBytes);
+  const int64_t budget = std::max<int64_t>(SmemBudget(limits) - kMoeQuantStaticSmemBytes,
+                                           moe::kMqExchangeBytes);
   const int64_t wx = WindowXBytes(format), pad = XPad(format);
   const int64_t we = detail::GqWindowElems(Fmt(format));
   const int64_t per_row = budget / kMoeQuantUnitRows - pad;

@@ -159,6 +159,7 @@ __global__ void __launch_bounds__(kernels::detail::kGqThreads, 2)
     MoeQuantKernel(MoeQuantParams p) {
   extern __shared__ __align__(16) uint8_t mq_smem[];
   __shared__ int s_pair[kMoeQuantUnitRows];
+  static_assert(sizeof(s_pair) == kMoeQuantStaticSmemBytes);
   const int unit = blockIdx.y;
   if (unit >= *p.n_units) return;  // block-uniform
   const int r0 = p.unit_off[unit], ng = p.unit_off[unit + 1] - r0;  // 1..kMoeQuantUnitRows

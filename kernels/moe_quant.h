@@ -38,6 +38,9 @@ namespace glm::kernels {
 
 inline constexpr int kMoeQuantUnitRows = 16;  // token rows per unit: two 8-token MMA tiles
 inline constexpr int64_t kMoeQuantMaxPairs = kMoeGroupedMaxPairs;
+// The kernel's static shared memory (the unit's pair ids), beside the planned dynamic bytes: the
+// plan keeps both (and the per-block reservation) within half an SM.
+inline constexpr int kMoeQuantStaticSmemBytes = kMoeQuantUnitRows * 4;
 
 // One projection of one expert: QuantWeightView's pointers and strides (the shape, format and
 // group size are the layer's). global_scale: nvfp4 weight_scale_2 (1 for int; differs per expert
