@@ -35,6 +35,11 @@
 //    3.7e-3 tiny-sharded, 4.9e-3 tiny-moe (flips); greedy ids identical in 23 of 24 cases,
 //    tiny-moe case 2 diverging at its last token (31) at a cpu margin of 1.1e-4. Op-level agreement of the
 //    two backends is cuda_narrow_test's job (Linear / MoeExperts on identical inputs, 5e-5..1e-4).
+// The INT4 / INT8 / NVFP4 fixtures (tiny-int4mix, tiny-nvfp4) are not run here: widening their
+// dequantized weights to bf16 rounds them a second time, and their routers' top-k gaps (down to
+// 6e-4 relative, make_quantized_golden.py's log) flip under it (measured: greedy divergences at
+// margins 0.09-0.27, cuda vs cpu 0.55). Their served form is narrow: cuda_quant_test compares it
+// with the cpu backend's exact dequantization, golden_model_test the cpu with transformers.
 // Also: weight bytes per dtype on the cpu backend (bf16 halves the Linear weights, fp8 keeps a
 // quarter plus scales), and the error naming the accepted dtypes.
 // Env GLM_GOLDEN_DIR overrides the fixtures' build-time path.
@@ -299,7 +304,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, NarrowGoldenTest,
                          ::testing::Combine(::testing::ValuesIn([] {
                                               std::vector<std::string> names;
                                               for (auto& fx : LoadFixtures()) {
-                                                names.push_back(fx.name);
+                                                if (!fx.quantized) names.push_back(fx.name);
                                               }
                                               return names;
                                             }()),

@@ -31,6 +31,7 @@ struct Fixture {
   std::string dir;
   std::vector<Case> cases;  // reference.json's prompt_ids / greedy_ids first, then extra_cases
   bool fp8 = false;         // config.json has an fp8 quantization_config
+  bool quantized = false;   // INT4 / INT8 / NVFP4 weights (compressed-tensors or ModelOpt)
   const Case& main() const { return cases.front(); }
   std::span<const Case> extra() const { return std::span<const Case>(cases).subspan(1); }
 };
@@ -64,8 +65,11 @@ inline std::vector<Fixture> LoadFixtures() {
       }
     }
     const nlohmann::json cfg = nlohmann::json::parse(std::ifstream(entry.path() / "config.json"));
-    fx.fp8 = cfg.contains("quantization_config") &&
-             cfg["quantization_config"].value("quant_method", "") == "fp8";
+    const std::string method = cfg.contains("quantization_config")
+                                   ? cfg["quantization_config"].value("quant_method", "")
+                                   : "";
+    fx.fp8 = method == "fp8";
+    fx.quantized = method == "compressed-tensors" || method == "modelopt";
     out.push_back(std::move(fx));
   }
   std::sort(out.begin(), out.end(),
