@@ -19,7 +19,8 @@
 #   tests      every GPU test binary: the list below, then any other *_test in the stage; a
 #              listed binary missing from the stage shows as "not staged" in the summary
 #   memcheck   compute-sanitizer memcheck: graphs, model, the tensor-core attention, the indexer,
-#              the MoE paths, the fused norms, the per-head products, sampling, glm-run on cuda
+#              the MoE paths (the quantized ones too), the fused norms, the per-head products,
+#              sampling, glm-run on cuda
 #   racecheck  compute-sanitizer racecheck on the kernels that share shared memory between warps
 #              or stage through it (MoE ring, indexer passes, fused norms)
 #   nccl       engine/dist's real-NCCL test through the dlopen'd table (run_nccl_test.sh)
@@ -248,6 +249,9 @@ run_memcheck() {
   sanitize memcheck "cuda_narrow_test norm" cuda_narrow_test --gtest_filter='*RmsNormLinear*'
   sanitize memcheck "per_head_narrow_test small" per_head_narrow_test \
     --gtest_filter='*OddShapes*:*NanInX*:*OneHot*:*Widen*'
+  sanitize memcheck "cuda_quant_test narrow" cuda_quant_test \
+    --gtest_filter='*NarrowMatchesCpu*:*InPieces*'
+  sanitize memcheck "moe_quant_test routing" moe_quant_test --gtest_filter='*RoutingInside*'
   sanitize memcheck "sample_test" sample_test --gtest_filter='-*Distribution*:*Bench*'
   sanitize synccheck "sample_test host rule" sample_test --gtest_filter='*MatchesHostRule*'
   has glm-run || return 0

@@ -492,8 +492,9 @@ int CountQuantized(const fs::path& dir) {
   in.read(reinterpret_cast<char*>(&n), sizeof(n));
   std::string header(n, '\0');
   in.read(header.data(), static_cast<std::streamsize>(n));
+  const json tensors = json::parse(header);
   int count = 0;
-  for (const auto& [name, info] : json::parse(header).items()) {
+  for (const auto& [name, info] : tensors.items()) {
     count += name.ends_with(".weight_packed") || name.ends_with(".weight_scale_2") ? 1 : 0;
   }
   return count;
