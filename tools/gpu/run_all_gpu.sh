@@ -22,7 +22,7 @@
 #              the MoE paths (the quantized ones too), the fused norms, the per-head products,
 #              sampling, glm-run on cuda
 #   racecheck  compute-sanitizer racecheck on the kernels that share shared memory between warps
-#              or stage through it (MoE ring, indexer passes, fused norms)
+#              or stage through it (MoE ring, quantized experts, indexer passes, fused norms)
 #   nccl       engine/dist's real-NCCL test through the dlopen'd table (run_nccl_test.sh)
 #   multigpu   TP over NCCL between GPUs (run_multigpu.sh; 2+ GPUs, the -x2 / -x4 kinds: TP 2 =
 #              the single-GPU greedy tokens, a killed rank fails the group within seconds)
@@ -268,6 +268,7 @@ run_racecheck() {
   sanitize racecheck "cuda_moe_test streamed" cuda_moe_test --gtest_filter='*Streamed*:*GraphReplay*'
   sanitize racecheck "cuda_indexer_test subset" cuda_indexer_test \
     --gtest_filter='*SanitizerSubset*'
+  sanitize racecheck "moe_quant_test" moe_quant_test --gtest_filter='*RoutingInside*:*ChunkedK*'
   sanitize racecheck "gemv_narrow_test norm" gemv_narrow_test --gtest_filter='*FusedRmsNorm*'
   sanitize racecheck "per_head_gemv_test norm" per_head_gemv_test --gtest_filter='*FusedRmsNorm*'
 }
