@@ -29,11 +29,19 @@ PY
   export LD_LIBRARY_PATH
 }
 
+# nvlink_multicast_off: NVLink multicast (NVLS) stays off in every process these scripts start;
+# the lent multi-GPU machines must not use it (nothing here calls cuMulticastCreate either).
+nvlink_multicast_off() {
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+}
+
 # gpu_env STAGE: the environment the staged binaries need (call from the repo root): the staged
 # libraries (STAGE/lib) first on LD_LIBRARY_PATH, the machine's cuBLASLt (find_cublaslt; a
-# warning when missing), GLM_GOLDEN_DIR = tests/golden, GLM_RUN_BINARY = STAGE/bin/glm-run.
+# warning when missing), GLM_GOLDEN_DIR = tests/golden, GLM_RUN_BINARY = STAGE/bin/glm-run,
+# NVLink multicast off (nvlink_multicast_off).
 gpu_env() {
   local stage=$1
+  nvlink_multicast_off
   export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   find_cublaslt || echo "libcublasLt.so.13 not found; the CUDA binaries will fail to start"
   export LD_LIBRARY_PATH

@@ -14,7 +14,8 @@
 #     nccl_gpu_test -o -name engine_nccl_gpu_test \) | tr '\n' ' ')" tools/gpu/stage_build.sh
 # (the transport rule and the stage groups around it are CPU tests: pipeline.tp_transport_test.)
 # then on the GPU machine, from the repo root: tools/gpu/run_multigpu.sh .gpurun-multi
-# Env: OUT (logs; default /tmp/glm-gpu-out), NCCL_DEBUG (default WARN).
+# Env: OUT (logs; default /tmp/glm-gpu-out), NCCL_DEBUG (default WARN). NVLink multicast stays
+# off (gpu_env: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 stage=${1:-${STAGE_DIR:-.gpurun-all}}

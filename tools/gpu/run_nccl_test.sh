@@ -18,6 +18,9 @@ mkdir -p "$out"
 bin=${BIN:-$stage/bin/nccl_gpu_test}
 [[ -x $bin ]] || { echo "no test binary at $bin (see the header of $0)"; exit 2; }
 export LD_LIBRARY_PATH="$PWD/$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=tools/gpu/common.sh
+source tools/gpu/common.sh
+nvlink_multicast_off
 
 # First file named like $1 under the Python environment's site-packages.
 find_in_site_packages() {
