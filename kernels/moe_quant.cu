@@ -284,8 +284,8 @@ absl::Status MoeQuantExperts(const MoeQuantArgs& args, const KernelPolicy& polic
   if (pairs > kMoeQuantMaxPairs) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cuda ", kOp, ": ", pairs, " (token, expert) pairs exceed the narrow path's ",
-        kMoeQuantMaxPairs, " (the token lists' shared memory); widen the experts and run "
-        "MoeExperts"));
+        kMoeQuantMaxPairs, " (the token lists' shared memory); run the tokens in pieces of at "
+        "most that many pairs, as the CUDA backend does"));
   }
   const int64_t hidden = table->hidden, inter = table->inter;
   if (args.x == nullptr || args.x_ld < hidden || args.out == nullptr || args.out_ld < hidden ||
