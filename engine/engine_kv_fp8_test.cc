@@ -14,8 +14,9 @@
 // (prompt-logit rel diff / first greedy divergence): tiny-chat 0.634 / 2, tiny-dense 0.058 / 14,
 // tiny-fp8 0.452 / 4, tiny-moe 0.250 / 4, tiny-mtp 0.040 / none, tiny-sharded 0.063 / 4,
 // tiny-sparse 0.910 / 1, tiny-int4mix 0.295 / 15, tiny-nvfp4 0.0333 / 6 (the quantized fixtures'
-// weights dequantized to fp32, exactly). Each is held to ~1.3x its figure (and no earlier divergence) so that a
-// regression still fails; an unknown fixture must stay within 5e-2 with identical tokens.
+// weights dequantized to fp32, exactly). Each is held to ~1.3x its figure (and no earlier
+// divergence) so that a regression still fails; an unknown fixture must stay within 5e-2 with
+// identical tokens.
 // - cuda fp8-KV vs cpu fp8-KV (CudaFp8MatchesCpuFp8): prompt logits within 1e-3 relative and
 //   identical greedy tokens over 8 steps (same quantization rule bit for bit; only fp32
 //   summation order differs, which can move a row across an e4m3 rounding boundary).

@@ -13,11 +13,12 @@
 // - The loader's stored layout (checkpoint bytes, padding, TP shares) decodes through the
 //   kernels' host mirror (DequantizeQuantHost) to the dequantizer's values (runs without a GPU).
 // - The quantized golden fixtures tests/golden/tiny-int4mix and tiny-nvfp4 (INT4 experts / INT8
-//   group and channel linears; NVFP4 experts with distinct gate / up global scales) loaded with weight_dtype auto on the CUDA backend (weights narrow;
-//   decode steps as CUDA graphs) against the same checkpoint on the CPU backend in fp32 (exact
-//   dequantization): prompt logits within 2e-2 of max |logit| (every quantized Linear rounds x
-//   to bf16, 2^-9 relative per element, through 3 layers + lm_head: the same budget
-//   engine_golden_narrow_test gives bf16 weights against fp32), greedy ids identical (a
+//   group and channel linears; NVFP4 experts with distinct gate / up global scales) loaded with
+//   weight_dtype auto on the CUDA backend (weights narrow; decode steps as CUDA graphs) against
+//   the same checkpoint on the CPU backend in fp32 (exact dequantization): prompt logits within
+//   2e-2 of max |logit| (every quantized Linear rounds x to bf16, 2^-9 relative per element,
+//   through 3 layers + lm_head: the same budget engine_golden_narrow_test gives bf16 weights
+//   against fp32), greedy ids identical (a
 //   divergence only at a near tie, cpu margin < 2e-2), the Linear weights' bytes are the
 //   narrow ones, and the experts are read narrow at every step (never widened).
 // The GPU tests skip (printing why) without a usable GPU.
@@ -44,6 +45,7 @@
 #include "engine/backend/cuda/cuda_quant_linear.h"
 #include "engine/model/glm_moe_dsa.h"
 #include "engine/model/layers.h"
+#include "engine/weights/safetensors.h"
 #include "engine/weights/safetensors_writer.h"
 #include "engine/weights/weight_store.h"
 #include "kernels/gemv_quant.h"
@@ -349,7 +351,8 @@ TEST_F(CudaQuantTest, MoeExpertsNarrowAtDecodeAndInPiecesBeyond) {
       EXPECT_EQ(CudaQuantExpertCallCounts().widened, after.widened);
       std::printf("MoeExperts quantized (%d), %lld tokens, %s: %.3g of max |out|\n",
                   static_cast<int>(dtype), static_cast<long long>(tokens),
-                  pieces ? "narrow in pieces vs the host reference" : "narrow vs the host reference",
+                  pieces ? "narrow in pieces vs the host reference"
+                         : "narrow vs the host reference",
                   diff / ref);
     }
   }
@@ -485,17 +488,14 @@ json ReadJson(const fs::path& path) {
 }
 
 // The quantized Linear weights a checkpoint stores (compressed-tensors' weight_packed, ModelOpt's
-// weight_scale_2), read from the safetensors header.
+// weight_scale_2); -1 when the file does not open.
 int CountQuantized(const fs::path& dir) {
-  std::ifstream in(dir / "model.safetensors", std::ios::binary);
-  uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), sizeof(n));
-  std::string header(n, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(n));
-  const json tensors = json::parse(header);
+  auto file = SafetensorsFile::Open((dir / "model.safetensors").string());
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return -1;
   int count = 0;
-  for (const auto& [name, info] : tensors.items()) {
-    count += name.ends_with(".weight_packed") || name.ends_with(".weight_scale_2") ? 1 : 0;
+  for (const SafetensorsEntry& e : (*file)->tensors()) {
+    count += e.name.ends_with(".weight_packed") || e.name.ends_with(".weight_scale_2") ? 1 : 0;
   }
   return count;
 }
@@ -568,9 +568,8 @@ class CudaQuantModelTest : public ::testing::Test {
   // dequantization).
   void Compare(const std::string& fixture) {
     const fs::path dir = fs::path(GLM_GOLDEN_DIR) / fixture;
-    if (!fs::exists(dir / "reference.json")) {
-      GTEST_SKIP() << dir << " is missing: tools/golden/make_quantized_golden.py makes it";
-    }
+    ASSERT_TRUE(fs::exists(dir / "reference.json"))
+        << dir << " is missing: tools/golden/make_quantized_golden.py makes it";
     prompt_ = ReadJson(dir / "reference.json")["prompt_ids"].get<std::vector<int32_t>>();
     const int quantized_tensors = CountQuantized(dir);
     ASSERT_GT(quantized_tensors, 40);
